@@ -1,0 +1,1 @@
+"""pacs.eval: text metrics (pycocoevalcap, fast CIDEr-D), fluency measures and human-correlation benchmarks."""

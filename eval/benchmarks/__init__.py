@@ -1,0 +1,1 @@
+"""Human-judgment benchmarks: one module each, one registry."""

@@ -1,0 +1,8 @@
+"""`pacs` sub-commands defined in eval/report_cli.py."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add these sub-commands to the `pacs` parser."""

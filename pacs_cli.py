@@ -1,0 +1,50 @@
+"""The `pacs` console script: one entry point that dispatches to sub-commands living next to what they run."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+from metric.common.errors import PacsError
+
+# Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
+COMMAND_MODULES = (
+    "metric.cli",  # score
+    "metric.train_cli",  # train-metric, generate-positives
+    "metric.video_cli",  # score-video
+    "eval.cli",  # correlate, evaluate
+    "eval.report_cli",  # report
+    "captioner.cli",  # caption, train
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the top-level parser with every registered sub-command."""
+    parser = argparse.ArgumentParser(prog="pacs", description=__doc__)
+    parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `pacs` with `argv`; user errors print one line on stderr and exit with status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except PacsError as error:
+        print(f"pacs {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""pacs.rewards: a registry of SCST reward functions built on metric/ and eval/."""
