@@ -1,0 +1,78 @@
+"""Karpathy split files: `dataset_coco.json`, `dataset_flickr8k.json`, `dataset_flickr30k.json`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
+from captioner.data.parsing import nonempty_caption, read_json, require
+from metric.common.errors import InputError
+
+KARPATHY_SPLITS = ("train", "restval", "val", "test")
+
+
+def _caption_of(sentence: object, where: str, use_tokens: bool) -> str:
+    """The reference text of one Karpathy sentence: `raw`, or the space-joined `tokens` when asked."""
+    if use_tokens:
+        tokens = require(sentence, "tokens", list, where)
+        if not all(isinstance(token, str) for token in tokens):
+            raise InputError(f"{where}.tokens: every token must be a string")
+        return nonempty_caption(" ".join(tokens), f"{where}.tokens")
+    return nonempty_caption(require(sentence, "raw", str, where), f"{where}.raw")
+
+
+def load_karpathy(path: Path, dataset: str, image_root: Path | None = None, merge_restval: bool = True,
+                  use_tokens: bool = False) -> CaptionDataset:
+    """Load a Karpathy split file; COCO ids are `cocoid`, Flickr ids the image file name without extension."""
+    json_path = path / f"dataset_{dataset}.json" if path.is_dir() else path
+    data = read_json(json_path)
+    where = str(json_path)
+    images = require(data, "images", list, where)
+    root = image_root if image_root is not None else json_path.parent
+    items: list[CaptionItem] = []
+    report = {"restval_merged_into_train": 0, "images_without_captions": 0}
+    for index, image in enumerate(images):
+        at = f"{where}: images[{index}]"
+        filename = require(image, "filename", str, at)
+        split = require(image, "split", str, at)
+        if split not in KARPATHY_SPLITS:
+            raise InputError(f"{at}.split: unknown split {split!r} (expected one of {', '.join(KARPATHY_SPLITS)})")
+        if "cocoid" in image:
+            image_id = str(require(image, "cocoid", int, at))
+        else:
+            image_id = Path(filename).stem
+        sentences = require(image, "sentences", list, at)
+        captions = [_caption_of(sentence, f"{at}.sentences[{k}]", use_tokens) for k, sentence in enumerate(sentences)]
+        if not captions:
+            report["images_without_captions"] += 1
+            continue
+        extra: dict[str, object] = {"karpathy_split": split}
+        if "imgid" in image:
+            extra["imgid"] = image["imgid"]
+        if split == "restval" and merge_restval:
+            split = "train"
+            report["restval_merged_into_train"] += 1
+        filepath = image.get("filepath") or ""
+        if not isinstance(filepath, str):
+            raise InputError(f"{at}.filepath: expected a string")
+        items.append(CaptionItem(image_id, root / filepath / filename, captions, split, extra))
+    check_unique_ids(items, where)
+    return CaptionDataset(f"{dataset}-karpathy", items, source=str(json_path), report=report)
+
+
+@register_dataset("coco-karpathy")
+def load_coco_karpathy(path: Path, image_root: Path | None = None, merge_restval: bool = True,
+                       use_tokens: bool = False) -> CaptionDataset:
+    """COCO Karpathy splits (`dataset_coco.json`; images under `image_root/<filepath>/<filename>`)."""
+    return load_karpathy(path, "coco", image_root, merge_restval, use_tokens)
+
+
+@register_dataset("flickr8k-karpathy")
+def load_flickr8k_karpathy(path: Path, image_root: Path | None = None, use_tokens: bool = False) -> CaptionDataset:
+    """Flickr8k Karpathy splits (`dataset_flickr8k.json`; images under `image_root/<filename>`)."""
+    return load_karpathy(path, "flickr8k", image_root, True, use_tokens)
+
+
+@register_dataset("flickr30k-karpathy")
+def load_flickr30k_karpathy(path: Path, image_root: Path | None = None, use_tokens: bool = False) -> CaptionDataset:
+    """Flickr30k Karpathy splits (`dataset_flickr30k.json`; images under `image_root/<filename>`)."""
+    return load_karpathy(path, "flickr30k", image_root, True, use_tokens)
