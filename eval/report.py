@@ -1,0 +1,272 @@
+"""A self-contained HTML report of a run directory: results table, training curves, correlations, gallery.
+
+The run-directory layout it reads (every part optional; a missing part is shown as absent):
+
+    results.json              {"columns": [metric, ...], "rows": [{"model": name, metric: value, ...}], ...}
+    logs/<stage>.csv          training curves: a `step` column (else the row number) and any numeric columns;
+                              stages named `<group>-<variant>.csv` (e.g. `scst-cider.csv`) are drawn together,
+                              one line per variant, one panel per column
+    correlation/correlation.json  {metric: {"tau_b": ..., "tau_c": ..., "n": ...}}
+    correlation/scores.csv    one row per judged caption: a `judge` column (the ground truth) and one column per metric
+    gallery.json              [{"image_id", "image": path relative to the run dir, "references": [...],
+                                "captions": {model: {"caption", "scores": {metric: value}, "verdict"}}}]
+
+Images and plots are embedded as base64 PNG, so the page is one file with no external resources.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import logging
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from metric.common.errors import InputError  # noqa: E402
+from metric.common.io import write_text_atomic  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+CURVE_X_COLUMNS = ("step", "epoch", "iteration")
+STYLE = """
+body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
+h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #bbb;padding:4px 8px;text-align:right}th{background:#eee}
+td.name,th.name{text-align:left}.absent{color:#888;font-style:italic}
+.gallery{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #ccc;padding:8px;width:360px}
+.card img{image-rendering:pixelated;width:128px;height:128px}.verdict-correct{color:#080}
+.verdict-wrong{color:#b00}.verdict-incomplete{color:#b70}.card td{text-align:left;font-size:90%}
+.plot{max-width:100%}
+"""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def load_results(run_dir: Path) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """The results table (columns, rows) from results.json, or None when absent."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return None
+    data = _read_json(path)
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "model" in r for r in rows):
+        raise InputError(f"{path}: expected {{'rows': [{{'model': ..., metric: value}}]}}")
+    columns = data.get("columns") or sorted({k for r in rows for k in r if k != "model"})
+    return list(columns), rows
+
+
+def load_curves(run_dir: Path) -> dict[str, dict[str, dict[str, tuple[list[float], list[float]]]]]:
+    """Training curves: group -> column -> variant -> (x, y), from logs/*.csv."""
+    curves: dict[str, dict[str, dict[str, tuple[list[float], list[float]]]]] = defaultdict(lambda: defaultdict(dict))
+    logs = run_dir / "logs"
+    for path in sorted(logs.glob("*.csv")) if logs.is_dir() else []:
+        group, _, variant = path.stem.partition("-")
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        if not rows:
+            logger.warning("%s: no rows, skipped in the report", path)
+            continue
+        x_column = next((c for c in CURVE_X_COLUMNS if c in rows[0]), None)
+        xs = [_number(r[x_column]) if x_column else float(i) for i, r in enumerate(rows)]
+        for column in rows[0]:
+            if column in CURVE_X_COLUMNS or column is None:
+                continue
+            points = [(x, _number(r.get(column))) for x, r in zip(xs, rows)]
+            points = [(x, y) for x, y in points if x is not None and y is not None]
+            if points:
+                curves[group][column][variant or group] = ([p[0] for p in points], [p[1] for p in points])
+    return curves
+
+
+def load_correlation(run_dir: Path) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
+    """(summary per metric, scores per column incl. `judge`) from correlation/, or None when absent."""
+    folder = run_dir / "correlation"
+    summary = _read_json(folder / "correlation.json") if (folder / "correlation.json").is_file() else {}
+    columns: dict[str, list[float]] = {}
+    if (folder / "scores.csv").is_file():
+        with open(folder / "scores.csv", newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        for column in (rows[0] if rows else {}):
+            values = [_number(r[column]) for r in rows]
+            if all(v is not None for v in values):
+                columns[column] = values  # type: ignore[assignment]
+    if not summary and not columns:
+        return None
+    return summary, columns
+
+
+def load_gallery(run_dir: Path) -> list[dict[str, Any]] | None:
+    """Gallery entries from gallery.json, or None when absent."""
+    path = run_dir / "gallery.json"
+    if not path.is_file():
+        return None
+    data = _read_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of gallery entries")
+    return data
+
+
+def _png_data_uri(figure_or_bytes: Any) -> str:
+    if isinstance(figure_or_bytes, bytes):
+        raw = figure_or_bytes
+    else:
+        buffer = io.BytesIO()
+        figure_or_bytes.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+        plt.close(figure_or_bytes)
+        raw = buffer.getvalue()
+    return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
+
+
+def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list[float]]]]) -> str:
+    """One figure per log group: a panel per column, a line per variant; returned as a data URI."""
+    names = list(columns)
+    n_cols = min(3, len(names))
+    n_rows = math.ceil(len(names) / n_cols)
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.0 * n_rows), squeeze=False)
+    for axis, name in zip(axes.flat, names):
+        for variant, (xs, ys) in sorted(columns[name].items()):
+            axis.plot(xs, ys, label=variant, linewidth=1.2)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+        if len(columns[name]) > 1:
+            axis.legend(fontsize=7)
+    for axis in list(axes.flat)[len(names):]:
+        axis.axis("off")
+    figure.suptitle(group)
+    figure.tight_layout()
+    return _png_data_uri(figure)
+
+
+def plot_correlation(summary: dict[str, Any], columns: dict[str, list[float]]) -> str | None:
+    """Scatter of every metric against the `judge` column (Kendall tau_b in the titles); None without data."""
+    if "judge" not in columns:
+        return None
+    metrics = [c for c in columns if c != "judge"]
+    if not metrics:
+        return None
+    n_cols = min(4, len(metrics))
+    n_rows = math.ceil(len(metrics) / n_cols)
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(3.4 * n_cols, 3.0 * n_rows), squeeze=False)
+    judge = columns["judge"]
+    for axis, metric in zip(axes.flat, metrics):
+        tau = (summary.get(metric) or {}).get("tau_b") if isinstance(summary.get(metric), dict) else None
+        if tau is None:
+            tau = 100 * stats.kendalltau(columns[metric], judge, variant="b").statistic
+        axis.scatter(judge, columns[metric], s=6, alpha=0.4)
+        axis.set_title(f"{metric}  (tau_b={tau:.1f})", fontsize=9)
+        axis.set_xlabel("judge score")
+    for axis in list(axes.flat)[len(metrics):]:
+        axis.axis("off")
+    figure.tight_layout()
+    return _png_data_uri(figure)
+
+
+def _format(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return html.escape(str(value))
+    return f"{number:.2f}" if abs(number) < 1000 else f"{number:.0f}"
+
+
+def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None) -> str:
+    if results is None:
+        return '<p class="absent">No results.json in this run.</p>'
+    columns, rows = results
+    head = '<th class="name">model</th>' + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join('<tr><td class="name">' + html.escape(str(r["model"])) + "</td>"
+                   + "".join(f"<td>{_format(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
+    return f'<table class="results" id="results-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]] | None) -> str:
+    if correlation is None:
+        return '<p class="absent">No correlation/ folder in this run.</p>'
+    summary, columns = correlation
+    parts = []
+    if summary:
+        keys = sorted({k for v in summary.values() if isinstance(v, dict) for k in v})
+        head = '<th class="name">metric</th>' + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+        body = "".join('<tr><td class="name">' + html.escape(m) + "</td>"
+                       + "".join(f"<td>{_format(v.get(k, ''))}</td>" for k in keys) + "</tr>"
+                       for m, v in summary.items() if isinstance(v, dict))
+        parts.append(f'<table class="correlation"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    scatter = plot_correlation(summary, columns)
+    if scatter:
+        parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')
+    return "".join(parts)
+
+
+def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
+    if gallery is None:
+        return '<p class="absent">No gallery.json in this run.</p>'
+    cards = []
+    for entry in gallery:
+        image_id = html.escape(str(entry.get("image_id", "?")))
+        image_html = '<p class="absent">image missing</p>'
+        if entry.get("image"):
+            image_path = run_dir / str(entry["image"])
+            if image_path.is_file():
+                image_html = f'<img alt="{image_id}" src="{_png_data_uri(image_path.read_bytes())}">'
+            else:
+                logger.warning("gallery image %s is missing", image_path)
+        refs = "".join(f"<li>{html.escape(r)}</li>" for r in entry.get("references", [])[:3])
+        rows = []
+        for model, info in (entry.get("captions") or {}).items():
+            verdict = html.escape(str(info.get("verdict", "")))
+            scores = ", ".join(f"{html.escape(k)} {_format(v)}" for k, v in (info.get("scores") or {}).items())
+            rows.append(f"<tr><td><b>{html.escape(model)}</b></td><td>{html.escape(str(info.get('caption', '')))}"
+                        f'<br><small>{scores}</small> <span class="verdict-{verdict}">{verdict}</span></td></tr>')
+        cards.append(f'<div class="card"><div>{image_html} <b>{image_id}</b></div>'
+                     f"<small>references:</small><ul>{refs}</ul><table>{''.join(rows)}</table></div>")
+    return f'<div class="gallery">{"".join(cards)}</div>'
+
+
+def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
+    """Return the HTML page describing the run in `run_dir`."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"run directory not found: {run_dir}")
+    curves = load_curves(run_dir)
+    curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
+                         f'src="{plot_curves(g, cols)}">' for g, cols in curves.items())
+    sections = [
+        ("Results", _results_html(load_results(run_dir))),
+        ("Training curves", curve_html or '<p class="absent">No logs/*.csv in this run.</p>'),
+        ("Metric vs ground truth", _correlation_html(load_correlation(run_dir))),
+        ("Gallery", _gallery_html(run_dir, load_gallery(run_dir))),
+    ]
+    title = title or f"pacs run: {run_dir.resolve().name}"
+    body = "".join(f"<h2>{name}</h2>{content}" for name, content in sections)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
+
+
+def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Write the report of `run_dir` to `out` (default `run_dir/report.html`) atomically; return its path."""
+    target = Path(out) if out else Path(run_dir) / "report.html"
+    write_text_atomic(target, build_report(run_dir))
+    return target

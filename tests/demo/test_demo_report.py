@@ -1,0 +1,128 @@
+"""The HTML report: built from a run directory, rendered in headless Chromium (required in CI)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from eval.report import build_report, load_curves, write_report
+from metric.common.errors import InputError
+from pacs_cli import main as pacs_main
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+
+
+def chromium_binary() -> str | None:
+    """The headless browser to use; in CI (env CI set) its absence is a failure, elsewhere a skip."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    if os.environ.get("CI"):
+        pytest.fail("chromium is required by the report test in CI (apt-get install -y chromium)")
+    pytest.skip("chromium not installed")
+    return None
+
+
+def run_chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run headless chromium with a private profile folder."""
+    profile = tmp_path / "chromium-profile"
+    return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def make_run_dir(root: Path) -> Path:
+    """A small run directory with every part the report reads."""
+    run = root / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "correlation").mkdir()
+    (run / "gallery").mkdir()
+    json.dump({"columns": ["bleu4", "cider", "rep1"],
+               "rows": [{"model": "xe", "bleu4": 0.31, "cider": 1.2, "rep1": 0.5},
+                        {"model": "scst-cider", "bleu4": 0.35, "cider": 1.5, "rep1": 0.7}]},
+              open(run / "results.json", "w"))
+    for name in ("scst-cider", "scst-pac-s++"):
+        with open(run / "logs" / f"{name}.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["step", "reward", "loss", "length", "rep1"])
+            for step in range(10):
+                writer.writerow([step, step * 0.1, 1 - step * 0.05, 8 + step % 3, 0.5])
+    with open(run / "logs" / "xe.csv", "w", newline="") as handle:
+        handle.write("step,loss,note\n0,3.0,start\n1,2.5,\n2,2.0,end\n")
+    json.dump({"cider": {"tau_b": 40.0, "tau_c": 39.0, "n": 4}}, open(run / "correlation" / "correlation.json", "w"))
+    with open(run / "correlation" / "scores.csv", "w", newline="") as handle:
+        handle.write("caption,judge,cider,pac-s++\na,0.0,0.1,0.2\nb,0.5,0.4,0.3\nc,1.0,0.9,0.8\nd,0.2,0.3,0.1\n")
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(run / "gallery" / "img-1.png")
+    json.dump([{"image_id": "img-1", "image": "gallery/img-1.png", "references": ["a red square"],
+                "captions": {"xe": {"caption": "a red square", "scores": {"judge": 1.0}, "verdict": "correct"},
+                             "scst-cider": {"caption": "a red square a", "scores": {"judge": 0.5}, "verdict": "wrong"}}}],
+              open(run / "gallery.json", "w"))
+    return run
+
+
+def test_demo_report_contains_every_section(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path)
+    page = build_report(run)
+    assert page.count("<tr>") >= 3 and 'id="results-table"' in page
+    assert ">scst-cider<" in page and ">1.50<" in page
+    images = re.findall(r'<img [^>]*src="data:image/png;base64,', page)
+    assert len(images) == 4  # xe curves, scst curves, correlation scatter, one gallery image
+    assert 'class="absent"' not in page
+    assert "verdict-wrong" in page
+    curves = load_curves(run)
+    assert set(curves) == {"scst", "xe"}
+    assert set(curves["scst"]["reward"]) == {"cider", "pac-s++"}
+    assert "note" not in curves["xe"]  # non-numeric columns are not curves
+
+
+def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    page = build_report(empty)
+    assert page.count('class="absent"') == 4
+    with pytest.raises(InputError, match="not found"):
+        build_report(tmp_path / "missing")
+    (empty / "results.json").write_text("{broken")
+    with pytest.raises(InputError, match="results.json"):
+        write_report(empty)
+    assert not (empty / "report.html").exists()
+
+
+def test_demo_report_cli_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = make_run_dir(tmp_path)
+    assert pacs_main(["report", str(run)]) == 0
+    assert (run / "report.html").is_file()
+    assert "report.html" in capsys.readouterr().out
+    assert pacs_main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_demo_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    binary = chromium_binary()
+    run = make_run_dir(tmp_path)
+    report = write_report(run)
+    # a copy of the page that records, after load, how many images actually decoded
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text().replace(
+        "</body>", "<script>window.addEventListener('load',()=>{const ok=[...document.images].filter("
+                   "i=>i.complete&&i.naturalWidth>0).length;document.body.setAttribute('data-decoded',ok);"
+                   "document.body.setAttribute('data-rows',document.querySelectorAll('#results-table tbody tr')"
+                   ".length);});</script></body>"))
+    result = run_chromium(binary, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert 'data-decoded="4"' in dom, dom[:500]
+    assert 'data-rows="2"' in dom
+    shot = tmp_path / "shot.png"
+    result = run_chromium(binary, tmp_path, "--window-size=1200,900", f"--screenshot={shot}", report.as_uri())
+    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
+    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50  # text, table and plots, not a blank page
