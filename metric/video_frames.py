@@ -1,0 +1,224 @@
+"""Frames of a video: sampled from a video file (PyAV) or read from a folder of frame images.
+
+Two sampling rules (`FrameSampling`):
+- a rate: `fps` frames per second of video, by presentation time (the first decoded frame is taken, then the
+  first frame at or after every further multiple of `1/fps` seconds); `fps=None` keeps every decoded frame;
+- a count: `num_frames` frames spread uniformly over all frames (indices `linspace(0, n-1, num_frames)` truncated
+  to int, the EMScore protocol for VATEX-EVAL); when set it overrides `fps`.
+A folder of frames is taken as already sampled: every image in natural name order (`frame_2` before `frame_10`),
+then `num_frames` applies the same way.
+`max_frames` caps a long video: when more frames than that were sampled, `max_frames` are kept uniformly.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from PIL import Image
+
+from metric.common.errors import InputError, MissingResourceError
+
+logger = logging.getLogger(__name__)
+
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".gif")
+FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+@dataclass
+class FrameSampling:
+    """How frames are taken from a video: a rate (`fps`) or a uniform count (`num_frames`), with a cap."""
+
+    fps: float | None = 1.0
+    num_frames: int | None = None
+    max_frames: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fps is not None and not self.fps > 0:
+            raise InputError(f"frame sampling: fps must be > 0 (got {self.fps})")
+        if self.num_frames is not None and self.num_frames < 1:
+            raise InputError(f"frame sampling: num_frames must be >= 1 (got {self.num_frames})")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise InputError(f"frame sampling: max_frames must be >= 1 (got {self.max_frames})")
+
+    def key(self) -> str:
+        """A short string identifying this sampling (part of the frame-embedding cache key)."""
+        if self.num_frames is not None:
+            rule = f"n{self.num_frames}"
+        else:
+            rule = "all" if self.fps is None else f"fps{self.fps:g}"
+        return rule + ("" if self.max_frames is None else f"-max{self.max_frames}")
+
+
+@dataclass
+class Frame:
+    """One sampled frame: its position among all frames, its time in seconds (None for folders), the image."""
+
+    index: int
+    time: float | None
+    image: Image.Image
+
+
+def uniform_indices(total: int, count: int) -> list[int]:
+    """Return `count` indices spread uniformly over `range(total)` (EMScore: `int(linspace(0, total-1, count))`)."""
+    if total <= 0:
+        return []
+    return [int(i) for i in np.linspace(0, total - 1, count)]
+
+
+def natural_key(name: str) -> list:
+    """Sort key that orders embedded numbers numerically (`f2.jpg` before `f10.jpg`)."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
+
+
+def frame_files(folder: str | os.PathLike) -> list[Path]:
+    """Return the frame images of a folder in natural name order (an error when there are none)."""
+    folder = Path(folder)
+    files = [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FRAME_EXTENSIONS]
+    if not files:
+        raise InputError(f"{folder}: frame folder holds no images ({', '.join(FRAME_EXTENSIONS)})")
+    return sorted(files, key=lambda p: natural_key(p.name))
+
+
+def is_video_source(path: str | os.PathLike) -> bool:
+    """True for a frame folder or a file with a known video extension."""
+    path = Path(path)
+    return path.is_dir() or (path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS)
+
+
+def _open_image_rgb(path: Path) -> Image.Image:
+    """Open a frame image; 16-bit images are scaled to 8 bits and the mode is left to the preprocess."""
+    try:
+        image = Image.open(path)
+        image.load()
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: unreadable frame image ({error})") from None
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        array = np.asarray(image, dtype=np.float64)
+        peak = 65535.0 if image.mode.startswith("I;16") or array.max() > 255 else 255.0
+        image = Image.fromarray(np.clip(array * 255.0 / peak + 0.5, 0, 255).astype(np.uint8))
+    return image
+
+
+def _cap(frames: list[Frame], max_frames: int | None) -> list[Frame]:
+    if max_frames is None or len(frames) <= max_frames:
+        return frames
+    return [frames[i] for i in uniform_indices(len(frames), max_frames)]
+
+
+def read_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
+    """Read the sampled frames of a frame folder (all images, or `num_frames` uniformly)."""
+    files = frame_files(folder)
+    indices = list(range(len(files)))
+    if sampling.num_frames is not None:
+        indices = uniform_indices(len(files), sampling.num_frames)
+    frames = [Frame(index=i, time=None, image=_open_image_rgb(files[i])) for i in indices]
+    return _cap(frames, sampling.max_frames)
+
+
+def _import_av():
+    try:
+        import av
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise MissingResourceError(
+            "reading video files needs PyAV: pip install av (or pacs-captioning[video]); "
+            "a folder of frame images works without it") from None
+    return av
+
+
+def _open_container(path: Path):
+    """Open a video file with PyAV (an InputError naming the file when it is not a video)."""
+    av = _import_av()
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, OSError) as error:
+        raise InputError(f"{path}: not a readable video ({error})") from None
+    if not container.streams.video:
+        container.close()
+        raise InputError(f"{path}: no video stream")
+    return container
+
+
+def _count_frames(path: Path) -> int:
+    """Number of frames of the first video stream (container metadata, else by demuxing packets)."""
+    with _open_container(path) as container:
+        stream = container.streams.video[0]
+        if stream.frames:
+            return int(stream.frames)
+        return sum(1 for packet in container.demux(stream) if packet.size)
+
+
+def _decode(path: Path) -> Iterator[tuple[int, float | None, "object"]]:
+    """Yield (index, time in seconds, av.VideoFrame) for every frame of the first video stream."""
+    av = _import_av()
+    with _open_container(path) as container:
+        stream = container.streams.video[0]
+        rate = float(stream.average_rate) if stream.average_rate else None
+        try:
+            for index, frame in enumerate(container.decode(stream)):
+                time = frame.time if frame.time is not None else (index / rate if rate else None)
+                yield index, time, frame
+        except av.FFmpegError as error:
+            raise InputError(f"{path}: video decoding failed ({error})") from None
+
+
+def read_video_frames(path: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
+    """Decode a video file with PyAV and return its sampled frames (RGB PIL images)."""
+    path = Path(path)
+    frames: list[Frame] = []
+    if sampling.num_frames is not None:
+        expected = _count_frames(path)
+        wanted = set(uniform_indices(expected, sampling.num_frames))
+        decoded = 0
+        for index, time, frame in _decode(path):
+            decoded = index + 1
+            if index in wanted:
+                frames.append(Frame(index=index, time=time, image=frame.to_image()))
+        if decoded != expected:  # metadata was wrong: select again over the true count
+            logger.debug("%s: container says %d frames, decoded %d", path, expected, decoded)
+            wanted = set(uniform_indices(decoded, sampling.num_frames))
+            frames = [Frame(index=i, time=t, image=f.to_image()) for i, t, f in _decode(path) if i in wanted]
+    else:
+        step = None if sampling.fps is None else 1.0 / sampling.fps
+        start, target = None, 0.0
+        for index, time, frame in _decode(path):
+            if step is not None and time is not None:
+                start = time if start is None else start
+                relative = time - start
+                if relative + 1e-6 < target:
+                    continue
+                while target <= relative + 1e-6:
+                    target += step
+            frames.append(Frame(index=index, time=time, image=frame.to_image()))
+    if not frames:
+        raise InputError(f"{path}: no frames could be decoded")
+    return _cap(frames, sampling.max_frames)
+
+
+def read_frames(source: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
+    """Return the sampled frames of a video file or a frame folder."""
+    source = Path(source)
+    if source.is_dir():
+        return read_folder_frames(source, sampling)
+    if not source.is_file():
+        raise InputError(f"{source}: video not found")
+    return read_video_frames(source, sampling)
+
+
+def source_digest(source: str | os.PathLike) -> str:
+    """sha256 identifying a video's content: the file's bytes, or a frame folder's names and bytes."""
+    source = Path(source)
+    digest = hashlib.sha256()
+    files = frame_files(source) if source.is_dir() else [source]
+    for file in files:
+        if source.is_dir():
+            digest.update(file.name.encode("utf-8") + b"\0")
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
