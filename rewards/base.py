@@ -1,0 +1,76 @@
+"""The reward protocol: `reward(image_ids, captions[B][k], references[B][*]) -> FloatTensor[B, k]`."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from metric.common.errors import InputError
+
+RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
+
+
+def check_batch(image_ids: Sequence[str], captions: Sequence[Sequence[str]],
+                references: Sequence[Sequence[str]]) -> int:
+    """Validate one reward batch and return k (captions per image); InputError names the bad row."""
+    if isinstance(image_ids, str) or isinstance(captions, str):
+        raise InputError("image_ids and captions must be lists, not strings")
+    if not (len(image_ids) == len(captions) == len(references)):
+        raise InputError(f"reward batch: {len(image_ids)} image ids, {len(captions)} caption rows and "
+                         f"{len(references)} reference rows; they must match")
+    if not captions:
+        return 0
+    k = len(captions[0])
+    for row, (image_id, samples) in enumerate(zip(image_ids, captions)):
+        if isinstance(samples, str):
+            raise InputError(f"reward batch: captions[{row}] (image {image_id!r}) is a string; expected a list of k")
+        if len(samples) != k:
+            raise InputError(f"reward batch: image {image_id!r} has {len(samples)} captions, the first row {k}")
+        for caption in samples:
+            if not isinstance(caption, str):
+                raise InputError(f"reward batch: image {image_id!r} has a caption of type {type(caption).__name__}")
+    return k
+
+
+class Reward:
+    """A named reward function with the batch contract enforced on its inputs and output."""
+
+    def __init__(self, name: str, fn: RewardFn) -> None:
+        self.name = name
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"Reward({self.name!r})"
+
+    @torch.no_grad()
+    def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
+        """Score `captions[b][j]` of image `image_ids[b]`; returns a float32 CPU tensor `[B, k]`."""
+        k = check_batch(image_ids, captions, references)
+        values = torch.as_tensor(self.fn(list(image_ids), [list(row) for row in captions],
+                                         [list(row) for row in references]))
+        if tuple(values.shape) != (len(image_ids), k):
+            raise RuntimeError(f"reward {self.name!r} returned shape {tuple(values.shape)}, "
+                               f"expected [{len(image_ids)}, {k}]")
+        return values.detach().to(device="cpu", dtype=torch.float32)
+
+
+class WeightedReward(Reward):
+    """A weighted sum of rewards; `last_components` keeps each term's latest values for logging."""
+
+    def __init__(self, name: str, components: list[tuple[str, float, Reward]]) -> None:
+        self.components = components
+        self.last_components: dict[str, torch.Tensor] = {}
+        super().__init__(name, self._weighted_sum)
+
+    def __repr__(self) -> str:
+        return "WeightedReward(" + ", ".join(f"{name}:{weight:g}" for name, weight, _ in self.components) + ")"
+
+    def _weighted_sum(self, image_ids: list[str], captions: list[list[str]],
+                      references: list[list[str]]) -> torch.Tensor:
+        total = torch.zeros(len(image_ids), len(captions[0]) if captions else 0, dtype=torch.float32)
+        self.last_components = {}
+        for name, weight, reward in self.components:
+            values = reward(image_ids, captions, references)
+            self.last_components[name] = values
+            total = total + weight * values
+        return total

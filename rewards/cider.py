@@ -1,0 +1,83 @@
+"""The `cider` reward: fast CIDEr-D (`eval.cider`) with document frequencies from the training references.
+
+Candidates and references are normalised by the same tokenizer (`rewards.text`: PTB-style, lower-cased,
+punctuation removed; `cider_tokenizer="fast"` in Python by default, `"ptb"` for pycocoevalcap's Java one).
+Tokenized references and their n-gram statistics are cached for the whole run; the document frequencies
+are computed once (and kept on disk with `cider_df_cache=PATH`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from eval.cider import CiderD, DocumentFrequency, cider_df
+from metric.common.errors import InputError
+from rewards.registry import register_reward
+from rewards.text import TOKENIZERS, CaptionTokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class CiderDReward:
+    """CIDEr-D of each sampled caption against its image's references (pycocoevalcap scale, ×10)."""
+
+    def __init__(self, document_frequency: DocumentFrequency, tokenizer: CaptionTokenizer) -> None:
+        self.scorer = CiderD(document_frequency=document_frequency)
+        self.tokenizer = tokenizer
+        self.tokenized_references: dict[tuple[str, ...], list[str]] = {}
+
+    def _references(self, refs: Sequence[str], image_id: str) -> list[str]:
+        """Tokenized references of one image, cached by their text."""
+        key = tuple(refs)
+        if key not in self.tokenized_references:
+            if not refs:
+                raise InputError(f"cider reward: image {image_id!r} has no references")
+            self.tokenized_references[key] = self.tokenizer(list(refs))
+        return self.tokenized_references[key]
+
+    def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
+        """`[B, k]` CIDEr-D values."""
+        k = len(captions[0]) if captions else 0
+        refs = [self._references(row, image_id) for image_id, row in zip(image_ids, references)]
+        candidates = self.tokenizer([caption for row in captions for caption in row])
+        values = self.scorer(candidates, [r for r in refs for _ in range(k)])
+        return torch.from_numpy(np.asarray(values, dtype=np.float32)).reshape(len(image_ids), k)
+
+
+def training_corpus(train_references: Mapping[str, Sequence[str]] | Iterable[Sequence[str]]) -> list[list[str]]:
+    """The reference sets of the training corpus (one document per image), as lists of raw strings."""
+    sets = train_references.values() if isinstance(train_references, Mapping) else train_references
+    corpus = []
+    for index, refs in enumerate(sets):
+        if isinstance(refs, str) or not refs:
+            raise InputError(f"cider reward: train_references[{index}] must be a non-empty list of captions")
+        corpus.append(list(refs))
+    return corpus
+
+
+@register_reward("cider")
+def cider_reward(train_references: Mapping[str, Sequence[str]] | Iterable[Sequence[str]] | None = None,
+                 document_frequency: DocumentFrequency | str | None = None, cider_tokenizer: str = "fast",
+                 cider_df_cache: str | None = None, **_: Any) -> CiderDReward:
+    """CIDEr-D reward; context: `train_references` (or a saved `document_frequency`), `cider_tokenizer`."""
+    if cider_tokenizer not in TOKENIZERS:
+        raise InputError(f"cider_tokenizer={cider_tokenizer!r}: choose one of {', '.join(TOKENIZERS)}")
+    tokenizer = TOKENIZERS[cider_tokenizer]
+    if document_frequency is None:
+        if train_references is None:
+            raise InputError("the cider reward needs the training references (context train_references=...) "
+                             "or a saved document_frequency file for its document frequencies")
+        corpus = training_corpus(train_references)
+        flat = tokenizer([ref for refs in corpus for ref in refs])
+        tokenized, start = [], 0
+        for refs in corpus:
+            tokenized.append(flat[start:start + len(refs)])
+            start += len(refs)
+        document_frequency = cider_df(tokenized, cache_path=cider_df_cache)
+        logger.info("cider reward: document frequencies over %d training images", len(tokenized))
+    elif isinstance(document_frequency, str):
+        document_frequency = DocumentFrequency.load(document_frequency)
+    return CiderDReward(document_frequency, tokenizer)

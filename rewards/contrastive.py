@@ -1,0 +1,102 @@
+"""Contrastive rewards from metric/: clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++.
+
+Each is `metric.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
+keyed by image id) and the sampled captions (plus the image's references for the `ref-` variants), with the
+metric's default w (`metric.registry.default_w`) unless the context gives `w`. The reward model is frozen
+(eval mode, no gradients).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import torch
+
+from metric.common.errors import InputError
+from metric.registry import METRICS, MetricSpec, default_w
+from rewards.registry import register_reward
+from rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
+
+logger = logging.getLogger(__name__)
+
+
+class ContrastiveReward:
+    """One contrastive metric as a reward over `[B, k]` sampled captions."""
+
+    def __init__(self, spec: MetricSpec, scorer: Any, images: ImageEmbeddingCache, w: float) -> None:
+        self.spec = spec
+        self.scorer = scorer
+        self.images = images
+        self.w = float(w)
+
+    def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
+        """`[B, k]` scores of `captions[b][j]` against image `image_ids[b]` (and its references)."""
+        k = len(captions[0]) if captions else 0
+        image_embs = self.images.get(image_ids).repeat_interleave(k, dim=0)
+        flat = [caption for row in captions for caption in row]
+        refs = None
+        if self.spec.reference_based:
+            for image_id, row in zip(image_ids, references):
+                if not row:
+                    raise InputError(f"{self.spec.name} reward: image {image_id!r} has no references")
+            refs = [row for row in references for _ in range(k)]
+        result = self.scorer.score_embeddings(image_embs, flat, references=refs, w=self.w)
+        return torch.as_tensor(result.scores, dtype=torch.float32).reshape(len(image_ids), k)
+
+
+def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any] | None = None,
+                        backbone: Any = None, checkpoint: str | None = None, arch: str | None = None,
+                        device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None) -> Any:
+    """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint`."""
+    from metric.backbones import Backbone, load_backbone
+    from metric.scorer import Scorer
+
+    if scorers and name in scorers:
+        chosen = scorers[name]
+    elif scorer is not None:
+        chosen = scorer
+    else:
+        if backbone is None and checkpoint is None:
+            raise InputError(f"the {name} reward needs a model: give scorer=, backbone= (a Backbone or an open_clip "
+                             "NAME[/PRETRAINED]) or checkpoint=")
+        resources = resources if resources is not None else RewardResources()
+        if isinstance(backbone, Backbone):
+            key = ("backbone", id(backbone), device)
+        else:
+            key = ("spec", backbone, checkpoint, arch, device)
+        if key not in resources.scorers:
+            model = backbone if isinstance(backbone, Backbone) else load_backbone(
+                backbone=backbone, checkpoint=checkpoint, arch=arch, device=device)
+            resources.scorers[key] = Scorer(model, batch_size=batch_size, device=device, progress=False)
+        chosen = resources.scorers[key]
+    model = chosen.backbone.model
+    model.eval()
+    model.requires_grad_(False)
+    return chosen
+
+
+def contrastive_factory(name: str):
+    """The registered factory of contrastive reward `name`."""
+    spec = METRICS[name]
+
+    def factory(scorer: Any = None, scorers: Mapping[str, Any] | None = None, backbone: Any = None,
+                checkpoint: str | None = None, arch: str | None = None, device: str = "cpu", batch_size: int = 64,
+                w: float | None = None, image_loader: ImageLoader | None = None,
+                image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
+                resources: RewardResources | None = None, **_: Any) -> ContrastiveReward:
+        resources = resources if resources is not None else RewardResources()
+        chosen = scorer_from_context(name, scorer, scorers, backbone, checkpoint, arch, device, batch_size, resources)
+        family = chosen.backbone.family
+        if family != spec.family:
+            logger.warning("%s reward computed with a %r-family model (%s)", name, family, chosen.backbone.name)
+        cache = resources.image_cache(chosen, image_loader=image_loader, image_paths=image_paths,
+                                      embeddings=image_embeddings)
+        return ContrastiveReward(spec, chosen, cache, w if w is not None else default_w(name, chosen.backbone))
+
+    factory.__name__ = factory.__qualname__ = f"{name.replace('-', '_').replace('+', 'p')}_reward"
+    factory.__doc__ = f"The {name} reward (metric/ scorer on cached image embeddings)."
+    return factory
+
+
+for _name in METRICS:
+    register_reward(_name)(contrastive_factory(_name))

@@ -1,0 +1,65 @@
+"""Objects shared by the rewards of a run: one scorer per model and one image-embedding cache per scorer."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+ImageLoader = Callable[[str], Any]
+
+
+class ImageEmbeddingCache:
+    """L2-normalised image embeddings keyed by image id: each image is encoded at most once per run."""
+
+    def __init__(self, scorer: Any, image_loader: ImageLoader | None = None,
+                 image_paths: Mapping[str, Any] | None = None,
+                 embeddings: Mapping[str, torch.Tensor] | None = None) -> None:
+        self.scorer = scorer
+        self.image_loader = image_loader
+        self.image_paths = dict(image_paths or {})
+        self.embeddings: dict[str, torch.Tensor] = {}
+        self.n_encoded = 0
+        for image_id, embedding in (embeddings or {}).items():
+            self.embeddings[str(image_id)] = torch.as_tensor(embedding, dtype=torch.float32).reshape(-1)
+
+    def _source(self, image_id: str) -> Any:
+        """What the scorer embeds for `image_id`: a PIL image from the loader or a path from the mapping."""
+        if image_id in self.image_paths:
+            return self.image_paths[image_id]
+        if self.image_loader is not None:
+            return self.image_loader(image_id)
+        raise InputError(f"reward: no image for image id {image_id!r} (give the reward an image_loader, "
+                         f"image_paths or image_embeddings that cover it)")
+
+    def get(self, image_ids: list[str]) -> torch.Tensor:
+        """Embeddings `[B, E]` of `image_ids`; ids never seen before are encoded in one scorer call."""
+        new_ids = list(dict.fromkeys(i for i in image_ids if i not in self.embeddings))
+        if new_ids:
+            sources = [self._source(image_id) for image_id in new_ids]
+            encoded = self.scorer.embed_images(sources, keys=[f"reward-image:{i}" for i in new_ids])
+            for image_id, embedding in zip(new_ids, encoded):
+                self.embeddings[image_id] = embedding.detach().to("cpu", torch.float32)
+            self.n_encoded += len(new_ids)
+            logger.debug("reward image cache: encoded %d new images (%d cached)", len(new_ids), len(self.embeddings))
+        return torch.stack([self.embeddings[image_id] for image_id in image_ids])
+
+
+@dataclass
+class RewardResources:
+    """Scorers keyed by model source, and the image-embedding cache of each scorer, shared within a run."""
+
+    scorers: dict[tuple, Any] = field(default_factory=dict)
+    image_caches: dict[int, ImageEmbeddingCache] = field(default_factory=dict)
+
+    def image_cache(self, scorer: Any, **sources: Any) -> ImageEmbeddingCache:
+        """The cache of `scorer` (created on first use with the image sources of the context)."""
+        key = id(scorer)
+        if key not in self.image_caches:
+            self.image_caches[key] = ImageEmbeddingCache(scorer, **sources)
+        return self.image_caches[key]
