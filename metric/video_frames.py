@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from metric.common.errors import InputError, MissingResourceError
+from metric.preprocess import open_image
 
 logger = logging.getLogger(__name__)
 
@@ -91,20 +92,6 @@ def is_video_source(path: str | os.PathLike) -> bool:
     return path.is_dir() or (path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS)
 
 
-def _open_image_rgb(path: Path) -> Image.Image:
-    """Open a frame image; 16-bit images are scaled to 8 bits and the mode is left to the preprocess."""
-    try:
-        image = Image.open(path)
-        image.load()
-    except (OSError, ValueError) as error:
-        raise InputError(f"{path}: unreadable frame image ({error})") from None
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        array = np.asarray(image, dtype=np.float64)
-        peak = 65535.0 if image.mode.startswith("I;16") or array.max() > 255 else 255.0
-        image = Image.fromarray(np.clip(array * 255.0 / peak + 0.5, 0, 255).astype(np.uint8))
-    return image
-
-
 def _cap(frames: list[Frame], max_frames: int | None) -> list[Frame]:
     if max_frames is None or len(frames) <= max_frames:
         return frames
@@ -117,7 +104,7 @@ def read_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> li
     indices = list(range(len(files)))
     if sampling.num_frames is not None:
         indices = uniform_indices(len(files), sampling.num_frames)
-    frames = [Frame(index=i, time=None, image=_open_image_rgb(files[i])) for i in indices]
+    frames = [Frame(index=i, time=None, image=open_image(files[i])) for i in indices]
     return _cap(frames, sampling.max_frames)
 
 
@@ -167,22 +154,29 @@ def _decode(path: Path) -> Iterator[tuple[int, float | None, "object"]]:
             raise InputError(f"{path}: video decoding failed ({error})") from None
 
 
+def _pick(path: Path, indices: list[int]) -> list[Frame]:
+    """Decode a video and return the frames at `indices` (in that order; an index may repeat)."""
+    wanted = set(indices)
+    found: dict[int, Frame] = {}
+    for index, time, frame in _decode(path):
+        if index in wanted:
+            found[index] = Frame(index=index, time=time, image=frame.to_image())
+        if index >= max(wanted, default=-1):
+            break
+    return [found[i] for i in indices if i in found]
+
+
 def read_video_frames(path: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
     """Decode a video file with PyAV and return its sampled frames (RGB PIL images)."""
     path = Path(path)
     frames: list[Frame] = []
     if sampling.num_frames is not None:
         expected = _count_frames(path)
-        wanted = set(uniform_indices(expected, sampling.num_frames))
-        decoded = 0
-        for index, time, frame in _decode(path):
-            decoded = index + 1
-            if index in wanted:
-                frames.append(Frame(index=index, time=time, image=frame.to_image()))
-        if decoded != expected:  # metadata was wrong: select again over the true count
+        frames = _pick(path, uniform_indices(expected, sampling.num_frames))
+        if not frames or len(frames) != sampling.num_frames:  # metadata was wrong: select over the true count
+            decoded = sum(1 for _ in _decode(path))
             logger.debug("%s: container says %d frames, decoded %d", path, expected, decoded)
-            wanted = set(uniform_indices(decoded, sampling.num_frames))
-            frames = [Frame(index=i, time=t, image=f.to_image()) for i, t, f in _decode(path) if i in wanted]
+            frames = _pick(path, uniform_indices(decoded, sampling.num_frames))
     else:
         step = None if sampling.fps is None else 1.0 / sampling.fps
         start, target = None, 0.0

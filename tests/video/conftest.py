@@ -1,0 +1,38 @@
+"""Fixtures of the video tests: a tiny random CLIP backbone and writers of small real videos and frame folders."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from metric.backbones import build_backbone_from_config, tiny_clip_config
+
+from .video_support import frame_array, write_video
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """Keep the CPU use of the video tests small."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone():
+    """A tiny random ViT CLIP (32x32 images, 2-layer text tower)."""
+    config = tiny_clip_config(vision_cfg={"image_size": 32, "patch_size": 8, "layers": 1, "width": 32,
+                                          "head_width": 16})
+    return build_backbone_from_config(config, seed=3, name="tiny-video")
+
+
+@pytest.fixture
+def make_video(tmp_path):
+    """Factory: `make_video(name, n_frames, fps=4, first=0)` writes `tmp_path/name` and returns its path."""
+    def factory(name: str, n_frames: int, fps: int = 4, first: int = 0, folder: Path | None = None) -> Path:
+        target = (folder or tmp_path) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return write_video(target, [frame_array(first + i) for i in range(n_frames)], fps=fps)
+    return factory
