@@ -1,8 +1,99 @@
-"""`pacs` sub-commands of the captioner package."""
+"""`pacs` sub-commands of the captioner package: `pacs caption` and `pacs train`."""
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
+
+from metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add this package's sub-commands to the `pacs` parser."""
+    caption = subparsers.add_parser("caption", help="caption a folder of images with a trained captioner")
+    caption.add_argument("--checkpoint", required=True, help="captioner folder (model.safetensors + captioner.json)")
+    caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (id = file stem)")
+    caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
+    caption.add_argument("--beam-size", type=int, default=5)
+    caption.add_argument("--batch-size", type=int, default=32)
+    caption.add_argument("--device", default="cpu")
+    caption.set_defaults(func=run_caption)
+    train = subparsers.add_parser("train", help="run the XE -> SCST -> evaluation recipe from a YAML config")
+    train.add_argument("--config", default=None, help="recipe YAML (default: the embedded demo)")
+    train.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
+    train.set_defaults(func=run_train)
+
+
+def list_images(folder: str | Path) -> dict[str, Path]:
+    """{image id (file stem): path} of the images in `folder` (InputError when none or on duplicate stems)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"--images {folder} is not a folder")
+    images: dict[str, Path] = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            if path.stem in images:
+                raise InputError(f"two images share the id {path.stem!r}: {images[path.stem].name} and {path.name}")
+            images[path.stem] = path
+    if not images:
+        raise InputError(f"no .jpg/.jpeg/.png images in {folder}")
+    return images
+
+
+def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: int = 5, batch_size: int = 32,
+                   device: str = "cpu") -> dict[str, str]:
+    """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly)."""
+    import torch
+    from PIL import Image
+    from tqdm.auto import tqdm
+
+    from captioner.backbone_source import load_source_backbone
+    from captioner.checkpoints import load_captioner
+    from captioner.decoding import beam_search
+    from metric.grid import visual_grid_features
+
+    model, vocab, info = load_captioner(checkpoint, device)
+    backbone = load_source_backbone(info.get("features", {}), device)
+    fingerprint = info.get("features", {}).get("fingerprint")
+    if fingerprint and getattr(backbone, "fingerprint", fingerprint) != fingerprint:
+        raise InputError(f"{checkpoint}: the feature backbone now loads with fingerprint {backbone.fingerprint}, "
+                         f"the captioner was trained on {fingerprint}")
+    captions: dict[str, str] = {}
+    ids = list(images)
+    for start in tqdm(range(0, len(ids), batch_size), desc="captioning"):
+        chunk = ids[start:start + batch_size]
+        pixels = []
+        for image_id in chunk:
+            try:
+                with Image.open(images[image_id]) as image:
+                    pixels.append(backbone.preprocess(image))
+            except OSError as error:
+                raise InputError(f"image {images[image_id]} cannot be read: {error}") from None
+        with torch.no_grad():
+            feats = visual_grid_features(backbone, torch.stack(pixels).to(device))
+            decoded = beam_search(model, feats, beam_size=beam_size, return_k=1)
+        for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
+            captions[image_id] = vocab.decode(tokens.tolist())
+    return captions
+
+
+def run_caption(args: argparse.Namespace) -> int:
+    """`pacs caption`: write COCO-format results for a folder of images."""
+    from captioner.evaluation import results_json
+    from metric.common.io import write_json_atomic
+
+    captions = caption_images(args.checkpoint, list_images(args.images), args.beam_size, args.batch_size, args.device)
+    write_json_atomic(args.out, results_json(captions))
+    print(f"captioned {len(captions)} images -> {args.out}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
+    from captioner.pipeline import run_from_config
+
+    run_from_config(args.config, list(args.overrides))
+    return 0

@@ -1,0 +1,293 @@
+"""The main recipe: data → vocabulary → grid features → XE → SCST (chosen reward) → evaluation, from one YAML.
+
+Every stage writes its output under `run_dir` and is skipped when that output exists (vocab.json,
+features/<set>/, xe/final, scst-<reward>/final, eval/<model>/<test set>.json), so re-running a finished
+recipe costs seconds and an interrupted one resumes (XE and SCST also resume mid-stage from checkpoints).
+A YAML with a top-level `demo:` section is handed to `captioner.demo.run_demo`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from captioner.backbone_source import BackboneSource, load_source_backbone
+from captioner.model import CaptionerConfig
+from captioner.train_scst import SCSTConfig
+from captioner.train_xe import XEConfig
+from captioner.vocab import DEFAULT_MAX_LENGTH
+from metric.common.config import dump_yaml, from_dict, load_yaml, parse_overrides, deep_merge
+from metric.common.errors import InputError
+from metric.common.io import write_json_atomic, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+REPO_CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+
+
+@dataclass
+class DataConfig:
+    """A caption data set (`captioner.data.DATASETS` name + path) and the splits to use."""
+
+    name: str = "coco-karpathy"
+    path: str = ""
+    image_root: str | None = None
+    missing_images: str = "skip"
+    options: dict[str, Any] = field(default_factory=dict)
+    train_splits: list[str] = field(default_factory=lambda: ["train"])
+    val_split: str = "val"
+    max_train_images: int = 0
+    max_val_images: int = 0
+
+
+@dataclass
+class VocabConfig:
+    """Vocabulary built from the training captions."""
+
+    kind: str = "word"
+    min_count: int = 5
+    vocab_size: int = 8000
+    max_length: int = DEFAULT_MAX_LENGTH
+
+
+@dataclass
+class FeaturesConfig:
+    """Grid-feature extraction."""
+
+    source: BackboneSource = field(default_factory=BackboneSource)
+    batch_size: int = 64
+    shard_size: int = 512
+    dtype: str = "float16"
+
+
+@dataclass
+class RewardModelConfig:
+    """Models used by contrastive rewards and evaluation columns (CLIP-S family and PAC-S++ family)."""
+
+    clip: BackboneSource = field(default_factory=BackboneSource)
+    pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    device: str = "cpu"
+
+
+@dataclass
+class EvalConfig:
+    """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
+
+    test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    beam_size: int = 5
+    batch_size: int = 50
+    text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
+    max_images: int = 0
+
+
+@dataclass
+class PipelineConfig:
+    """The whole recipe."""
+
+    run_dir: str = "runs/coco"
+    data: DataConfig = field(default_factory=DataConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    model: CaptionerConfig = field(default_factory=CaptionerConfig)
+    xe: XEConfig = field(default_factory=XEConfig)
+    scst: SCSTConfig = field(default_factory=SCSTConfig)
+    rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
+    reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 42
+
+
+def default_config_path() -> Path:
+    """recipes/configs/demo.yaml of the source tree (the embedded default)."""
+    return REPO_CONFIGS / "demo.yaml"
+
+
+def reward_slug(spec: str) -> str:
+    """A folder-safe name for a reward spec ('pac-s++' -> 'pac-spp', 'cider:1,clip-s:0.5' -> 'cider1_clip-s0.5')."""
+    return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))
+
+
+def run_from_config(config_path: str | None, overrides: list[str]) -> dict[str, Any]:
+    """Run the recipe of `config_path` (default: recipes/configs/demo.yaml) with `key=value` overrides."""
+    path = Path(config_path) if config_path else default_config_path()
+    data = deep_merge(load_yaml(path), parse_overrides(overrides))
+    if "demo" in data:
+        from captioner.demo import run_demo
+
+        return run_demo(str(path), list(overrides))
+    return run_pipeline(from_dict(PipelineConfig, data, str(path)))
+
+
+class _Run:
+    """State of one pipeline run (loaded data, feature caches) shared by the stages."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.dir = Path(config.run_dir)
+        self._backbone = None
+
+    def backbone(self) -> Any:
+        if self._backbone is None:
+            self._backbone = load_source_backbone(self.config.features.source)
+        return self._backbone
+
+    def dataset(self, data: DataConfig | dict[str, Any]) -> Any:
+        from captioner.data import load_dataset
+
+        if isinstance(data, dict):
+            data = from_dict(DataConfig, {k: v for k, v in data.items() if k != "split"}, "evaluation.test_sets")
+        if not data.path:
+            raise InputError(f"data set {data.name!r}: no path given (set data.path)")
+        return load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+
+    def features(self, name: str, image_paths: dict[str, Any]) -> Any:
+        from captioner.features import extract_features
+
+        f = self.config.features
+        return extract_features(self.backbone(), image_paths, self.dir / "features" / name, f.batch_size,
+                                f.shard_size, f.dtype)
+
+
+def _take(items: list, limit: int) -> list:
+    return items[:limit] if limit else items
+
+
+def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
+    """Run every stage of `config` whose output is missing; return the evaluation rows."""
+    from captioner.train_scst import train_scst
+    from captioner.train_xe import train_xe
+    from captioner.vocab import build_vocab, load_vocab
+
+    run = _Run(config)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    dump_yaml(config, run.dir / "config.yaml")
+    dataset = run.dataset(config.data)
+    train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
+    val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
+    logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
+
+    vocab_path = run.dir / "vocab.json"
+    if vocab_path.is_file():
+        vocab = load_vocab(vocab_path)
+    else:
+        v = config.vocab
+        vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count, v.vocab_size,
+                            v.max_length)
+        vocab.save(vocab_path)
+    images = {item.image_id: item.image_path for item in train_items + val_items}
+    features = run.features("train", images)
+    source = config.features.source.to_record()
+
+    xe_dir = run.dir / "xe"
+    if not (xe_dir / "final" / "captioner.json").is_file():
+        config.xe.output_dir = str(xe_dir)
+        train_xe(config.xe, config.model, vocab, features, [(i.image_id, c) for i in train_items for c in i.captions],
+                 {i.image_id: i.captions for i in val_items}, feature_source=source)
+    models = {"xe": xe_dir / "best"}
+    for spec in config.rewards:
+        out = run.dir / f"scst-{reward_slug(spec)}"
+        if not (out / "final" / "captioner.json").is_file():
+            scst = from_dict(SCSTConfig, dict(_asdict(config.scst), output_dir=str(out), reward=spec), "scst")
+            reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions for i in train_items},
+                                           image_paths=images)
+            train_scst(scst, xe_dir / "best", features, [(i.image_id, i.captions) for i in train_items], reward)
+        models[spec] = out / "final"
+    return evaluate_models(run, models)
+
+
+def _asdict(config: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(config)
+
+
+def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
+                   image_paths: dict[str, Any]) -> dict[str, Any]:
+    """The `build_reward` context of a pipeline: training references, image paths and reward models."""
+    context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
+                               "device": config.reward_models.device}
+    scorers = reward_scorers(config)
+    if scorers:
+        context["scorers"] = {name: scorers["pac-s++" if "pac" in name else "clip"]
+                              for name in ("clip-s", "ref-clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac-s++")
+                              if ("pac-s++" if "pac" in name else "clip") in scorers}
+    return context
+
+
+def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
+                          image_paths: dict[str, Any]) -> Any:
+    """`rewards.build_reward(spec, **reward_context(...))`."""
+    from rewards import build_reward
+
+    return build_reward(spec, **reward_context(config, dataset_references, image_paths))
+
+
+def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
+    """Scorers for the CLIP family ('clip') and the PAC-S++ family ('pac-s++') that the config names."""
+    from metric.scorer import Scorer
+
+    scorers = {}
+    models = config.reward_models
+    for key, source in (("clip", models.clip), ("pac-s++", models.pac)):
+        if source.backbone or source.checkpoint or source.random_config:
+            scorers[key] = Scorer(load_source_backbone(source, models.device), device=models.device)
+    return scorers
+
+
+def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
+    """Caption every test set with every model, score, and write eval/results.{json,csv,md}."""
+    from captioner.checkpoints import load_captioner
+    from captioner.evaluation import TABLE_COLUMNS, evaluate_captions, results_json
+    from captioner.train_xe import generate_captions
+
+    config = run.config
+    rows: list[dict[str, Any]] = []
+    scorers = None
+    for set_name, set_config in config.evaluation.test_sets.items():
+        split = set_config.get("split", "test")
+        dataset = run.dataset(set_config)
+        items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
+        paths = {i.image_id: i.image_path for i in items}
+        references = {i.image_id: i.captions for i in items}
+        features = run.features(set_name, paths)
+        for model_name, folder in models.items():
+            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+            if out.is_file():
+                rows.extend(json.loads(out.read_text(encoding="utf-8"))["rows"])
+                continue
+            if scorers is None:
+                scorers = reward_scorers(config)
+            model, vocab, _ = load_captioner(folder)
+            captions = generate_captions(model, vocab, features, list(paths), config.evaluation.beam_size,
+                                         config.evaluation.batch_size, progress=True)
+            model_rows = [{"model": model_name, "test_set": set_name,
+                           **evaluate_captions(captions, references, paths, scorers, config.evaluation.text_metrics)}]
+            for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
+                subset = {i.image_id for i in items if i.extra.get("domain") == domain}
+                model_rows.append({"model": model_name, "test_set": f"{set_name}/{domain}",
+                                   **evaluate_captions({k: v for k, v in captions.items() if k in subset},
+                                                       references, paths, scorers, config.evaluation.text_metrics)})
+            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
+            write_json_atomic(out, {"rows": model_rows})
+            rows.extend(model_rows)
+    columns = ["model", "test_set", *TABLE_COLUMNS]
+    write_results(run.dir / "eval", rows, columns)
+    return {"rows": rows}
+
+
+def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`."""
+    from captioner.evaluation import markdown_table
+
+    write_json_atomic(folder / "results.json", {"columns": columns, "rows": rows})
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(folder / "results.csv", buffer.getvalue())
+    write_text_atomic(folder / "results.md", markdown_table(rows, columns))

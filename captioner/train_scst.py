@@ -1,0 +1,256 @@
+"""Stage 2: self-critical sequence training (PAC-S++ §4.2, Eq. 19) with any reward, under accelerate.
+
+Per image: `k` captions (the k beams, PAC-S++ / M² style, or k multinomial samples) decoded without
+gradients, rewarded by `reward(image_ids, captions [B][k], references [B][*]) -> [B, k]`, a baseline
+subtracted (`mean` of the k — PAC-S++'s choice —, `loo` leave-one-out mean, or the reward of the `greedy`
+caption), and the loss `−mean((r − b) · log p(caption))` over images and captions, with log p summed over
+the tokens up to the first <eos> and computed by teacher forcing with the model in training mode.
+Non-finite rewards are replaced by the baseline (their advantage is 0), counted and logged; if they occur
+in `nonfinite_patience` consecutive steps training stops with an error.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from accelerate.utils import broadcast_object_list
+from tqdm.auto import tqdm
+
+from captioner.checkpoints import CheckpointManager, load_captioner, save_captioner
+from captioner.decoding import Decoded, beam_search, decode_texts, greedy, sample
+from captioner.features import FeatureCache
+from captioner.model import shift_right, token_log_probs
+from captioner.training import BatchPlan, make_accelerator, reduce_mean, start_trackers
+from metric.common.config import to_dict
+from metric.common.errors import InputError, PacsError
+from metric.common.seeding import seed_everything
+
+logger = logging.getLogger(__name__)
+
+RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
+SCST_COLUMNS = ("loss", "lr", "reward_mean", "reward_std", "advantage_mean", "advantage_abs", "length", "rep1",
+                "incorrect", "nonfinite", "epoch")
+BASELINES = ("mean", "loo", "greedy")
+SAMPLINGS = ("beam", "multinomial")
+
+
+class NonFiniteRewardError(PacsError):
+    """The reward kept returning NaN or infinite values."""
+
+
+@dataclass
+class SCSTConfig:
+    """Stage-2 settings (defaults: PAC-S++ §5.1: Adam 1e-6, batch 32, one epoch, beam 5, mean baseline)."""
+
+    output_dir: str = "runs/scst"
+    reward: str = "pac-s++"
+    lr: float = 1e-6
+    batch_size: int = 32
+    micro_batch_size: int = 32
+    epochs: int = 1
+    max_steps: int = 0
+    samples: str = "beam"
+    k: int = 5
+    temperature: float = 1.0
+    top_k: int = 0
+    length_penalty: float = 0.0
+    max_length: int = 20
+    baseline: str = "mean"
+    grad_clip: float = 0.0
+    nonfinite_patience: int = 3
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    seed: int = 42
+    mixed_precision: str = "no"
+    resume_from: str = ""
+    tensorboard: bool = True
+
+
+@dataclass
+class SCSTResult:
+    """What stage 2 produced."""
+
+    final_dir: Path
+    steps: int
+    losses: list[float]
+    nonfinite_total: int
+
+
+def compute_advantages(rewards: torch.Tensor, baseline: str,
+                       greedy_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Return (repaired rewards, advantages, number of non-finite rewards) for rewards `[B, k]`.
+
+    Non-finite rewards are replaced by the mean of the image's finite rewards (0 if none is finite) before
+    the baseline is computed, so their advantage is 0 under the `mean` baseline.
+    """
+    if baseline not in BASELINES:
+        raise InputError(f"unknown SCST baseline {baseline!r} (known: {', '.join(BASELINES)})")
+    rewards = rewards.float()
+    finite = torch.isfinite(rewards)
+    count = int((~finite).sum())
+    n_finite = finite.sum(1, keepdim=True)
+    finite_mean = torch.where(finite, rewards, torch.zeros_like(rewards)).sum(1, keepdim=True) / n_finite.clamp(min=1)
+    repaired = torch.where(finite, rewards, finite_mean.expand_as(rewards))
+    k = rewards.shape[1]
+    if baseline == "mean":
+        base = repaired.mean(1, keepdim=True).expand_as(repaired)
+    elif baseline == "loo":
+        if k < 2:
+            raise InputError("the leave-one-out baseline needs k >= 2 captions per image")
+        base = (repaired.sum(1, keepdim=True) - repaired) / (k - 1)
+    else:
+        if greedy_rewards is None:
+            raise InputError("the greedy baseline needs the rewards of the greedy captions")
+        g = greedy_rewards.float().view(-1, 1)
+        g_finite = torch.isfinite(g)
+        count += int((~g_finite).sum())
+        base = torch.where(g_finite, g, finite_mean).expand_as(repaired)
+    advantages = repaired - base
+    # A non-finite reward gets advantage 0 whatever the baseline ("replaced by the baseline").
+    advantages = torch.where(finite, advantages, torch.zeros_like(advantages))
+    return repaired, advantages, count
+
+
+def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig) -> Decoded:
+    if config.samples == "beam":
+        return beam_search(model, feats, beam_size=config.k, max_length=config.max_length,
+                           length_penalty=config.length_penalty)
+    return sample(model, feats, k=config.k, temperature=config.temperature, top_k=config.top_k,
+                  max_length=config.max_length)
+
+
+def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
+    """(Rep-1, %Incorrect) of a list of captions, from eval.fluency."""
+    from eval.fluency import incorrect_rate, rep_n
+
+    return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
+
+
+def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache,
+               train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn) -> SCSTResult:
+    """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
+
+    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or `resume_from`); writes
+    `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`.
+    """
+    if config.samples not in SAMPLINGS:
+        raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
+    if config.baseline not in BASELINES:
+        raise InputError(f"unknown SCST baseline {config.baseline!r} (known: {', '.join(BASELINES)})")
+    missing = features.missing(image_id for image_id, _ in train)
+    if missing:
+        raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
+    out = Path(config.output_dir)
+    model, vocab, info = load_captioner(init_checkpoint)
+    config.max_length = min(config.max_length, model.config.max_length)
+    accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
+    seed_everything(config.seed)
+    plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
+                     config.seed, "scst")
+    total_steps = plan.steps_per_epoch * config.epochs
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+    if plan.dropped_per_epoch:
+        logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
+    state = checkpoints.restore(config.resume_from or None) or {
+        "step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+    start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
+                   state["step"] if state["step"] else None)
+    losses: list[float] = []
+    progress = tqdm(total=total_steps, initial=state["step"], desc=f"scst[{config.reward}]",
+                    disable=not accelerator.is_main_process)
+    while state["step"] < total_steps:
+        micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
+        stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
+        for index, micro in enumerate(micro_batches):
+            _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
+                             stats, len(micro_batches), sync=index == len(micro_batches) - 1)
+        if config.grad_clip > 0:
+            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
+        step = state["step"]
+        nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
+                                           reduction="sum").item())
+        state["nonfinite_total"] += nonfinite
+        state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
+        loss = reduce_mean(accelerator, stats["loss"])
+        losses.append(loss)
+        progress.update(1)
+        if step % config.log_every == 0 or step == total_steps:
+            accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
+        if nonfinite:
+            logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
+        if state["nonfinite_streak"] >= config.nonfinite_patience:
+            raise NonFiniteRewardError(
+                f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
+                f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
+        if step % config.checkpoint_every == 0 or step == total_steps:
+            box = [state]
+            broadcast_object_list(box, from_process=0)
+            checkpoints.save(box[0])
+    progress.close()
+    final = out / "final"
+    if accelerator.is_main_process:
+        save_captioner(final, accelerator.unwrap_model(model), vocab, info.get("features", {}),
+                       {"stage": "scst", "reward": config.reward, "step": state["step"],
+                        "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]))
+
+
+def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: FeatureCache,
+                     batch: Sequence[tuple[str, Sequence[str]]], reward: RewardFn, config: SCSTConfig,
+                     stats: dict[str, Any], n_micro: int, sync: bool) -> None:
+    image_ids = [str(image_id) for image_id, _ in batch]
+    references = [list(refs) for _, refs in batch]
+    feats = features.get(image_ids).to(accelerator.device)
+    policy = accelerator.unwrap_model(model)
+    policy.eval()
+    decoded = _decode(policy, feats, config)
+    captions = decode_texts(vocab, decoded.tokens)
+    greedy_rewards = None
+    if config.baseline == "greedy":
+        greedy_captions = decode_texts(vocab, greedy(policy, feats, config.max_length).tokens)
+        greedy_rewards = torch.as_tensor(reward(image_ids, greedy_captions, references)).float().cpu().view(-1)
+    raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()
+    if raw.shape != (len(batch), config.k):
+        raise InputError(f"reward {config.reward!r} returned shape {tuple(raw.shape)}, expected {(len(batch), config.k)}")
+    repaired, advantages, count = compute_advantages(raw, config.baseline, greedy_rewards)
+    model.train()
+    b, k, length = decoded.tokens.shape
+    tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
+    with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+        logits = model(feats.repeat_interleave(k, dim=0), shift_right(tokens))
+        log_p = token_log_probs(logits, tokens).sum(1).view(b, k)
+        loss = -(advantages.to(log_p.device) * log_p).mean()
+        accelerator.backward(loss / n_micro)
+    stats["loss"] += float(loss.detach()) / n_micro
+    stats["rewards"].append(repaired)
+    stats["advantages"].append(advantages)
+    stats["captions"].extend(c for row in captions for c in row)
+    stats["nonfinite"] += count
+
+
+def _log_row(accelerator: Any, stats: dict[str, Any], loss: float, lr: float, nonfinite: int,
+             epoch: int) -> dict[str, float]:
+    rewards = accelerator.gather(torch.cat(stats["rewards"]).to(accelerator.device)).float()
+    advantages = accelerator.gather(torch.cat(stats["advantages"]).to(accelerator.device)).float()
+    words = [len(c.split()) for c in stats["captions"]]
+    rep1, incorrect = fluency_stats(stats["captions"])
+    return {"loss": loss, "lr": lr, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+            "advantage_mean": float(advantages.mean()), "advantage_abs": float(advantages.abs().mean()),
+            "length": reduce_mean(accelerator, sum(words) / max(1, len(words))),
+            "rep1": reduce_mean(accelerator, rep1), "incorrect": reduce_mean(accelerator, incorrect),
+            "nonfinite": nonfinite, "epoch": epoch}
