@@ -124,7 +124,7 @@ def state_dict_fingerprint(state_dict: Mapping[str, torch.Tensor], config: Mappi
 
 def model_fingerprint(model: torch.nn.Module, config: Mapping[str, Any], preprocess: Any = None) -> str:
     """Fingerprint of a model's weights + architecture (+ preprocessing settings when given)."""
-    full = dict(config)
+    full = {key: value for key, value in config.items() if key != "preprocess_cfg"}
     if preprocess is not None and hasattr(preprocess, "config"):
         full["_preprocess"] = preprocess.config()
     return state_dict_fingerprint(model.state_dict(), full)
@@ -169,6 +169,7 @@ def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preproc
     if preprocess is None:
         preprocess = ImagePreprocess.from_open_clip_cfg(
             {"size": config.get("vision_cfg", {}).get("image_size", 224), **config.get("preprocess_cfg", {})})
+    config.pop("preprocess_cfg", None)
     fingerprint = model_fingerprint(model, config, preprocess)
     try:
         model = model.to(device)
@@ -220,12 +221,16 @@ def _open_clip_name_config(name: str) -> dict:
 
 def _missing_pretrained_message(name: str, tag: str, error: Exception) -> str:
     cfg = open_clip.get_pretrained_cfg(name, tag)
-    where = cfg.get("hf_hub") or cfg.get("url") or "the open_clip pretrained registry"
-    filename = os.path.basename(where.rstrip("/")) or "open_clip_pytorch_model.bin"
-    return (f"pretrained weights {name}/{tag} are not available locally ({filename} from {where}; "
-            f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): download it once, then pass the local "
-            f"file with --backbone {name}/PATH_TO_FILE (or --backbone {name} --checkpoint PATH_TO_FILE). "
-            f"Cause: {str(error).splitlines()[0][:300]}")
+    hub = cfg.get("hf_hub") or ""
+    if hub:
+        repo, _, filename = hub.rstrip("/").rpartition("/") if not hub.endswith("/") else (hub.rstrip("/"), "", "")
+        where = f"file {filename or 'open_clip_pytorch_model.bin'} of the Hugging Face repo {repo or hub}"
+    else:
+        url = cfg.get("url") or "the open_clip pretrained registry"
+        where = f"file {os.path.basename(url)} from {url}"
+    return (f"pretrained weights {name}/{tag} are not available locally: missing {where} "
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it once, then point at the local "
+            f"copy with --backbone {name}/PATH_TO_FILE (or --backbone {name} --checkpoint PATH_TO_FILE)")
 
 
 def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
