@@ -1,0 +1,55 @@
+"""Fine-tune one XE checkpoint with each reward and evaluate every result on the chosen test sets, writing a
+PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rewards.{md,csv}`.
+
+    accelerate launch recipes/compare_rewards.py --config recipes/configs/coco_vitb32_base.yaml \
+        --rewards cider,clip-s,ref-clip-s,pac-s++,ref-pac-s++ [key=value ...]
+
+Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
+test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
+Every stage whose output exists is skipped, so adding a reward later only trains that reward.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from captioner.evaluation import TABLE_COLUMNS
+from captioner.pipeline import PipelineConfig, run_pipeline, write_results
+from metric.common.config import load_config
+from metric.common.errors import PacsError
+
+
+def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
+    """Order rows by test set, then XE first and the rewards in the given order (the paper's layout)."""
+    order = {name: index for index, name in enumerate(["xe", *rewards])}
+    sets = list(dict.fromkeys(row["test_set"] for row in rows))
+    return sorted((dict(row, reward="– (XE)" if row["model"] == "xe" else row["model"]) for row in rows),
+                  key=lambda row: (sets.index(row["test_set"]), order.get(row["model"], len(order))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="a recipe YAML (e.g. recipes/configs/coco_vitb32_base.yaml)")
+    parser.add_argument("--rewards", default="cider,clip-s,ref-clip-s,pac-s++,ref-pac-s++",
+                        help="comma-separated reward specs (a mix like 'cider:1+pac-s++:0.5' is written with '+')")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(PipelineConfig, args.config, args.overrides)
+        config.rewards = [spec.replace("+", ",").replace(",,", "++") for spec in args.rewards.split(",") if spec]
+        result = run_pipeline(config)
+        rows = comparison_rows(result["rows"], config.rewards)
+        write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
+        print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
+    except PacsError as error:
+        print(f"compare_rewards: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
