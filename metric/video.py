@@ -28,6 +28,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from metric.common.errors import InputError
+from metric.embedding_cache import EmbeddingCache
 from metric.video_frames import FrameSampling, read_frames, source_digest
 from metric.video_idf import IdfTable, cached_idf
 
@@ -203,6 +204,8 @@ class VideoScorer:
             raise InputError(f"batch size must be >= 1 (got {batch_size})")
         self.device = torch.device(device) if device else next(self.model.parameters()).device
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.disk_cache = (EmbeddingCache(self.cache_dir / "video-frames", str(getattr(backbone, "fingerprint", "")),
+                                          str(getattr(backbone, "name", ""))) if self.cache_dir else None)
         self.prompt = prompt
         self.w = float(w)
         self.progress = progress
@@ -221,13 +224,6 @@ class VideoScorer:
             chunks.append(F.normalize(features, dim=-1).cpu())
         return torch.cat(chunks) if chunks else torch.zeros(0, 0)
 
-    def _disk_path(self, source: Path) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        fingerprint = str(getattr(self.backbone, "fingerprint", "unknown"))[:16]
-        return (self.cache_dir / "video-frames" / fingerprint /
-                f"{source_digest(source)}-{self.sampling.key()}.safetensors")
-
     def embed_video(self, source: str | os.PathLike, key: str | None = None) -> torch.Tensor:
         """Normalised frame embeddings `[F, E]` of a video file or frame folder (cached by key, then on disk)."""
         source = Path(source)
@@ -235,26 +231,18 @@ class VideoScorer:
         if memory_key in self._frame_cache:
             self.stats["video_cache_hits"] += 1
             return self._frame_cache[memory_key]
-        disk_path = self._disk_path(source)
-        if disk_path is not None and disk_path.is_file():
-            from safetensors.torch import load_file
-
-            embeddings = load_file(str(disk_path))["frames"]
+        disk_key = f"{source_digest(source)}-{self.sampling.key()}" if self.disk_cache is not None else None
+        cached = self.disk_cache.get(disk_key) if disk_key is not None else None
+        if cached is not None:
+            embeddings = torch.from_numpy(cached)
             self.stats["disk_cache_hits"] += 1
         else:
             frames = read_frames(source, self.sampling)
             embeddings = self.embed_frames([frame.image for frame in frames])
             self.stats["videos_embedded"] += 1
             self.stats["frames_embedded"] += len(frames)
-            if disk_path is not None:
-                from safetensors.torch import save_file
-
-                from metric.common.io import atomic_path
-
-                with atomic_path(disk_path) as tmp:
-                    save_file({"frames": embeddings.contiguous()}, str(tmp),
-                              metadata={"source": source.name, "sampling": self.sampling.key(),
-                                        "frame_indices": ",".join(str(f.index) for f in frames)})
+            if disk_key is not None:
+                self.disk_cache.put(disk_key, embeddings.numpy())
         self._frame_cache[memory_key] = embeddings
         return embeddings
 

@@ -78,6 +78,7 @@ def test_frame_embeddings_cached_in_memory_and_on_disk(tiny_backbone, make_video
     assert torch.equal(from_disk, first)
     other_rate = VideoScorer(tiny_backbone, FrameSampling(fps=4.0), cache_dir=tmp_path / "cache", progress=False)
     assert other_rate.embed_video(video).shape[0] == 6  # the sampling is part of the cache key
+    assert len(list((tmp_path / "cache" / "video-frames").rglob("*.npy"))) == 2
     assert source_digest(video) != source_digest(make_video("other.mp4", 6, fps=4, first=1))
 
 

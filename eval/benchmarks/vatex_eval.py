@@ -1,0 +1,175 @@
+"""VATEX-EVAL (EMScore release): loader for its pickles and the correlation protocol (Kendall tau_b and Spearman).
+
+Released files in the data folder (`--data DIR`), as read by EMScore's `VATEX-EVAL-demo.py`:
+- `candidates_list.pkl`: numpy array `[N]` of candidate captions (3,000 videos x 6 candidates);
+- `gts_list.pkl`: numpy array `[N, R]` of reference captions per candidate (the first k are used with k refs);
+- `human_scores.pkl`: numpy array of the 3 annotators' 1-5 ratings, laid out annotator-major:
+  `reshape(3, -1).T` gives `[N, 3]`;
+- `video_ids.pkl`: numpy array `[N]` of the video id of every candidate (video file `<id>.mp4`);
+- optional `vatex_train_en_annotations.json` (`{video_id: [captions]}`): EMScore's IDF corpus; without it the
+  benchmark's own references are the IDF corpus.
+Pickles are read with a restricted unpickler (builtin containers, strings, numbers, numpy arrays only).
+
+Protocol (EMScore's `compute_correlation_uniquehuman`): metric scores are rounded to 4 decimals; Kendall tau_b
+(and tau_c) and Spearman rho are computed against each annotator separately and averaged over the 3.
+Settings: no reference (reference-free metrics), 1 and 9 references (the first k of each row).
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from metric.common.errors import InputError
+
+REFERENCE_SETTINGS = (0, 1, 9)
+N_ANNOTATORS = 3
+SCORE_DECIMALS = 4
+FILES = ("candidates_list.pkl", "gts_list.pkl", "human_scores.pkl", "video_ids.pkl")
+IDF_CORPUS_FILE = "vatex_train_en_annotations.json"
+
+_NUMPY_CORE = ("numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric", "numpy._core.numeric")
+ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"), ("collections", "OrderedDict")}
+    | {(module, name) for module in _NUMPY_CORE for name in ("_reconstruct", "scalar", "_frombuffer")}
+    | {("builtins", name) for name in ("list", "dict", "tuple", "set", "frozenset", "str", "bytes", "bytearray",
+                                       "int", "float", "complex", "bool")}
+)
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that resolves only the globals in `ALLOWED_GLOBALS`."""
+
+    def __init__(self, handle: io.BufferedIOBase, where: str) -> None:
+        super().__init__(handle, encoding="latin1")
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Resolve an allowed global; refuse everything else."""
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise InputError(f"{self.where}: refusing to unpickle {module}.{name} "
+                             "(only builtin containers, strings, numbers and numpy arrays are allowed)")
+        if module.startswith("numpy.core."):  # pickles written by numpy 1.x; numpy 2 keeps these in numpy._core
+            try:
+                return getattr(importlib.import_module(module.replace("numpy.core.", "numpy._core.")), name)
+            except ImportError:
+                pass
+        return getattr(importlib.import_module(module), name)
+
+
+def load_pickle(path: str | os.PathLike) -> Any:
+    """Load a pickle file with the restricted unpickler (InputError naming the file on any failure)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"file not found: {path}")
+    try:
+        with open(path, "rb") as handle:
+            return RestrictedUnpickler(handle, str(path)).load()
+    except InputError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as error:
+        raise InputError(f"{path}: not a readable pickle ({error})") from None
+
+
+@dataclass
+class VatexEvalData:
+    """The judged pairs: video id, candidate, references (in release order) and the 3 ratings of each."""
+
+    video_ids: list[str]
+    candidates: list[str]
+    references: list[list[str]]
+    human_scores: np.ndarray
+    idf_corpus: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def references_at(self, n_refs: int) -> list[list[str]]:
+        """The first `n_refs` references of every candidate (an error when a row has fewer)."""
+        for index, group in enumerate(self.references):
+            if len(group) < n_refs:
+                raise InputError(f"VATEX-EVAL row {index}: {len(group)} references, {n_refs} requested")
+        return [group[:n_refs] for group in self.references]
+
+    def subset(self, keep: np.ndarray) -> "VatexEvalData":
+        """The rows where `keep` is True (for skipped videos)."""
+        rows = np.flatnonzero(keep)
+        return VatexEvalData([self.video_ids[i] for i in rows], [self.candidates[i] for i in rows],
+                             [self.references[i] for i in rows], self.human_scores[rows], self.idf_corpus)
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise InputError(f"{where}: entry {index} is not a string ({type(item).__name__})")
+    return items
+
+
+def load_vatex_eval(data_dir: str | os.PathLike) -> VatexEvalData:
+    """Load the released VATEX-EVAL files from a folder (every check names the file and the row)."""
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        raise InputError(f"VATEX-EVAL data folder not found: {folder}")
+    missing = [name for name in FILES if not (folder / name).is_file()]
+    if missing:
+        raise InputError(f"{folder}: VATEX-EVAL files missing: {', '.join(missing)}")
+    candidates = _strings(load_pickle(folder / "candidates_list.pkl"), str(folder / "candidates_list.pkl"))
+    video_ids = [str(v) for v in np.asarray(load_pickle(folder / "video_ids.pkl")).reshape(-1).tolist()]
+    raw_refs = load_pickle(folder / "gts_list.pkl")
+    rows = raw_refs.tolist() if isinstance(raw_refs, np.ndarray) else list(raw_refs)
+    references = [_strings(row, f"{folder / 'gts_list.pkl'} row {i}") for i, row in enumerate(rows)]
+    scores = np.asarray(load_pickle(folder / "human_scores.pkl"), dtype=np.float64)
+    n = len(candidates)
+    if len(video_ids) != n or len(references) != n:
+        raise InputError(f"{folder}: {n} candidates but {len(video_ids)} video ids and {len(references)} "
+                         "reference rows")
+    if scores.size != N_ANNOTATORS * n:
+        raise InputError(f"{folder / 'human_scores.pkl'}: {scores.size} ratings for {n} candidates "
+                         f"(expected {N_ANNOTATORS} per candidate)")
+    human = scores.reshape(N_ANNOTATORS, -1).T
+    return VatexEvalData(video_ids, candidates, references, human, _idf_corpus(folder))
+
+
+def _idf_corpus(folder: Path) -> list[str] | None:
+    path = folder / IDF_CORPUS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: unreadable JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected {{video_id: [captions]}}")
+    corpus: list[str] = []
+    for video_id, captions in data.items():
+        corpus.extend(_strings(captions, f"{path} video {video_id}"))
+    return corpus
+
+
+def correlations(metric_scores: np.ndarray, human_scores: np.ndarray,
+                 decimals: int | None = SCORE_DECIMALS) -> dict[str, float]:
+    """Kendall tau_b / tau_c and Spearman rho (x100) of scores against each annotator, averaged over annotators."""
+    predictions = np.asarray(metric_scores, dtype=np.float64)
+    if decimals is not None:
+        predictions = np.around(predictions, decimals=decimals)
+    human_scores = np.asarray(human_scores, dtype=np.float64)
+    if human_scores.ndim == 1:
+        human_scores = human_scores[:, None]
+    if len(predictions) != len(human_scores):
+        raise InputError(f"{len(predictions)} metric scores for {len(human_scores)} judged pairs")
+    tau_b, tau_c, rho = [], [], []
+    for column in human_scores.T:
+        tau_b.append(stats.kendalltau(predictions, column, variant="b").statistic)
+        tau_c.append(stats.kendalltau(predictions, column, variant="c").statistic)
+        rho.append(stats.spearmanr(predictions, column).statistic)
+    return {"tau_b": 100 * float(np.mean(tau_b)), "tau_c": 100 * float(np.mean(tau_c)),
+            "spearman": 100 * float(np.mean(rho)), "n": int(len(predictions))}
