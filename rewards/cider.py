@@ -29,19 +29,24 @@ class CiderDReward:
         self.tokenizer = tokenizer
         self.tokenized_references: dict[tuple[str, ...], list[str]] = {}
 
-    def _references(self, refs: Sequence[str], image_id: str) -> list[str]:
-        """Tokenized references of one image, cached by their text."""
-        key = tuple(refs)
-        if key not in self.tokenized_references:
+    def _references(self, references: list[list[str]], image_ids: list[str]) -> list[list[str]]:
+        """Tokenized references per image, cached by their text; new ones are tokenized in one call."""
+        new = list(dict.fromkeys(tuple(refs) for refs in references if tuple(refs) not in self.tokenized_references))
+        for image_id, refs in zip(image_ids, references):
             if not refs:
                 raise InputError(f"cider reward: image {image_id!r} has no references")
-            self.tokenized_references[key] = self.tokenizer(list(refs))
-        return self.tokenized_references[key]
+        if new:
+            flat = self.tokenizer([ref for refs in new for ref in refs])
+            start = 0
+            for refs in new:
+                self.tokenized_references[refs] = flat[start:start + len(refs)]
+                start += len(refs)
+        return [self.tokenized_references[tuple(refs)] for refs in references]
 
     def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
         """`[B, k]` CIDEr-D values."""
         k = len(captions[0]) if captions else 0
-        refs = [self._references(row, image_id) for image_id, row in zip(image_ids, references)]
+        refs = self._references(references, image_ids)
         candidates = self.tokenizer([caption for row in captions for caption in row])
         values = self.scorer(candidates, [r for r in refs for _ in range(k)])
         return torch.from_numpy(np.asarray(values, dtype=np.float32)).reshape(len(image_ids), k)
