@@ -1,0 +1,549 @@
+"""The metric trainer: PAC-S++ (LoRA), PAC-S (projections) or full fine-tuning under accelerate.
+
+One readable loop: ``accelerator.prepare``, gradient accumulation, ``accelerator.backward``, validation loss
+every ``eval_every`` optimizer steps with early stopping after ``patience`` steps without improvement (the best
+weights are restored at the end), optional periodic correlation on an eval benchmark, resumable state
+(``save_state`` / ``load_state``). The temperature is the model's ``logit_scale``; it is frozen unless
+``train_logit_scale`` is set. Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
+``metric.backbones.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from metric.common.config import dump_yaml, to_dict
+from metric.common.errors import InputError
+from metric.common.io import write_json_atomic
+from metric.common.provenance import provenance
+from metric.losses import LossTerms, positive_augmented_loss
+from metric.train_data import collate_positives
+
+if TYPE_CHECKING:
+    from metric.backbones import Backbone
+
+logger = logging.getLogger(__name__)
+
+MODES = ("lora", "projection", "full")
+FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
+STATE_DIR = "state"
+CHECKPOINT_FILE = "checkpoint.safetensors"
+ADAPTER_DIR = "adapter"
+CorrelationFn = Callable[["Backbone"], dict[str, float]]
+
+
+@dataclass
+class LoraOptions:
+    """peft LoRA settings (PAC-S++: rank 4, alpha 1 as the official code, both towers + patch embedding)."""
+
+    rank: int = 4
+    alpha: float = 1.0
+    dropout: float = 0.0
+    patch_embedding: bool = True
+    targets: list[str] = field(default_factory=lambda: ["attn", "mlp.c_fc", "mlp.c_proj"])
+
+
+@dataclass
+class LossOptions:
+    """Loss weights: PAC-S++ defaults λv = 0.1, λt = 0.001 (PAC-S: 0.05, 0.1); extra terms off."""
+
+    lambda_v: float = 0.1
+    lambda_t: float = 0.001
+    directions: str = "mean"
+    relative_weight: float = 0.0
+    relative_weighting: str = "uniform"
+    margin_weight: float = 0.0
+    margin: float = 0.2
+
+
+@dataclass
+class DataOptions:
+    """Where the positives come from: a manifest (+ image root), split names, what to do with missing files."""
+
+    manifest: str | None = None
+    image_root: str | None = None
+    val_manifest: str | None = None
+    train_split: str = "train"
+    val_split: str = "val"
+    skip_missing: bool = False
+    num_workers: int = 0
+    max_val_pairs: int = 5000
+
+
+@dataclass
+class CorrelationOptions:
+    """Optional periodic correlation on an eval benchmark (lazy import of eval.benchmarks)."""
+
+    benchmark: str | None = None
+    data: str | None = None
+    images: str | None = None
+    every: int = 0
+
+
+@dataclass
+class MetricTrainConfig:
+    """Everything a metric training run needs (YAML + key=value overrides through metric.common.config)."""
+
+    mode: str = "lora"
+    backbone: str | None = "ViT-B-32/openai"
+    checkpoint: str | None = None
+    arch: str | None = None
+    random_init: bool = False
+    lora: LoraOptions = field(default_factory=LoraOptions)
+    loss: LossOptions = field(default_factory=LossOptions)
+    data: DataOptions = field(default_factory=DataOptions)
+    correlation: CorrelationOptions = field(default_factory=CorrelationOptions)
+    train_logit_scale: bool = False
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    batch_size: int = 256
+    micro_batch_size: int = 0
+    max_steps: int = 0
+    max_epochs: int = 50
+    eval_every: int = 100
+    patience: int = 1500
+    save_every: int = 0
+    log_every: int = 10
+    mixed_precision: str = "no"
+    cpu: bool = False
+    seed: int = 0
+    output_dir: str = "runs/metric"
+    resume: str | None = None
+
+    def validate(self) -> None:
+        """Check values that would otherwise fail late; InputError names the key."""
+        if self.mode not in MODES:
+            raise InputError(f"mode: unknown training mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size must be >= 1, got {self.batch_size}")
+        micro = self.micro_batch_size or self.batch_size
+        if micro < 2 or self.batch_size % micro:
+            raise InputError(f"micro_batch_size ({micro}) must be >= 2 and divide batch_size ({self.batch_size})")
+        if self.loss.directions not in ("mean", "sum"):
+            raise InputError(f"loss.directions must be 'mean' or 'sum', got {self.loss.directions!r}")
+        if self.loss.relative_weighting not in ("uniform", "similarity"):
+            raise InputError(f"loss.relative_weighting must be 'uniform' or 'similarity', "
+                             f"got {self.loss.relative_weighting!r}")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise InputError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        if not (self.backbone or self.checkpoint or self.random_init):
+            raise InputError("name a base: backbone, checkpoint, or random_init=true")
+
+
+class DualEncoder(nn.Module):
+    """Wraps an open_clip model so that one forward returns normalised image and text embeddings."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(image_emb, text_emb, logit_scale)`` with L2-normalised embeddings."""
+        image_emb = nn.functional.normalize(self.model.encode_image(images), dim=-1)
+        text_emb = nn.functional.normalize(self.model.encode_text(tokens), dim=-1)
+        return image_emb, text_emb, self.model.logit_scale.exp().clamp(max=100.0)
+
+
+class TrainerState:
+    """Counters restored on resume: optimizer step, data position, early-stopping record, best weights."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.best_val = math.inf
+        self.best_step = 0
+        self.history: list[dict[str, float]] = []
+        self.best_weights: dict[str, torch.Tensor] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for accelerate's custom-object checkpointing."""
+        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                "best_val": self.best_val, "best_step": self.best_step, "history": self.history,
+                "best_weights": self.best_weights}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from `state_dict()`; a missing field is an error (a resume must be complete)."""
+        for key in ("step", "epoch", "batch_in_epoch", "best_val", "best_step", "history", "best_weights"):
+            if key not in state:
+                raise InputError(f"resume state lacks {key!r}")
+            setattr(self, key, state[key])
+
+
+def build_base_backbone(config: MetricTrainConfig) -> Backbone:
+    """Load (or randomly build) the backbone the config names."""
+    from metric.backbones import build_backbone_from_config, load_backbone, tiny_clip_config
+
+    if config.random_init:
+        if config.arch:
+            import json
+
+            arch = json.loads(Path(config.arch).read_text(encoding="utf-8"))
+            arch = arch.get("open_clip_equivalent", arch)
+        else:
+            arch = tiny_clip_config()
+        return build_backbone_from_config(arch, seed=config.seed)
+    return load_backbone(backbone=None if config.checkpoint else config.backbone, checkpoint=config.checkpoint,
+                         arch=config.arch)
+
+
+def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone:
+    """Set requires_grad for the mode (LoRA adapters, final projections, or everything) and the logit scale."""
+    model = backbone.model
+    if config.mode == "lora":
+        from metric.lora import attach_lora
+
+        backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha,
+                               targets=config.lora.targets, patch_embedding=config.lora.patch_embedding,
+                               dropout=config.lora.dropout)
+        model = backbone.model
+    elif config.mode == "projection":
+        found = []
+        for name, param in model.named_parameters():
+            keep = name in ("visual.proj", "text_projection") or name.startswith(("visual.attnpool.", "text_projection."))
+            param.requires_grad_(keep)
+            if keep:
+                found.append(name)
+        if not found:
+            raise InputError(f"backbone {backbone.name}: no final projection found for mode 'projection'")
+    else:
+        for param in model.parameters():
+            param.requires_grad_(True)
+    scale = _logit_scale_param(model)
+    scale.requires_grad_(bool(config.train_logit_scale) or config.mode == "full")
+    return dataclasses.replace(backbone, family=FAMILY_OF_MODE[config.mode])
+
+
+def _logit_scale_param(model: nn.Module) -> nn.Parameter:
+    for name, param in model.named_parameters():
+        if name.split(".")[-1] == "logit_scale":
+            return param
+    raise InputError("the backbone has no logit_scale parameter")
+
+
+def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters with requires_grad, by name."""
+    return {name: param for name, param in model.named_parameters() if param.requires_grad}
+
+
+def compute_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor],
+                 batch: tuple[torch.Tensor, list[str], torch.Tensor, list[str]], options: LossOptions,
+                 device: torch.device) -> LossTerms:
+    """Encode a batch of positives (real and generated images in one pass, texts in one pass) and score it."""
+    images, captions, gen_images, gen_captions = batch
+    n = images.shape[0]
+    pixels = torch.cat([images, gen_images]).to(device)
+    tokens = tokenize(list(captions) + list(gen_captions)).to(device)
+    image_emb, text_emb, scale = encoder(pixels, tokens)
+    image_emb, text_emb = image_emb.float(), text_emb.float()
+    return positive_augmented_loss(
+        image_emb[:n], text_emb[:n], image_emb[n:], text_emb[n:], scale.float(), lambda_v=options.lambda_v,
+        lambda_t=options.lambda_t, directions=options.directions, relative_weight=options.relative_weight,
+        relative_weighting=options.relative_weighting, margin_weight=options.margin_weight, margin=options.margin)
+
+
+@torch.no_grad()
+def embed_pairs(model: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], dataset: Dataset,
+                batch_size: int = 64, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised embeddings of the real images and captions of a positives dataset (in order)."""
+    encoder = DualEncoder(model)
+    was_training = model.training
+    model.eval()
+    images, texts = [], []
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_positives)
+    for pixels, captions, _, _ in loader:
+        image_emb, text_emb, _ = encoder(pixels.to(device), tokenize(captions).to(device))
+        images.append(image_emb.float().cpu())
+        texts.append(text_emb.float().cpu())
+    model.train(was_training)
+    return torch.cat(images), torch.cat(texts)
+
+
+def image_to_text_recall(image_emb: torch.Tensor, text_emb: torch.Tensor, image_ids: Sequence[str] | None = None,
+                         k: int = 1) -> float:
+    """Image→text recall@k: the share of images with one of their own captions among the top-k texts.
+
+    Row i of both tensors is a pair; rows with the same image id are one image (queried once).
+    """
+    n = image_emb.shape[0]
+    ids = list(image_ids) if image_ids is not None else [str(i) for i in range(n)]
+    first_row: dict[str, int] = {}
+    for row, image_id in enumerate(ids):
+        first_row.setdefault(image_id, row)
+    queries = torch.tensor(list(first_row.values()))
+    sims = image_emb[queries] @ text_emb.t()
+    top = sims.topk(min(k, n), dim=1).indices
+    hits = sum(any(ids[j] == ids[int(q)] for j in top[row].tolist()) for row, q in enumerate(queries.tolist()))
+    return hits / len(queries)
+
+
+@torch.no_grad()
+def validation_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], loader: DataLoader,
+                    options: LossOptions, device: torch.device) -> dict[str, float]:
+    """Mean of every loss term over the validation batches (eval mode)."""
+    was_training = encoder.training
+    encoder.eval()
+    sums: dict[str, float] = {}
+    batches = 0
+    for batch in loader:
+        for name, value in compute_loss(encoder, tokenize, batch, options, device).as_floats().items():
+            sums[name] = sums.get(name, 0.0) + value
+        batches += 1
+    encoder.train(was_training)
+    if not batches:
+        raise InputError("validation set yields no full batch: give more validation pairs or a smaller micro batch")
+    return {f"val_{name}": total / batches for name, total in sums.items()}
+
+
+def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tuple[Dataset, Dataset]:
+    from metric.train_data import ManifestDataset, read_manifest
+
+    data = config.data
+    if not data.manifest:
+        raise InputError("data.manifest is required (a positives manifest from `pacs generate-positives`)")
+    if data.val_manifest:
+        train = read_manifest(data.manifest, data.image_root, data.skip_missing)
+        val = read_manifest(data.val_manifest, data.image_root, data.skip_missing)
+    else:
+        train = read_manifest(data.manifest, data.image_root, data.skip_missing, splits=[data.train_split])
+        val = read_manifest(data.manifest, data.image_root, data.skip_missing, splits=[data.val_split])
+    for name, manifest in (("training", train), ("validation", val)):
+        if not manifest.records:
+            raise InputError(f"{manifest.path}: no {name} records (split "
+                             f"{data.train_split if name == 'training' else data.val_split!r})")
+        if manifest.skipped:
+            logger.warning("%s set: %d manifest line(s) skipped for missing files", name, len(manifest.skipped))
+    return (ManifestDataset(train.records, backbone.preprocess),
+            ManifestDataset(val.records[: data.max_val_pairs], backbone.preprocess))
+
+
+def _correlation_from_config(options: CorrelationOptions) -> CorrelationFn | None:
+    if not options.benchmark or not options.every:
+        return None
+
+    def run(backbone: Backbone) -> dict[str, float]:
+        from metric.train_correlation import benchmark_correlation
+
+        return benchmark_correlation(options.benchmark, options.data, options.images, backbone)
+
+    return run
+
+
+class EpochBatches:
+    """The batches of one epoch: a permutation seeded by (seed, epoch), full batches only, from batch `start` on."""
+
+    def __init__(self, n_items: int, batch_size: int, seed: int, epoch: int, start: int = 0):
+        generator = torch.Generator().manual_seed(seed * 100003 + epoch)
+        order = torch.randperm(n_items, generator=generator).tolist()
+        self.batch_size, self.drop_last = batch_size, True
+        self.batches = [order[i:i + batch_size] for i in range(0, n_items - batch_size + 1, batch_size)][start:]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _state_dirs(output_dir: Path) -> list[Path]:
+    root = output_dir / STATE_DIR
+    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.is_dir() else []
+
+
+def _resolve_resume(config: MetricTrainConfig, output_dir: Path) -> Path | None:
+    if not config.resume:
+        return None
+    if config.resume == "latest":
+        dirs = _state_dirs(output_dir)
+        if not dirs:
+            raise InputError(f"resume=latest: no saved state under {output_dir / STATE_DIR}")
+        return dirs[-1]
+    path = Path(config.resume)
+    if not path.is_dir():
+        raise InputError(f"resume: state folder not found: {path}")
+    return path
+
+
+def _check_state_complete(path: Path) -> None:
+    required = ["custom_checkpoint_0.pkl", "random_states_0.pkl"]
+    missing = [name for name in required if not (path / name).is_file()]
+    if not any(path.glob("optimizer*.bin")) and not any(path.glob("optimizer*.safetensors")):
+        missing.append("optimizer.bin")
+    if missing:
+        raise InputError(f"resume state {path} is incomplete: missing {', '.join(missing)}")
+
+
+def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None, val_dataset: Dataset | None = None,
+                 backbone: Backbone | None = None, correlation_fn: CorrelationFn | None = None) -> Path:
+    """Train the metric; return the output folder (checkpoint.safetensors, adapter/, train_log.json).
+
+    In-memory use: pass `train_dataset` / `val_dataset` yielding ``(image, caption, gen_image, gen_caption)``
+    and optionally a ready `backbone` (else the config's base is loaded); otherwise the manifest is read.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    config.validate()
+    output_dir = Path(config.output_dir)
+    micro = config.micro_batch_size or config.batch_size
+    accumulation = config.batch_size // micro
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation, mixed_precision=config.mixed_precision,
+                              cpu=config.cpu)
+    set_seed(config.seed)
+    base = backbone if backbone is not None else build_base_backbone(config)
+    if train_dataset is None or val_dataset is None:
+        file_train, file_val = _datasets_from_config(config, base)
+        train_dataset = train_dataset if train_dataset is not None else file_train
+        val_dataset = val_dataset if val_dataset is not None else file_val
+    if len(train_dataset) < micro:
+        raise InputError(f"training set has {len(train_dataset)} pairs, fewer than one micro batch ({micro})")
+    trained = prepare_trainable(base, config)
+    model = trained.model
+    model.train()
+    params = trainable_parameters(model)
+    logger.info("mode %s: %d trainable tensors, %d parameters (of %d)", config.mode, len(params),
+                sum(p.numel() for p in params.values()), sum(p.numel() for p in model.parameters()))
+    encoder = DualEncoder(model)
+    optimizer = torch.optim.AdamW(list(params.values()), lr=config.lr, weight_decay=config.weight_decay)
+    val_loader = DataLoader(val_dataset, batch_size=micro, shuffle=False, drop_last=True,
+                            collate_fn=collate_positives, num_workers=config.data.num_workers)
+    encoder, optimizer = accelerator.prepare(encoder, optimizer)
+    state = TrainerState()
+    accelerator.register_for_checkpointing(state)
+    resume_dir = _resolve_resume(config, output_dir)
+    if resume_dir is not None:
+        _check_state_complete(resume_dir)
+        try:
+            accelerator.load_state(str(resume_dir))
+        except (RuntimeError, KeyError, ValueError) as error:
+            raise InputError(f"resume state {resume_dir} does not fit this model/config "
+                             f"({str(error).splitlines()[0]})") from None
+        logger.info("resumed from %s at step %d (epoch %d, batch %d)", resume_dir, state.step, state.epoch,
+                    state.batch_in_epoch)
+    correlate = correlation_fn or _correlation_from_config(config.correlation)
+    unwrapped = accelerator.unwrap_model(encoder).model
+    tokenize = trained.tokenize
+    device = accelerator.device
+
+    def evaluate(step: int) -> dict[str, float]:
+        record = {"step": float(step), **validation_loss(encoder, tokenize, val_loader, config.loss, device)}
+        image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
+        record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
+        every = config.correlation.every or (1 if correlation_fn else 0)
+        if correlate is not None and every and (step // max(config.eval_every, 1)) % every == 0:
+            for name, value in correlate(dataclasses.replace(trained, model=unwrapped)).items():
+                record[f"corr_{name}"] = float(value)
+        return record
+
+    def remember_if_best(record: dict[str, float]) -> None:
+        if record["val_total"] < state.best_val:
+            state.best_val, state.best_step = record["val_total"], int(record["step"])
+            state.best_weights = {name: p.detach().cpu().clone() for name, p in trainable_parameters(unwrapped).items()}
+
+    if not state.history:
+        state.history.append(evaluate(0))
+        remember_if_best(state.history[-1])
+        logger.info("step 0: %s", _fmt(state.history[-1]))
+    steps_per_epoch = len(train_dataset) // micro // accumulation
+    total_steps = config.max_steps or steps_per_epoch * config.max_epochs
+    progress = tqdm(total=total_steps, initial=state.step, desc="train-metric", disable=not accelerator.is_main_process)
+    stop = state.step >= total_steps or state.step - state.best_step >= config.patience
+    started, running = time.time(), []
+    while not stop and state.epoch < config.max_epochs:
+        batches = EpochBatches(len(train_dataset), micro, config.seed, state.epoch,
+                               state.batch_in_epoch * accelerator.num_processes)
+        loader = accelerator.prepare_data_loader(DataLoader(train_dataset, batch_sampler=batches,
+                                                            collate_fn=collate_positives,
+                                                            num_workers=config.data.num_workers))
+        for batch in loader:
+            with accelerator.accumulate(encoder):
+                terms = compute_loss(encoder, tokenize, batch, config.loss, device)
+                accelerator.backward(terms.total)
+                optimizer.step()
+                optimizer.zero_grad()
+            state.batch_in_epoch += 1
+            running.append(float(terms.total.detach()))
+            if not accelerator.sync_gradients:
+                continue
+            state.step += 1
+            progress.update(1)
+            if config.log_every and state.step % config.log_every == 0:
+                progress.set_postfix(loss=sum(running) / len(running))
+                running = []
+            if config.eval_every and state.step % config.eval_every == 0:
+                record = evaluate(state.step)
+                state.history.append(record)
+                remember_if_best(record)
+                logger.info("step %d: %s", state.step, _fmt(record))
+            if config.save_every and state.step % config.save_every == 0:
+                accelerator.save_state(str(output_dir / STATE_DIR / f"step_{state.step:08d}"))
+            if state.step >= total_steps or state.step - state.best_step >= config.patience:
+                stop = True
+                break
+        else:
+            state.epoch += 1
+            state.batch_in_epoch = 0
+    progress.close()
+    if config.eval_every == 0 or state.history[-1]["step"] != state.step:
+        record = evaluate(state.step)
+        state.history.append(record)
+        remember_if_best(record)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _restore_best(unwrapped, state.best_weights)
+        _save_outputs(config, trained, unwrapped, state, output_dir, time.time() - started)
+    accelerator.wait_for_everyone()
+    return output_dir
+
+
+def _fmt(record: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4f}" for k, v in record.items() if k != "step")
+
+
+def _restore_best(model: nn.Module, best: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        current = dict(model.named_parameters())
+        for name, value in best.items():
+            current[name].copy_(value.to(current[name].device))
+
+
+def _save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module, state: TrainerState,
+                  output_dir: Path, seconds: float) -> None:
+    from metric.backbones import save_backbone
+    from metric.backbones import model_fingerprint
+    from metric.lora import base_from_source, merge_lora, save_adapter
+
+    model.eval()
+    backbone = dataclasses.replace(trained, model=model)
+    base_source = base_from_source(trained)
+    if base_source is not None and config.arch:
+        base_source["arch"] = config.arch
+    files: dict[str, str] = {"checkpoint": CHECKPOINT_FILE}
+    if config.mode == "lora":
+        save_adapter(backbone, output_dir / ADAPTER_DIR, base=base_source)
+        files["adapter"] = ADAPTER_DIR
+        backbone = merge_lora(backbone)
+    else:
+        for param in model.parameters():
+            param.requires_grad_(False)
+        fingerprint = model_fingerprint(model, backbone.open_clip_config, backbone.preprocess)
+        backbone = dataclasses.replace(backbone, fingerprint=fingerprint)
+    save_backbone(backbone, output_dir / CHECKPOINT_FILE)
+    dump_yaml(config, output_dir / "config.yaml")
+    write_json_atomic(output_dir / "train_log.json", {
+        "history": state.history, "best_step": state.best_step, "best_val_total": state.best_val,
+        "steps": state.step, "seconds": seconds, "files": files,
+        "provenance": provenance(config=to_dict(config), seed=config.seed, mode=config.mode,
+                                 base=trained.name, family=FAMILY_OF_MODE[config.mode])})
+    logger.info("saved %s (best step %d, val loss %.4f)", output_dir, state.best_step, state.best_val)
