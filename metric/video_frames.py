@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -216,3 +216,34 @@ def source_digest(source: str | os.PathLike) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def find_video(videos_dir: str | os.PathLike, video_id: str,
+               video_map: dict[str, str] | None = None) -> Path | None:
+    """Locate a video: `video_map[id]`, else `DIR/<id>` (a file or frame folder), else `DIR/<id>.<video ext>`."""
+    if video_map is not None and video_id in video_map:
+        path = Path(video_map[video_id])
+        return path if path.exists() else None
+    folder = Path(videos_dir)
+    direct = folder / video_id
+    if direct.is_dir() or direct.is_file():
+        return direct
+    for extension in VIDEO_EXTENSIONS:
+        candidate = folder / f"{video_id}{extension}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_videos(videos_dir: str | os.PathLike, video_ids: Iterable[str],
+                video_map: dict[str, str] | None = None) -> tuple[dict[str, Path], list[str]]:
+    """Locate every distinct video id; return the found paths and the ids not found (in first-seen order)."""
+    found: dict[str, Path] = {}
+    missing: list[str] = []
+    for video_id in dict.fromkeys(video_ids):
+        path = find_video(videos_dir, video_id, video_map)
+        if path is None:
+            missing.append(video_id)
+        else:
+            found[video_id] = path
+    return found, missing

@@ -41,3 +41,64 @@ def write_frame_folder(folder: Path, frames: Sequence[np.ndarray], pattern: str 
     for index, array in enumerate(frames):
         Image.fromarray(array).save(folder / pattern.format(index))
     return folder
+
+
+def write_vatex_eval(folder: Path, n_videos: int, per_video: int, n_refs: int, seed: int = 0,
+                     videos_dir: Path | None = None, frames_per_video: int = 3) -> Path:
+    """Write a small VATEX-EVAL release: numpy arrays pickled as EMScore's files, plus the train corpus.
+
+    With `videos_dir`, also write one real video `<id>.mp4` per video id there.
+    """
+    import json
+    import pickle
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    video_ids, candidates, references = [], [], []
+    for v in range(n_videos):
+        for c in range(per_video):
+            video_ids.append(f"vid{v}")
+            candidates.append(f"candidate {v}-{c} for vid{v}")
+            references.append([f"reference {r} of vid{v}" for r in range(n_refs)])
+    n = len(candidates)
+    human = rng.integers(1, 6, size=3 * n).astype(np.float64)  # annotator-major, as released
+    files = {"candidates_list.pkl": np.array(candidates, dtype=object),
+             "gts_list.pkl": np.array(references, dtype=object),
+             "human_scores.pkl": human,
+             "video_ids.pkl": np.array(video_ids, dtype=object)}
+    for name, array in files.items():
+        (folder / name).write_bytes(pickle.dumps(array, protocol=2))
+    corpus = {"train_a": ["train caption one", "train caption two"], "train_b": ["another train caption"]}
+    (folder / "vatex_train_en_annotations.json").write_text(json.dumps(corpus))
+    if videos_dir is not None:
+        for v in range(n_videos):
+            write_video(videos_dir / f"vid{v}.mp4", [frame_array(10 * v + i) for i in range(frames_per_video)])
+    return folder
+
+
+def write_activitynet_foil(folder: Path, videos_dir: Path | None = None) -> Path:
+    """Write a small ActivityNet-FOIL release (submissions, the two annotated paragraphs, train corpus)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    right = {"v_a": ["a man holds a ball", "a man throws a ball"], "v_b": ["a dog runs on grass"]}
+    foil = {"v_a": ["a man holds a ball", "a man throws a cat"], "v_b": ["a horse runs on grass"]}
+    test_1 = {"v_a": {"duration": 20.0, "timestamps": [[0, 10], [10, 20]], "sentences": right["v_a"]},
+              "v_b": {"duration": 8.0, "timestamps": [[0, 2]], "sentences": right["v_b"]}}
+    test_2 = {"v_a": {"duration": 20.0, "timestamps": [[0, 8], [9, 19]],
+                      "sentences": ["a man picks up a ball", "he throws a ball far"]},
+              "v_b": {"duration": 8.0, "timestamps": [[4, 6], [6, 8]], "sentences": ["a dog runs", "the dog sleeps"]}}
+    for name, data in (("final_right_video_sentences.json", right), ("final_foil_video_sentences.json", foil)):
+        results = {vid: [{"sentence": s, "timestamp": test_1[vid]["timestamps"][i]} for i, s in enumerate(sents)]
+                   for vid, sents in data.items()}
+        (folder / name).write_text(json.dumps({"version": "VERSION 1.0", "results": results}))
+    (folder / "anet_entities_test_1.json").write_text(json.dumps(test_1))
+    (folder / "anet_entities_test_2.json").write_text(json.dumps(test_2))
+    long_sentence = " ".join(["word"] * 70)
+    train = {"v_t": {"duration": 5.0, "timestamps": [[0, 1], [1, 2]],
+                     "sentences": ["a short train sentence", long_sentence]}}
+    (folder / "train.json").write_text(json.dumps(train))
+    if videos_dir is not None:
+        write_video(videos_dir / "v_a.mp4", [frame_array(i) for i in range(8)], fps=2)  # 4 s
+        write_video(videos_dir / "v_b.mp4", [frame_array(20 + i) for i in range(4)], fps=2)
+    return folder
