@@ -82,7 +82,7 @@ class Scorer:
 
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
-                 text_cache_size: int = 50_000, progress: bool = True) -> None:
+                 text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True) -> None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
@@ -93,6 +93,7 @@ class Scorer:
         self.batch_size = int(batch_size)
         self.prompt = prompt
         self.progress = progress
+        self.warn_empty = warn_empty
         self.disk_cache = (EmbeddingCache(cache_dir, backbone.fingerprint, backbone.name)
                            if cache_dir is not None else None)
         self._image_cache: dict[str, torch.Tensor] = {}
@@ -119,6 +120,14 @@ class Scorer:
         except (OSError, ValueError) as error:
             where = image if not isinstance(image, Image.Image) else "a PIL image"
             raise InputError(f"cannot preprocess image {where}: {error}") from None
+
+    def _load_pixels_for(self, key: str, image: Any) -> torch.Tensor:
+        try:
+            return self._load_pixels(image)
+        except InputError as error:
+            if isinstance(image, Image.Image) or key == str(image):
+                raise
+            raise InputError(f"image id {key!r}: {error}") from None
 
     @torch.no_grad()
     def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None) -> torch.Tensor:
@@ -149,7 +158,7 @@ class Scorer:
         for start in tqdm(batches, desc="images", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
-            pixels = torch.stack([self._load_pixels(image) for _, image in chunk]).to(self.device)
+            pixels = torch.stack([self._load_pixels_for(key, image) for key, image in chunk]).to(self.device)
             embeddings = torch.nn.functional.normalize(self.backbone.encode_image(pixels).float(), dim=-1).cpu()
             self.images_encoded += len(chunk)
             for (key, _), embedding in zip(chunk, embeddings):
@@ -243,7 +252,7 @@ class Scorer:
                 terms.append((rows @ text.embeddings[index]).max())
             ref_terms = torch.stack(terms).numpy().astype(np.float32)
             scores = ref_score(clip, ref_terms)
-        if n_empty:
+        if n_empty and self.warn_empty:
             logger.warning("%d empty caption(s) scored as the prompt %r alone", n_empty, self.prompt)
         return ScoreResult(scores=np.asarray(scores, dtype=np.float32), clip_scores=clip, ref_terms=ref_terms,
                            cosines=cosines.numpy().astype(np.float32), n_truncated=text.n_truncated,

@@ -1,0 +1,129 @@
+"""Parity with the official PAC-S code: `pacs score --w 2.0` reproduces every expected.json value within 1e-4.
+
+Every fixture folder under pacscore/ holding an expected.json is checked (no file names are special-cased):
+the checkpoint and arch.json are taken from the folder, PAC-S++ metrics for LoRA checkpoints, PAC-S otherwise.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from metric.backbones import load_backbone
+from metric.scorer import Scorer
+from pacs_cli import main
+
+TOLERANCE = 1e-4
+
+
+def _fixture_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "expected.json").is_file())
+
+
+def _write_inputs(instances: list[dict], images: Path, folder: Path) -> tuple[Path, Path, Path]:
+    """One image id per instance (an image map points at the file), so every instance keeps its own references."""
+    ids = [f"instance{index:04d}" for index in range(len(instances))]
+    candidates = [{"image_id": image_id, "caption": inst["candidate"]} for image_id, inst in zip(ids, instances)]
+    references = {image_id: inst["references"] for image_id, inst in zip(ids, instances)}
+    image_map = {image_id: str(images / inst["image"]) for image_id, inst in zip(ids, instances)}
+    paths = folder / "candidates.json", folder / "references.json", folder / "image_map.json"
+    for path, data in zip(paths, (candidates, references, image_map)):
+        path.write_text(json.dumps(data))
+    return paths
+
+
+def _expected_matches(ours: float, expected: float | None, pac: float, ref: float) -> bool:
+    if expected is None:  # official: 0 / 0 -> NaN; pacs: 0 by the documented rule
+        return ours == 0.0 and math.isclose(pac + ref, 0.0, abs_tol=TOLERANCE)
+    return abs(ours - expected) <= TOLERANCE
+
+
+def test_cli_reproduces_official_scores(pacscore_fixtures, tmp_path):
+    fixtures = _fixture_dirs(pacscore_fixtures)
+    assert fixtures, "no official-format fixtures found"
+    for folder in fixtures:
+        expected = json.loads((folder / "expected.json").read_text())
+        arch = json.loads((folder / "arch.json").read_text())
+        checkpoint = folder / expected.get("checkpoint", arch.get("checkpoint"))
+        family = "pac-s++" if arch.get("lora") else "pac-s"
+        instances = expected["instances"]
+        work = tmp_path / folder.name
+        work.mkdir()
+        candidates, references, image_map = _write_inputs(instances, pacscore_fixtures / "inputs" / "images", work)
+        outputs = {}
+        for metric in (family, f"ref-{family}"):
+            out = work / f"{metric}.json"
+            code = main(["score", "--metric", metric, "--w", "2.0", "--checkpoint", str(checkpoint),
+                         "--arch", str(folder / "arch.json"), "--candidates", str(candidates),
+                         "--references", str(references), "--image-map", str(image_map), "--out", str(out),
+                         "--batch-size", "8"])
+            assert code == 0
+            outputs[metric] = json.loads(out.read_text())
+        free = outputs[family]
+        ref = outputs[f"ref-{family}"]
+        assert free["provenance"]["checkpoint_sha256"] == arch["checkpoint_sha256"]
+        assert free["w"] == 2.0 and free["metric"] == family
+        assert [row["caption"] for row in free["per_instance"]] == [inst["candidate"] for inst in instances]
+        for index, inst in enumerate(instances):
+            ours_free = free["per_instance"][index]["score"]
+            ours_ref = ref["per_instance"][index]["score"]
+            assert abs(ours_free - inst["pac_s"]) <= TOLERANCE, (folder.name, index, inst["note"])
+            assert _expected_matches(ours_ref, inst["ref_pac_s"], inst["pac_s"], inst["ref_max_cos"]), (
+                folder.name, index, inst["note"], ours_ref, inst["ref_pac_s"])
+        assert abs(free["mean"] - expected["mean"]["pac_s"]) <= TOLERANCE
+
+
+def test_w_2_5_values_and_lora_variants(pacscore_fixtures):
+    """The w = 2.5 columns, and the official variants (mlp LoRA merged too / no LoRA) via lora_mode."""
+    for folder in _fixture_dirs(pacscore_fixtures):
+        expected = json.loads((folder / "expected.json").read_text())
+        checkpoint = folder / expected["checkpoint"]
+        instances = expected["instances"]
+        images = [str(pacscore_fixtures / "inputs" / "images" / inst["image"]) for inst in instances]
+        captions = [inst["candidate"] for inst in instances]
+        backbone = load_backbone(checkpoint=str(checkpoint), arch=str(folder / "arch.json"))
+        result = Scorer(backbone, w=2.5).score(images, captions, [inst["references"] for inst in instances])
+        assert np.abs(result.clip_scores - [inst["pac_s_w2.5"] for inst in instances]).max() <= TOLERANCE
+        assert np.abs(result.ref_terms - [inst["ref_max_cos"] for inst in instances]).max() <= TOLERANCE
+        for variant, mode in (("fresh_then_load", "all"), ("no_lora", "none")):
+            if variant not in expected.get("variants", {}):
+                continue
+            other = load_backbone(checkpoint=str(checkpoint), arch=str(folder / "arch.json"), lora_mode=mode)
+            scores = Scorer(other, w=2.0).score(images, captions).scores
+            assert np.abs(scores - expected["variants"][variant]["pac_s"]).max() <= TOLERANCE, variant
+
+
+def test_wrong_head_count_is_detectably_wrong(pacscore_fixtures):
+    """Without --arch, fixture-A-like files get heads = width // 64 (official rule) and differ: --arch matters."""
+    for folder in _fixture_dirs(pacscore_fixtures):
+        arch = json.loads((folder / "arch.json").read_text())
+        if arch["heads_follow_official_width_div_64_rule"]["text"]:
+            continue
+        expected = json.loads((folder / "expected.json").read_text())
+        instances = expected["instances"]
+        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]))
+        scores = Scorer(backbone, w=2.0).score(
+            [str(pacscore_fixtures / "inputs" / "images" / i["image"]) for i in instances],
+            [i["candidate"] for i in instances]).scores
+        assert np.abs(scores - [i["pac_s"] for i in instances]).max() > 1e-2
+
+
+def test_official_rules_alone_match_when_heads_follow_them(pacscore_fixtures):
+    """A file whose heads follow width // 64 needs no --arch at all (architecture inferred from the shapes)."""
+    checked = 0
+    for folder in _fixture_dirs(pacscore_fixtures):
+        arch = json.loads((folder / "arch.json").read_text())
+        if not all(arch["heads_follow_official_width_div_64_rule"].values()):
+            continue
+        expected = json.loads((folder / "expected.json").read_text())
+        instances = expected["instances"]
+        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]))
+        assert backbone.family == ("pac-s++" if arch.get("lora") else "pac-s")
+        scores = Scorer(backbone, w=2.0).score(
+            [str(pacscore_fixtures / "inputs" / "images" / i["image"]) for i in instances],
+            [i["candidate"] for i in instances]).scores
+        assert np.abs(scores - [i["pac_s"] for i in instances]).max() <= TOLERANCE
+        checked += 1
+    assert checked >= 1
