@@ -203,6 +203,8 @@ class VideoScorer:
         if self.batch_size < 1:
             raise InputError(f"batch size must be >= 1 (got {batch_size})")
         self.device = torch.device(device) if device else next(self.model.parameters()).device
+        if next(self.model.parameters()).device != self.device:
+            self.model.to(self.device)
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.disk_cache = (EmbeddingCache(self.cache_dir / "video-frames", str(getattr(backbone, "fingerprint", "")),
                                           str(getattr(backbone, "name", ""))) if self.cache_dir else None)

@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.backbones import build_backbone_from_config, tiny_clip_config
-
-from .video_support import frame_array, write_video
+from .video_support import build_tiny_backbone, frame_array, write_video
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -22,10 +20,8 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_backbone():
-    """A tiny random ViT CLIP (32x32 images, 2-layer text tower)."""
-    config = tiny_clip_config(vision_cfg={"image_size": 32, "patch_size": 8, "layers": 1, "width": 32,
-                                          "head_width": 16})
-    return build_backbone_from_config(config, seed=3, name="tiny-video")
+    """The tiny random backbone of the video tests (family "clip")."""
+    return build_tiny_backbone()
 
 
 @pytest.fixture

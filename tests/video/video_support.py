@@ -7,6 +7,15 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
+from metric.backbones import build_backbone_from_config, tiny_clip_config
+
+
+def build_tiny_backbone(family: str = "clip"):
+    """A tiny random ViT CLIP (32x32 images, 2-layer text tower), always the same weights."""
+    config = tiny_clip_config(vision_cfg={"image_size": 32, "patch_size": 8, "layers": 1, "width": 32,
+                                          "head_width": 16})
+    return build_backbone_from_config(config, seed=3, name="tiny-video", family=family)
+
 
 def frame_array(index: int, size: tuple[int, int] = (48, 64)) -> np.ndarray:
     """A deterministic, clearly distinct RGB frame for `index` (stripes whose colour and width vary)."""
@@ -23,6 +32,7 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int = 4, codec: s
     import av
 
     height, width = frames[0].shape[:2]
+    path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
