@@ -125,9 +125,12 @@ def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig) -> Decoded:
 
 
 def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
-    """(Rep-1, %Incorrect) of a list of captions, from eval.fluency."""
-    from eval.fluency import incorrect_rate, rep_n
-
+    """(Rep-1, %Incorrect) of a list of captions, from eval.fluency (NaN, with a warning, if it is unavailable)."""
+    try:
+        from eval.fluency import incorrect_rate, rep_n
+    except ImportError as error:
+        logger.warning("Rep-1/%%Incorrect not logged: eval.fluency is unavailable (%s)", error)
+        return float("nan"), float("nan")
     return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
 
 

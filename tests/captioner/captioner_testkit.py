@@ -1,0 +1,55 @@
+"""Tiny synthetic data for captioner tests: features with a learnable colour/shape signal and a tiny captioner."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from captioner.checkpoints import save_captioner
+from captioner.features import FeatureCache, write_feature_cache
+from captioner.model import Captioner, CaptionerConfig
+from captioner.vocab import build_vocab
+
+COLOURS = ["red", "blue", "green", "yellow"]
+SHAPES = ["circle", "square", "triangle"]
+
+
+def tiny_data(folder: Path, n_images: int = 40, n_val: int = 8) -> tuple[FeatureCache, list, dict]:
+    """A feature cache and (train pairs, val references) where features encode colour and shape."""
+    generator = torch.Generator().manual_seed(0)
+    features, train, val = {}, [], {}
+    for i in range(n_images):
+        colour, shape = COLOURS[i % 4], SHAPES[i % 3]
+        f = torch.randn(5, 16, generator=generator) * 0.1
+        f[0, i % 4] += 1.0
+        f[1, 4 + i % 3] += 1.0
+        features[f"img{i}"] = f
+        captions = [f"a {colour} {shape}", f"the {shape} is {colour}", f"a {colour} {shape} on white"]
+        if i < n_images - n_val:
+            train += [(f"img{i}", c) for c in captions]
+        else:
+            val[f"img{i}"] = captions
+    cache_dir = folder / "feats"
+    cache = FeatureCache(cache_dir) if (cache_dir / "meta.json").is_file() else write_feature_cache(features, cache_dir)
+    return cache, train, val
+
+
+def tiny_model_config(dropout: float = 0.0) -> CaptionerConfig:
+    """A captioner small enough for CPU tests."""
+    return CaptionerConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, dropout=dropout)
+
+
+def tiny_checkpoint(folder: Path, dropout: float = 0.1, seed: int = 0) -> Path:
+    """A randomly initialised captioner folder over the tiny data's vocabulary."""
+    _, train, _ = tiny_data(folder)
+    vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
+    config = tiny_model_config(dropout)
+    config.vocab_size, config.feature_dim, config.max_length = len(vocab), 16, vocab.max_length
+    torch.manual_seed(seed)
+    return save_captioner(folder / "init", Captioner(config), vocab, {"backbone": "test"})
+
+
+def overlap_reward(image_ids, captions, references):
+    """Words shared with the first reference, plus a small length bonus (a deterministic test reward)."""
+    return torch.tensor([[len(set(c.split()) & set(refs[0].split())) + 0.1 * len(c.split()) for c in row]
+                         for row, refs in zip(captions, references)], dtype=torch.float32)
