@@ -111,7 +111,7 @@ def run_score(args: argparse.Namespace) -> int:
         logger.warning("metric %s expects a %s backbone but %s is a %s model", spec.name, spec.family,
                        scorer.backbone.name, scorer.backbone.family)
     result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
-                          references)  # cached by file path: an image file is encoded once
+                          references, names=[c.key for c in candidates])  # keyed by path: each file encoded once
     if result.n_truncated:
         logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
                        scorer.backbone.context_length)

@@ -121,21 +121,31 @@ class Scorer:
             where = image if not isinstance(image, Image.Image) else "a PIL image"
             raise InputError(f"cannot preprocess image {where}: {error}") from None
 
-    def _load_pixels_for(self, key: str, image: Any) -> torch.Tensor:
+    def _load_pixels_for(self, key: str, image: Any, names: dict[str, str]) -> torch.Tensor:
         try:
             return self._load_pixels(image)
         except InputError as error:
-            if isinstance(image, Image.Image) or key == str(image):
+            name = names.get(key, key)
+            if isinstance(image, Image.Image) or name == str(image):
                 raise
-            raise InputError(f"image id {key!r}: {error}") from None
+            raise InputError(f"image id {name}: {error}") from None
 
     @torch.no_grad()
-    def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None) -> torch.Tensor:
-        """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct key is encoded at most once."""
+    def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None,
+                     names: Sequence[str] | None = None) -> torch.Tensor:
+        """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct key is encoded at most once.
+
+        `names` (e.g. image ids) only label the images in error messages.
+        """
         images = list(images)
         keys = [self._image_key(image) for image in images] if keys is None else [str(k) for k in keys]
         if len(keys) != len(images):
             raise InputError(f"{len(images)} images but {len(keys)} keys")
+        named: dict[str, list[str]] = {}
+        for key, name in zip(keys, names or ()):
+            if name not in named.setdefault(key, []):
+                named[key].append(name)
+        labels = {key: ", ".join(map(repr, values)) for key, values in named.items()}
         todo: dict[str, Any] = {}
         for key, image in zip(keys, images):
             if key not in self._image_cache and key not in todo:
@@ -158,7 +168,7 @@ class Scorer:
         for start in tqdm(batches, desc="images", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
-            pixels = torch.stack([self._load_pixels_for(key, image) for key, image in chunk]).to(self.device)
+            pixels = torch.stack([self._load_pixels_for(key, image, labels) for key, image in chunk]).to(self.device)
             embeddings = torch.nn.functional.normalize(self.backbone.encode_image(pixels).float(), dim=-1).cpu()
             self.images_encoded += len(chunk)
             for (key, _), embedding in zip(chunk, embeddings):
@@ -260,13 +270,13 @@ class Scorer:
 
     def score(self, images: Sequence[Any], candidates: Sequence[str],
               references: Sequence[Sequence[str]] | None = None, w: float | None = None,
-              keys: Sequence[str] | None = None) -> ScoreResult:
+              keys: Sequence[str] | None = None, names: Sequence[str] | None = None) -> ScoreResult:
         """Score candidate i against image i (paths or PIL images; repeated images are encoded once)."""
         images = list(images)
         if len(images) != len(candidates):
             raise InputError(f"{len(images)} images but {len(candidates)} candidates")
         _check_texts(list(candidates), "candidate")
-        image_embs = self.embed_images(images, keys=keys)
+        image_embs = self.embed_images(images, keys=keys, names=names)
         return self.score_embeddings(image_embs, candidates, references, w)
 
 

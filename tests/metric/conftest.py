@@ -36,3 +36,25 @@ def image_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pacscore_fixtures(shared_fixtures: Path) -> Path:
     """The official-format fixtures folder (../shared/fixtures/pacscore)."""
     return shared_fixtures / "pacscore"
+
+
+@pytest.fixture(scope="session")
+def aligned_backbone() -> Backbone:
+    """A tiny random backbone whose final LayerNorm biases share one output direction (mostly positive cosines).
+
+    The same trick as the official-format fixtures: random towers give cosines around 0, so half of all
+    CLIP-S values would be clipped to 0 and tests comparing scores would compare zeros.
+    """
+    backbone = build_backbone_from_config(tiny_clip_config(), seed=1, name="tiny-aligned")
+    model = backbone.model
+    generator = torch.Generator().manual_seed(5)
+    direction = torch.randn(model.text_projection.shape[1], generator=generator)
+    with torch.no_grad():
+        for norm, projection in ((model.visual.ln_post, model.visual.proj), (model.ln_final, model.text_projection)):
+            bias = torch.linalg.lstsq(projection.T, direction[:, None]).solution[:, 0]
+            norm.bias.copy_(2.0 * bias)
+            norm.weight.mul_(0.5)
+    from metric.backbones import model_fingerprint
+
+    backbone.fingerprint = model_fingerprint(model, backbone.open_clip_config, backbone.preprocess)
+    return backbone
