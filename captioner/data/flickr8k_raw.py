@@ -1,12 +1,16 @@
 """The raw Flickr8k release: `Flickr8k.token.txt` + `Flickr_8k.{train,dev,test}Images.txt` + `images/`."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
 from metric.common.errors import InputError
 
+logger = logging.getLogger(__name__)
+
 TOKEN_FILE = "Flickr8k.token.txt"
+IMAGE_FOLDERS = ("images", "Flicker8k_Dataset")  # the second is the name in the original release
 SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "val": "Flickr_8k.devImages.txt",
                "test": "Flickr_8k.testImages.txt"}
 
@@ -50,13 +54,21 @@ def read_split_file(path: Path) -> list[tuple[int, str]]:
     return rows
 
 
+def default_image_root(path: Path) -> Path:
+    """`images/`, or the original release's `Flicker8k_Dataset/` when only that one exists."""
+    for name in IMAGE_FOLDERS:
+        if (path / name).is_dir():
+            return path / name
+    return path / IMAGE_FOLDERS[0]
+
+
 @register_dataset("flickr8k")
 def load_flickr8k_raw(path: Path, image_root: Path | None = None) -> CaptionDataset:
     """Raw Flickr8k folder; ids are file names without extension; split `dev` is named `val`."""
     if not path.is_dir():
         raise InputError(f"{path}: expected the folder holding {TOKEN_FILE} and the split lists")
     captions = read_token_file(path / TOKEN_FILE)
-    root = image_root if image_root is not None else path / "images"
+    root = image_root if image_root is not None else default_image_root(path)
     items: list[CaptionItem] = []
     split_of: dict[str, str] = {}
     for split, file_name in SPLIT_FILES.items():
@@ -70,4 +82,6 @@ def load_flickr8k_raw(path: Path, image_root: Path | None = None) -> CaptionData
             items.append(CaptionItem(Path(name).stem, root / name, captions[name], split, {"file_name": name}))
     unassigned = sorted(set(captions) - set(split_of))
     report = {"captioned_images_in_no_split": len(unassigned)}
+    if unassigned:
+        logger.info("flickr8k: %d captioned images are in no split list (e.g. %s)", len(unassigned), unassigned[0])
     return CaptionDataset("flickr8k", items, source=str(path), report=report)

@@ -57,3 +57,13 @@ def test_split_image_without_captions_and_missing_split_file(shared_data, tmp_pa
     (folder / "Flickr_8k.devImages.txt").unlink()
     with pytest.raises(InputError, match=r"Flickr_8k.devImages.txt: file not found"):
         load_dataset("flickr8k", folder, missing_images="keep")
+
+
+def test_original_release_image_folder_name(shared_data, tmp_path):
+    folder = _copy(shared_data, tmp_path)
+    (folder / "Flicker8k_Dataset").mkdir()
+    name = "1000268201_693b08cb0e.jpg"
+    shutil.copy(shared_data / "flickr8k" / "images" / name, folder / "Flicker8k_Dataset" / name)
+    dataset = load_dataset("flickr8k", folder)
+    assert [item.image_id for item in dataset] == ["1000268201_693b08cb0e"]
+    assert dataset.items[0].split == "train" and dataset.report["missing_images"] == 7999
