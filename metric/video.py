@@ -226,10 +226,10 @@ class VideoScorer:
             chunks.append(F.normalize(features, dim=-1).cpu())
         return torch.cat(chunks) if chunks else torch.zeros(0, 0)
 
-    def embed_video(self, source: str | os.PathLike, key: str | None = None) -> torch.Tensor:
-        """Normalised frame embeddings `[F, E]` of a video file or frame folder (cached by key, then on disk)."""
+    def embed_video(self, source: str | os.PathLike) -> torch.Tensor:
+        """Normalised frame embeddings `[F, E]` of a video file or frame folder (cached by path, then on disk)."""
         source = Path(source)
-        memory_key = f"{key or source.resolve()}|{self.sampling.key()}"
+        memory_key = f"{source.resolve()}|{self.sampling.key()}"
         if memory_key in self._frame_cache:
             self.stats["video_cache_hits"] += 1
             return self._frame_cache[memory_key]
@@ -272,7 +272,7 @@ class VideoScorer:
     def embed_captions(self, captions: Sequence[str], prompt: bool = True) -> list[CaptionEmbedding]:
         """Token embeddings of captions (the prompt prepended when `prompt`), cached by text."""
         texts = [(self.prompt if prompt else "") + caption for caption in captions]
-        todo = sorted({t for t in texts if t not in self._caption_cache}, key=len)
+        todo = sorted({t for t in texts if t not in self._caption_cache}, key=lambda t: (len(t), t))
         for start in range(0, len(todo), self.batch_size):
             batch = todo[start:start + self.batch_size]
             tokenized = self._tokenize(batch)
@@ -298,22 +298,14 @@ class VideoScorer:
 
     # -- scoring --------------------------------------------------------------------------------------------
     def score(self, videos: Sequence[str | os.PathLike], candidates: Sequence[str],
-              references: Sequence[Sequence[str]] | None = None, idf: IdfTable | None = None,
-              keys: Sequence[str] | None = None) -> VideoScoreResult:
+              references: Sequence[Sequence[str]] | None = None, idf: IdfTable | None = None) -> VideoScoreResult:
         """Score each (video, candidate) pair; with `references`, the reference-based score (Eq. 14)."""
         if len(videos) != len(candidates):
             raise InputError(f"{len(videos)} videos for {len(candidates)} candidates")
-        keys = list(keys) if keys is not None else [None] * len(videos)
-        unique: dict[str, int] = {}
-        order: list[tuple[str | os.PathLike, str | None]] = []
-        for video, key in zip(videos, keys):
-            name = key or str(Path(video).resolve())
-            if name not in unique:
-                unique[name] = len(order)
-                order.append((video, key))
-        embedded = [self.embed_video(video, key) for video, key in
-                    tqdm(order, desc="video frames", unit="video", disable=not self.progress or len(order) < 4)]
-        frame_embs = [embedded[unique[key or str(Path(video).resolve())]] for video, key in zip(videos, keys)]
+        unique = list(dict.fromkeys(Path(video).resolve() for video in videos))
+        embedded = {path: self.embed_video(path) for path in
+                    tqdm(unique, desc="video frames", unit="video", disable=not self.progress or len(unique) < 4)}
+        frame_embs = [embedded[Path(video).resolve()] for video in videos]
         return self.score_embeddings(frame_embs, candidates, references, idf)
 
     def score_embeddings(self, frame_embs: Sequence[torch.Tensor], candidates: Sequence[str],

@@ -97,7 +97,7 @@ def run_score_video(args: argparse.Namespace) -> int:
                        scorer.backbone.name, scorer.backbone.family)
     idf = scorer.idf(corpus)
     result = scorer.score([paths[c.key] for c in candidates], [c.caption for c in candidates], references,
-                          idf=idf, keys=[c.key for c in candidates])
+                          idf=idf)
     mean = float(result.scores.mean())
     if result.n_truncated:
         logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,

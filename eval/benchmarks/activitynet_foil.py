@@ -66,8 +66,9 @@ class ActivityNetFoilData:
         return len(self.videos)
 
     def all_references(self) -> list[str]:
-        """Every reference sentence (the default IDF corpus), in order, duplicates kept."""
-        return [r for video in self.videos for segment in video.segments for r in segment.references]
+        """The reference sentences of every video, each once per video (the default IDF corpus)."""
+        return [r for video in self.videos
+                for r in dict.fromkeys(r for segment in video.segments for r in segment.references)]
 
 
 def _read_json(path: Path) -> Any:
@@ -202,3 +203,28 @@ def foil_accuracy(right_scores: np.ndarray, foil_scores: np.ndarray) -> float:
         raise InputError(f"{right_scores.size} correct and {foil_scores.size} foiled paragraph scores")
     wins = (right_scores > foil_scores).astype(np.float64) + 0.5 * (right_scores == foil_scores)
     return 100.0 * float(wins.mean())
+
+
+def video_paragraph_scores(data: ActivityNetFoilData, scorer: Any, videos: dict[str, Any],
+                           use_references: bool, idf: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """PAC-S++ video scores of the correct and the foiled paragraph of every video (segment means).
+
+    Each video is embedded once (frames cached per video); a segment is scored against its frames only.
+    """
+    frame_embs, right, foil, references = [], [], [], []
+    for video in data.videos:
+        embeddings = scorer.embed_video(videos[video.video_id])
+        for segment in video.segments:
+            frame_embs.append(embeddings[segment_frames(segment.timestamp, video.duration, embeddings.shape[0])])
+            right.append(segment.right)
+            foil.append(segment.foil)
+            references.append(segment.references)
+    refs = references if use_references else None
+    right_scores = scorer.score_embeddings(frame_embs, right, refs, idf=idf).scores
+    foil_scores = scorer.score_embeddings(frame_embs, foil, refs, idf=idf).scores
+    return paragraph_scores(data, right_scores), paragraph_scores(data, foil_scores)
+
+
+def default_idf_corpus(data: ActivityNetFoilData) -> list[str]:
+    """EMScore's IDF corpus when released (ActivityNet Captions train), else the references."""
+    return data.idf_corpus or data.all_references()

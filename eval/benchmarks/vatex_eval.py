@@ -173,3 +173,26 @@ def correlations(metric_scores: np.ndarray, human_scores: np.ndarray,
         rho.append(stats.spearmanr(predictions, column).statistic)
     return {"tau_b": 100 * float(np.mean(tau_b)), "tau_c": 100 * float(np.mean(tau_c)),
             "spearman": 100 * float(np.mean(rho)), "n": int(len(predictions))}
+
+
+def default_idf_corpus(data: VatexEvalData) -> list[str]:
+    """EMScore's IDF corpus when released (VATEX train captions), else each video's references once."""
+    if data.idf_corpus:
+        return data.idf_corpus
+    seen: dict[str, list[str]] = {}
+    for video_id, group in zip(data.video_ids, data.references):
+        seen.setdefault(video_id, group)
+    return [sentence for group in seen.values() for sentence in group]
+
+
+def video_metric_scores(data: VatexEvalData, scorer: Any, videos: dict[str, Any], n_refs: int,
+                        idf: Any = None) -> np.ndarray:
+    """PAC-S++ video scores of every judged pair with `n_refs` references (0: reference-free, Eq. 13; else Eq. 14)."""
+    references = data.references_at(n_refs) if n_refs else None
+    result = scorer.score([videos[v] for v in data.video_ids], data.candidates, references, idf=idf)
+    return result.scores
+
+
+def setting_name(metric: str, n_refs: int) -> str:
+    """Result key of a metric in a reference setting: the name alone without references, else `name@k`."""
+    return metric if n_refs == 0 else f"{metric}@{n_refs}"

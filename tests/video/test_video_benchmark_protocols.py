@@ -1,0 +1,68 @@
+"""The video metric on the VATEX-EVAL and ActivityNet-FOIL protocols, with real videos and frame folders."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.benchmarks.activitynet_foil import (default_idf_corpus, foil_accuracy, load_activitynet_foil,
+                                              video_paragraph_scores)
+from eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
+from eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
+from metric.video import VideoScorer
+from metric.video_frames import FrameSampling, find_videos
+
+from .video_support import frame_array, write_activitynet_foil, write_frame_folder, write_vatex_eval
+
+
+def test_vatex_eval_video_scores_with_0_1_9_references(tiny_backbone, tmp_path):
+    folder = write_vatex_eval(tmp_path / "vatex", n_videos=2, per_video=3, n_refs=10, videos_dir=tmp_path / "videos")
+    data = load_vatex_eval(folder)
+    videos, missing = find_videos(tmp_path / "videos", data.video_ids)
+    assert not missing and set(videos) == {"vid0", "vid1"}
+    scorer = VideoScorer(tiny_backbone, FrameSampling(num_frames=10), progress=False)
+    idf = scorer.idf(vatex_idf_corpus(data))
+    by_setting = {n: video_metric_scores(data, scorer, videos, n, idf) for n in (0, 1, 9)}
+    one_ref = scorer.score([videos[v] for v in data.video_ids], data.candidates,
+                           [[refs[0]] for refs in data.references], idf=idf)
+    np.testing.assert_allclose(by_setting[1], one_ref.scores)
+    assert not np.allclose(by_setting[0], by_setting[9])
+    assert scorer.stats["videos_embedded"] == 2  # each video embedded once for all settings
+    result = correlations(by_setting[9], data.human_scores)
+    assert set(result) == {"tau_b", "tau_c", "spearman", "n"} and result["n"] == 6
+    assert setting_name("ref-pac-s++", 9) == "ref-pac-s++@9" and setting_name("pac-s++", 0) == "pac-s++"
+
+
+def test_activitynet_foil_segments_see_only_their_frames(tiny_backbone, tmp_path):
+    folder = write_activitynet_foil(tmp_path / "anet")
+    data = load_activitynet_foil(folder)
+    first, second = frame_array(1), frame_array(2)
+    # v_a: 20 s annotated; 8 frames, the first half one image and the second half another
+    write_frame_folder(tmp_path / "videos" / "v_a", [first] * 4 + [second] * 4)
+    write_frame_folder(tmp_path / "videos" / "v_b", [frame_array(3 + i) for i in range(4)])
+    write_frame_folder(tmp_path / "parts" / "first", [first] * 4)
+    write_frame_folder(tmp_path / "parts" / "second", [second] * 4)
+    write_frame_folder(tmp_path / "parts" / "b0", [frame_array(3)])  # v_b segment [0, 2] of 8 s: frame 0 of 4
+    videos, missing = find_videos(tmp_path / "videos", [v.video_id for v in data.videos])
+    assert not missing
+    scorer = VideoScorer(tiny_backbone, FrameSampling(fps=None), progress=False)
+    idf = scorer.idf(default_idf_corpus(data))
+    for use_references in (False, True):
+        right, foil = video_paragraph_scores(data, scorer, videos, use_references, idf)
+        parts = [tmp_path / "parts" / name for name in ("first", "second", "b0")]
+        segments = [s for video in data.videos for s in video.segments]
+        refs = [s.references for s in segments] if use_references else None
+        expected_right = scorer.score(parts, [s.right for s in segments], refs, idf=idf).scores
+        expected_foil = scorer.score(parts, [s.foil for s in segments], refs, idf=idf).scores
+        np.testing.assert_allclose(right, [expected_right[:2].mean(), expected_right[2]], atol=1e-6)
+        np.testing.assert_allclose(foil, [expected_foil[:2].mean(), expected_foil[2]], atol=1e-6)
+        assert foil_accuracy(right, foil) in (0.0, 25.0, 50.0, 75.0, 100.0)
+    # the correct and foiled first segments of v_a are the same sentence: only the second segment differs
+    assert data.videos[0].segments[0].right == data.videos[0].segments[0].foil
+
+
+def test_activitynet_foil_default_idf_corpus(tmp_path):
+    folder = write_activitynet_foil(tmp_path / "anet")
+    (folder / "train.json").unlink()
+    data = load_activitynet_foil(folder)
+    assert data.idf_corpus is None
+    assert default_idf_corpus(data) == ["a man picks up a ball", "he throws a ball far", "a dog runs", "the dog sleeps"]
