@@ -16,14 +16,6 @@ FLUENCY_COLUMNS = ("Rep-1", "Rep-2", "Rep-3", "Rep-4", "%Incorrect")
 TABLE_COLUMNS = (*TEXT_COLUMNS, *CONTRASTIVE_COLUMNS, *FLUENCY_COLUMNS)
 
 
-def _corpus_value(value: Any) -> float:
-    if isinstance(value, Mapping):
-        for key in ("corpus", "mean", "score"):
-            if key in value:
-                return float(value[key])
-    return float(value)
-
-
 def text_scores(captions: Mapping[str, str], references: Mapping[str, Sequence[str]],
                 metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice")) -> dict[str, float]:
     """Corpus text metrics (pycocoevalcap protocol via eval.text_metrics), keyed by table column."""
@@ -31,12 +23,15 @@ def text_scores(captions: Mapping[str, str], references: Mapping[str, Sequence[s
 
     ids = list(captions)
     result = compute_text_metrics([captions[i] for i in ids], [list(references[i]) for i in ids], list(metrics))
-    corpus = result.get("corpus", result) if isinstance(result, Mapping) else result
-    scale = {"cider": 100.0, "bleu4": 100.0, "meteor": 100.0, "spice": 100.0}
     out = {}
     for column, name in TEXT_COLUMNS.items():
-        if name in metrics and name in corpus:
-            out[column] = _corpus_value(corpus[name]) * scale[name]
+        values = result.get(name)
+        if values is None:
+            continue
+        if not values.available:
+            logger.warning("%s not computed: %s", name, values.reason)
+            continue
+        out[column] = float(values.corpus) * 100.0  # the tables' scale (CIDEr 112.4, B-4 33.1, ...)
     return out
 
 

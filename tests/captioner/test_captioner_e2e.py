@@ -36,7 +36,9 @@ def _config(tmp_path, shared_data) -> dict:
                  "checkpoint_every": 2, "tensorboard": False},
         "rewards": REWARDS,
         "reward_models": {"clip": tiny, "pac": {"backbone": "", **tiny, "random_seed": 1}},
-        "evaluation": {"test_sets": {}},
+        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": str(shared_data / "flickr8k"),
+                                                  "split": "test"}},
+                       "max_images": 4, "beam_size": 2, "text_metrics": ["bleu4", "cider"]},
     }
 
 
@@ -60,6 +62,12 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
         rows = (folder / "log.csv").read_text().splitlines()
         header = rows[0].split(",")
         assert len(rows) == 3 and all(r.split(",")[header.index("reward_mean")] not in ("", "nan") for r in rows[1:])
+    table = json.loads((run / "eval" / "results.json").read_text())
+    assert [row["model"] for row in table["rows"]] == ["xe", *REWARDS]
+    for row in table["rows"]:
+        for column in ("B-4", "C", "RefCLIP-S", "RefPAC-S++", "CLIP-S", "PAC-S++", "Rep-1", "Rep-4", "%Incorrect"):
+            assert isinstance(row[column], float), (row["model"], column)
+    assert "| model | test_set | B-4 |" in (run / "eval" / "results.md").read_text()
     # second run: every stage is skipped (no new checkpoints, features not re-extracted)
     stamp = (run / "xe" / "final" / "model.safetensors").stat().st_mtime_ns
     started = time.monotonic()
