@@ -1,0 +1,118 @@
+"""peft LoRA on both towers: trainable set, merge, adapter save/load, identical scores adapter vs merged."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from metric.backbones import build_backbone_from_config, load_backbone, save_backbone, tiny_clip_config
+from metric.common.errors import InputError
+from metric.lora import attach_lora, load_adapter_backbone, merge_lora, save_adapter
+from metric.scorer import Scorer
+
+torch.set_num_threads(1)
+
+
+def _tiny(seed=0, **overrides):
+    return build_backbone_from_config(tiny_clip_config(**overrides), seed=seed, name=f"tiny-{seed}")
+
+
+def _perturb_lora(backbone, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in backbone.model.named_parameters():
+            if "lora_B" in name:  # B starts at zero (identity adapter); make the adapter do something
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)) for _ in range(4)]
+    return images, ["a dog on the grass", "two people riding bikes", "a red car", ""]
+
+
+def test_lora_targets_both_towers_and_freezes_the_base():
+    backbone = attach_lora(_tiny())
+    trainable = [n for n, p in backbone.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    joined = "\n".join(trainable)
+    for part in ("visual.transformer.resblocks.0.attn.lora_A", "visual.transformer.resblocks.0.attn.base_layer.out_proj.lora_A",
+                 "visual.transformer.resblocks.1.mlp.c_fc.lora_A", "visual.transformer.resblocks.1.mlp.c_proj.lora_B",
+                 "model.transformer.resblocks.0.attn.lora_A", "model.transformer.resblocks.1.mlp.c_fc.lora_A",
+                 "visual.conv1.lora_A"):
+        assert part in joined, part
+    ranks = {p.shape[0] for n, p in backbone.model.named_parameters() if "lora_A" in n}
+    assert ranks == {4}
+    assert backbone.family == "pac-s++"
+    without_patch = attach_lora(_tiny(), patch_embedding=False)
+    assert not any("conv1.lora" in n for n, _ in without_patch.model.named_parameters())
+
+
+def test_fresh_adapter_is_identity_and_merge_matches_unmerged():
+    base = _tiny()
+    pixels, tokens = torch.randn(3, 3, 64, 64), base.tokenize(["a cat", "a dog on a mat", "x"])
+    with torch.no_grad():
+        reference = base.model.encode_image(pixels).clone(), base.model.encode_text(tokens).clone()
+    lora = attach_lora(base)
+    with torch.no_grad():
+        assert torch.allclose(lora.model.encode_image(pixels), reference[0], atol=1e-6)
+        _perturb_lora(lora)
+        adapted = lora.model.encode_image(pixels), lora.model.encode_text(tokens)
+    assert not torch.allclose(adapted[0], reference[0], atol=1e-3)  # the adapter changes the image tower
+    assert not torch.allclose(adapted[1], reference[1], atol=1e-3)  # and the text tower (attention + MLP)
+    merged = merge_lora(lora)
+    assert not any("lora" in n for n in merged.model.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(merged.model.encode_image(pixels), adapted[0], atol=1e-5)
+        assert torch.allclose(merged.model.encode_text(tokens), adapted[1], atol=1e-5)
+
+
+def test_adapter_and_merged_checkpoint_score_identically(tmp_path):
+    lora = attach_lora(_tiny(seed=3))
+    _perturb_lora(lora, seed=1)
+    save_adapter(lora, tmp_path / "adapter")
+    record = json.loads((tmp_path / "adapter" / "pacs_base.json").read_text())
+    assert record["base"]["checkpoint"] == "base.safetensors"  # random base: its weights travel with the adapter
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    save_backbone(merge_lora(lora), tmp_path / "merged.safetensors")
+
+    from_adapter = load_backbone(checkpoint=str(tmp_path / "adapter"))
+    from_merged = load_backbone(checkpoint=str(tmp_path / "merged.safetensors"))
+    assert from_adapter.family == from_merged.family == "pac-s++"
+    images, captions = _inputs()
+    a = Scorer(from_adapter, w=2.5).score(images, captions, references=[["a dog"], ["bikes"], ["car"], ["a"]])
+    b = Scorer(from_merged, w=2.5).score(images, captions, references=[["a dog"], ["bikes"], ["car"], ["a"]])
+    np.testing.assert_array_equal(a.clip_scores, b.clip_scores)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    unmerged = load_adapter_backbone(tmp_path / "adapter", merge=False)
+    c = Scorer(unmerged, w=2.5).score(images, captions)
+    np.testing.assert_allclose(c.clip_scores, a.clip_scores, atol=1e-5)
+    base = _tiny(seed=3)
+    d = Scorer(base, w=2.5).score(images, captions)
+    assert not np.allclose(d.clip_scores, a.clip_scores, atol=1e-4)  # the trained adapter is really applied
+
+
+def test_adapter_on_another_backbone_is_rejected(tmp_path):
+    lora = attach_lora(_tiny(seed=1))
+    save_adapter(lora, tmp_path / "adapter")
+    other_arch = _tiny(seed=1, vision_cfg={"width": 96, "head_width": 32})
+    with pytest.raises(InputError, match="different backbone"):
+        load_adapter_backbone(tmp_path / "adapter", base_backbone=other_arch)
+    other_weights = _tiny(seed=2)
+    with pytest.raises(InputError, match="fingerprint"):
+        load_adapter_backbone(tmp_path / "adapter", base_backbone=other_weights)
+    # a tampered embedded base is caught by its recorded sha256
+    save_backbone(_tiny(seed=5), tmp_path / "adapter" / "base.safetensors")
+    with pytest.raises(InputError, match="sha256"):
+        load_backbone(checkpoint=str(tmp_path / "adapter"))
+
+
+def test_adapter_folder_without_base_record_is_an_error(tmp_path):
+    lora = attach_lora(_tiny())
+    save_adapter(lora, tmp_path / "adapter")
+    (tmp_path / "adapter" / "pacs_base.json").unlink()
+    with pytest.raises(InputError, match="pacs_base.json"):
+        load_adapter_backbone(tmp_path / "adapter")
