@@ -46,6 +46,8 @@ class Reward:
     def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
         """Score `captions[b][j]` of image `image_ids[b]`; returns a float32 CPU tensor `[B, k]`."""
         k = check_batch(image_ids, captions, references)
+        if not image_ids:
+            return torch.zeros(0, 0, dtype=torch.float32)
         values = torch.as_tensor(self.fn(list(image_ids), [list(row) for row in captions],
                                          [list(row) for row in references]))
         if tuple(values.shape) != (len(image_ids), k):

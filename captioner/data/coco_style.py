@@ -1,7 +1,6 @@
 """COCO-style caption files (`images[]` + `annotations[]`), the form of nocaps and VizWiz annotations."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 from metric.common.errors import InputError
@@ -38,7 +37,3 @@ def group_coco_captions(data: Any, where: str, keep: AnnotationFilter | None = N
         captions.setdefault(image_id, []).append(nonempty_caption(caption, f"{at}.caption"))
     return images, captions, drops
 
-
-def image_path(root: Path, file_name: str) -> Path:
-    """Where an image file lives under `root`."""
-    return root / file_name

@@ -54,6 +54,11 @@ def test_each_image_is_encoded_once_across_calls_and_mix_components(tiny_backbon
     assert reward.components[0][2].fn.images.n_encoded == 3
 
 
+def test_empty_batch(tiny_backbone, images):
+    reward = build_reward("clip-s:1,ref-clip-s:1", backbone=tiny_backbone, image_loader=images.__getitem__)
+    assert reward([], [], []).shape == (0, 0)
+
+
 def test_mix_is_the_weighted_sum_of_its_terms(tiny_backbone, images, batch):
     ids, captions, refs = batch
     context = {"backbone": tiny_backbone, "image_loader": images.__getitem__}
