@@ -126,7 +126,8 @@ def judge_caption(caption: str, scene: Scene) -> Judgement:
         seen_objects.add(obj_index)
         matched[m_index] = obj_index
         obj = scene.objects[obj_index]
-        result.repetitions += (len(mention.colours) - len(set(mention.colours))) + (len(mention.sizes) - len(set(mention.sizes)))
+        result.repetitions += ((len(mention.colours) - len(set(mention.colours))) + (len(mention.sizes) - len(set(mention.sizes)))
+                               + (len(mention.positions) - len(set(mention.positions))))
         wrong = (any(c != obj.colour for c in mention.colours) or any(s != obj.size for s in mention.sizes)
                  or any(p != obj.position for p in mention.positions))
         if wrong:

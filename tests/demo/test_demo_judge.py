@@ -66,3 +66,8 @@ def test_demo_judge_parser_and_accuracy() -> None:
     scene = _scene()
     assert judge_caption("a small blue box above a red circle", scene).relations_correct == 1
     assert judge_accuracy(["a red circle and a blue square", "a red circle"], [scene, scene]) == 50.0
+
+
+def test_demo_judge_counts_a_repeated_position_phrase() -> None:
+    judgement = judge_caption("a red circle on the left on the left and a blue square", _scene())
+    assert judgement.repetitions == 1 and judgement.verdict == "wrong"

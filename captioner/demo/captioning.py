@@ -1,0 +1,137 @@
+"""The captioning stages of the demo: grid features, XE, SCST with each reward, evaluation and gallery."""
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from captioner.demo.config import DemoConfig
+from captioner.demo.correlation import per_caption_text_metrics
+from captioner.demo.data import DemoData
+from captioner.demo.judge import judge_caption
+from captioner.features import FeatureCache, extract_features
+from captioner.model import CaptionerConfig
+from captioner.train_scst import SCSTConfig, train_scst
+from captioner.train_xe import XEConfig, generate_captions, train_xe
+from captioner.training import ScheduleConfig
+from captioner.vocab import build_vocab, load_vocab
+from metric.common.io import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+BIG = 10**9  # "never" for checkpoint intervals: the demo's stages are short and cached as a whole
+
+
+def reward_slug(spec: str) -> str:
+    """Folder/log name of a reward ('pac-s++' stays readable; only path-unsafe characters are replaced)."""
+    return "".join(ch if ch.isalnum() or ch in "-+_." else "_" for ch in spec.lower())
+
+
+def extract_all_features(data: DemoData, backbone: Any, folder: Path) -> dict:
+    """Stage `features`: grid features (pre-ln_post ViT tokens) of every image, with the pre-trained CLIP."""
+    images = {image_id: path for split in data.splits for image_id, path in data.image_paths(split).items()}
+    cache = extract_features(backbone, images, folder / "cache", batch_size=128, shard_size=4096)
+    return {"images": len(cache), "tokens": cache.num_tokens, "feature_dim": cache.feature_dim}
+
+
+def open_features(folder: Path) -> FeatureCache:
+    """The feature cache written by the features stage."""
+    return FeatureCache(folder / "cache")
+
+
+def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: Path, logs: Path) -> dict:
+    """Stage `xe`: vocabulary and cross-entropy training of the captioner on the reference captions."""
+    stage = config.xe
+    train_items, val_items = data.splits["train"], data.splits["val"]
+    vocab = build_vocab("word", [c for item in train_items for c in item.references], min_count=1,
+                        max_length=stage.max_length)
+    vocab.save(folder / "vocab.json")
+    model_config = CaptionerConfig(d_model=stage.d_model, n_heads=stage.n_heads, encoder_layers=stage.encoder_layers,
+                                   decoder_layers=stage.decoder_layers, ffn_dim=stage.ffn_dim, dropout=stage.dropout)
+    xe = XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
+                  micro_batch_size=stage.batch_size,
+                  schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
+                                          decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
+                  val_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
+                  checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+    result = train_xe(xe, model_config, vocab, features,
+                      [(item.image_id, caption) for item in train_items for caption in item.references],
+                      {item.image_id: item.references for item in val_items})
+    shutil.copyfile(folder / "log.csv", logs / "xe.csv")
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    losses = result.losses
+    return {"steps": result.steps, "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
+            "best_val_cider": result.best_score, "best_step": result.best_step}
+
+
+def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
+             folder: Path, logs: Path) -> dict:
+    """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline)."""
+    stage = config.scst
+    scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
+                      micro_batch_size=stage.batch_size, max_steps=stage.steps, epochs=BIG, samples="beam",
+                      k=stage.beam_size, max_length=config.xe.max_length, baseline="mean", checkpoint_every=BIG,
+                      log_every=stage.log_every, seed=config.seed, tensorboard=False)
+    result = train_scst(scst, xe_folder / "best", features,
+                        [(item.image_id, item.references) for item in data.splits["train"]], reward)
+    shutil.copyfile(folder / "log.csv", logs / f"scst-{reward_slug(spec)}.csv")
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    return {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
+
+
+def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache, beam_size: int) -> dict[str, str]:
+    """Beam-search captions of every test image by the captioner in `model_folder`."""
+    from captioner.checkpoints import load_captioner
+
+    model, vocab, _ = load_captioner(model_folder)
+    ids = [item.image_id for item in data.splits["test"]]
+    return generate_captions(model, vocab, features, ids, beam_size=beam_size, batch_size=100, progress=True)
+
+
+def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]) -> tuple[dict, dict]:
+    """The table row of one model (B-4, C, CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge) and per-caption scores."""
+    from captioner.evaluation import contrastive_scores, fluency_scores
+
+    ids = list(captions)
+    references = data.references()
+    scenes = data.scenes()
+    text = per_caption_text_metrics([captions[i] for i in ids], [references[i] for i in ids])
+    judgements = [judge_caption(captions[i], scenes[i]) for i in ids]
+    row: dict[str, float] = {"B-4": 100 * float(text["bleu4"].mean()), "C": 100 * float(text["cider"].mean())}
+    paths = {i: str(data.image_path(i)) for i in ids}
+    row.update(contrastive_scores(captions, references, paths, scorers))
+    row.update(fluency_scores([captions[i] for i in ids]))
+    row["Judge-acc"] = 100.0 * float(np.mean([j.is_correct for j in judgements]))
+    row["Judge"] = 100.0 * float(np.mean([j.score for j in judgements]))
+    row["Halluc."] = 100.0 * float(np.mean([j.hallucinated > 0 for j in judgements]))
+    row["Length"] = float(np.mean([len(captions[i].split()) for i in ids]))
+    per_caption = {i: {"judge": j.score, "verdict": j.verdict, "cider": float(c)}
+                   for i, j, c in zip(ids, judgements, text["cider"])}
+    return row, per_caption
+
+
+def write_gallery(run_dir: Path, data: DemoData, captions: Mapping[str, Mapping[str, str]],
+                  per_caption: Mapping[str, Mapping[str, dict]], scorers: Mapping[str, Any], size: int) -> None:
+    """gallery.json (+ gallery/<id>.png) for the report: each test image with every model's caption and scores."""
+    ids = [item.image_id for item in data.splits["test"][:size]]
+    (run_dir / "gallery").mkdir(exist_ok=True)
+    references = data.references()
+    entries = []
+    for image_id in ids:
+        target = run_dir / "gallery" / f"{image_id}.png"
+        shutil.copyfile(data.image_path(image_id), target)
+        entry: dict[str, Any] = {"image_id": image_id, "image": f"gallery/{image_id}.png",
+                                 "references": references[image_id], "captions": {}}
+        for model, model_captions in captions.items():
+            caption = model_captions[image_id]
+            scores = {"judge": per_caption[model][image_id]["judge"], "C": 100 * per_caption[model][image_id]["cider"]}
+            for name, family in (("CLIP-S", "clip"), ("PAC-S++", "pac-s++")):
+                result = scorers[family].score([str(data.image_path(image_id))], [caption], keys=[image_id])
+                scores[name] = float(result.scores[0])
+            entry["captions"][model] = {"caption": caption, "scores": scores,
+                                        "verdict": per_caption[model][image_id]["verdict"]}
+        entries.append(entry)
+    write_json_atomic(run_dir / "gallery.json", entries)

@@ -1,0 +1,83 @@
+"""Stage `correlation`: how well CLIP-S, PAC-S++ and text metrics agree with the exact judge (Kendall tau)."""
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from captioner.demo.candidates import candidates_for
+from captioner.demo.config import DemoConfig
+from captioner.demo.data import DemoData
+from captioner.demo.judge import judge_caption
+from metric.common.io import atomic_path, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+CONTRASTIVE = {"clip-s": ("clip", False), "ref-clip-s": ("clip", True), "pac-s++": ("pac-s++", False),
+               "ref-pac-s++": ("pac-s++", True)}
+
+
+def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+    """Per-caption BLEU-4 (pycocoevalcap) and CIDEr-D (eval.cider) of lower-cased, space-tokenised captions."""
+    from pycocoevalcap.bleu.bleu import Bleu
+
+    from eval.cider import cider_d
+
+    cands = [" ".join(c.lower().split()) for c in candidates]
+    refs = [[" ".join(r.lower().split()) for r in rs] for rs in references]
+    gts = {i: refs[i] for i in range(len(cands))}
+    res = {i: [cands[i] if cands[i] else "."] for i in range(len(cands))}
+    _, per_caption = Bleu(4).compute_score(gts, res, verbose=0)
+    return {"bleu4": np.asarray(per_caption[3], dtype=float), "cider": np.asarray(cider_d(cands, refs), dtype=float)}
+
+
+def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candidates: Sequence[str],
+                        references: Sequence[Sequence[str]], keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scorer.Scorer)."""
+    out = {}
+    for name, (family, with_refs) in CONTRASTIVE.items():
+        result = scorers[family].score(list(images), list(candidates), references=list(references) if with_refs
+                                       else None, keys=list(keys))
+        out[name] = np.asarray(result.scores, dtype=float)
+    return out
+
+
+def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float]:
+    """Kendall tau_b and tau_c (x100, scipy) of a metric against the judge."""
+    return {"tau_b": float(100 * stats.kendalltau(values, judge, variant="b").statistic),
+            "tau_c": float(100 * stats.kendalltau(values, judge, variant="c").statistic), "n": int(len(values))}
+
+
+def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, Any], folder: Path) -> dict:
+    """Score candidates of varied quality on validation images with every metric and the judge."""
+    items = data.splits["val"][: config.correlation.n_images]
+    rng = np.random.default_rng([config.seed, 7])
+    rows: list[dict[str, Any]] = []
+    for item in items:
+        for kind, caption in candidates_for(item, items, rng, config.correlation.candidates_per_image):
+            judgement = judge_caption(caption, item.scene)
+            rows.append({"image_id": item.image_id, "kind": kind, "caption": caption, "judge": judgement.score})
+    references = [data.references()[r["image_id"]][1:] for r in rows]  # the first reference is a candidate
+    candidates = [r["caption"] for r in rows]
+    images = [str(data.image_path(r["image_id"])) for r in rows]
+    metrics = {**contrastive_metrics(scorers, images, candidates, references, [r["image_id"] for r in rows]),
+               **per_caption_text_metrics(candidates, references),
+               "length": np.asarray([len(c.split()) for c in candidates], dtype=float)}
+    judge = np.asarray([r["judge"] for r in rows], dtype=float)
+    summary = {name: kendall(values, judge) for name, values in metrics.items()}
+    for name, values in metrics.items():
+        for row, value in zip(rows, values):
+            row[name] = round(float(value), 6)
+    columns = ["image_id", "kind", "caption", "judge", *metrics]
+    with atomic_path(folder / "scores.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_json_atomic(folder / "correlation.json", summary)
+    logger.info("correlation with the judge (Kendall tau_b x100): %s",
+                ", ".join(f"{k} {v['tau_b']:.1f}" for k, v in summary.items()))
+    return {"n_candidates": len(rows), "tau_b": {k: round(v["tau_b"], 2) for k, v in summary.items()}}
