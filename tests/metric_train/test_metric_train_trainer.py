@@ -164,3 +164,20 @@ def test_manifest_missing_files_error_with_line_or_counted_skip(tmp_path, capsys
     bad.write_text(path.read_text().splitlines()[0] + "\n" + json.dumps({"image_id": "x", "caption": "y"}) + "\n")
     with pytest.raises(InputError, match="line 2: missing key"):
         read_manifest(bad)
+
+
+def test_periodic_correlation_on_an_eval_benchmark(shared_data, tmp_path):
+    source = shared_data / "flickr8k"
+    data = tmp_path / "flickr8k"
+    data.mkdir()
+    rows = (source / "ExpertAnnotations.txt").read_text().splitlines()[:24]
+    (data / "ExpertAnnotations.txt").write_text("\n".join(rows) + "\n")
+    shutil.copy(source / "Flickr8k.token.txt", data / "Flickr8k.token.txt")
+    config = _config(tmp_path, max_steps=2, eval_every=2)
+    config.correlation.benchmark, config.correlation.every = "flickr8k-expert", 1
+    config.correlation.data, config.correlation.images = str(data), str(source / "images")
+    out = train_metric(config, _data(16, 0), _data(8, 1), backbone=_backbone())
+    history = json.loads((out / "train_log.json").read_text())["history"]
+    assert len(history) == 2
+    for record in history:
+        assert -100.0 <= record["corr_tau_c"] <= 100.0 and record["corr_n"] > 0  # Kendall x100
