@@ -139,3 +139,32 @@ def test_hard_negative_margin_matches_loop():
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="same shape"):
         symmetric_infonce(_unit(3, 4, 0), _unit(4, 4, 1), 1.0)
+
+
+@pytest.mark.parametrize("name", ["train_metric.yaml", "train_metric_pacs.yaml", "train_metric_vitl14.yaml",
+                                  "train_metric_correlation.yaml"])
+def test_recipe_configs_load(name):
+    from pathlib import Path
+
+    from metric.common.config import load_config
+    from metric.train import MetricTrainConfig
+
+    config = load_config(MetricTrainConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
+    config.validate()
+    if name == "train_metric_pacs.yaml":
+        assert (config.mode, config.loss.lambda_v, config.loss.lambda_t) == ("projection", 0.05, 0.1)
+        assert config.lora.rank == 4 and config.loss.margin == 0.2  # the rest comes from the base file
+    else:
+        assert (config.mode, config.loss.lambda_v, config.loss.lambda_t) == ("lora", 0.1, 0.001)
+    assert (config.lr, config.batch_size, config.patience) == (1e-4, 256, 1500)
+
+
+@pytest.mark.parametrize("name", ["generate_positives.yaml", "generate_positives_smoke.yaml"])
+def test_generator_configs_load(name):
+    from pathlib import Path
+
+    from metric.common.config import load_config
+    from metric.positives import PositivesConfig
+
+    config = load_config(PositivesConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
+    assert config.captioner and config.text_to_image and config.safety_checker
