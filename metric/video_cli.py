@@ -19,34 +19,59 @@ from metric.video_frames import FrameSampling, find_videos
 logger = logging.getLogger(__name__)
 
 
-def add_sampling_options(parser: argparse.ArgumentParser) -> None:
-    """Add `--fps --num-frames --max-frames --idf-corpus --no-idf --prompt` (shared with the video benchmarks)."""
+def add_sampling_options(parser: argparse.ArgumentParser, fps_default: float | None = 1.0) -> None:
+    """Add `--fps --num-frames --max-frames --idf-corpus --no-idf --prompt` (also used by the video benchmarks)."""
     group = parser.add_argument_group("video options")
-    group.add_argument("--fps", type=float, default=1.0,
-                       help="frames per second taken from video files (default 1; 0 = every frame)")
+    fps_help = f"default {fps_default:g}" if fps_default is not None else "default: the benchmark's protocol"
+    group.add_argument("--fps", type=float, default=fps_default,
+                       help=f"frames per second taken from video files ({fps_help}; 0 = every frame)")
     group.add_argument("--num-frames", type=int, default=None,
                        help="take this many frames spread uniformly over the video instead (EMScore uses 10)")
     group.add_argument("--max-frames", type=int, default=None, help="cap on frames per video (uniform subsample)")
     group.add_argument("--idf-corpus", metavar="FILE",
                        help="IDF corpus: a JSON list of sentences or a references file (default: the references, "
-                            "else the candidates)")
+                            "else the candidates; for benchmarks their released train corpus or references)")
     group.add_argument("--no-idf", action="store_true", help="weigh every caption token equally")
     group.add_argument("--prompt", default="", help="text prepended to every candidate (default: none)")
 
 
-def sampling_from_args(args: argparse.Namespace) -> FrameSampling:
-    """The frame sampling named by `--fps --num-frames --max-frames`."""
-    fps = getattr(args, "fps", 1.0)
-    return FrameSampling(fps=None if not fps else fps, num_frames=getattr(args, "num_frames", None),
-                         max_frames=getattr(args, "max_frames", None))
+def add_video_benchmark_options(parser: argparse.ArgumentParser) -> None:
+    """Add `--videos` and the video options to a `pacs correlate` parser (once, whichever benchmark asks)."""
+    if "--videos" in parser._option_string_actions:  # both video benchmarks share these options
+        return
+    parser.add_argument("--videos", metavar="DIR",
+                        help="video benchmarks: folder of <video_id>.{mp4,...} files or <video_id>/ frame folders "
+                             "(default: --images)")
+    add_sampling_options(parser, fps_default=None)
 
 
-def video_scorer_from_args(args: argparse.Namespace, metric: str) -> VideoScorer:
+def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None = None) -> FrameSampling:
+    """The frame sampling named by `--fps --num-frames --max-frames` (`default` when neither rule is given)."""
+    fps, num_frames = getattr(args, "fps", None), getattr(args, "num_frames", None)
+    max_frames = getattr(args, "max_frames", None)
+    if fps is None and num_frames is None and default is not None:
+        return FrameSampling(fps=default.fps, num_frames=default.num_frames,
+                             max_frames=max_frames if max_frames is not None else default.max_frames)
+    return FrameSampling(fps=fps or None, num_frames=num_frames, max_frames=max_frames)
+
+
+def video_scorer_from_args(args: argparse.Namespace, metric: str, sampling: FrameSampling | None = None,
+                           progress: bool = True) -> VideoScorer:
     """Build a VideoScorer from the model and video options (`--w` defaults to 1: Eqs. 6-14 have no scale)."""
     backbone = backbone_from_args(args, metric)
-    return VideoScorer(backbone, sampling_from_args(args), batch_size=getattr(args, "batch_size", 64) or 64,
-                       device=getattr(args, "device", None), cache_dir=getattr(args, "cache_dir", None),
-                       prompt=getattr(args, "prompt", "") or "", w=args.w if getattr(args, "w", None) else 1.0)
+    return VideoScorer(backbone, sampling or sampling_from_args(args),
+                       batch_size=getattr(args, "batch_size", 64) or 64, device=getattr(args, "device", None),
+                       cache_dir=getattr(args, "cache_dir", None), prompt=getattr(args, "prompt", "") or "",
+                       w=args.w if getattr(args, "w", None) else 1.0, progress=progress)
+
+
+def idf_corpus_from_args(args: argparse.Namespace, default: list[str] | None) -> tuple[list[str] | None, str]:
+    """The IDF corpus chosen by `--no-idf` / `--idf-corpus` (else `default`), and a name for provenance."""
+    if getattr(args, "no_idf", False):
+        return None, "none"
+    if getattr(args, "idf_corpus", None):
+        return load_sentences(args.idf_corpus), str(args.idf_corpus)
+    return default, "default"
 
 
 def load_sentences(path: str | Path) -> list[str]:

@@ -25,7 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from eval import correlation
+from eval.benchmarks import Benchmark, register_benchmark
+from eval.benchmarks.vatex_eval import locate_videos, text_scores, video_scorers
+from eval.registry import get_metric
 from metric.common.errors import InputError
+from metric.registry import metric_spec
+from metric.video_cli import add_video_benchmark_options, idf_corpus_from_args, sampling_from_args
+from metric.video_frames import FrameSampling
 
 RIGHT_FILE = "final_right_video_sentences.json"
 FOIL_FILE = "final_foil_video_sentences.json"
@@ -228,3 +235,64 @@ def video_paragraph_scores(data: ActivityNetFoilData, scorer: Any, videos: dict[
 def default_idf_corpus(data: ActivityNetFoilData) -> list[str]:
     """EMScore's IDF corpus when released (ActivityNet Captions train), else the references."""
     return data.idf_corpus or data.all_references()
+
+
+CATEGORY = "1-ref"  # the paper's column: one paragraph of references
+
+
+@register_benchmark("activitynet-foil")
+class ActivityNetFoil(Benchmark):
+    """ActivityNet-FOIL: accuracy of preferring the correct paragraph over the foiled one."""
+
+    description = "ActivityNet-FOIL (video): accuracy on 1,900 foil-correct paragraph pairs"
+    default_sampling = FrameSampling(fps=1.0)
+
+    def add_arguments(self, parser: Any) -> None:
+        """`--videos` and the video options (sampling default: 1 frame per second)."""
+        add_video_benchmark_options(parser)
+
+    def run(self, context: Any) -> dict[str, Any]:
+        """`{metric: {"1-ref": accuracy, "mean": accuracy, "n": videos}}`."""
+        data = load_activitynet_foil(context.data)
+        videos: dict[str, Any] = {}
+        if context.suite.needs_images:
+            keep, videos = locate_videos(context, [video.video_id for video in data.videos])
+            data = ActivityNetFoilData([v for v, k in zip(data.videos, keep) if k], data.idf_corpus)
+        if len(data) == 0:
+            raise InputError(f"{context.data}: no ActivityNet-FOIL video left to score")
+        scorers = video_scorers(context, sampling_from_args(context.args, self.default_sampling))
+        corpus, _ = idf_corpus_from_args(context.args, default_idf_corpus(data))
+        idf_tables = {family: scorer.idf(corpus) for family, scorer in scorers.items()}
+        segments = [segment for video in data.videos for segment in video.segments]
+        references = [segment.references for segment in segments]
+        right_text = text_scores(context, [s.right for s in segments], references)
+        foil_text = text_scores(context, [s.foil for s in segments], references)
+        right: dict[str, np.ndarray] = {}
+        foil: dict[str, np.ndarray] = {}
+        for name in context.metrics:
+            metric = get_metric(name)
+            if metric.kind == "contrastive":
+                family = metric_spec(name).family
+                right[name], foil[name] = video_paragraph_scores(data, scorers[family], videos,
+                                                                 metric.reference_based, idf_tables[family])
+            else:
+                right[name] = paragraph_scores(data, right_text[name])
+                foil[name] = paragraph_scores(data, foil_text[name])
+        table: dict[str, Any] = {}
+        for name in right:
+            if name in context.suite.unavailable:
+                table[name] = {"unavailable": context.suite.unavailable[name]}
+                continue
+            accuracy = foil_accuracy(right[name], foil[name])
+            table[name] = {CATEGORY: accuracy, "mean": accuracy, "n": len(data)}
+        available = [name for name in right if name not in context.suite.unavailable]
+        if context.bootstrap and available:
+            samples = correlation.bootstrap(
+                lambda idx: {n: foil_accuracy(right[n][idx], foil[n][idx]) for n in available},
+                len(data), context.bootstrap, context.seed)
+            best = max(available, key=lambda n: table[n]["mean"])
+            for name in available:
+                table[name]["mean_ci"] = correlation.confidence_interval(samples[name])
+                table[name]["p_value_vs_best"] = (None if name == best else
+                                                  correlation.paired_p_value(samples[best], samples[name]))
+        return table

@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from eval import correlation
+from eval.benchmarks import Benchmark, register_benchmark
+from eval.registry import get_metric
+from eval.scoring import MetricSuite
 from metric.common.errors import InputError
+from metric.registry import metric_spec
+from metric.video_cli import (add_video_benchmark_options, idf_corpus_from_args, sampling_from_args,
+                              video_scorer_from_args)
+from metric.video_frames import FrameSampling, find_videos
 
 REFERENCE_SETTINGS = (0, 1, 9)
 N_ANNOTATORS = 3
@@ -196,3 +204,117 @@ def video_metric_scores(data: VatexEvalData, scorer: Any, videos: dict[str, Any]
 def setting_name(metric: str, n_refs: int) -> str:
     """Result key of a metric in a reference setting: the name alone without references, else `name@k`."""
     return metric if n_refs == 0 else f"{metric}@{n_refs}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `pacs correlate vatex-eval`
+# ---------------------------------------------------------------------------------------------------------------
+
+def locate_videos(context: Any, video_ids: list[str]) -> tuple[np.ndarray, dict[str, Path]]:
+    """Find every video (`--videos`, else `--images`); a missing one is an error unless `--skip-missing-images`."""
+    args = context.args
+    folder = getattr(args, "videos", None) or context.images
+    if folder is None and not context.image_map:
+        raise InputError("video metrics need the videos: pass --videos DIR")
+    found, missing = find_videos(folder or ".", video_ids, context.image_map)
+    keep = np.array([v in found for v in video_ids], dtype=bool)
+    if missing:
+        if not context.skip_missing_images:
+            raise InputError(f"video {missing[0]!r} not found under {folder} ({len(missing)} missing; pass "
+                             "--skip-missing-images to skip their pairs for every metric)")
+        context.count("skipped_missing_video", len(missing))
+        context.count("skipped_pairs", int((~keep).sum()))
+    return keep, found
+
+
+def video_scorers(context: Any, sampling: Any) -> dict[str, Any]:
+    """One VideoScorer per backbone family among the requested contrastive metrics (built from the model options)."""
+    scorers: dict[str, Any] = {}
+    for name in context.metrics:
+        if get_metric(name).kind == "contrastive":
+            family = metric_spec(name).family
+            if family not in scorers:
+                scorers[family] = video_scorer_from_args(context.args, name, sampling)
+    return scorers
+
+
+def text_scores(context: Any, candidates: list[str], references: list[list[str]]) -> dict[str, np.ndarray]:
+    """Per-caption scores of the requested text and baseline metrics (the contrastive ones are scored on video)."""
+    names = [name for name in context.metrics if get_metric(name).kind != "contrastive"]
+    if not names:
+        return {}
+    suite = MetricSuite(names, spice_corenlp=context.suite.spice_corenlp)
+    scores = suite.score(candidates, references, None)
+    context.suite.unavailable.update(suite.unavailable)
+    return scores
+
+
+def _bootstrap(context: Any, table: dict[str, Any], scores: dict[str, np.ndarray], human: np.ndarray) -> None:
+    names = list(scores)
+
+    def statistic(indices: np.ndarray) -> dict[str, float]:
+        return {name: correlations(scores[name][indices], human[indices])["tau_b"] for name in names}
+
+    samples = correlation.bootstrap(statistic, len(human), context.bootstrap, context.seed)
+    best = max(names, key=lambda name: table[name]["tau_b"])
+    for name in names:
+        table[name]["tau_b_ci"] = correlation.confidence_interval(samples[name])
+        table[name]["p_value_vs_best"] = (None if name == best else
+                                          correlation.paired_p_value(samples[best], samples[name]))
+        table[name]["best"] = best
+
+
+@register_benchmark("vatex-eval")
+class VatexEval(Benchmark):
+    """VATEX-EVAL: Kendall tau_b / Spearman rho (annotator-averaged) with 0, 1 and 9 references."""
+
+    description = "VATEX-EVAL (video): Kendall tau-b and Spearman rho with 0, 1 and 9 references"
+    default_sampling = FrameSampling(fps=None, num_frames=10)  # EMScore: 10 frames uniformly over the video
+
+    def add_arguments(self, parser: Any) -> None:
+        """`--videos` and the video options (sampling default: 10 frames spread uniformly)."""
+        add_video_benchmark_options(parser)
+
+    def run(self, context: Any) -> dict[str, Any]:
+        """`{metric: {...}}` for reference-free metrics, `{metric@k: {...}}` for k = 1, 9 references."""
+        data = load_vatex_eval(context.data)
+        videos: dict[str, Path] = {}
+        if context.suite.needs_images:
+            keep, videos = locate_videos(context, data.video_ids)
+            data = data.subset(keep) if not keep.all() else data
+        if len(data) == 0:
+            raise InputError(f"{context.data}: no VATEX-EVAL pair left to score")
+        scorers = video_scorers(context, sampling_from_args(context.args, self.default_sampling))
+        corpus, _ = idf_corpus_from_args(context.args, default_idf_corpus(data))
+        idf_tables = {family: scorer.idf(corpus) for family, scorer in scorers.items()}
+        scores: dict[str, np.ndarray] = {}
+        for name in context.metrics:
+            metric = get_metric(name)
+            if metric.kind == "contrastive":
+                family = metric_spec(name).family
+                settings = [n for n in REFERENCE_SETTINGS if (n > 0) == metric.reference_based]
+                for n_refs in settings:
+                    scores[setting_name(name, n_refs)] = video_metric_scores(data, scorers[family], videos, n_refs,
+                                                                             idf_tables[family])
+        if any(get_metric(name).kind == "baseline" for name in context.metrics):
+            scores.update({name: values for name, values in text_scores(context, data.candidates,
+                                                                        data.references).items()
+                           if get_metric(name).kind == "baseline"})
+        for n_refs in REFERENCE_SETTINGS[1:]:
+            for name, values in text_scores(context, data.candidates, data.references_at(n_refs)).items():
+                if get_metric(name).kind == "text":
+                    scores[setting_name(name, n_refs)] = values
+        scores = {key: scores[key] for name in context.metrics for key in
+                  (name, setting_name(name, 1), setting_name(name, 9)) if key in scores}
+        table: dict[str, Any] = {}
+        for key, values in scores.items():
+            base = key.split("@")[0]
+            if base in context.suite.unavailable:
+                table[key] = {"tau_b": None, "tau_c": None, "spearman": None, "n": 0,
+                              "unavailable": context.suite.unavailable[base]}
+            else:
+                table[key] = correlations(values, data.human_scores)
+        available = {k: v for k, v in scores.items() if table[k].get("tau_b") is not None}
+        if context.bootstrap and available:
+            _bootstrap(context, table, available, data.human_scores)
+        return table

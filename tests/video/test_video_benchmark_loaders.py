@@ -22,7 +22,7 @@ def test_vatex_eval_loader_reads_released_layout(tmp_path):
     data = load_vatex_eval(folder)
     assert len(data) == 6
     assert data.video_ids == ["vid0", "vid0", "vid0", "vid1", "vid1", "vid1"]
-    assert data.candidates[4] == "candidate 1-1 for vid1"
+    assert data.candidates[4] == "candidate 1-1 for vid1 again"
     assert len(data.references[0]) == 10 and data.references_at(1)[3] == ["reference 0 of vid1"]
     raw = pickle.load(open(folder / "human_scores.pkl", "rb"))
     # annotator-major layout: the first N values are annotator 0's ratings of the N candidates

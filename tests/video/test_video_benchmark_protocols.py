@@ -1,6 +1,8 @@
 """The video metric on the VATEX-EVAL and ActivityNet-FOIL protocols, with real videos and frame folders."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
@@ -8,10 +10,14 @@ from eval.benchmarks.activitynet_foil import (default_idf_corpus, foil_accuracy,
                                               video_paragraph_scores)
 from eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
 from eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
+from eval.benchmarks import RunContext, get_benchmark
+from eval.scoring import MetricSuite
+from metric.backbones import save_backbone
+from metric.common.errors import InputError
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, find_videos
 
-from .video_support import frame_array, write_activitynet_foil, write_frame_folder, write_vatex_eval
+from .video_support import build_tiny_backbone, frame_array, write_activitynet_foil, write_frame_folder, write_vatex_eval
 
 
 def test_vatex_eval_video_scores_with_0_1_9_references(tiny_backbone, tmp_path):
@@ -66,3 +72,51 @@ def test_activitynet_foil_default_idf_corpus(tmp_path):
     data = load_activitynet_foil(folder)
     assert data.idf_corpus is None
     assert default_idf_corpus(data) == ["a man picks up a ball", "he throws a ball far", "a dog runs", "the dog sleeps"]
+
+
+def correlate_args(checkpoint, videos, **overrides) -> argparse.Namespace:
+    """The options `pacs correlate` passes to a video benchmark (model options + video options)."""
+    values = dict(checkpoint=str(checkpoint), backbone=None, arch=None, w=None, device="cpu", batch_size=8,
+                  cache_dir=None, lora_mode="official", videos=str(videos), fps=None, num_frames=None,
+                  max_frames=None, idf_corpus=None, no_idf=False, prompt="")
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_vatex_eval_benchmark_table(tmp_path):
+    folder = write_vatex_eval(tmp_path / "vatex", n_videos=2, per_video=3, n_refs=10, videos_dir=tmp_path / "videos")
+    checkpoint = save_backbone(build_tiny_backbone("pac-s++"), tmp_path / "tiny.safetensors")
+    suite = MetricSuite(["pac-s++", "ref-pac-s++", "length", "bleu1"])
+    context = RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos"))
+    table = get_benchmark("vatex-eval").run(context)
+    assert set(table) == {"pac-s++", "ref-pac-s++@1", "ref-pac-s++@9", "length", "bleu1@1", "bleu1@9"}
+    for row in table.values():
+        assert row["n"] == 6 and set(row) >= {"tau_b", "tau_c", "spearman"}
+    # the reference-free entry is the annotator-averaged correlation of the Python API's scores (10 frames)
+    data = load_vatex_eval(folder)
+    scorer = VideoScorer(build_tiny_backbone("pac-s++"), FrameSampling(num_frames=10), progress=False)
+    videos = {v: tmp_path / "videos" / f"{v}.mp4" for v in ("vid0", "vid1")}
+    expected = correlations(video_metric_scores(data, scorer, videos, 0, scorer.idf(vatex_idf_corpus(data))),
+                            data.human_scores)
+    assert table["pac-s++"]["tau_b"] == pytest.approx(expected["tau_b"])
+
+
+def test_activitynet_foil_benchmark_table_and_missing_videos(tmp_path):
+    folder = write_activitynet_foil(tmp_path / "anet", videos_dir=tmp_path / "videos")
+    checkpoint = save_backbone(build_tiny_backbone("pac-s++"), tmp_path / "tiny.safetensors")
+    suite = MetricSuite(["pac-s++", "ref-pac-s++", "length"])
+    context = RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos"))
+    table = get_benchmark("activitynet-foil").run(context)
+    assert set(table) == {"pac-s++", "ref-pac-s++", "length"}
+    for row in table.values():
+        assert row["n"] == 2 and row["1-ref"] == row["mean"] and row["mean"] in (0.0, 25.0, 50.0, 75.0, 100.0)
+    # length: v_a's paragraphs tie (50), v_b's foil has the same word count (tie again)
+    assert table["length"]["mean"] == 50.0
+    (tmp_path / "videos" / "v_b.mp4").unlink()
+    with pytest.raises(InputError, match="v_b"):
+        get_benchmark("activitynet-foil").run(
+            RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos")))
+    skipping = RunContext(data=folder, suite=suite, skip_missing_images=True,
+                          args=correlate_args(checkpoint, tmp_path / "videos"))
+    table = get_benchmark("activitynet-foil").run(skipping)
+    assert table["pac-s++"]["n"] == 1 and skipping.notes["skipped_missing_video"] == 1

@@ -68,7 +68,7 @@ def write_vatex_eval(folder: Path, n_videos: int, per_video: int, n_refs: int, s
     for v in range(n_videos):
         for c in range(per_video):
             video_ids.append(f"vid{v}")
-            candidates.append(f"candidate {v}-{c} for vid{v}")
+            candidates.append(f"candidate {v}-{c} for vid{v}" + " again" * c)
             references.append([f"reference {r} of vid{v}" for r in range(n_refs)])
     n = len(candidates)
     human = rng.integers(1, 6, size=3 * n).astype(np.float64)  # annotator-major, as released
