@@ -1,6 +1,7 @@
 """Subprocess driver for the multi-process and kill/resume tests (run with python or accelerate launch).
 
-usage: driver.py xe OUT MICRO STEPS | scst OUT MICRO STEPS KILL_AT_CALL
+usage: captioner_driver.py xe OUT MICRO STEPS | scst OUT MICRO STEPS KILL_AT_CALL [VARIANT]
+VARIANT `resume` (default): dropout on, multinomial samples; `ddp`: dropout off, beams (deterministic per image).
 Prints one line `LOSSES <json list of float reprs>`.
 """
 from __future__ import annotations
@@ -44,12 +45,13 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return overlap_reward(ids, captions, refs)
 
-        init = data_dir / "init"
+        variant = sys.argv[6] if len(sys.argv) > 6 else "resume"
+        init = data_dir / ("init" if variant == "resume" else "init-nodrop")
         if not (init / "captioner.json").is_file():
-            tiny_checkpoint(data_dir, dropout=0.1)
+            tiny_checkpoint(data_dir, dropout=0.1 if variant == "resume" else 0.0, name=init.name)
         config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
-                            epochs=4, max_steps=steps, samples="multinomial", k=3, checkpoint_every=3,
-                            keep_checkpoints=5, tensorboard=False)
+                            epochs=4, max_steps=steps, samples="multinomial" if variant == "resume" else "beam",
+                            k=3, checkpoint_every=3, keep_checkpoints=5, tensorboard=False)
         scst_train = [(image_id, val_refs) for image_id, val_refs in
                       {i: [c] for i, c in train}.items()]
         result = train_scst(config, init, cache, scst_train, reward)

@@ -39,14 +39,14 @@ def tiny_model_config(dropout: float = 0.0) -> CaptionerConfig:
     return CaptionerConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, dropout=dropout)
 
 
-def tiny_checkpoint(folder: Path, dropout: float = 0.1, seed: int = 0) -> Path:
+def tiny_checkpoint(folder: Path, dropout: float = 0.1, seed: int = 0, name: str = "init") -> Path:
     """A randomly initialised captioner folder over the tiny data's vocabulary."""
     _, train, _ = tiny_data(folder)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = tiny_model_config(dropout)
     config.vocab_size, config.feature_dim, config.max_length = len(vocab), 16, vocab.max_length
     torch.manual_seed(seed)
-    return save_captioner(folder / "init", Captioner(config), vocab, {"backbone": "test"})
+    return save_captioner(folder / name, Captioner(config), vocab, {"backbone": "test"})
 
 
 def overlap_reward(image_ids, captions, references):

@@ -57,16 +57,27 @@ def test_xe_learns_validates_and_keeps_best_checkpoint(tmp_path):
         sorted(p.name for p in (tmp_path / "xe" / "checkpoints").iterdir()) == ["step-00000020", "step-00000040"]
 
 
+LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--cpu"]
+
+
 @pytest.mark.slow
 def test_two_processes_give_the_same_xe_losses_as_one(tmp_path):
     _, single = _driver(["xe", str(tmp_path / "one"), "16", "6"])
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no", "--cpu"]
-    _, double = _driver(["xe", str(tmp_path / "two"), "8", "6"], launcher)
+    _, double = _driver(["xe", str(tmp_path / "two"), "8", "6"], LAUNCH_2)
     assert len(single) == len(double) == 6
     for a, b in zip(single, double):
         assert abs(a - b) <= 1e-5 * abs(a)
     assert single[-1] < single[0]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_same_scst_losses_as_one(tmp_path):
+    _, single = _driver(["scst", str(tmp_path / "one"), "4", "4", "0", "ddp"])
+    _, double = _driver(["scst", str(tmp_path / "two"), "4", "4", "0", "ddp"], LAUNCH_2)
+    assert len(single) == len(double) == 4 and len(set(single)) > 1
+    for a, b in zip(single, double):
+        assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6)
 
 
 @pytest.mark.slow
