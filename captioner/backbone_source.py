@@ -17,12 +17,21 @@ class BackboneSource:
     arch: str = ""
     random_config: dict[str, Any] = field(default_factory=dict)
     random_seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"
 
     def to_record(self) -> dict[str, Any]:
         """The fields stored in `captioner.json` (no device)."""
         return {"backbone": self.backbone, "checkpoint": self.checkpoint, "arch": self.arch,
                 "random_config": self.random_config, "random_seed": self.random_seed}
+
+
+def resolve_device(device: str | None) -> str:
+    """`auto` (or None) -> this process's accelerate device (cuda:<local rank>, mps or cpu); others unchanged."""
+    if device in (None, "", "auto"):
+        from accelerate import PartialState
+
+        return str(PartialState().device)
+    return str(device)
 
 
 def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str | None = None) -> Any:
@@ -33,7 +42,7 @@ def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str
         known = {key: source[key] for key in ("backbone", "checkpoint", "arch", "random_config", "random_seed")
                  if key in source}
         source = BackboneSource(**known)
-    device = device or source.device
+    device = resolve_device(device or source.device)
     if source.random_config:
         return build_backbone_from_config(dict(source.random_config), seed=int(source.random_seed),
                                           name="tiny-random", device=device)

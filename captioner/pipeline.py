@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from captioner.backbone_source import BackboneSource, load_source_backbone
+from captioner.backbone_source import BackboneSource, load_source_backbone, resolve_device
 from captioner.model import CaptionerConfig
 from captioner.train_scst import SCSTConfig
 from captioner.train_xe import XEConfig
@@ -71,7 +71,7 @@ class RewardModelConfig:
 
     clip: BackboneSource = field(default_factory=BackboneSource)
     pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
-    device: str = "cpu"
+    device: str = "auto"
 
 
 @dataclass
@@ -146,11 +146,19 @@ class _Run:
         return load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
 
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
-        from captioner.features import extract_features
+        """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
+        from accelerate import PartialState
 
+        from captioner.features import FeatureCache, extract_features
+
+        folder = self.dir / "features" / name
+        if (folder / "meta.json").is_file():
+            cache = FeatureCache(folder)
+            if not cache.missing(image_paths):
+                return cache
         f = self.config.features
-        return extract_features(self.backbone(), image_paths, self.dir / "features" / name, f.batch_size,
-                                f.shard_size, f.dtype)
+        return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
+                                accelerator=PartialState())
 
 
 def _take(items: list, limit: int) -> list:
@@ -163,22 +171,27 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     from captioner.train_xe import train_xe
     from captioner.vocab import build_vocab, load_vocab
 
+    from accelerate import PartialState
+
+    state = PartialState()
     run = _Run(config)
     run.dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(config, run.dir / "config.yaml")
+    if state.is_main_process:
+        dump_yaml(config, run.dir / "config.yaml")
     dataset = run.dataset(config.data)
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
 
     vocab_path = run.dir / "vocab.json"
-    if vocab_path.is_file():
-        vocab = load_vocab(vocab_path)
-    else:
-        v = config.vocab
-        vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count, v.vocab_size,
-                            v.max_length)
-        vocab.save(vocab_path)
+    with state.main_process_first():  # the main process builds the vocabulary, the others read it
+        if vocab_path.is_file():
+            vocab = load_vocab(vocab_path)
+        else:
+            v = config.vocab
+            vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
+                                v.vocab_size, v.max_length)
+            vocab.save(vocab_path)
     images = {item.image_id: item.image_path for item in train_items + val_items}
     features = run.features("train", images)
     source = config.features.source.to_record()
@@ -197,7 +210,11 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
                                            image_paths=images)
             train_scst(scst, xe_dir / "best", features, [(i.image_id, i.captions) for i in train_items], reward)
         models[spec] = out / "final"
-    return evaluate_models(run, models)
+    result: dict[str, Any] = {"rows": []}
+    if state.is_main_process:  # evaluation runs once, on the main process
+        result = evaluate_models(run, models)
+    state.wait_for_everyone()
+    return result
 
 
 def _asdict(config: Any) -> dict[str, Any]:
@@ -210,7 +227,7 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
                    image_paths: dict[str, Any]) -> dict[str, Any]:
     """The `build_reward` context of a pipeline: training references, image paths and reward models."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
-                               "device": config.reward_models.device}
+                               "device": resolve_device(config.reward_models.device)}
     scorers = reward_scorers(config)
     if scorers:
         context["scorers"] = {name: scorers["pac-s++" if "pac" in name else "clip"]
@@ -235,7 +252,8 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
     models = config.reward_models
     for key, source in (("clip", models.clip), ("pac-s++", models.pac)):
         if source.backbone or source.checkpoint or source.random_config:
-            scorers[key] = Scorer(load_source_backbone(source, models.device), device=models.device)
+            device = resolve_device(models.device)
+            scorers[key] = Scorer(load_source_backbone(source, device), device=device)
     return scorers
 
 
@@ -262,9 +280,10 @@ def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
                 continue
             if scorers is None:
                 scorers = reward_scorers(config)
-            model, vocab, _ = load_captioner(folder)
+            device = resolve_device("auto")
+            model, vocab, _ = load_captioner(folder, device)
             captions = generate_captions(model, vocab, features, list(paths), config.evaluation.beam_size,
-                                         config.evaluation.batch_size, progress=True)
+                                         config.evaluation.batch_size, device, progress=True)
             model_rows = [{"model": model_name, "test_set": set_name,
                            **evaluate_captions(captions, references, paths, scorers, config.evaluation.text_metrics)}]
             for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
