@@ -325,16 +325,23 @@ class VideoScorer:
                     raise InputError(f"candidate {index}: no references for a reference-based score")
             flat = sorted({r for group in references for r in group})
             refs = dict(zip(flat, self.embed_captions(flat, prompt=False)))
+        weights_cache: dict[tuple[int, ...], torch.Tensor] = {}
+
+        def weights_of(ids: list[int]) -> torch.Tensor:
+            key = tuple(ids)
+            if key not in weights_cache:
+                weights_cache[key] = idf.lookup(ids)
+            return weights_cache[key]
+
         rows = []
         ref_terms = []
         for index, (frames, caption) in enumerate(zip(frame_embs, captions)):
             if frames.numel() == 0:
                 raise InputError(f"candidate {index}: its video has no frames")
-            weights = idf.lookup(caption.ids)
-            parts = video_text_score(frames, caption.tokens, weights)
-            rows.append(parts)
+            weights = weights_of(caption.ids)
+            rows.append(video_text_score(frames, caption.tokens, weights))
             if refs is not None:
-                text_scores = [text_text_score(caption.tokens, weights, refs[r].tokens, idf.lookup(refs[r].ids)).score
+                text_scores = [text_text_score(caption.tokens, weights, refs[r].tokens, weights_of(refs[r].ids)).score
                                for r in references[index]]
                 ref_terms.append(max(text_scores))
         video_scores = np.array([p.score for p in rows], dtype=np.float64)
