@@ -1,0 +1,61 @@
+"""Correlation statistics: Kendall τb/τc (scipy), pairwise accuracy (ties = half), AUROC, bootstrap CIs."""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+
+def kendall(scores: Sequence[float], human: Sequence[float], variant: str = "b") -> float:
+    """100 × Kendall τ (`variant` 'b' or 'c') between metric scores and human ratings, as in the papers."""
+    return float(100.0 * stats.kendalltau(np.asarray(scores), np.asarray(human), variant=variant).statistic)
+
+
+def pairwise_accuracy(score_a: Sequence[float], score_b: Sequence[float], a_preferred: Sequence[bool]) -> float:
+    """100 × share of pairs where the metric prefers the caption humans prefer; a metric tie counts half."""
+    a, b = np.asarray(score_a, dtype=np.float64), np.asarray(score_b, dtype=np.float64)
+    pick_a = np.asarray(a_preferred, dtype=bool)
+    if len(a) == 0:
+        return float("nan")
+    success = np.where(a == b, 0.5, np.where(pick_a, a > b, b > a).astype(np.float64))
+    return float(100.0 * success.mean())
+
+
+def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
+    """Area under the ROC curve of `scores` for the `positive` class (ties count half); NaN if one class is empty."""
+    s = np.asarray(scores, dtype=np.float64)
+    pos = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = stats.rankdata(s)  # average ranks handle ties as half
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def bootstrap(statistic: Callable[[np.ndarray], Mapping[str, float]], n_items: int, n_resamples: int,
+              seed: int = 0, description: str = "bootstrap") -> dict[str, np.ndarray]:
+    """Values of `statistic(indices)` (a dict metric -> value) over `n_resamples` resamples with replacement."""
+    rng = np.random.default_rng(seed)
+    collected: dict[str, list[float]] = {}
+    for _ in tqdm(range(n_resamples), desc=description, leave=False, disable=n_resamples < 20):
+        indices = rng.integers(0, n_items, size=n_items)
+        for key, value in statistic(indices).items():
+            collected.setdefault(key, []).append(value)
+    return {key: np.asarray(values) for key, values in collected.items()}
+
+
+def confidence_interval(samples: np.ndarray, level: float = 0.95) -> list[float]:
+    """Percentile interval of bootstrap samples."""
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.nanpercentile(samples, [tail, 100.0 - tail])
+    return [float(low), float(high)]
+
+
+def paired_p_value(best: np.ndarray, other: np.ndarray) -> float:
+    """One-sided paired bootstrap p-value that `other` is not worse than `best` ((#{other >= best} + 1)/(N + 1))."""
+    return float((np.sum(other >= best) + 1) / (len(best) + 1))

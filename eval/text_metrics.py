@@ -1,0 +1,128 @@
+"""Reference-based text metrics through pycocoevalcap (BLEU-1..4, METEOR, ROUGE-L, SPICE) and fast CIDEr-D.
+
+`compute_text_metrics` tokenizes every caption with one PTB-tokenizer call, scores each distinct
+(candidate, references) pair once (per-caption values do not depend on the other pairs, except CIDEr's document
+frequencies, which are computed over all rows exactly as pycocoevalcap does) and returns corpus and
+per-caption values in input order.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.meteor.meteor import Meteor
+from pycocoevalcap.rouge.rouge import Rouge
+
+from eval.cider import CiderD
+from eval.java import require_java
+from eval.registry import get_metric
+from eval.spice import SpiceUnavailable, compute_spice
+from eval.tokenize import ptb_tokenize
+from metric.common.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MetricValues:
+    """Corpus value and per-caption values (input order) of one metric; `available=False` with a reason."""
+
+    corpus: float
+    per_caption: np.ndarray
+    available: bool = True
+    reason: str = ""
+
+
+def check_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]]) -> int:
+    """Validate candidate/reference lists (named by index); return the number of empty candidates."""
+    if isinstance(candidates, str):
+        raise InputError("candidates must be a list of strings, not a single string")
+    if len(candidates) != len(references):
+        raise InputError(f"{len(candidates)} candidates but {len(references)} reference lists")
+    empty = 0
+    for index, (candidate, refs) in enumerate(zip(candidates, references)):
+        if not isinstance(candidate, str):
+            raise InputError(f"candidate {index} is {type(candidate).__name__}, expected a string")
+        if isinstance(refs, str) or not refs:
+            raise InputError(f"candidate {index} has no reference list (got {refs!r})")
+        for ref in refs:
+            if not isinstance(ref, str):
+                raise InputError(f"a reference of candidate {index} is {type(ref).__name__}, expected a string")
+        empty += not candidate.strip()
+    return empty
+
+
+def tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]]
+                   ) -> tuple[list[str], list[list[str]]]:
+    """PTB-tokenize candidates and references with a single Java call (distinct strings only)."""
+    distinct = list(dict.fromkeys([*candidates, *(ref for refs in references for ref in refs)]))
+    tokenized = dict(zip(distinct, ptb_tokenize(distinct)))
+    return [tokenized[c] for c in candidates], [[tokenized[r] for r in refs] for refs in references]
+
+
+def _scatter(values: Sequence[float], inverse: np.ndarray) -> np.ndarray:
+    """Per-row values from values of the distinct pairs."""
+    return np.asarray(values, dtype=np.float64)[inverse]
+
+
+def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]],
+                         metrics: Sequence[str], tokenized: bool = False,
+                         spice_corenlp: str | os.PathLike | None = None) -> dict[str, MetricValues]:
+    """Corpus and per-caption values of the text `metrics` (bleu1-4, meteor, rouge, cider, spice).
+
+    Inputs are raw captions (PTB-tokenized here) unless `tokenized`. Corpus values are pycocoevalcap's
+    (corpus BLEU, METEOR's aggregate, mean ROUGE-L / CIDEr-D / SPICE) over the distinct pairs. When the CoreNLP
+    jars are missing, SPICE comes back with `available=False` and the reason instead of failing the run.
+    """
+    names = [get_metric(name).name for name in metrics]
+    for name in names:
+        if get_metric(name).kind != "text":
+            raise InputError(f"{name} is not a text metric (text metrics: bleu1-4 meteor rouge cider spice)")
+    empty = check_pairs(candidates, references)
+    if empty:
+        log.warning("%d empty candidate(s) are scored as empty strings", empty)
+    if not candidates:
+        return {name: MetricValues(float("nan"), np.zeros(0)) for name in names}
+    if any(get_metric(name).needs_java for name in names) or not tokenized:
+        require_java([n for n in names if get_metric(n).needs_java] or ["the PTB tokenizer"])
+    if not tokenized:
+        candidates, references = tokenize_pairs(candidates, references)
+    rows = [(c, tuple(r)) for c, r in zip(candidates, references)]
+    distinct = list(dict.fromkeys(rows))
+    position = {pair: i for i, pair in enumerate(distinct)}
+    inverse = np.fromiter((position[row] for row in rows), dtype=np.int64, count=len(rows))
+    gts = {i: list(refs) for i, (_, refs) in enumerate(distinct)}
+    res = {i: [cand] for i, (cand, _) in enumerate(distinct)}
+    out: dict[str, MetricValues] = {}
+
+    bleu_orders = [int(name[-1]) for name in names if name.startswith("bleu")]
+    if bleu_orders:
+        corpus, per = Bleu(4).compute_score(gts, res, verbose=0)
+        for k in bleu_orders:
+            out[f"bleu{k}"] = MetricValues(float(corpus[k - 1]), _scatter(per[k - 1], inverse))
+    if "meteor" in names:
+        meteor = Meteor()
+        try:
+            corpus, per = meteor.compute_score(gts, res)
+        finally:
+            del meteor
+        out["meteor"] = MetricValues(float(corpus), _scatter(per, inverse))
+    if "rouge" in names:
+        corpus, per = Rouge().compute_score(gts, res)
+        out["rouge"] = MetricValues(float(corpus), _scatter(per, inverse))
+    if "cider" in names:
+        # document frequencies over every row, as pycocoevalcap would count them
+        per = CiderD()(list(candidates), [list(refs) for refs in references])
+        out["cider"] = MetricValues(float(per.mean()), per)
+    if "spice" in names:
+        try:
+            result = compute_spice([c for c, _ in distinct], [list(r) for _, r in distinct], spice_corenlp)
+            out["spice"] = MetricValues(result.corpus, _scatter(result.per_caption, inverse))
+        except SpiceUnavailable as error:
+            log.warning("%s", error)
+            out["spice"] = MetricValues(float("nan"), np.full(len(rows), np.nan), False, str(error))
+    return {name: out[name] for name in names}

@@ -1,0 +1,53 @@
+"""pycocoevalcap's PTB tokenization (Stanford PTBTokenizer 3.4.1 + punctuation removal), one Java call per batch."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import pycocoevalcap.tokenizer.ptbtokenizer as ptb
+
+from eval.java import require_java
+from metric.common.errors import InputError, PacsError
+
+log = logging.getLogger(__name__)
+
+PTB_JAR = Path(ptb.__file__).resolve().parent / ptb.STANFORD_CORENLP_3_4_1_JAR
+_PUNCTUATION = frozenset(ptb.PUNCTUATIONS)
+
+
+def ptb_tokenize(captions: Sequence[str]) -> list[str]:
+    """Tokenize captions exactly as pycocoevalcap's PTBTokenizer (lower-cased, punctuation removed).
+
+    All captions go through a single Java process; the order of the output follows the input.
+    """
+    if isinstance(captions, str):
+        raise InputError("ptb_tokenize expects a list of captions, not a single string")
+    for index, caption in enumerate(captions):
+        if not isinstance(caption, str):
+            raise InputError(f"caption {index} is {type(caption).__name__}, expected a string")
+    if not captions:
+        return []
+    java = require_java(["the PTB tokenizer (bleu, meteor, rouge, cider, spice)"])
+    text = "\n".join(caption.replace("\r", " ").replace("\n", " ") for caption in captions)
+    handle = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8")
+    try:
+        with handle:
+            handle.write(text)
+        result = subprocess.run([java, "-cp", str(PTB_JAR), "edu.stanford.nlp.process.PTBTokenizer",
+                                 "-preserveLines", "-lowerCase", handle.name],
+                                capture_output=True, check=False)
+    finally:
+        os.unlink(handle.name)
+    if result.returncode != 0:
+        raise PacsError(f"the PTB tokenizer failed: {result.stderr.decode(errors='replace').strip()[-500:]}")
+    lines = result.stdout.decode("utf-8").split("\n")
+    if len(lines) > len(captions) and all(not line.strip() for line in lines[len(captions):]):
+        lines = lines[: len(captions)]
+    if len(lines) != len(captions):
+        raise PacsError(f"the PTB tokenizer returned {len(lines)} lines for {len(captions)} captions")
+    return [" ".join(word for word in line.rstrip().split(" ") if word and word not in _PUNCTUATION)
+            for line in lines]
