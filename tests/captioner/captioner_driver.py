@@ -1,8 +1,10 @@
 """Subprocess driver for the multi-process and kill/resume tests (run with python or accelerate launch).
 
-usage: captioner_driver.py xe OUT MICRO STEPS | scst OUT MICRO STEPS KILL_AT_CALL [VARIANT]
-VARIANT `resume` (default): dropout on, multinomial samples; `ddp`: dropout off, beams (deterministic per image).
-Prints one line `LOSSES <json list of float reprs>`.
+usage:
+  captioner_driver.py multi OUT IMAGES_DIR XE_MICRO SCST_MICRO   features + XE + SCST (beams, dropout off)
+  captioner_driver.py scst OUT MICRO STEPS KILL_AT_CALL          SCST, dropout on, multinomial samples;
+                                                                 SIGKILLs itself at reward call KILL_AT_CALL
+Prints `RESULT <name> <json list of float reprs>` lines.
 """
 from __future__ import annotations
 
@@ -16,46 +18,78 @@ import torch
 
 torch.set_num_threads(1)
 
+from accelerate import PartialState  # noqa: E402
+
 from captioner.train_scst import SCSTConfig, train_scst  # noqa: E402
 from captioner.train_xe import XEConfig, train_xe  # noqa: E402
 from captioner.training import ScheduleConfig  # noqa: E402
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config  # noqa: E402
 
 
-def main() -> None:
-    mode, out, micro, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    data_dir = out.parent / "data"
-    cache, train, val = tiny_data(data_dir)
-    if mode == "xe":
-        from captioner.vocab import build_vocab
+def emit(name: str, values: list[float]) -> None:
+    """Print one result line (main process only)."""
+    if PartialState().is_main_process:
+        print(f"RESULT {name} " + json.dumps([repr(float(x)) for x in values]), flush=True)
 
-        vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
-        config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=32, micro_batch_size=micro,
-                          schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
-                                                  final_lr=1e-4), val_every=1000, checkpoint_every=1000,
-                          log_every=1, tensorboard=False)
-        result = train_xe(config, tiny_model_config(dropout=0.0), vocab, cache, train, {})
-    else:
-        kill_at = int(sys.argv[5])
-        calls = {"n": 0}
 
-        def reward(ids, captions, refs):
-            calls["n"] += 1
-            if calls["n"] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return overlap_reward(ids, captions, refs)
+def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
+    """Extract grid features of `n` Flickr8k images with a tiny CLIP; return one checksum per image."""
+    from captioner.features import extract_features
+    from metric.backbones import build_backbone_from_config, tiny_clip_config
 
-        variant = sys.argv[6] if len(sys.argv) > 6 else "resume"
-        init = data_dir / ("init" if variant == "resume" else "init-nodrop")
+    paths = sorted(images_dir.glob("*.jpg"))[:n]
+    backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
+    cache = extract_features(backbone, {p.stem: p for p in paths}, out, batch_size=2, shard_size=2,
+                             accelerator=PartialState())
+    return [float(cache.get([p.stem]).double().sum()) for p in paths]
+
+
+def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> list[float]:
+    """A few XE steps, dropout off."""
+    from captioner.vocab import build_vocab
+
+    cache, train, _ = tiny_data(data_dir)
+    vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
+    config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=32, micro_batch_size=micro,
+                      schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
+                                              final_lr=1e-4), val_every=1000, checkpoint_every=1000,
+                      log_every=1, tensorboard=False)
+    return train_xe(config, tiny_model_config(dropout=0.0), vocab, cache, train, {}).losses
+
+
+def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, variant: str) -> list[float]:
+    """SCST steps: `resume` = dropout on + multinomial samples; `ddp` = dropout off + beams."""
+    calls = {"n": 0}
+
+    def reward(ids, captions, refs):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return overlap_reward(ids, captions, refs)
+
+    cache, train, _ = tiny_data(data_dir)
+    init = data_dir / ("init" if variant == "resume" else "init-nodrop")
+    with PartialState().main_process_first():
         if not (init / "captioner.json").is_file():
             tiny_checkpoint(data_dir, dropout=0.1 if variant == "resume" else 0.0, name=init.name)
-        config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
-                            epochs=4, max_steps=steps, samples="multinomial" if variant == "resume" else "beam",
-                            k=3, checkpoint_every=3, keep_checkpoints=5, tensorboard=False)
-        scst_train = [(image_id, val_refs) for image_id, val_refs in
-                      {i: [c] for i, c in train}.items()]
-        result = train_scst(config, init, cache, scst_train, reward)
-    print("LOSSES " + json.dumps([repr(x) for x in result.losses]), flush=True)
+    config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
+                        epochs=4, max_steps=steps, samples="multinomial" if variant == "resume" else "beam",
+                        k=3, checkpoint_every=3, keep_checkpoints=5, tensorboard=False)
+    items = list({image_id: [caption] for image_id, caption in train}.items())
+    return train_scst(config, init, cache, items, reward).losses
+
+
+def main() -> None:
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    data_dir = out.parent / "data"
+    with PartialState().main_process_first():
+        tiny_data(data_dir)
+    if mode == "multi":
+        emit("features", run_features(out / "features", Path(sys.argv[3]), 7))
+        emit("xe", run_xe(out / "xe", data_dir, int(sys.argv[4]), 6))
+        emit("scst", run_scst(out / "scst", data_dir, int(sys.argv[5]), 4, 0, "ddp"))
+    else:
+        emit("scst", run_scst(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), "resume"))
 
 
 if __name__ == "__main__":
