@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -186,7 +186,6 @@ class VideoScoreResult:
     n_truncated: int = 0
     n_empty: int = 0
     w: float = 1.0
-    extra: dict = field(default_factory=dict)
 
 
 class VideoScorer:
@@ -282,9 +281,9 @@ class VideoScorer:
                 tokens[row, : len(ids)] = torch.tensor(ids)
             embeddings = caption_token_embeddings(self.model, tokens.to(self.device))
             for text, (ids, cut), emb in zip(batch, tokenized, embeddings):
-                if emb.shape[0] != len(ids):
-                    raise RuntimeError(f"EOS position disagrees with the tokenizer for {text!r}")
-                self._caption_cache[text] = CaptionEmbedding(ids=list(ids), tokens=emb, truncated=cut)
+                # the text tower pools at the first EOS (a literal "<|endoftext|>" in a caption ends it early)
+                self._caption_cache[text] = CaptionEmbedding(ids=list(ids[: emb.shape[0]]), tokens=emb,
+                                                             truncated=cut)
         return [self._caption_cache[t] for t in texts]
 
     # -- IDF ------------------------------------------------------------------------------------------------
@@ -347,7 +346,7 @@ class VideoScorer:
         video_scores = np.array([p.score for p in rows], dtype=np.float64)
         if refs is not None:
             ref_array = np.array(ref_terms, dtype=np.float64)
-            final = (video_scores + ref_array) / 2.0
+            final = np.array([reference_video_score(v, [r]) for v, r in zip(video_scores, ref_array)])
         else:
             ref_array, final = None, video_scores
         n_empty = sum(1 for c in candidates if not c.strip())

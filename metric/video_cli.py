@@ -107,15 +107,13 @@ def run_score_video(args: argparse.Namespace) -> int:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         raise InputError(f"no video file or frame folder for video id(s) {', '.join(map(repr, missing[:3]))}{more} "
                          f"in {videos_dir or args.video_map}")
-    if args.no_idf:
-        corpus, corpus_name = None, "none"
-    elif args.idf_corpus:
-        corpus, corpus_name = load_sentences(args.idf_corpus), str(args.idf_corpus)
-    elif reference_table is not None:
-        corpus = [s for group in reference_table.values() for s in group]
-        corpus_name = f"references ({args.references})"
+    if reference_table is not None:
+        default_corpus = [s for group in reference_table.values() for s in group]
+        default_name = f"references ({args.references})"
     else:
-        corpus, corpus_name = [c.caption for c in candidates], "candidates"
+        default_corpus, default_name = [c.caption for c in candidates], "candidates"
+    corpus, corpus_name = idf_corpus_from_args(args, default_corpus)
+    corpus_name = default_name if corpus_name == "default" else corpus_name
     scorer = video_scorer_from_args(args, spec.name)
     if scorer.backbone.family != spec.family:
         logger.warning("metric %s expects a %s backbone but %s is a %s model", spec.name, spec.family,

@@ -192,3 +192,10 @@ def test_reference_score_is_eq14(tiny_backbone, tmp_path):
     assert free.scores[0] == pytest.approx(2.0 * free.video_scores[0])
     with pytest.raises(InputError, match="candidate 0"):
         scorer.score([video], [caption], [[]])
+
+
+def test_caption_ends_at_the_first_eos_like_the_text_tower(tiny_backbone):
+    scorer = VideoScorer(tiny_backbone, progress=False)
+    cut, plain = scorer.embed_captions(["a dog <|endoftext|> runs far away", "a dog"])
+    assert cut.ids == plain.ids
+    assert torch.allclose(cut.tokens, plain.tokens, atol=1e-5)
