@@ -2,8 +2,11 @@
 reward -> `pacs caption`; a second run skips every finished stage."""
 from __future__ import annotations
 
+import csv
 import json
+import runpy
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from captioner.pipeline import run_from_config
 from metric.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[2]
 REWARDS = ["cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5"]
 
 
@@ -68,14 +72,25 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
         for column in ("B-4", "C", "RefCLIP-S", "RefPAC-S++", "CLIP-S", "PAC-S++", "Rep-1", "Rep-4", "%Incorrect"):
             assert isinstance(row[column], float), (row["model"], column)
     assert "| model | test_set | B-4 |" in (run / "eval" / "results.md").read_text()
-    # second run: every stage is skipped (no new checkpoints, features not re-extracted)
-    stamp = (run / "xe" / "final" / "model.safetensors").stat().st_mtime_ns
+    # second run, through `pacs train`: every stage is skipped (nothing rewritten)
+    from pacs_cli import main
+
+    stamps = {p: p.stat().st_mtime_ns for p in run.rglob("*.safetensors")}
     started = time.monotonic()
-    run_from_config(str(config_path), ["scst.k=3"])
-    assert (run / "xe" / "final" / "model.safetensors").stat().st_mtime_ns == stamp
+    assert main(["train", "--config", str(config_path), "scst.k=3"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*.safetensors")} == stamps
     assert time.monotonic() - started < 60
 
-    from pacs_cli import main
+    # the reward comparison reuses every trained model and writes the Table 9/10 layout
+    compare = runpy.run_path(str(REPO / "recipes" / "compare_rewards.py"), run_name="compare_rewards")
+    assert compare["main"](["--config", str(config_path), "--reward", "pac-s++", "--reward", "cider",
+                            "scst.k=3"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*.safetensors")} == stamps
+    with open(run / "compare_rewards" / "results.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["reward"] for row in table] == ["– (XE)", "pac-s++", "cider"]
+    assert list(table[0])[:4] == ["test_set", "reward", "B-4", "M"] and "%Incorrect" in table[0]
+    assert "| flickr8k | pac-s++ |" in capsys.readouterr().out
 
     images = tmp_path / "images"
     images.mkdir()
