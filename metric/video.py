@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from metric.common.errors import InputError
 from metric.embedding_cache import EmbeddingCache
-from metric.video_frames import FrameSampling, read_frames, source_digest
+from metric.video_frames import Frame, FrameSampling, cap_indices, iter_frames, source_digest
 from metric.video_idf import IdfTable, cached_idf
 
 logger = logging.getLogger(__name__)
@@ -225,6 +225,19 @@ class VideoScorer:
             chunks.append(F.normalize(features, dim=-1).cpu())
         return torch.cat(chunks) if chunks else torch.zeros(0, 0)
 
+    def _embed_stream(self, frames: Iterable[Frame]) -> torch.Tensor:
+        """Embed frames as they are decoded, `batch_size` at a time (only embeddings are kept in memory)."""
+        chunks, batch = [], []
+        for frame in frames:
+            batch.append(frame.image)
+            if len(batch) == self.batch_size:
+                chunks.append(self.embed_frames(batch))
+                batch = []
+        if batch:
+            chunks.append(self.embed_frames(batch))
+        self.stats["frames_embedded"] += sum(chunk.shape[0] for chunk in chunks)
+        return torch.cat(chunks)
+
     def embed_video(self, source: str | os.PathLike) -> torch.Tensor:
         """Normalised frame embeddings `[F, E]` of a video file or frame folder (cached by path, then on disk)."""
         source = Path(source)
@@ -238,10 +251,9 @@ class VideoScorer:
             embeddings = torch.from_numpy(cached)
             self.stats["disk_cache_hits"] += 1
         else:
-            frames = read_frames(source, self.sampling)
-            embeddings = self.embed_frames([frame.image for frame in frames])
+            embeddings = self._embed_stream(iter_frames(source, self.sampling))
+            embeddings = embeddings[cap_indices(embeddings.shape[0], self.sampling.max_frames)]
             self.stats["videos_embedded"] += 1
-            self.stats["frames_embedded"] += len(frames)
             if disk_key is not None:
                 self.disk_cache.put(disk_key, embeddings.numpy())
         self._frame_cache[memory_key] = embeddings

@@ -92,20 +92,21 @@ def is_video_source(path: str | os.PathLike) -> bool:
     return path.is_dir() or (path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS)
 
 
-def _cap(frames: list[Frame], max_frames: int | None) -> list[Frame]:
-    if max_frames is None or len(frames) <= max_frames:
-        return frames
-    return [frames[i] for i in uniform_indices(len(frames), max_frames)]
+def cap_indices(count: int, max_frames: int | None) -> list[int]:
+    """Indices kept of `count` sampled frames under the `max_frames` cap (all of them when under it)."""
+    if max_frames is None or count <= max_frames:
+        return list(range(count))
+    return uniform_indices(count, max_frames)
 
 
-def read_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
-    """Read the sampled frames of a frame folder (all images, or `num_frames` uniformly)."""
+def iter_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
+    """Yield the sampled frames of a frame folder (all images, or `num_frames` uniformly), before the cap."""
     files = frame_files(folder)
     indices = list(range(len(files)))
     if sampling.num_frames is not None:
         indices = uniform_indices(len(files), sampling.num_frames)
-    frames = [Frame(index=i, time=None, image=open_image(files[i])) for i in indices]
-    return _cap(frames, sampling.max_frames)
+    for index in indices:
+        yield Frame(index=index, time=None, image=open_image(files[index]))
 
 
 def _import_av():
@@ -156,52 +157,60 @@ def _decode(path: Path) -> Iterator[tuple[int, float | None, "object"]]:
 
 def _pick(path: Path, indices: list[int]) -> list[Frame]:
     """Decode a video and return the frames at `indices` (in that order; an index may repeat)."""
-    wanted = set(indices)
+    wanted, last = set(indices), max(indices, default=-1)
     found: dict[int, Frame] = {}
     for index, time, frame in _decode(path):
         if index in wanted:
             found[index] = Frame(index=index, time=time, image=frame.to_image())
-        if index >= max(wanted, default=-1):
+        if index >= last:
             break
     return [found[i] for i in indices if i in found]
 
 
-def read_video_frames(path: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
-    """Decode a video file with PyAV and return its sampled frames (RGB PIL images)."""
+def iter_video_frames(path: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
+    """Decode a video file with PyAV and yield its sampled frames (RGB PIL images), before the cap."""
     path = Path(path)
-    frames: list[Frame] = []
     if sampling.num_frames is not None:
         expected = _count_frames(path)
         frames = _pick(path, uniform_indices(expected, sampling.num_frames))
-        if not frames or len(frames) != sampling.num_frames:  # metadata was wrong: select over the true count
+        if len(frames) != sampling.num_frames:  # metadata was wrong: select over the true count
             decoded = sum(1 for _ in _decode(path))
             logger.debug("%s: container says %d frames, decoded %d", path, expected, decoded)
             frames = _pick(path, uniform_indices(decoded, sampling.num_frames))
-    else:
-        step = None if sampling.fps is None else 1.0 / sampling.fps
-        start, target = None, 0.0
-        for index, time, frame in _decode(path):
-            if step is not None and time is not None:
-                start = time if start is None else start
-                relative = time - start
-                if relative + 1e-6 < target:
-                    continue
-                while target <= relative + 1e-6:
-                    target += step
-            frames.append(Frame(index=index, time=time, image=frame.to_image()))
-    if not frames:
+        if not frames:
+            raise InputError(f"{path}: no frames could be decoded")
+        yield from frames
+        return
+    step = None if sampling.fps is None else 1.0 / sampling.fps
+    start, target, count = None, 0.0, 0
+    for index, time, frame in _decode(path):
+        if step is not None and time is not None:
+            start = time if start is None else start
+            relative = time - start
+            if relative + 1e-6 < target:
+                continue
+            while target <= relative + 1e-6:
+                target += step
+        count += 1
+        yield Frame(index=index, time=time, image=frame.to_image())
+    if count == 0:
         raise InputError(f"{path}: no frames could be decoded")
-    return _cap(frames, sampling.max_frames)
+
+
+def iter_frames(source: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
+    """Yield the sampled frames of a video file or a frame folder, before the `max_frames` cap."""
+    source = Path(source)
+    if source.is_dir():
+        return iter_folder_frames(source, sampling)
+    if not source.is_file():
+        raise InputError(f"{source}: video not found")
+    return iter_video_frames(source, sampling)
 
 
 def read_frames(source: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
-    """Return the sampled frames of a video file or a frame folder."""
-    source = Path(source)
-    if source.is_dir():
-        return read_folder_frames(source, sampling)
-    if not source.is_file():
-        raise InputError(f"{source}: video not found")
-    return read_video_frames(source, sampling)
+    """Return the sampled frames of a video file or a frame folder (`max_frames` applied)."""
+    frames = list(iter_frames(source, sampling))
+    return [frames[i] for i in cap_indices(len(frames), sampling.max_frames)]
 
 
 def source_digest(source: str | os.PathLike) -> str:
