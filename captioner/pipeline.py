@@ -260,7 +260,7 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
 def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}."""
     from captioner.checkpoints import load_captioner
-    from captioner.evaluation import TABLE_COLUMNS, evaluate_captions, results_json
+    from captioner.evaluation import TABLE_COLUMNS, results_json
     from captioner.train_xe import generate_captions
 
     config = run.config
@@ -271,7 +271,6 @@ def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
         dataset = run.dataset(set_config)
         items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
         paths = {i.image_id: i.image_path for i in items}
-        references = {i.image_id: i.captions for i in items}
         features = run.features(set_name, paths)
         for model_name, folder in models.items():
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
@@ -284,19 +283,30 @@ def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
             model, vocab, _ = load_captioner(folder, device)
             captions = generate_captions(model, vocab, features, list(paths), config.evaluation.beam_size,
                                          config.evaluation.batch_size, device, progress=True)
-            model_rows = [{"model": model_name, "test_set": set_name,
-                           **evaluate_captions(captions, references, paths, scorers, config.evaluation.text_metrics)}]
-            for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
-                subset = {i.image_id for i in items if i.extra.get("domain") == domain}
-                model_rows.append({"model": model_name, "test_set": f"{set_name}/{domain}",
-                                   **evaluate_captions({k: v for k, v in captions.items() if k in subset},
-                                                       references, paths, scorers, config.evaluation.text_metrics)})
+            model_rows = [{"model": model_name, **row} for row in
+                          evaluation_rows(set_name, captions, items, scorers, config.evaluation.text_metrics)]
             write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
             write_json_atomic(out, {"rows": model_rows})
             rows.extend(model_rows)
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(run.dir / "eval", rows, columns)
     return {"rows": rows}
+
+
+def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorers: dict[str, Any] | None,
+                    text_metrics: list[str]) -> list[dict[str, Any]]:
+    """One row for the whole test set, then one per `extra["domain"]` (nocaps in/near/out-domain)."""
+    from captioner.evaluation import evaluate_captions
+
+    references = {i.image_id: i.captions for i in items}
+    paths = {i.image_id: i.image_path for i in items}
+    rows = [{"test_set": set_name, **evaluate_captions(captions, references, paths, scorers, text_metrics)}]
+    for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
+        subset = {i.image_id for i in items if i.extra.get("domain") == domain}
+        rows.append({"test_set": f"{set_name}/{domain}",
+                     **evaluate_captions({k: v for k, v in captions.items() if k in subset}, references, paths,
+                                         scorers, text_metrics)})
+    return rows
 
 
 def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:

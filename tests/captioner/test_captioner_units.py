@@ -154,3 +154,18 @@ def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
     visual = backbone.model.visual
     pooled = visual.ln_post(grid[:, 0]) @ visual.proj
     assert torch.allclose(pooled, backbone.model.encode_image(pixels), atol=1e-5)
+
+
+def test_evaluation_rows_split_nocaps_style_domains():
+    pytest.importorskip("eval.fluency")
+    from captioner.data import CaptionItem
+    from captioner.pipeline import evaluation_rows
+
+    items = [CaptionItem("1", None, ["a dog on grass"], "val", {"domain": "in-domain"}),
+             CaptionItem("2", None, ["a red car"], "val", {"domain": "out-domain"}),
+             CaptionItem("3", None, ["a cat on a mat"], "val", {"domain": "out-domain"})]
+    captions = {"1": "a dog dog on the", "2": "a red car", "3": "a cat"}
+    rows = evaluation_rows("nocaps", captions, items, None, [])
+    assert [row["test_set"] for row in rows] == ["nocaps", "nocaps/in-domain", "nocaps/out-domain"]
+    assert rows[1]["Rep-1"] == 1.0 and rows[2]["Rep-1"] == 0.0  # "dog" repeated once, in the in-domain caption
+    assert rows[0]["%Incorrect"] == pytest.approx(100 / 3) and rows[1]["%Incorrect"] == 100.0
