@@ -19,30 +19,33 @@ from metric.video_frames import FrameSampling, find_videos
 logger = logging.getLogger(__name__)
 
 
-def add_sampling_options(parser: argparse.ArgumentParser, fps_default: float | None = 1.0) -> None:
-    """Add `--fps --num-frames --max-frames --idf-corpus --no-idf --prompt` (also used by the video benchmarks)."""
-    group = parser.add_argument_group("video options")
+def _add_video_arguments(container: Any, fps_default: float | None) -> None:
     fps_help = f"default {fps_default:g}" if fps_default is not None else "default: the benchmark's protocol"
-    group.add_argument("--fps", type=float, default=fps_default,
-                       help=f"frames per second taken from video files ({fps_help}; 0 = every frame)")
-    group.add_argument("--num-frames", type=int, default=None,
-                       help="take this many frames spread uniformly over the video instead (EMScore uses 10)")
-    group.add_argument("--max-frames", type=int, default=None, help="cap on frames per video (uniform subsample)")
-    group.add_argument("--idf-corpus", metavar="FILE",
-                       help="IDF corpus: a JSON list of sentences or a references file (default: the references, "
-                            "else the candidates; for benchmarks their released train corpus or references)")
-    group.add_argument("--no-idf", action="store_true", help="weigh every caption token equally")
-    group.add_argument("--prompt", default="", help="text prepended to every candidate (default: none)")
+    container.add_argument("--fps", type=float, default=fps_default,
+                           help=f"frames per second taken from video files ({fps_help}; 0 = every frame)")
+    container.add_argument("--num-frames", type=int, default=None,
+                           help="take this many frames spread uniformly over the video instead (EMScore uses 10)")
+    container.add_argument("--max-frames", type=int, default=None, help="cap on frames per video (uniform subsample)")
+    container.add_argument("--idf-corpus", metavar="FILE",
+                           help="IDF corpus: a JSON list of sentences or a references file (default: the references, "
+                                "else the candidates; for benchmarks their released train corpus or references)")
+    container.add_argument("--no-idf", action="store_true", help="weigh every caption token equally")
+    container.add_argument("--prompt", default="", help="text prepended to every candidate (default: none)")
 
 
-def add_video_benchmark_options(parser: argparse.ArgumentParser) -> None:
-    """Add `--videos` and the video options to a `pacs correlate` parser (once, whichever benchmark asks)."""
-    if "--videos" in parser._option_string_actions:  # both video benchmarks share these options
+def add_sampling_options(parser: argparse.ArgumentParser, fps_default: float | None = 1.0) -> None:
+    """Add the group `--fps --num-frames --max-frames --idf-corpus --no-idf --prompt` to a parser."""
+    _add_video_arguments(parser.add_argument_group("video options"), fps_default)
+
+
+def add_video_benchmark_options(container: Any) -> None:
+    """Add `--videos` and the video options to `pacs correlate` (a parser or group; once, whichever benchmark asks)."""
+    if "--videos" in container._option_string_actions:  # both video benchmarks share these options
         return
-    parser.add_argument("--videos", metavar="DIR",
-                        help="video benchmarks: folder of <video_id>.{mp4,...} files or <video_id>/ frame folders "
-                             "(default: --images)")
-    add_sampling_options(parser, fps_default=None)
+    container.add_argument("--videos", metavar="DIR",
+                           help="video benchmarks: folder of <video_id>.{mp4,...} files or <video_id>/ frame "
+                                "folders (default: --images)")
+    _add_video_arguments(container, fps_default=None)
 
 
 def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None = None) -> FrameSampling:

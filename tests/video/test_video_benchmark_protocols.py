@@ -17,7 +17,8 @@ from metric.common.errors import InputError
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, find_videos
 
-from .video_support import build_tiny_backbone, frame_array, write_activitynet_foil, write_frame_folder, write_vatex_eval
+from .video_support import (build_tiny_backbone, frame_array, write_activitynet_foil, write_frame_folder,
+                            write_vatex_eval)
 
 
 def test_vatex_eval_video_scores_with_0_1_9_references(tiny_backbone, tmp_path):
