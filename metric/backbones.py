@@ -21,6 +21,12 @@ from open_clip.model import CLIP, CustomTextCLIP
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path
+from metric.pruned_forward import (
+    encode_image_pruned,
+    encode_text_pruned,
+    supports_pruned_image,
+    supports_pruned_text,
+)
 from metric.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
 from metric.tokenizer import ClipTokenizer, TokenizedBatch
 
@@ -53,10 +59,7 @@ class Backbone:
     @property
     def supports_trimmed_text(self) -> bool:
         """True when the text tower is open_clip's causal CLIP text transformer (trimming is exact)."""
-        model = self.model
-        return (isinstance(model, CLIP) and getattr(model, "attn_mask", None) is not None
-                and getattr(model, "text_pool_type", "argmax") == "argmax"
-                and isinstance(self.tokenize, ClipTokenizer))
+        return supports_pruned_text(self.model) and isinstance(self.tokenize, ClipTokenizer)
 
     def tokenize_batch(self, texts: list[str]) -> TokenizedBatch:
         """Tokenize texts into id lists (with the truncation count); needs the CLIP BPE tokenizer."""
@@ -66,31 +69,26 @@ class Backbone:
         return self.tokenize.encode(texts)
 
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Unnormalised image embeddings of preprocessed pixels `[N, 3, H, W]`."""
+        """Unnormalised image embeddings of preprocessed pixels `[N, 3, H, W]` (class-token-only last block)."""
+        if supports_pruned_image(self.model):
+            return encode_image_pruned(self.model, pixels)
         return self.model.encode_image(pixels)
 
-    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
+    def encode_text(self, tokens: torch.Tensor, prefix_length: int = 0,
+                    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
         """Unnormalised text embeddings of ids `[N, L]` with L <= context length (trailing padding may be cut).
 
         The text tower is causal and pools at the first EOT (argmax of the ids), so the padding after the
         longest sequence never influences any output: running at length L is exactly the 77-token result.
+        `prefix_kv` (from `metric.pruned_forward.prefix_states`) holds the per-layer keys/values of the first
+        `prefix_length` ids, shared by every row, which are then not recomputed.
         """
         length = tokens.shape[1]
-        if length == self.context_length or not self.supports_trimmed_text:
+        if not self.supports_trimmed_text:
             if length != self.context_length:
                 tokens = torch.nn.functional.pad(tokens, (0, self.context_length - length))
             return self.model.encode_text(tokens)
-        model = self.model
-        cast_dtype = model.transformer.get_cast_dtype()
-        x = model.token_embedding(tokens).to(cast_dtype)
-        x = x + model.positional_embedding[:length].to(cast_dtype)
-        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-        x = model.ln_final(x)
-        x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
-        projection = model.text_projection
-        if projection is not None:
-            x = projection(x) if isinstance(projection, torch.nn.Linear) else x @ projection
-        return x
+        return encode_text_pruned(self.model, tokens, prefix_length if prefix_kv else 0, prefix_kv)
 
 
 def tiny_clip_config(**overrides: Any) -> dict:

@@ -25,6 +25,7 @@ from metric.backbones import Backbone
 from metric.common.errors import InputError
 from metric.embedding_cache import EmbeddingCache
 from metric.preprocess import open_image
+from metric.pruned_forward import common_prefix_length, prefix_states
 from metric.registry import default_w
 from metric.scores import clip_score, ref_score
 
@@ -99,6 +100,7 @@ class Scorer:
         self._image_cache: dict[str, torch.Tensor] = {}
         self._text_cache: OrderedDict[str, tuple[torch.Tensor, bool]] = OrderedDict()
         self._text_cache_size = int(text_cache_size)
+        self._prefix_cache: dict[tuple[int, ...], list] = {}
         self.images_encoded = 0
         self.texts_encoded = 0
 
@@ -180,20 +182,45 @@ class Scorer:
         return torch.stack([self._image_cache[key] for key in keys])
 
     # ------------------------------------------------------------------ texts
+    def _text_batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices sorted by length, grouped into batches of at most batch_size x context_length tokens."""
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        budget = self.batch_size * self.backbone.context_length
+        batches: list[list[int]] = []
+        for index in order:  # ascending lengths: the newest member is the longest of its batch
+            if batches and (len(batches[-1]) + 1) * lengths[index] <= budget:
+                batches[-1].append(index)
+            else:
+                batches.append([index])
+        return batches
+
+    def _prefix(self, ids: list[list[int]]) -> tuple[int, list | None]:
+        length = common_prefix_length(ids)
+        if length == 0:
+            return 0, None
+        key = tuple(ids[0][:length])
+        if key not in self._prefix_cache:
+            self._prefix_cache[key] = prefix_states(self.backbone.model, key)
+        return length, self._prefix_cache[key]
+
     @torch.no_grad()
     def _embed_text_batch(self, texts: list[str]) -> tuple[torch.Tensor, list[bool]]:
         tokenized = self.backbone.tokenize_batch(texts)
-        trim = self.backbone.supports_trimmed_text
-        order = sorted(range(len(texts)), key=lambda i: len(tokenized.ids[i])) if trim else list(range(len(texts)))
+        if not self.backbone.supports_trimmed_text:  # fixed-length fallback (e.g. non-CLIP tokenizers)
+            batches = [list(range(i, min(i + self.batch_size, len(texts))))
+                       for i in range(0, len(texts), self.batch_size)]
+            prefix_length, prefix_kv = 0, None
+        else:
+            batches = self._text_batches(tokenized.lengths())
+            prefix_length, prefix_kv = self._prefix(tokenized.ids)
         output: list[torch.Tensor | None] = [None] * len(texts)
-        batches = range(0, len(order), self.batch_size)
-        for start in tqdm(batches, desc="texts", unit="batch", leave=False,
+        for index in tqdm(batches, desc="texts", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
-            index = order[start:start + self.batch_size]
             ids = [tokenized.ids[i] for i in index]
-            length = max(len(sequence) for sequence in ids) if trim else self.backbone.context_length
+            length = max(len(sequence) for sequence in ids)
             tokens = _pad(ids, length).to(self.device)
-            embeddings = torch.nn.functional.normalize(self.backbone.encode_text(tokens).float(), dim=-1).cpu()
+            raw = self.backbone.encode_text(tokens, prefix_length, prefix_kv)
+            embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
             for i, embedding in zip(index, embeddings):
                 output[i] = embedding
         self.texts_encoded += len(texts)

@@ -1,0 +1,159 @@
+"""Exact inference shortcuts for open_clip's standard ViT CLIP towers (same weights, same math, less work).
+
+- Text (causal, pooled at the first EOT): positions after the longest sequence are never computed (texts are
+  trimmed); the token prefix shared by every text of a batch (SOT + the prompt "A photo depicts") is run once
+  and its per-layer keys/values are reused; the last block computes its query, MLP and output only for the
+  pooled EOT position.
+- Image (pooled at the class token): the last block computes its query, MLP and output only for the class token.
+
+Each shortcut is a re-ordering of the same float operations over fewer rows, so outputs agree with open_clip's
+full forward to float rounding (tests check <= 1e-5). Anything non-standard (custom blocks, attentional pooling,
+layer-scale-free variants are fine) falls back to open_clip's own forward.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from open_clip.model import CLIP
+from open_clip.transformer import ResidualAttentionBlock, VisionTransformer
+
+
+def _standard_block(block: torch.nn.Module) -> bool:
+    attn = getattr(block, "attn", None)
+    return (type(block) is ResidualAttentionBlock and not hasattr(block, "ln_1_kv")
+            and isinstance(attn, torch.nn.MultiheadAttention) and attn.batch_first and attn._qkv_same_embed_dim
+            and attn.in_proj_bias is not None and attn.bias_k is None and not attn.add_zero_attn)
+
+
+def supports_pruned_text(model: torch.nn.Module) -> bool:
+    """True for open_clip's CLIP with a standard causal text transformer pooled at argmax."""
+    return (type(model) is CLIP and getattr(model, "attn_mask", None) is not None
+            and getattr(model, "text_pool_type", None) == "argmax" and model.transformer.batch_first
+            and all(_standard_block(block) for block in model.transformer.resblocks))
+
+
+def supports_pruned_image(model: torch.nn.Module) -> bool:
+    """True for open_clip's standard ViT image tower pooled at the class token."""
+    visual = getattr(model, "visual", None)
+    return (type(visual) is VisionTransformer and visual.attn_pool is None and not visual.final_ln_after_pool
+            and visual.pool_type == "tok" and not visual.output_tokens and visual.transformer.batch_first
+            and all(_standard_block(block) for block in visual.transformer.resblocks))
+
+
+def _project(block: ResidualAttentionBlock, h: torch.Tensor, part: slice) -> torch.Tensor:
+    weight, bias = block.attn.in_proj_weight[part], block.attn.in_proj_bias[part]
+    return F.linear(h, weight, bias)
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    batch, length, width = x.shape
+    return x.view(batch, length, n_heads, width // n_heads).transpose(1, 2)
+
+
+def _keys_values(block: ResidualAttentionBlock, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    width = h.shape[-1]
+    n_heads = block.attn.num_heads
+    k = _heads(_project(block, h, slice(width, 2 * width)), n_heads)
+    v = _heads(_project(block, h, slice(2 * width, 3 * width)), n_heads)
+    return k, v
+
+
+def _block_rows(block: ResidualAttentionBlock, x_rows: torch.Tensor, h_rows: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Output of one block for the query rows `x_rows` (layer input) attending to keys/values `k`, `v`."""
+    width = x_rows.shape[-1]
+    n_heads = block.attn.num_heads
+    q = _heads(_project(block, h_rows, slice(0, width)), n_heads)
+    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    attended = attended.transpose(1, 2).reshape(x_rows.shape[0], x_rows.shape[1], width)
+    x = x_rows + block.ls_1(block.attn.out_proj(attended))
+    return x + block.ls_2(block.mlp(block.ln_2(x)))
+
+
+def _causal_mask(n_query: int, offset: int, n_key: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive mask: query i (absolute position offset + i) sees keys 0 .. offset + i."""
+    rows = torch.arange(n_query, device=device)[:, None] + offset
+    cols = torch.arange(n_key, device=device)[None, :]
+    mask = torch.zeros(n_query, n_key, dtype=dtype, device=device)
+    return mask.masked_fill_(cols > rows, float("-inf"))
+
+
+@torch.no_grad()
+def prefix_states(model: CLIP, prefix: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-layer keys/values `[1, heads, P, head_dim]` of a token prefix (causal: independent of what follows)."""
+    device = model.token_embedding.weight.device
+    tokens = torch.tensor([list(prefix)], dtype=torch.long, device=device)
+    length = tokens.shape[1]
+    x = model.token_embedding(tokens) + model.positional_embedding[:length]
+    mask = _causal_mask(length, 0, length, x.dtype, x.device)
+    states = []
+    for block in model.transformer.resblocks:
+        h = block.ln_1(x)
+        k, v = _keys_values(block, h)
+        states.append((k, v))
+        x = _block_rows(block, x, h, k, v, mask)
+    return states
+
+
+@torch.no_grad()
+def encode_text_pruned(model: CLIP, tokens: torch.Tensor, prefix_length: int = 0,
+                       prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+    """Unnormalised text embeddings of `tokens [N, L]` whose first `prefix_length` ids are the cached prefix."""
+    batch, length = tokens.shape
+    pooled_at = tokens.argmax(dim=-1)
+    if prefix_length and (prefix_kv is None or int(pooled_at.min()) < prefix_length):
+        raise ValueError("the pooled EOT position must come after the cached prefix")
+    suffix = tokens[:, prefix_length:]
+    x = model.token_embedding(suffix) + model.positional_embedding[prefix_length:length]
+    n_query = length - prefix_length
+    mask = _causal_mask(n_query, prefix_length, length, x.dtype, x.device)
+    rows = torch.arange(batch, device=x.device)
+    blocks = list(model.transformer.resblocks)
+    for index, block in enumerate(blocks):
+        h = block.ln_1(x)
+        k, v = _keys_values(block, h)
+        if prefix_length:
+            pk, pv = prefix_kv[index]
+            k = torch.cat([pk.expand(batch, -1, -1, -1), k], dim=2)
+            v = torch.cat([pv.expand(batch, -1, -1, -1), v], dim=2)
+        if index < len(blocks) - 1:
+            x = _block_rows(block, x, h, k, v, mask)
+        else:  # last block: only the pooled row of every text
+            local = pooled_at - prefix_length
+            x = _block_rows(block, x[rows, local][:, None], h[rows, local][:, None], k, v,
+                            mask[local][:, None, None, :])[:, 0]
+    x = model.ln_final(x)
+    projection = model.text_projection
+    if projection is None:
+        return x
+    return projection(x) if isinstance(projection, torch.nn.Linear) else x @ projection
+
+
+@torch.no_grad()
+def encode_image_pruned(model: CLIP, pixels: torch.Tensor) -> torch.Tensor:
+    """Unnormalised image embeddings; the last block only computes the class token."""
+    visual = model.visual
+    x = visual._embeds(pixels)
+    blocks = list(visual.transformer.resblocks)
+    for block in blocks[:-1]:
+        x = block(x)
+    last = blocks[-1]
+    h = last.ln_1(x)
+    k, v = _keys_values(last, h)
+    x = _block_rows(last, x[:, :1], h[:, :1], k, v, None)[:, 0]
+    x = visual.ln_post(x)
+    return x @ visual.proj if visual.proj is not None else x
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the id prefix shared by all sequences, ending before the earliest EOT (argmax) of any of them."""
+    if not sequences:
+        return 0
+    limit = min(max(range(len(s)), key=s.__getitem__) for s in sequences)  # first argmax = pooled position
+    first = sequences[0]
+    length = 0
+    while length < limit and all(s[length] == first[length] for s in sequences):
+        length += 1
+    return length
