@@ -199,3 +199,26 @@ def test_caption_ends_at_the_first_eos_like_the_text_tower(tiny_backbone):
     cut, plain = scorer.embed_captions(["a dog <|endoftext|> runs far away", "a dog"])
     assert cut.ids == plain.ids
     assert torch.allclose(cut.tokens, plain.tokens, atol=1e-5)
+
+
+def test_lora_backbone_token_embeddings(tmp_path):
+    from metric.lora import attach_lora
+
+    from .video_support import build_tiny_backbone
+
+    backbone = attach_lora(build_tiny_backbone(), rank=2)
+    with torch.no_grad():  # a non-zero adapter, so that the LoRA path matters
+        for name, parameter in backbone.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    captions = ["a cat on a mat", "two dogs"]
+    tokens = backbone.tokenize(captions)
+    with torch.no_grad():
+        pooled = F.normalize(backbone.model.encode_text(tokens).float(), dim=-1)
+    per_token = caption_token_embeddings(backbone.model, tokens)
+    for row, emb in enumerate(per_token):
+        assert torch.allclose(emb[-1], pooled[row], atol=1e-5)
+    base = caption_token_embeddings(build_tiny_backbone().model, tokens)
+    assert not torch.allclose(base[0][-1], per_token[0][-1], atol=1e-3)
+    folder = write_frame_folder(tmp_path / "v", [frame_array(i) for i in range(2)])
+    assert VideoScorer(backbone, FrameSampling(fps=None), progress=False).score([folder], captions[:1]).scores.shape == (1,)
