@@ -221,4 +221,5 @@ def test_lora_backbone_token_embeddings(tmp_path):
     base = caption_token_embeddings(build_tiny_backbone().model, tokens)
     assert not torch.allclose(base[0][-1], per_token[0][-1], atol=1e-3)
     folder = write_frame_folder(tmp_path / "v", [frame_array(i) for i in range(2)])
-    assert VideoScorer(backbone, FrameSampling(fps=None), progress=False).score([folder], captions[:1]).scores.shape == (1,)
+    scorer = VideoScorer(backbone, FrameSampling(fps=None), progress=False)
+    assert scorer.score([folder], captions[:1]).scores.shape == (1,)
