@@ -39,6 +39,7 @@ from metric.common.io import write_text_atomic  # noqa: E402
 logger = logging.getLogger(__name__)
 
 CURVE_X_COLUMNS = ("step", "epoch", "iteration")
+CURVE_SKIP_COLUMNS = ("epoch", "tokens", "nonfinite")  # bookkeeping, not curves
 STYLE = """
 body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
@@ -93,12 +94,16 @@ def load_curves(run_dir: Path) -> dict[str, dict[str, dict[str, tuple[list[float
         x_column = next((c for c in CURVE_X_COLUMNS if c in rows[0]), None)
         xs = [_number(r[x_column]) if x_column else float(i) for i, r in enumerate(rows)]
         for column in rows[0]:
-            if column in CURVE_X_COLUMNS or column is None:
+            if column in CURVE_X_COLUMNS or column in CURVE_SKIP_COLUMNS or column is None:
                 continue
             points = [(x, _number(r.get(column))) for x, r in zip(xs, rows)]
             points = [(x, y) for x, y in points if x is not None and y is not None]
             if points:
                 curves[group][column][variant or group] = ([p[0] for p in points], [p[1] for p in points])
+    for group, columns in curves.items():  # a column constant in every variant (e.g. a fixed lr) is no curve
+        for column in [c for c, variants in columns.items()
+                       if len({y for _, ys in variants.values() for y in ys}) <= 1 and len(variants)]:
+            del columns[column]
     return curves
 
 

@@ -103,7 +103,7 @@ class DemoConfig:
     name: str = "demo"
     runs_dir: str = "runs"
     seed: int = 0
-    threads: int = 2
+    threads: int = 1
     prompt: str = "A photo depicts "
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)
     clip: ClipStageConfig = field(default_factory=ClipStageConfig)
