@@ -105,7 +105,7 @@ def run_score_video(args: argparse.Namespace) -> int:
     video_map = {k: str(v) for k, v in load_image_map(args.video_map).items()} if args.video_map else None
     if videos_dir is None and video_map is None:
         raise InputError("pass --videos DIR (or --video-map FILE) to locate the videos")
-    paths, missing = find_videos(videos_dir or ".", [c.key for c in candidates], video_map)
+    paths, missing = find_videos(videos_dir, [c.key for c in candidates], video_map)
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         raise InputError(f"no video file or frame folder for video id(s) {', '.join(map(repr, missing[:3]))}{more} "

@@ -227,12 +227,14 @@ def source_digest(source: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def find_video(videos_dir: str | os.PathLike, video_id: str,
+def find_video(videos_dir: str | os.PathLike | None, video_id: str,
                video_map: dict[str, str] | None = None) -> Path | None:
     """Locate a video: `video_map[id]`, else `DIR/<id>` (a file or frame folder), else `DIR/<id>.<video ext>`."""
     if video_map is not None and video_id in video_map:
         path = Path(video_map[video_id])
         return path if path.exists() else None
+    if videos_dir is None:
+        return None
     folder = Path(videos_dir)
     direct = folder / video_id
     if direct.is_dir() or direct.is_file():
@@ -244,7 +246,7 @@ def find_video(videos_dir: str | os.PathLike, video_id: str,
     return None
 
 
-def find_videos(videos_dir: str | os.PathLike, video_ids: Iterable[str],
+def find_videos(videos_dir: str | os.PathLike | None, video_ids: Iterable[str],
                 video_map: dict[str, str] | None = None) -> tuple[dict[str, Path], list[str]]:
     """Locate every distinct video id; return the found paths and the ids not found (in first-seen order)."""
     found: dict[str, Path] = {}

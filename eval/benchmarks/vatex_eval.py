@@ -216,7 +216,7 @@ def locate_videos(context: Any, video_ids: list[str]) -> tuple[np.ndarray, dict[
     folder = getattr(args, "videos", None) or context.images
     if folder is None and not context.image_map:
         raise InputError("video metrics need the videos: pass --videos DIR")
-    found, missing = find_videos(folder or ".", video_ids, context.image_map)
+    found, missing = find_videos(folder, video_ids, context.image_map)
     keep = np.array([v in found for v in video_ids], dtype=bool)
     if missing:
         if not context.skip_missing_images:

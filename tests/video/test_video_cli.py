@@ -87,3 +87,16 @@ def test_score_video_errors_leave_no_output(checkpoint, video_task, capsys):
     code = run("--metric", "pac-s++", "--videos", str(video_task / "videos"), "--candidates",
                str(video_task / "cands.json"), "--checkpoint", str(checkpoint), "--out", str(out))
     assert code == 2 and "v2.avi" in capsys.readouterr().err and not out.exists()
+
+
+def test_score_video_with_a_video_map(checkpoint, video_task):
+    (video_task / "map.json").write_text(json.dumps({"clipA": "videos/v1.mp4", "clipB": "videos/v3"}))
+    (video_task / "mapped.json").write_text(json.dumps({"clipA": "stripes", "clipB": "a frame folder"}))
+    out = video_task / "mapped_out.json"
+    assert run("--metric", "pac-s++", "--video-map", str(video_task / "map.json"), "--candidates",
+               str(video_task / "mapped.json"), "--checkpoint", str(checkpoint), "--out", str(out)) == 0
+    result = json.loads(out.read_text())
+    assert [row["video_id"] for row in result["per_instance"]] == ["clipA", "clipB"] and result["n_videos"] == 2
+    (video_task / "mapped.json").write_text(json.dumps({"clipA": "stripes", "v1": "not in the map"}))
+    assert run("--metric", "pac-s++", "--video-map", str(video_task / "map.json"), "--candidates",
+               str(video_task / "mapped.json"), "--checkpoint", str(checkpoint), "--out", str(out)) == 2
