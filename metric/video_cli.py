@@ -12,7 +12,8 @@ from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.registry import metric_spec
-from metric.score_inputs import load_candidates, load_image_map, load_references, read_json, references_for
+from metric.score_inputs import (Candidate, load_candidates, load_image_map, load_references, read_json,
+                                 references_for)
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, find_videos
 
@@ -88,11 +89,28 @@ def load_sentences(path: str | Path) -> list[str]:
     return [sentence for group in load_references(path).values() for sentence in group]
 
 
+def load_video_candidates(path: str | Path) -> list[Candidate]:
+    """The `pacs score` candidate formats, plus a results list keyed by `video_id` instead of `image_id`."""
+    data = read_json(path, "candidates")
+    if not (isinstance(data, list) and data and all(isinstance(item, dict) and "video_id" in item
+                                                    and "image_id" not in item for item in data)):
+        return load_candidates(path)
+    candidates = []
+    for index, item in enumerate(data):
+        video_id, caption = item["video_id"], item.get("caption")
+        if not isinstance(video_id, (str, int)) or isinstance(video_id, bool):
+            raise InputError(f"{path}: entry #{index} has a video_id that is not a string or integer: {video_id!r}")
+        if not isinstance(caption, str):
+            raise InputError(f"{path}: candidate #{index} (video id {video_id!r}) has no caption string")
+        candidates.append(Candidate(video_id, caption))
+    return candidates
+
+
 def run_score_video(args: argparse.Namespace) -> int:
     """`pacs score-video`: score candidates against their videos, write the JSON atomically, print a summary."""
     seed_everything(args.seed)
     spec = metric_spec(args.metric)
-    candidates = load_candidates(args.candidates)
+    candidates = load_video_candidates(args.candidates)
     reference_table = load_references(args.references) if args.references else None
     references = None
     if spec.reference_based:
@@ -173,7 +191,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="DIR/<video_id> (video file or frame folder) or DIR/<video_id>.{mp4,avi,mkv,webm,...}")
     parser.add_argument("--video-map", metavar="FILE", help='{"video_id": "path"} (overrides --videos)')
     parser.add_argument("--candidates", metavar="FILE", required=True,
-                        help='{"video_id": "caption"} or [{"image_id": ..., "caption": ...}]')
+                        help='{"video_id": "caption"} or [{"video_id" (or "image_id"): ..., "caption": ...}]')
     parser.add_argument("--references", metavar="FILE",
                         help='{"video_id": ["ref", ...]} or {"annotations": [...]}: the references of ref- metrics '
                              "and the default IDF corpus")

@@ -91,7 +91,8 @@ def test_score_video_errors_leave_no_output(checkpoint, video_task, capsys):
 
 def test_score_video_with_a_video_map(checkpoint, video_task):
     (video_task / "map.json").write_text(json.dumps({"clipA": "videos/v1.mp4", "clipB": "videos/v3"}))
-    (video_task / "mapped.json").write_text(json.dumps({"clipA": "stripes", "clipB": "a frame folder"}))
+    (video_task / "mapped.json").write_text(json.dumps([{"video_id": "clipA", "caption": "stripes"},
+                                                        {"video_id": "clipB", "caption": "a frame folder"}]))
     out = video_task / "mapped_out.json"
     assert run("--metric", "pac-s++", "--video-map", str(video_task / "map.json"), "--candidates",
                str(video_task / "mapped.json"), "--checkpoint", str(checkpoint), "--out", str(out)) == 0
