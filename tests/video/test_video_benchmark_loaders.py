@@ -58,6 +58,10 @@ def test_restricted_unpickler_refuses_objects(tmp_path):
         loaded = load_pickle(path)
         np.testing.assert_array_equal(loaded["a"], arrays["a"])
         assert loaded["s"].tolist() == ["x", "yy"] and loaded["u"].tolist() == ["ab"]
+    legacy = pickle.dumps(np.array(["old", "numpy"], dtype=object), protocol=2)
+    assert b"numpy._core.multiarray" in legacy
+    path.write_bytes(legacy.replace(b"numpy._core.multiarray", b"numpy.core.multiarray"))  # as numpy 1.x wrote it
+    assert load_pickle(path).tolist() == ["old", "numpy"]
     path.write_bytes(b"garbage")
     with pytest.raises(InputError, match="evil.pkl"):
         load_pickle(path)
