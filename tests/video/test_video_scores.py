@@ -223,3 +223,36 @@ def test_lora_backbone_token_embeddings(tmp_path):
     folder = write_frame_folder(tmp_path / "v", [frame_array(i) for i in range(2)])
     scorer = VideoScorer(backbone, FrameSampling(fps=None), progress=False)
     assert scorer.score([folder], captions[:1]).scores.shape == (1,)
+
+
+def test_per_pair_scores_match_a_padded_batch_computation():
+    # an independent, batched form of Eqs. 9-13 with padding masks (the layout EMScore computes in)
+    generator = torch.Generator().manual_seed(5)
+    frames = [F.normalize(torch.randn(n, 16, generator=generator), dim=-1) for n in (3, 7, 1)]
+    tokens = [F.normalize(torch.randn(n, 16, generator=generator), dim=-1) for n in (4, 2, 9)]
+    idfs = [torch.rand(len(t), generator=generator) for t in tokens]
+    max_f, max_l = max(len(f) for f in frames), max(len(t) for t in tokens)
+    frame_pad = torch.zeros(3, max_f, 16)
+    token_pad = torch.zeros(3, max_l, 16)
+    frame_mask = torch.zeros(3, max_f, dtype=torch.bool)
+    idf_pad = torch.zeros(3, max_l)
+    for i in range(3):
+        frame_pad[i, : len(frames[i])], frame_mask[i, : len(frames[i])] = frames[i], True
+        token_pad[i, : len(tokens[i])], idf_pad[i, : len(tokens[i])] = tokens[i], idfs[i]
+    sim = token_pad @ frame_pad.transpose(1, 2)  # [B, L, F]
+    token_best = sim.masked_fill(~frame_mask[:, None, :], -2).max(dim=2).values
+    precision = (token_best * idf_pad).sum(1) / idf_pad.sum(1)
+    token_mask = torch.zeros(3, max_l, dtype=torch.bool)
+    for i in range(3):
+        token_mask[i, : len(tokens[i])] = True
+    frame_best = sim.masked_fill(~token_mask[:, :, None], -2).max(dim=1).values
+    recall = (frame_best * frame_mask).sum(1) / frame_mask.sum(1)
+    video = F.normalize((frame_pad * frame_mask[..., None]).sum(1) / frame_mask.sum(1, keepdim=True), dim=-1)
+    eos = torch.stack([t[-1] for t in tokens])
+    coarse = (video * eos).sum(-1)
+    expected = (coarse + 2 * precision * recall / (precision + recall)) / 2
+    for i in range(3):
+        parts = video_text_score(frames[i], tokens[i], idfs[i])
+        assert parts.score == pytest.approx(float(expected[i]), abs=1e-6)
+        assert parts.precision == pytest.approx(float(precision[i]), abs=1e-6)
+        assert parts.recall == pytest.approx(float(recall[i]), abs=1e-6)
