@@ -284,7 +284,8 @@ class VideoScorer:
         """Token embeddings of captions (the prompt prepended when `prompt`), cached by text."""
         texts = [(self.prompt if prompt else "") + caption for caption in captions]
         todo = sorted({t for t in texts if t not in self._caption_cache}, key=lambda t: (len(t), t))
-        for start in range(0, len(todo), self.batch_size):
+        starts = range(0, len(todo), self.batch_size)
+        for start in tqdm(starts, desc="caption tokens", unit="batch", disable=not self.progress or len(starts) < 8):
             batch = todo[start:start + self.batch_size]
             tokenized = self._tokenize(batch)
             length = max(len(ids) for ids, _ in tokenized)
@@ -346,7 +347,9 @@ class VideoScorer:
 
         rows = []
         ref_terms = []
-        for index, (frames, caption) in enumerate(zip(frame_embs, captions)):
+        pairs = enumerate(zip(frame_embs, captions))
+        for index, (frames, caption) in tqdm(pairs, total=len(captions), desc="video scores", unit="caption",
+                                             disable=not self.progress or len(captions) < 2000):
             if frames.numel() == 0:
                 raise InputError(f"candidate {index}: its video has no frames")
             weights = weights_of(caption.ids)
