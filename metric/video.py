@@ -306,7 +306,7 @@ class VideoScorer:
             return IdfTable.uniform()
         sot, eot = self.special_ids()
         tokenizer_key = f"{type(self.backbone.tokenize).__name__}-{getattr(self.backbone, 'context_length', '')}"
-        return cached_idf(list(corpus), self.tokenize_ids, sot, eot, self.cache_dir, tokenizer_key)
+        return cached_idf(list(corpus), self.tokenize_ids, sot, eot, self.cache_dir, tokenizer_key, self.progress)
 
     # -- scoring --------------------------------------------------------------------------------------------
     def score(self, videos: Sequence[str | os.PathLike], candidates: Sequence[str],

@@ -113,14 +113,15 @@ def compute_idf(sentences: Sequence[str], tokenize_ids: Callable[[Sequence[str]]
 
 
 def cached_idf(sentences: Sequence[str], tokenize_ids: Callable[[Sequence[str]], list[list[int]]],
-               sot_id: int, eot_id: int, cache_dir: str | os.PathLike | None, tokenizer_key: str) -> IdfTable:
+               sot_id: int, eot_id: int, cache_dir: str | os.PathLike | None, tokenizer_key: str,
+               progress: bool = True) -> IdfTable:
     """`compute_idf`, read from / written to `cache_dir/idf/<tokenizer>-<corpus sha256>.json` when a cache is given."""
     if cache_dir is None:
-        return compute_idf(sentences, tokenize_ids, sot_id, eot_id)
+        return compute_idf(sentences, tokenize_ids, sot_id, eot_id, progress=progress)
     key = hashlib.sha256(tokenizer_key.encode("utf-8")).hexdigest()[:12]
     path = Path(cache_dir) / "idf" / f"{key}-{corpus_digest(sentences)}.json"
     if path.is_file():
         return IdfTable.load(path)
-    table = compute_idf(sentences, tokenize_ids, sot_id, eot_id)
+    table = compute_idf(sentences, tokenize_ids, sot_id, eot_id, progress=progress)
     table.save(path)
     return table
