@@ -9,7 +9,7 @@ from metric.common.errors import InputError
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, read_frames, source_digest, uniform_indices
 
-from .video_support import frame_array, write_frame_folder
+from .video_support import frame_array, write_frame_folder, write_video
 
 
 def nearest_source_frame(image, n_frames: int) -> int:
@@ -27,8 +27,9 @@ def test_every_frame_is_decoded_in_order(make_video):
     assert [f.time for f in frames] == pytest.approx([i / 4 for i in range(8)])
 
 
-def test_rate_sampling_by_time(make_video):
-    video = make_video("clip.mp4", 10, fps=4)  # 2.5 s
+@pytest.mark.parametrize("codec, suffix", [("mpeg4", ".mp4"), ("libx264", ".mp4"), ("libvpx", ".webm")])
+def test_rate_sampling_by_time(tmp_path, codec, suffix):
+    video = write_video(tmp_path / f"clip{suffix}", [frame_array(i) for i in range(10)], fps=4, codec=codec)  # 2.5 s
     one = read_frames(video, FrameSampling(fps=1.0))
     assert [f.index for f in one] == [0, 4, 8]
     assert [nearest_source_frame(f.image, 10) for f in one] == [0, 4, 8]
