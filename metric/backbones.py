@@ -6,6 +6,7 @@ written by `save_backbone`, and a pacs peft adapter folder (delegated to `metric
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -13,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import open_clip
 import torch
@@ -231,6 +232,21 @@ def _missing_pretrained_message(name: str, tag: str, error: Exception) -> str:
             f"copy with --backbone {name}/PATH_TO_FILE (or --backbone {name} --checkpoint PATH_TO_FILE)")
 
 
+@contextlib.contextmanager
+def _open_clip_errors_silenced() -> Iterator[None]:
+    """Drop open_clip's root-logger INFO chatter and ERROR records while it runs (pacs reports failures itself)."""
+    root = logging.getLogger()
+
+    def not_open_clip(record: logging.LogRecord) -> bool:
+        return "open_clip" not in record.pathname or record.levelno == logging.WARNING
+
+    root.addFilter(not_open_clip)
+    try:
+        yield
+    finally:
+        root.removeFilter(not_open_clip)
+
+
 def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
     """Build an open_clip model `NAME[/PRETRAINED]` (tag or local file); random weights without PRETRAINED."""
     name, pretrained = parse_backbone_spec(spec)
@@ -247,8 +263,9 @@ def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
         raise InputError(f"--backbone {spec}: {pretrained!r} is neither a pretrained tag of {name} "
                          f"(known: {tags}) nor an existing file")
     try:
-        model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
-                                       weights_only=True)
+        with _open_clip_errors_silenced():  # its download failures become one MissingResourceError below
+            model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
+                                           weights_only=True)
     except RuntimeError as error:
         if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
             raise MissingResourceError(_missing_pretrained_message(name, pretrained, error)) from None

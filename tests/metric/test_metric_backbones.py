@@ -130,3 +130,24 @@ def test_unknown_open_clip_name_and_tag():
         load_backbone("ViT-Q-99")
     with pytest.raises(InputError, match="nor an existing file"):
         load_backbone("ViT-B-32/not-a-tag")
+
+
+def test_open_clip_name_with_local_weights_file(tiny_backbone, tmp_path):
+    import open_clip
+
+    config_file = tmp_path / "pacs-tiny-registered.json"
+    config_file.write_text(json.dumps(tiny_backbone.open_clip_config))
+    open_clip.add_model_config(config_file)
+    weights = tmp_path / "weights.bin"
+    torch.save(tiny_backbone.model.state_dict(), weights)
+    loaded = load_backbone(f"pacs-tiny-registered/{weights}")
+    assert loaded.family == "clip" and loaded.source["pretrained"] == str(weights)
+    for key, tensor in tiny_backbone.model.state_dict().items():
+        assert torch.equal(tensor, loaded.model.state_dict()[key]), key
+    random = load_backbone("pacs-tiny-registered")  # no tag: random weights, nothing downloaded
+    assert random.fingerprint != loaded.fingerprint
+
+
+def test_tiny_random_backbone_name():
+    first, second = load_backbone("tiny-random"), load_backbone("tiny-random/7")
+    assert first.open_clip_config == tiny_clip_config() and first.fingerprint != second.fingerprint
