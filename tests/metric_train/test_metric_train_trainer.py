@@ -181,3 +181,23 @@ def test_periodic_correlation_on_an_eval_benchmark(shared_data, tmp_path):
     assert len(history) == 2
     for record in history:
         assert -100.0 <= record["corr_tau_c"] <= 100.0 and record["corr_n"] > 0  # Kendall x100
+
+
+def test_reference_positives_dataset():
+    from PIL import Image
+
+    from metric.common.seeding import seed_everything
+
+    seed_everything(0)
+    image = Image.fromarray((torch.arange(48 * 40 * 3) % 251).reshape(40, 48, 3).numpy().astype("uint8"))
+    preprocess = _backbone().preprocess
+    from metric.train_data import ReferencePositivesDataset
+
+    dataset = ReferencePositivesDataset([("im1", image, ["a", "b", "c"]), ("im2", image, ["d", "e"])], preprocess)
+    assert len(dataset) == 5 and dataset.image_ids == ["im1"] * 3 + ["im2"] * 2
+    assert [(dataset[i][1], dataset[i][3]) for i in range(5)] == [("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"),
+                                                                    ("e", "d")]
+    pixels, _, view, _ = dataset[0]
+    assert pixels.shape == view.shape == (3, 32, 32) and not torch.equal(pixels, view)
+    with pytest.raises(InputError, match="im3: needs at least two captions"):
+        ReferencePositivesDataset([("im3", image, ["only one"])], preprocess)
