@@ -157,6 +157,8 @@ def load_activitynet_foil(data_dir: str | os.PathLike) -> ActivityNetFoilData:
         raise InputError(f"{folder}: correct and foiled submissions cover different videos (e.g. {only[0]})")
     videos = []
     for video_id in right:
+        if not right[video_id]:
+            raise InputError(f"{folder / RIGHT_FILE}: video {video_id}: no segments")
         if len(right[video_id]) != len(foil[video_id]):
             raise InputError(f"{folder / FOIL_FILE}: video {video_id}: {len(foil[video_id])} segments, "
                              f"the correct paragraph has {len(right[video_id])}")
