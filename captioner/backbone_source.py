@@ -28,9 +28,9 @@ class BackboneSource:
 def resolve_device(device: str | None) -> str:
     """`auto` (or None) -> this process's accelerate device (cuda:<local rank>, mps or cpu); others unchanged."""
     if device in (None, "", "auto"):
-        from accelerate import PartialState
+        from captioner.training import process_state
 
-        return str(PartialState().device)
+        return str(process_state().device)
     return str(device)
 
 

@@ -147,9 +147,8 @@ class _Run:
 
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
         """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
-        from accelerate import PartialState
-
         from captioner.features import FeatureCache, extract_features
+        from captioner.training import process_state
 
         folder = self.dir / "features" / name
         if (folder / "meta.json").is_file():
@@ -158,7 +157,7 @@ class _Run:
                 return cache
         f = self.config.features
         return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
-                                accelerator=PartialState())
+                                accelerator=process_state())
 
 
 def _take(items: list, limit: int) -> list:
@@ -171,9 +170,9 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     from captioner.train_xe import train_xe
     from captioner.vocab import build_vocab, load_vocab
 
-    from accelerate import PartialState
+    from captioner.training import process_state
 
-    state = PartialState()
+    state = process_state()
     run = _Run(config)
     run.dir.mkdir(parents=True, exist_ok=True)
     if state.is_main_process:

@@ -24,7 +24,7 @@ from captioner.checkpoints import CheckpointManager, load_captioner, save_captio
 from captioner.decoding import Decoded, beam_search, decode_texts, greedy, sample
 from captioner.features import FeatureCache
 from captioner.model import shift_right, token_log_probs
-from captioner.training import BatchPlan, make_accelerator, reduce_mean, start_trackers
+from captioner.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
 from metric.common.config import to_dict
 from metric.common.errors import InputError, PacsError
 from metric.common.seeding import seed_everything
@@ -209,7 +209,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
                        {"stage": "scst", "reward": config.reward, "step": state["step"],
                         "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
     accelerator.wait_for_everyone()
-    accelerator.end_training()
+    finish_trackers(accelerator)
     return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]))
 
 

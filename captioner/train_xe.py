@@ -23,8 +23,8 @@ from captioner.checkpoints import CheckpointManager, save_captioner
 from captioner.decoding import beam_search
 from captioner.features import FeatureCache
 from captioner.model import Captioner, CaptionerConfig, sequence_mask, shift_right
-from captioner.training import (BatchPlan, ScheduleConfig, make_accelerator, pacs_scheduler, reduce_mean,
-                                start_trackers)
+from captioner.training import (BatchPlan, ScheduleConfig, finish_trackers, make_accelerator, pacs_scheduler,
+                                reduce_mean, start_trackers)
 from captioner.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
 from metric.common.config import to_dict
 from metric.common.errors import InputError
@@ -205,7 +205,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
         if not (out / "best" / "captioner.json").is_file():  # no validation set: the last model is the best
             save_captioner(out / "best", unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
     accelerator.wait_for_everyone()
-    accelerator.end_training()
+    finish_trackers(accelerator)
     return XEResult(out / "best", final, float(state["best_score"]), int(state["best_step"]), int(state["step"]),
                     losses)
 

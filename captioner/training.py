@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
+from accelerate.utils import parse_flag_from_env
 
 from metric.common.errors import InputError
 
@@ -66,6 +67,15 @@ class CSVTracker(GeneralTracker):
             csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore").writerow(row)
 
 
+def process_state() -> PartialState:
+    """accelerate's process state (rank, world, device), honouring `ACCELERATE_USE_CPU` like `Accelerator` does.
+
+    Two CPU processes: `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 ...` (accelerate's
+    `--cpu` launcher starts a single process unless MPI is used).
+    """
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+
+
 def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
                      mixed_precision: str = "no", tensorboard: bool = True) -> Accelerator:
     """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`)."""
@@ -93,6 +103,15 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def finish_trackers(accelerator: Accelerator) -> None:
+    """Close the trackers of a stage (unlike `end_training`, keeps the process group for the next stage)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for tracker in accelerator.trackers:
+            tracker.finish()
+    accelerator.trackers = []
 
 
 @dataclass

@@ -18,17 +18,15 @@ import torch
 
 torch.set_num_threads(1)
 
-from accelerate import PartialState  # noqa: E402
-
 from captioner.train_scst import SCSTConfig, train_scst  # noqa: E402
 from captioner.train_xe import XEConfig, train_xe  # noqa: E402
-from captioner.training import ScheduleConfig  # noqa: E402
+from captioner.training import ScheduleConfig, process_state  # noqa: E402
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config  # noqa: E402
 
 
 def emit(name: str, values: list[float]) -> None:
     """Print one result line (main process only)."""
-    if PartialState().is_main_process:
+    if process_state().is_main_process:
         print(f"RESULT {name} " + json.dumps([repr(float(x)) for x in values]), flush=True)
 
 
@@ -40,7 +38,7 @@ def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
     paths = sorted(images_dir.glob("*.jpg"))[:n]
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     cache = extract_features(backbone, {p.stem: p for p in paths}, out, batch_size=2, shard_size=2,
-                             accelerator=PartialState())
+                             accelerator=process_state())
     return [float(cache.get([p.stem]).double().sum()) for p in paths]
 
 
@@ -69,7 +67,7 @@ def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, va
 
     cache, train, _ = tiny_data(data_dir)
     init = data_dir / ("init" if variant == "resume" else "init-nodrop")
-    with PartialState().main_process_first():
+    with process_state().main_process_first():
         if not (init / "captioner.json").is_file():
             tiny_checkpoint(data_dir, dropout=0.1 if variant == "resume" else 0.0, name=init.name)
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
@@ -82,8 +80,9 @@ def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, va
 def main() -> None:
     mode, out = sys.argv[1], Path(sys.argv[2])
     data_dir = out.parent / "data"
-    with PartialState().main_process_first():
+    with process_state().main_process_first():
         tiny_data(data_dir)
+    emit("world", [process_state().num_processes])
     if mode == "multi":
         emit("features", run_features(out / "features", Path(sys.argv[3]), 7))
         emit("xe", run_xe(out / "xe", data_dir, int(sys.argv[4]), 6))
