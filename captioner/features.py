@@ -168,6 +168,8 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     if accelerator is not None:
         accelerator.wait_for_everyone()
     done = set(_scan_index(folder))
+    if accelerator is not None:  # every process must see the same `done` before anyone writes a new shard
+        accelerator.wait_for_everyone()
     todo = [str(i) for i in sorted(images, key=str) if str(i) not in done][rank::world]
     logger.info("features: %d cached, %d to extract on process %d/%d", len(done), len(todo), rank, world)
     pending: dict[str, torch.Tensor] = {}

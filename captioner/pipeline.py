@@ -209,9 +209,10 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
                                            image_paths=images)
             train_scst(scst, xe_dir / "best", features, [(i.image_id, i.captions) for i in train_items], reward)
         models[spec] = out / "final"
+    test_sets = prepare_test_sets(run)
     result: dict[str, Any] = {"rows": []}
-    if state.is_main_process:  # evaluation runs once, on the main process
-        result = evaluate_models(run, models)
+    if state.is_main_process:  # captioning and scoring run once, on the main process
+        result = evaluate_models(run, models, test_sets)
     state.wait_for_everyone()
     return result
 
@@ -256,7 +257,19 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
     return scorers
 
 
-def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
+def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
+    """Load every test set and its features (extraction split over all processes): [(name, items, cache)]."""
+    config = run.config
+    prepared = []
+    for set_name, set_config in config.evaluation.test_sets.items():
+        split = set_config.get("split", "test")
+        dataset = run.dataset(set_config)
+        items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
+        prepared.append((set_name, items, run.features(set_name, {i.image_id: i.image_path for i in items})))
+    return prepared
+
+
+def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[str, list, Any]]) -> dict[str, Any]:
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}."""
     from captioner.checkpoints import load_captioner
     from captioner.evaluation import TABLE_COLUMNS, results_json
@@ -265,12 +278,8 @@ def evaluate_models(run: _Run, models: dict[str, Path]) -> dict[str, Any]:
     config = run.config
     rows: list[dict[str, Any]] = []
     scorers = None
-    for set_name, set_config in config.evaluation.test_sets.items():
-        split = set_config.get("split", "test")
-        dataset = run.dataset(set_config)
-        items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
+    for set_name, items, features in test_sets:
         paths = {i.image_id: i.image_path for i in items}
-        features = run.features(set_name, paths)
         for model_name, folder in models.items():
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
             if out.is_file():
