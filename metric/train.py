@@ -398,6 +398,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     output_dir = Path(config.output_dir)
     micro = config.micro_batch_size or config.batch_size
     accumulation = config.batch_size // micro
+    _allow_new_precision(config.mixed_precision)
     accelerator = Accelerator(gradient_accumulation_steps=accumulation, mixed_precision=config.mixed_precision,
                               cpu=config.cpu)
     set_seed(config.seed)
@@ -504,7 +505,22 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         _restore_best(unwrapped, state.best_weights)
         _save_outputs(config, trained, unwrapped, state, output_dir, time.time() - started)
     accelerator.wait_for_everyone()
+    if config.mixed_precision != "no" and accelerator.num_processes == 1:
+        _allow_new_precision("no")  # do not leave autocast on for later Accelerators of this process
     return output_dir
+
+
+def _allow_new_precision(mixed_precision: str) -> None:
+    """Let a single-process caller run several trainings with different precisions in one Python process.
+
+    accelerate keeps one process-wide state and refuses a second Accelerator with another mixed precision; when
+    nothing is distributed that state is safe to drop (under `accelerate launch` it is kept and must match).
+    """
+    from accelerate.state import AcceleratorState, PartialState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") != mixed_precision and PartialState().num_processes == 1:
+        AcceleratorState._reset_state()
 
 
 def _fmt(record: dict[str, float]) -> str:

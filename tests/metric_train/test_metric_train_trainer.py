@@ -201,3 +201,17 @@ def test_reference_positives_dataset():
     assert pixels.shape == view.shape == (3, 32, 32) and not torch.equal(pixels, view)
     with pytest.raises(InputError, match="im3: needs at least two captions"):
         ReferencePositivesDataset([("im3", image, ["only one"])], preprocess)
+
+
+def test_bf16_mixed_precision_runs_close_to_fp32(tmp_path):
+    runs = {}
+    for precision in ("bf16", "no"):
+        out = train_metric(_config(tmp_path, precision, mixed_precision=precision, lr=1e-2, max_steps=2, eval_every=0),
+                           _data(16, 0), _data(8, 1), backbone=_backbone())
+        runs[precision] = _weights(out)
+    key = "visual.transformer.resblocks.0.mlp.c_fc.weight"
+    assert not torch.equal(runs["no"][key], runs["bf16"][key])  # autocast really changed the arithmetic
+    assert torch.allclose(runs["no"][key], runs["bf16"][key], atol=5e-2)
+    from accelerate import Accelerator
+
+    assert Accelerator().mixed_precision == "no"  # no autocast left behind for later users of accelerate
