@@ -11,8 +11,8 @@ repeated or removed 50/50), `shuffle` (word order permuted), `truncation` (cut r
 "... on the side of a"), `padding` (" in the background setting" appended).
 
 Part of speech comes from the lemminflect lexicon (PyPI `lemminflect`, offline: it ships its word lists; a
-word's tag is the first of NOUN/VERB/ADJ among its listed parts of speech, words without those tags are never
-substituted). `--data`: a Flickr8k folder (`Flickr8k.token.txt`) or a references json `{image_id: [captions]}`.
+word's tag is the first part of speech it lists when that is NOUN/VERB/ADJ, VERB for -ing forms that can be
+verbs; words without those tags are never substituted). `--data`: a Flickr8k folder (`Flickr8k.token.txt`) or a references json `{image_id: [captions]}`.
 """
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def content_tag(word: str) -> str | None:
     tags = list(lemminflect.getAllLemmas(lower))
     if not tags or tags[0] not in CONTENT_TAGS:
         return None
+    if lower.endswith("ing") and "VERB" in tags:
+        return "VERB"  # captions use -ing forms as verbs ("a dog running")
     return tags[0]
 
 

@@ -1,0 +1,101 @@
+"""PTB tokenization and the pycocoevalcap wrappers; SPICE command line and missing-jar message; Java checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.rouge.rouge import Rouge
+from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+from eval import java, spice
+from eval.text_metrics import compute_text_metrics
+from eval.tokenize import ptb_tokenize
+from metric.common.errors import InputError, MissingResourceError
+
+CANDIDATES = ["A dog runs on the grass.", "Two kids, playing soccer!", "a man riding a red bike", "",
+              "A dog runs on the grass."]
+REFERENCES = [["A brown dog is running on grass.", "The dog runs through a field."],
+              ["Children play football in a park.", "Two boys are playing soccer."],
+              ["A man rides his bicycle.", "A cyclist on a red bike.", "man on a bike"],
+              ["An empty street."],
+              ["A brown dog is running on grass.", "The dog runs through a field."]]
+
+
+def test_ptb_tokenize_matches_pycocoevalcap():
+    captions = ["A man, on a \"bike\".", "Hello -- world!", "", "It's (really) nice...", "two\nlines"]
+    ours = ptb_tokenize(captions)
+    theirs = PTBTokenizer().tokenize({i: [{"caption": c}] for i, c in enumerate(captions)})
+    assert ours == [theirs[i][0] for i in range(len(captions))]
+    assert ours[0] == "a man on a bike"
+
+
+def test_text_metrics_equal_pycocoevalcap_per_caption():
+    result = compute_text_metrics(CANDIDATES, REFERENCES, ["bleu1", "bleu4", "rouge", "cider"])
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": r} for r in refs] for i, refs in enumerate(REFERENCES)})
+    res = tokenizer.tokenize({i: [{"caption": c}] for i, c in enumerate(CANDIDATES)})
+    _, bleu = Bleu(4).compute_score(gts, res, verbose=0)
+    _, rouge = Rouge().compute_score(gts, res)
+    np.testing.assert_allclose(result["bleu1"].per_caption, bleu[0], atol=1e-12)
+    np.testing.assert_allclose(result["bleu4"].per_caption, bleu[3], atol=1e-12)
+    np.testing.assert_allclose(result["rouge"].per_caption, rouge, atol=1e-12)
+    assert result["cider"].per_caption[0] == result["cider"].per_caption[4]  # duplicate row, same value
+    assert result["bleu1"].per_caption[3] == 0.0  # the empty candidate is scored
+
+
+def test_meteor_per_caption_and_spice_unavailable(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv(spice.CORENLP_ENV, str(tmp_path))
+    result = compute_text_metrics(CANDIDATES[:3], REFERENCES[:3], ["meteor", "spice"])
+    meteor = result["meteor"].per_caption
+    assert meteor.shape == (3,) and (meteor > 0).all() and (meteor < 1).all()
+    assert not result["spice"].available and np.isnan(result["spice"].per_caption).all()
+    assert "stanford-corenlp-3.6.0.jar" in result["spice"].reason and "--spice-corenlp" in result["spice"].reason
+
+
+def test_spice_missing_jar_message(tmp_path):
+    with pytest.raises(spice.SpiceUnavailable) as error:
+        spice.find_corenlp(tmp_path)
+    message = str(error.value)
+    assert str(tmp_path) in message and "stanford-corenlp-3.6.0-models.jar" in message
+    assert spice.CORENLP_URL in message and spice.CORENLP_ENV in message
+
+
+def test_spice_found_in_custom_folder(tmp_path):
+    for jar in spice.CORENLP_JARS:
+        (tmp_path / jar).write_bytes(b"")
+    assert spice.find_corenlp(tmp_path) == tmp_path
+
+
+def test_spice_command_line_for_java_16_and_later(tmp_path):
+    modern = spice.spice_command("java", 17, tmp_path, "in.json", "out.json", cache_dir="cache")
+    assert "-cache" not in modern  # the LMDB cache step crashes on Java >= 16
+    assert modern.count("--add-opens") == len(spice.JAVA16_OPENS)
+    assert "java.base/java.lang=ALL-UNNAMED" in modern
+    classpath = modern[modern.index("-cp") + 1]
+    assert str(tmp_path / "stanford-corenlp-3.6.0.jar") in classpath and str(spice.SPICE_JAR) in classpath
+    assert modern[modern.index("-cp") + 2] == "edu.anu.spice.SpiceScorer"
+    legacy = spice.spice_command("java", 8, tmp_path, "in.json", "out.json", cache_dir="cache")
+    assert "--add-opens" not in legacy and legacy[legacy.index("-cache") + 1] == "cache"
+
+
+@pytest.mark.parametrize("text, major", [('openjdk version "17.0.15" 2025-04-15', 17),
+                                         ('java version "1.8.0_101"', 8), ('openjdk version "21" 2023', 21)])
+def test_parse_java_version(text, major):
+    assert java.parse_java_version(text) == major
+
+
+def test_java_missing_names_the_metrics(monkeypatch):
+    monkeypatch.setattr(java, "java_executable", lambda: None)
+    with pytest.raises(MissingResourceError, match="meteor, spice need it"):
+        java.require_java(["meteor", "spice"])
+
+
+def test_text_metric_bad_input():
+    with pytest.raises(InputError, match="2 candidates but 1 reference"):
+        compute_text_metrics(["a", "b"], [["a"]], ["bleu1"])
+    with pytest.raises(InputError, match="candidate 0 has no reference"):
+        compute_text_metrics(["a"], [[]], ["bleu1"])
+    with pytest.raises(InputError, match="unknown metric 'blue'"):
+        compute_text_metrics(["a"], [["a"]], ["blue"])
+    with pytest.raises(InputError, match="clip-s is not a text metric"):
+        compute_text_metrics(["a"], [["a"]], ["clip-s"])
