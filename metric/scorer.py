@@ -183,16 +183,9 @@ class Scorer:
 
     # ------------------------------------------------------------------ texts
     def _text_batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices sorted by length, grouped into batches of at most batch_size x context_length tokens."""
+        """Indices sorted by token length, in chunks of batch_size: each chunk is padded only to its own longest."""
         order = sorted(range(len(lengths)), key=lengths.__getitem__)
-        budget = self.batch_size * self.backbone.context_length
-        batches: list[list[int]] = []
-        for index in order:  # ascending lengths: the newest member is the longest of its batch
-            if batches and (len(batches[-1]) + 1) * lengths[index] <= budget:
-                batches[-1].append(index)
-            else:
-                batches.append([index])
-        return batches
+        return [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
 
     def _prefix(self, ids: list[list[int]]) -> tuple[int, list | None]:
         length = common_prefix_length(ids)
