@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
+from metric.backbones import Backbone
 from metric.common.errors import InputError
 from metric.embedding_cache import EmbeddingCache
 from metric.video_frames import Frame, FrameSampling, cap_indices, iter_frames, source_digest
@@ -191,7 +192,7 @@ class VideoScoreResult:
 class VideoScorer:
     """Embeds frames (cached per video) and captions (token by token) with a `Backbone` and scores pairs."""
 
-    def __init__(self, backbone, sampling: FrameSampling | None = None, batch_size: int = 64,
+    def __init__(self, backbone: Backbone, sampling: FrameSampling | None = None, batch_size: int = 64,
                  device: str | None = None, cache_dir: str | os.PathLike | None = None, prompt: str = "",
                  w: float = 1.0, progress: bool = True) -> None:
         self.backbone = backbone
