@@ -4,6 +4,7 @@
     python bench/bench_scst.py [--steps 10] [--batch 32] [--k 5]
 
 Prints a table of milliseconds per step and each part's share of the step (target: reward <= 25%).
+"backward" is the whole update: teacher-forced forward with gradients, backward and the optimizer step.
 The baseline of the ratios is the whole step measured in the same run.
 """
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> None:
             advantages = values - values.mean(1, keepdim=True)
             b, k, length = decoded.tokens.shape
             tokens = decoded.tokens.view(b * k, length)
-            log_p = token_log_probs(model(feats.repeat_interleave(k, 0), shift_right(tokens)), tokens).sum(1)
+            log_p = token_log_probs(model(feats, shift_right(tokens), repeats=k), tokens).sum(1)
             loss = -(advantages.view(-1) * log_p).mean()
             loss.backward()
             optimizer.step()

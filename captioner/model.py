@@ -179,9 +179,16 @@ class Captioner(nn.Module):
             x = layer(x, memory_kv[index], None if caches is None else caches[index])
         return self.head(self.decoder_norm(x))
 
-    def forward(self, features: torch.Tensor, input_tokens: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: logits `[B, T, V]` for `input_tokens` `[B, T]` (starting with <bos>)."""
-        return self._decode(input_tokens, self._memory_kv(self.encode(features)), None, 0)
+    def forward(self, features: torch.Tensor, input_tokens: torch.Tensor, repeats: int = 1) -> torch.Tensor:
+        """Teacher forcing: logits `[B·repeats, T, V]` for `input_tokens` `[B·repeats, T]` (starting with <bos>).
+
+        With `repeats > 1` each image is encoded once and its memory shared by its `repeats` consecutive
+        sequences (SCST scores k captions per image).
+        """
+        memory = self.encode(features)
+        if repeats > 1:
+            memory = memory.repeat_interleave(repeats, dim=0)
+        return self._decode(input_tokens, self._memory_kv(memory), None, 0)
 
     def log_probs(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Per-token log-probabilities `[B, T]` of `tokens` `[B, T]` (no <bos>; <bos> is prepended here).

@@ -235,7 +235,7 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
     b, k, length = decoded.tokens.shape
     tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
     with contextlib.nullcontext() if sync else accelerator.no_sync(model):
-        logits = model(feats.repeat_interleave(k, dim=0), shift_right(tokens))
+        logits = model(feats, shift_right(tokens), repeats=k)
         log_p = token_log_probs(logits, tokens).sum(1).view(b, k)
         loss = -(advantages.to(log_p.device) * log_p).mean()
         accelerator.backward(loss / n_micro)

@@ -169,3 +169,10 @@ def test_evaluation_rows_split_nocaps_style_domains():
     assert [row["test_set"] for row in rows] == ["nocaps", "nocaps/in-domain", "nocaps/out-domain"]
     assert rows[1]["Rep-1"] == 1.0 and rows[2]["Rep-1"] == 0.0  # "dog" repeated once, in the in-domain caption
     assert rows[0]["%Incorrect"] == pytest.approx(100 / 3) and rows[1]["%Incorrect"] == 100.0
+
+
+def test_forward_with_repeats_equals_repeated_features():
+    model = _model()
+    features, tokens = torch.randn(2, 5, 16), torch.randint(4, 30, (6, 7))
+    shared = model(features, tokens, repeats=3)
+    assert torch.allclose(shared, model(features.repeat_interleave(3, 0), tokens), atol=1e-5)
