@@ -210,7 +210,8 @@ def parse_backbone_spec(spec: str) -> tuple[str, str | None]:
     return name, (pretrained or None)
 
 
-def _open_clip_name_config(name: str) -> dict:
+def open_clip_name_config(name: str) -> dict:
+    """A copy of open_clip's built-in model config for `name`; InputError for an unknown name."""
     config = open_clip.get_model_config(name)
     if config is None:
         known = ", ".join(open_clip.list_models()[:20])
@@ -252,10 +253,9 @@ def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
     name, pretrained = parse_backbone_spec(spec)
     if name == TINY_RANDOM_NAME:
         seed = int(pretrained) if pretrained and pretrained.isdigit() else 0
-        return build_backbone_from_config(tiny_clip_config(), seed=seed, name=spec, device="cpu" if device is None
-                                          else device)
+        return build_backbone_from_config(tiny_clip_config(), seed=seed, name=spec, device=device or "cpu")
     if not name.startswith(("hf-hub:", "local-dir:")):
-        config = _open_clip_name_config(name)
+        config = open_clip_name_config(name)
     else:
         config = {}
     if pretrained and not open_clip.get_pretrained_cfg(name, pretrained) and not os.path.isfile(pretrained):
@@ -290,6 +290,8 @@ def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
     from safetensors.torch import save_file
 
     path = Path(path)
+    if not {"embed_dim", "vision_cfg", "text_cfg"} <= set(backbone.open_clip_config):
+        raise InputError(f"cannot save {backbone.name}: its open_clip config is not a full model config")
     state = {key: tensor.detach().to("cpu").contiguous()
              for key, tensor in backbone.model.state_dict().items()}
     config = dict(backbone.open_clip_config)
@@ -319,14 +321,15 @@ def _load_pacs_safetensors(path: Path, device: str) -> Backbone | None:
         raise InputError(f"{path}: broken pacs metadata (open_clip_config): {error}") from None
     state = load_file(str(path))
     model = instantiate_open_clip(config)
-    _load_state_strict(model, state, path)
+    load_state_strict(model, state, path)
     preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
     return assemble_backbone(model, config, preprocess=preprocess, name=metadata.get("name", path.stem),
                              family=metadata.get("family", "clip"), device=device,
                              source={"kind": "pacs", "path": str(path)})
 
 
-def _load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:
+def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:
+    """Load `state` (cast to fp32) with exactly matching keys and shapes; InputError naming the keys otherwise."""
     expected = model.state_dict()
     unexpected = sorted(set(state) - set(expected))
     missing = sorted(set(expected) - set(state))

@@ -25,8 +25,8 @@ import torch
 
 from metric.backbones import (
     Backbone,
-    _load_state_strict,
-    _open_clip_name_config,
+    load_state_strict,
+    open_clip_name_config,
     assemble_backbone,
     instantiate_open_clip,
     parse_backbone_spec,
@@ -213,7 +213,7 @@ def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, ar
         source_of_config = f"--arch {arch}"
     elif backbone is not None:
         name, _ = parse_backbone_spec(backbone)
-        config = _open_clip_name_config(name)
+        config = open_clip_name_config(name)
         source_of_config = f"open_clip config {name}"
     else:
         config = infer_openai_config(base, path)
@@ -226,7 +226,7 @@ def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, ar
                         "(override with --arch)", path.name)
     merged = merge_lora(base, lora, mode=lora_mode)
     model = instantiate_open_clip(config)
-    _load_state_strict(model, merged, path)
+    load_state_strict(model, merged, path)
     size = int(config["vision_cfg"].get("image_size", 224))
     preprocess = ImagePreprocess.from_open_clip_cfg(
         {"size": size, "mean": OPENAI_MEAN, "std": OPENAI_STD, **preprocess_overrides})
