@@ -51,8 +51,8 @@ def main() -> None:
     }
     print(f"SCST step, tiny captioner (d_model 128, 2+2 layers), batch {args.batch} x k={args.k} beams, "
           f"{args.threads} thread(s), mean of {args.steps} steps after 1 warm-up")
-    print(f"| reward | step ms | decode ms | reward ms | backward ms | decode / step | reward / step | "
-          f"backward / step |")
+    print("| reward | step ms | decode ms | reward ms | backward ms | decode / step | reward / step | "
+          "backward / step |")
     print("|---|---|---|---|---|---|---|---|")
     for name, reward in rewards.items():
         totals = {"decode": 0.0, "reward": 0.0, "backward": 0.0}

@@ -81,6 +81,7 @@ class _EncoderLayer(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pre-LN self-attention + feed-forward block."""
         h = self.norm1(x)
         x = x + self.drop(self.attention.attend(h, *self.attention.keys_values(h)))
         return x + self.drop(self.ffn(self.norm2(x)))
@@ -97,6 +98,7 @@ class _DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, memory_kv: tuple[torch.Tensor, torch.Tensor],
                 cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Causal self-attention (extending `cache` when given), cross-attention, feed-forward."""
         h = self.norm1(x)
         k, v = self.self_attention.keys_values(h)
         causal = True

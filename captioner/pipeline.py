@@ -132,11 +132,13 @@ class _Run:
         self._backbone = None
 
     def backbone(self) -> Any:
+        """The feature backbone (loaded once, on first use)."""
         if self._backbone is None:
             self._backbone = load_source_backbone(self.config.features.source)
         return self._backbone
 
     def dataset(self, data: DataConfig | dict[str, Any]) -> Any:
+        """Load a data set described by a DataConfig (or a test-set mapping with an extra `split`)."""
         from captioner.data import load_dataset
 
         if isinstance(data, dict):

@@ -78,6 +78,7 @@ def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, va
 
 
 def main() -> None:
+    """Dispatch on the mode (see the module docstring)."""
     mode, out = sys.argv[1], Path(sys.argv[2])
     data_dir = out.parent / "data"
     with process_state().main_process_first():
