@@ -13,7 +13,6 @@ same size measured in the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import resource
 import time

@@ -213,7 +213,8 @@ def load_adapter_backbone(folder: str | os.PathLike, base_backbone: Backbone | N
     adapter_file = folder / "adapter_model.safetensors"
     adapter_hash = sha256_file(adapter_file) if adapter_file.is_file() else ""
     backbone = dataclasses.replace(base, model=model, family="pac-s++", name=str(record.get("name") or base.name),
-                                   fingerprint=hashlib.sha256(f"{base.fingerprint}+{adapter_hash}".encode()).hexdigest())
+                                   fingerprint=hashlib.sha256(f"{base.fingerprint}+{adapter_hash}".encode())
+                                   .hexdigest())
     if merge:
         merged = model.merge_and_unload()
         merged.eval()

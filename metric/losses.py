@@ -20,7 +20,8 @@ Directions = Literal["mean", "sum"]
 
 def _check_pair(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
     if a.ndim != 2 or b.ndim != 2 or a.shape != b.shape:
-        raise ValueError(f"{what}: expected two [N, E] tensors of the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(f"{what}: expected two [N, E] tensors of the same shape, "
+                         f"got {tuple(a.shape)} and {tuple(b.shape)}")
 
 
 def symmetric_infonce(img: torch.Tensor, txt: torch.Tensor, logit_scale: torch.Tensor | float,

@@ -79,7 +79,11 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
 
 
 class Scorer:
-    """Embeds and scores with one backbone; owns the image-embedding caches."""
+    """Embeds and scores with one backbone; owns the image-embedding caches.
+
+    The in-memory caches (images by key, texts, the prompt prefix) assume the model's weights do not change:
+    call `clear_caches()` (or build a new Scorer) after changing them.
+    """
 
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
@@ -103,6 +107,12 @@ class Scorer:
         self._prefix_cache: dict[tuple[int, ...], list] = {}
         self.images_encoded = 0
         self.texts_encoded = 0
+
+    def clear_caches(self) -> None:
+        """Forget every in-memory embedding (images, texts, prompt prefix); the disk cache is keyed by weights."""
+        self._image_cache.clear()
+        self._text_cache.clear()
+        self._prefix_cache.clear()
 
     # ------------------------------------------------------------------ images
     @staticmethod

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,8 @@ STATE_DIR = "state"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 ADAPTER_DIR = "adapter"
 CorrelationFn = Callable[["Backbone"], dict[str, float]]
+# PAC-S mode: ViT `visual.proj` + `text_projection`; ResNets: the attention pooling; timm/HF towers: their heads
+PROJECTION_PREFIXES = ("visual.attnpool.", "visual.head.proj.", "text_projection.", "text.proj.")
 
 
 @dataclass
@@ -211,7 +212,7 @@ def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone
     elif config.mode == "projection":
         found = []
         for name, param in model.named_parameters():
-            keep = name in ("visual.proj", "text_projection") or name.startswith(("visual.attnpool.", "text_projection."))
+            keep = name in ("visual.proj", "text_projection") or name.startswith(PROJECTION_PREFIXES)
             param.requires_grad_(keep)
             if keep:
                 found.append(name)

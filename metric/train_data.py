@@ -146,7 +146,7 @@ class TensorPositivesDataset(Dataset):
                     raise InputError(f"{name}[{index}] is {type(value).__name__}, expected a string")
         self.images, self.captions = images, list(captions)
         self.gen_images, self.gen_captions = gen_images, list(gen_captions)
-        self.image_ids = [str(i) for i in image_ids] if image_ids is not None else [str(i) for i in range(len(captions))]
+        self.image_ids = [str(i) for i in (image_ids if image_ids is not None else range(len(captions)))]
 
     def __len__(self) -> int:
         return len(self.captions)

@@ -66,7 +66,8 @@ def test_validation_loss_falls_and_recall_rises(flickr_positives, tmp_path):
     best_r1 = max(r["val_r1"] for r in history)
     print(f"\nFlickr8k tiny CLIP ({len(train)} training pairs, {N_VAL_IMAGES} held-out captions):")
     for record in history:
-        print(f"  step {int(record['step']):3d}: val loss {record['val_total']:.4f}  image->text R@1 {record['val_r1']:.3f}")
+        print(f"  step {int(record['step']):3d}: val loss {record['val_total']:.4f}  "
+              f"image->text R@1 {record['val_r1']:.3f}")
     assert first["step"] == 0
     assert best["val_total"] < first["val_total"] - 0.05
     assert best_r1 > first["val_r1"]

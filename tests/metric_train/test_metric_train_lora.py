@@ -39,7 +39,8 @@ def test_lora_targets_both_towers_and_freezes_the_base():
     trainable = [n for n, p in backbone.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     joined = "\n".join(trainable)
-    for part in ("visual.transformer.resblocks.0.attn.lora_A", "visual.transformer.resblocks.0.attn.base_layer.out_proj.lora_A",
+    for part in ("visual.transformer.resblocks.0.attn.lora_A",
+                 "visual.transformer.resblocks.0.attn.base_layer.out_proj.lora_A",
                  "visual.transformer.resblocks.1.mlp.c_fc.lora_A", "visual.transformer.resblocks.1.mlp.c_proj.lora_B",
                  "model.transformer.resblocks.0.attn.lora_A", "model.transformer.resblocks.1.mlp.c_fc.lora_A",
                  "visual.conv1.lora_A"):

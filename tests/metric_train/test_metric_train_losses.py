@@ -110,7 +110,8 @@ def test_relative_positive_loss_two_positives_per_anchor():
     v, t, vg, tg = (_unit(5, 8, s) for s in range(10, 14))
     n = 5
     mask = [[j == i or j == i + n for j in range(2 * n)] for i in range(n)]
-    expected = (_loop_relative(v, torch.cat([t, tg]), mask, 12.0) + _loop_relative(t, torch.cat([v, vg]), mask, 12.0)) / 2
+    expected = (_loop_relative(v, torch.cat([t, tg]), mask, 12.0)
+                + _loop_relative(t, torch.cat([v, vg]), mask, 12.0)) / 2
     assert float(relative_positive_loss(v, t, vg, tg, 12.0)) == pytest.approx(expected, rel=1e-9)
     weighted = relative_positive_loss(v, t, vg, tg, 12.0, weighting="similarity")
     assert torch.isfinite(weighted) and float(weighted) != pytest.approx(expected)

@@ -34,7 +34,8 @@ def karpathy_dataset(shared_data, tmp_path):
             image.draft("RGB", (64, 64))
             image.convert("RGB").save(tmp_path / "images" / name)
         entries.append({"filepath": "", "filename": name, "imgid": index, "split": "val" if index == 2 else "restval",
-                        "sentences": [{"raw": c, "sentid": index * 10 + k} for k, c in enumerate(captions[name][:N_CAPTIONS])]})
+                        "sentences": [{"raw": c, "sentid": index * 10 + k}
+                                      for k, c in enumerate(captions[name][:N_CAPTIONS])]})
     path = tmp_path / "dataset_flickr8k.json"
     path.write_text(json.dumps({"images": entries, "dataset": "flickr8k"}), encoding="utf-8")
     return path, tmp_path / "images"
@@ -73,7 +74,8 @@ def test_two_commands_from_dataset_to_checkpoint(karpathy_dataset, tiny_blip_dir
     assert "checkpoint" in capsys.readouterr().out
     log = json.loads((run / "train_log.json").read_text())
     assert log["steps"] == 2 and len(log["history"]) == 3 and log["files"]["adapter"] == "adapter"
-    adapter, merged = load_backbone(checkpoint=str(run / "adapter")), load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
+    adapter = load_backbone(checkpoint=str(run / "adapter"))
+    merged = load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
     pictures = [Image.open(images / name).convert("RGB") for name in sorted(p.name for p in images.iterdir())]
     candidates = ["a dog runs", "a child on stairs", "two people"]
     np.testing.assert_array_equal(Scorer(adapter).score(pictures, candidates).scores,
