@@ -1,8 +1,8 @@
 """Fine-tune one XE checkpoint with each reward and evaluate every result on the chosen test sets, writing a
-PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rewards.{md,csv}`.
+PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rewards/results.{md,csv,json}`.
 
     accelerate launch recipes/compare_rewards.py --config recipes/configs/coco_vitb32_base.yaml \
-        --rewards cider,clip-s,ref-clip-s,pac-s++,ref-pac-s++ [key=value ...]
+        [--reward cider --reward pac-s++ ...] [key=value ...]
 
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
@@ -20,6 +20,8 @@ from captioner.pipeline import PipelineConfig, run_pipeline, write_results
 from metric.common.config import load_config
 from metric.common.errors import PacsError
 
+DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
+
 
 def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
     """Order rows by test set, then XE first and the rewards in the given order (the paper's layout)."""
@@ -33,14 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a recipe YAML (e.g. recipes/configs/coco_vitb32_base.yaml)")
-    parser.add_argument("--rewards", default="cider,clip-s,ref-clip-s,pac-s++,ref-pac-s++",
-                        help="comma-separated reward specs (a mix like 'cider:1+pac-s++:0.5' is written with '+')")
+    parser.add_argument("--reward", action="append", dest="rewards",
+                        help="a reward spec, repeatable (default: cider, clip-s, ref-clip-s, pac-s++, ref-pac-s++; "
+                             "mixes like 'cider:1,pac-s++:0.5' are one spec)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(PipelineConfig, args.config, args.overrides)
-        config.rewards = [spec.replace("+", ",").replace(",,", "++") for spec in args.rewards.split(",") if spec]
+        config.rewards = args.rewards or list(DEFAULT_REWARDS)
         result = run_pipeline(config)
         rows = comparison_rows(result["rows"], config.rewards)
         write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
