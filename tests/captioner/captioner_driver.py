@@ -42,17 +42,18 @@ def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
     return [float(cache.get([p.stem]).double().sum()) for p in paths]
 
 
-def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> list[float]:
-    """A few XE steps, dropout off."""
+def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[float], float]:
+    """A few XE steps, dropout off, validated (beam search split over processes) every 3 steps."""
     from captioner.vocab import build_vocab
 
-    cache, train, _ = tiny_data(data_dir)
+    cache, train, val = tiny_data(data_dir)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=32, micro_batch_size=micro,
                       schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
-                                              final_lr=1e-4), val_every=1000, checkpoint_every=1000,
+                                              final_lr=1e-4), val_every=3, val_beam_size=2, checkpoint_every=1000,
                       log_every=1, tensorboard=False)
-    return train_xe(config, tiny_model_config(dropout=0.0), vocab, cache, train, {}).losses
+    result = train_xe(config, tiny_model_config(dropout=0.0), vocab, cache, train, val)
+    return result.losses, result.best_score
 
 
 def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, variant: str) -> list[float]:
@@ -86,7 +87,9 @@ def main() -> None:
     emit("world", [process_state().num_processes])
     if mode == "multi":
         emit("features", run_features(out / "features", Path(sys.argv[3]), 7))
-        emit("xe", run_xe(out / "xe", data_dir, int(sys.argv[4]), 6))
+        losses, best = run_xe(out / "xe", data_dir, int(sys.argv[4]), 6)
+        emit("xe", losses)
+        emit("xe_best_cider", [best])
         emit("scst", run_scst(out / "scst", data_dir, int(sys.argv[5]), 4, 0, "ddp"))
     else:
         emit("scst", run_scst(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), "resume"))

@@ -81,6 +81,7 @@ def test_two_processes_match_one_for_features_xe_and_scst(tmp_path, shared_data)
         for a, b in zip(one[stage], two[stage]):
             assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6), (stage, one[stage], two[stage])
     assert one["xe"][-1] < one["xe"][0] and len(set(one["scst"])) > 1
+    assert one["xe_best_cider"] == pytest.approx(two["xe_best_cider"], rel=1e-6)  # validation split + gathered
 
 
 @pytest.mark.slow
