@@ -185,7 +185,14 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
 
 def score_unique(context: RunContext, candidates: Sequence[str], references: Sequence[Sequence[str]],
                  images: Sequence[Any] | None) -> dict[str, np.ndarray]:
-    """Score items, each distinct (image, candidate, references) once, results expanded to every item."""
+    """Score items, each distinct (image, candidate, references) once, results expanded to every item.
+
+    Empty candidates are scored like any other caption and counted (`empty_candidates`).
+    """
+    empty = sum(not str(c).strip() for c in candidates)
+    if empty:
+        context.count("empty_candidates", empty)
+        log.warning("%d empty candidate caption(s) are scored (as empty strings)", empty)
     keys = [(str(img), c, tuple(r)) for img, c, r in zip(images or [None] * len(candidates), candidates, references)]
     distinct = list(dict.fromkeys(keys))
     where = {key: i for i, key in enumerate(distinct)}

@@ -164,11 +164,13 @@ def test_composite_clipscore_json(tmp_path):
                                             [("a dog runs on the grass", 5), ("a cat on a sofa", 1),
                                              ("a brown dog runs", 4), ("two men talking", float(i % 2 or "nan"))]]}
             for i in range(4)}
+    data["img0"]["human_judgement"].append({"caption": "", "rating": 1})  # empty: scored and counted
     (tmp_path / "composite.json").write_text(json.dumps(data))
     context = RunContext(tmp_path, MetricSuite(["bleu1", "cider"]))
     table = get_benchmark("composite").run(context)
     assert context.notes["skipped_nan_rating"] == 2
-    assert table["bleu1"]["n"] == 14 and table["bleu1"]["tau_b"] > 30
+    assert context.notes["empty_candidates"] == 1
+    assert table["bleu1"]["n"] == 15 and table["bleu1"]["tau_b"] > 30
 
 
 def _write_foil(folder, with_ids=True):

@@ -43,11 +43,11 @@ def test_text_metrics_equal_pycocoevalcap_per_caption():
     assert result["bleu1"].per_caption[3] == 0.0  # the empty candidate is scored
 
 
-def test_meteor_per_caption_and_spice_unavailable(monkeypatch, tmp_path, caplog):
+def test_spice_reported_unavailable_without_jars(monkeypatch, tmp_path):
+    """METEOR itself is checked by the Flickr8k-Expert reproduction (its JVM start costs ~20 s)."""
     monkeypatch.setenv(spice.CORENLP_ENV, str(tmp_path))
-    result = compute_text_metrics(CANDIDATES[:3], REFERENCES[:3], ["meteor", "spice"])
-    meteor = result["meteor"].per_caption
-    assert meteor.shape == (3,) and (meteor > 0).all() and (meteor < 1).all()
+    result = compute_text_metrics(CANDIDATES[:3], REFERENCES[:3], ["bleu1", "spice"])
+    assert (result["bleu1"].per_caption > 0).all()
     assert not result["spice"].available and np.isnan(result["spice"].per_caption).all()
     assert "stanford-corenlp-3.6.0.jar" in result["spice"].reason and "--spice-corenlp" in result["spice"].reason
 
