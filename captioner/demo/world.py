@@ -174,7 +174,7 @@ def render_scene(scene: Scene, image_size: int = 32, supersample: int = 4) -> Im
     image = Image.new("RGB", (big, big), scene.style.background)
     draw = ImageDraw.Draw(image)
     for obj in scene.objects:
-        radius = big * (0.075 if obj.size == "small" else 0.14)
+        radius = big * (0.10 if obj.size == "small" else 0.155)
         cx, cy = obj.x * big, obj.y * big
         colour = COLOURS[obj.colour]
         if obj.shape == "circle":

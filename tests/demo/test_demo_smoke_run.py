@@ -1,0 +1,67 @@
+"""The demo end to end with the smoke preset into a temporary run dir, then a second run that reuses every stage."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
+from metric.common.errors import InputError
+
+STAGES = {"data", "clip", "pacs", "correlation", "features", "xe", "scst-cider", "scst-clip-s", "scst-pac-s++",
+          "scst-ref-pac-s++", "evaluate"}
+
+
+@pytest.mark.slow
+def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = str(REPO_CONFIGS / "demo_smoke.yaml")
+    first = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "demo_smoke"
+    assert set(first["ran"]) == STAGES and first["skipped"] == []
+    # the printed table has one row per model and every column
+    assert "| model | " + " | ".join(TABLE_COLUMNS) + " |" in out
+    for model in ("xe", "scst cider", "scst clip-s", "scst pac-s++", "scst ref-pac-s++"):
+        assert f"| {model} |" in out
+    results = json.loads((run_dir / "results.json").read_text())
+    assert [r["model"] for r in results["rows"]][0] == "xe" and len(results["rows"]) == 5
+    assert all(0.0 <= r["Judge-acc"] <= 100.0 and r["Length"] > 0 for r in results["rows"])
+    # every training stage logged curves; the metric stages really trained (validation loss fell)
+    for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++"):
+        assert (run_dir / "logs" / f"{name}.csv").is_file(), name
+    for stage in ("clip", "pacs"):
+        summary = json.loads((run_dir / stage / "stage.json").read_text())["summary"]
+        assert summary["val_total_last"] < summary["val_total_first"], (stage, summary)
+    correlation = json.loads((run_dir / "correlation" / "correlation.json").read_text())
+    assert {"clip-s", "pac-s++", "ref-pac-s++", "bleu4", "cider"} <= set(correlation)
+    gallery = json.loads((run_dir / "gallery.json").read_text())
+    assert len(gallery) == 4 and all((run_dir / g["image"]).is_file() for g in gallery)
+    page = (run_dir / "report.html").read_text()
+    assert 'id="results-table"' in page and page.count("<tr>") >= 6
+    assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
+    assert "class=\"absent\"" not in page
+    marker = (run_dir / "clip" / "stage.json").stat().st_mtime
+
+    second = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
+    assert second["ran"] == [] and set(second["skipped"]) == STAGES
+    assert (run_dir / "clip" / "stage.json").stat().st_mtime == marker
+    assert json.loads((run_dir / "results.json").read_text())["rows"] == results["rows"]
+
+    # a changed SCST setting re-runs only the SCST stages and the evaluation below them
+    third = run_demo(config, [f"runs_dir={tmp_path}", "threads=1", "scst.rewards=[cider]"])
+    assert set(third["ran"]) == {"evaluate"} and "xe" in third["skipped"]
+
+
+def test_demo_config_overrides_and_errors(tmp_path: Path) -> None:
+    config = load_demo_config(None, ["xe.steps=7", "demo.clip.steps=3"])
+    assert config.xe.steps == 7 and config.clip.steps == 3 and config.name == "demo"
+    smoke = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", [])
+    assert smoke.name == "demo_smoke" and smoke.clip.embed_dim == config.clip.embed_dim  # inherited via _base_
+    with pytest.raises(InputError, match="unknown key 'stepz'"):
+        load_demo_config(None, ["xe.stepz=1"])
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("run_dir: x\n")
+    with pytest.raises(InputError, match="demo"):
+        load_demo_config(plain, [])
