@@ -53,6 +53,7 @@ class PositivesConfig:
     batch_size: int = 8
     limit: int = 0
     device: str | None = None
+    dtype: str = "float32"
     skip_missing: bool = False
 
 
@@ -131,6 +132,18 @@ def caption_seed(base_seed: int, caption_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{base_seed}:{caption_id}".encode()).digest()[:4], "big")
 
 
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def torch_dtype(name: str) -> "Any":
+    """The torch dtype named by the config (float16 / bfloat16 for generation on GPUs)."""
+    import torch
+
+    if name not in DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return getattr(torch, name)
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
@@ -150,13 +163,15 @@ class BlipCaptioner:
         self.max_length, self.num_beams, self.device = max_length, num_beams, device
 
     @classmethod
-    def load(cls, name: str, max_length: int = 30, num_beams: int = 3, device: str = "cpu") -> "BlipCaptioner":
+    def load(cls, name: str, max_length: int = 30, num_beams: int = 3, device: str = "cpu",
+             dtype: str = "float32") -> "BlipCaptioner":
         """Load BLIP from a hub id or a local folder; a missing model is one clear MissingResourceError."""
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
         try:
             processor = BlipProcessor.from_pretrained(name, local_files_only=_offline())
-            model = BlipForConditionalGeneration.from_pretrained(name, local_files_only=_offline())
+            model = BlipForConditionalGeneration.from_pretrained(name, local_files_only=_offline(),
+                                                                 dtype=torch_dtype(dtype))
         except (OSError, ValueError) as error:
             raise _missing_model("image-captioning (BLIP)", name, "captioner", error) from None
         return cls(processor, model, max_length, num_beams, device)
@@ -165,7 +180,9 @@ class BlipCaptioner:
         """One caption per image."""
         import torch
 
-        inputs = self.processor(images=[image.convert("RGB") for image in images], return_tensors="pt").to(self.device)
+        inputs = self.processor(images=[image.convert("RGB") for image in images], return_tensors="pt")
+        inputs = inputs.to(self.device)
+        inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
         with torch.no_grad():
             ids = self.model.generate(**inputs, max_length=self.max_length, num_beams=self.num_beams)
         return [text.strip() for text in self.processor.batch_decode(ids, skip_special_tokens=True)]
@@ -182,14 +199,14 @@ class DiffusionImages:
 
     @classmethod
     def load(cls, name: str, safety_checker: bool = True, num_inference_steps: int = 50, guidance_scale: float = 7.5,
-             size: int = 512, device: str = "cpu") -> "DiffusionImages":
+             size: int = 512, device: str = "cpu", dtype: str = "float32") -> "DiffusionImages":
         """Load a Stable Diffusion pipeline from a hub id or a local folder (needs the `generate` extra)."""
         try:
             from diffusers import AutoPipelineForText2Image
         except ImportError:
             raise MissingResourceError("text-to-image generation needs diffusers: "
                                        "pip install 'pacs-captioning[generate]'") from None
-        kwargs: dict[str, Any] = {"local_files_only": _offline()}
+        kwargs: dict[str, Any] = {"local_files_only": _offline(), "torch_dtype": torch_dtype(dtype)}
         if not safety_checker:
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         try:
@@ -253,10 +270,10 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
     state = PartialState()
     device = config.device or str(state.device)
     captioner = captioner or BlipCaptioner.load(config.captioner, config.caption_max_length,
-                                                config.caption_num_beams, device)
+                                                config.caption_num_beams, device, config.dtype)
     image_generator = image_generator or DiffusionImages.load(
         config.text_to_image, config.safety_checker, config.num_inference_steps, config.guidance_scale,
-        config.image_size, device)
+        config.image_size, device, config.dtype)
     out = Path(config.output_dir)
     (out / "gen_images").mkdir(parents=True, exist_ok=True)
     part = out / f"manifest.part{state.process_index:03d}.jsonl"

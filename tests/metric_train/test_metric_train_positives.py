@@ -138,3 +138,14 @@ def test_missing_dataset_image_is_an_error_or_a_counted_skip(karpathy_dataset, t
     manifest = generate_positives(config, lambda p: ["x"] * len(p), lambda t, s: [Image.new("RGB", (4, 4))] * len(t))
     assert len(manifest.read_text().splitlines()) == 2 * N_CAPTIONS
     assert json.loads((tmp_path / "out" / "positives_meta.json").read_text())["skipped_missing_images"] == 1
+
+
+def test_blip_captioner_in_bfloat16(tiny_blip_dir):
+    from metric.positives import BlipCaptioner
+
+    captioner = BlipCaptioner.load(str(tiny_blip_dir), max_length=6, num_beams=1, dtype="bfloat16")
+    assert captioner.model.dtype == torch.bfloat16
+    captions = captioner([Image.new("RGB", (40, 30), (200, 10, 10)), Image.new("L", (20, 20), 90)])
+    assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
+    with pytest.raises(Exception, match="dtype must be one of"):
+        BlipCaptioner.load(str(tiny_blip_dir), dtype="int8")
