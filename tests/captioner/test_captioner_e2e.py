@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from PIL import Image
 
 from captioner.checkpoints import load_captioner
 from captioner.features import FeatureCache
@@ -111,4 +112,12 @@ def test_pacs_caption_reports_bad_input_in_one_line(tmp_path, capsys):
     code = main(["caption", "--checkpoint", str(tmp_path / "nope"), "--images", str(tmp_path / "empty"),
                  "--out", str(tmp_path / "r.json")])
     assert code == 2 and "no .jpg/.jpeg/.png images" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (8, 8)).save(images / "a.png")
+    code = main(["caption", "--checkpoint", str(tmp_path / "nope"), "--images", str(images),
+                 "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a captioner checkpoint" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r.json").exists()

@@ -176,3 +176,18 @@ def test_forward_with_repeats_equals_repeated_features():
     features, tokens = torch.randn(2, 5, 16), torch.randint(4, 30, (6, 7))
     shared = model(features, tokens, repeats=3)
     assert torch.allclose(shared, model(features.repeat_interleave(3, 0), tokens), atol=1e-5)
+
+
+def test_captioner_folder_roundtrip_and_truncated_weights_refused(tmp_path):
+    from captioner.checkpoints import load_captioner, save_captioner
+
+    model, vocab = _model(), WordVocab([f"w{i}" for i in range(26)], max_length=8)
+    folder = save_captioner(tmp_path / "cap", model, vocab, {"backbone": "x"}, {"stage": "test"})
+    loaded, loaded_vocab, info = load_captioner(folder)
+    features = torch.randn(2, 5, 16)
+    assert torch.equal(beam_search(loaded, features, 3).tokens, beam_search(model, features, 3).tokens)
+    assert loaded_vocab.itos == vocab.itos and info["provenance"]["stage"] == "test"
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    with pytest.raises(InputError, match="model.safetensors is unreadable"):
+        load_captioner(folder)
