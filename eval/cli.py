@@ -237,7 +237,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             benchmark = bench.get_benchmark(name)
         except (InputError, ImportError):
             continue
-        benchmark.add_arguments(group)
+        try:
+            benchmark.add_arguments(group)
+        except argparse.ArgumentError as error:  # two benchmarks defining the same option: keep the first
+            log.debug("benchmark %s: option not added (%s)", name, error)
     correlate.set_defaults(func=run_correlate)
 
     evaluate = subparsers.add_parser(

@@ -246,8 +246,10 @@ def test_nocaps_foil_and_hat_subsets(tmp_path, shared_data):
     items = json.loads((shared_data / "hallucination" / "nocaps-val-foil.json").read_text())
     subset = [i for i in items if i["domain"] == "in-domain"][:10] + [i for i in items if i["domain"] != "in-domain"][:20]
     (tmp_path / "nocaps-val-foil.json").write_text(json.dumps(subset))
-    table = get_benchmark("nocaps-foil").run(RunContext(tmp_path, MetricSuite(["cider", "length"])))
+    table = get_benchmark("nocaps-foil").run(RunContext(tmp_path, MetricSuite(["cider", "length"]), bootstrap=40))
     assert set(table["cider"]) >= {"in-domain", "near-domain", "out-domain", "overall", "mean"}
+    low, high = table["cider"]["mean_ci"]
+    assert low <= table["cider"]["overall"] <= high and table["length"]["p_value_vs_best"] is not None
     assert table["cider"]["overall"] > 70
     hat = json.loads((shared_data / "hallucination" / "hat-trainval.json").read_text())[:60]
     (tmp_path / "hat.json").write_text(json.dumps(hat))
@@ -331,6 +333,21 @@ def test_evaluate_table(tmp_path, capsys):
     assert result["grammar_backend"].startswith("harper") and result["n_empty"] == 1
     assert result["metrics"]["rep1"] == pytest.approx(2 / 3)  # "a" x3 in caption 2 -> 2 repeats
     assert "harper" in capsys.readouterr().out
+
+
+def test_evaluate_with_contrastive_metrics(tmp_path, shared_data, tiny_checkpoint):
+    images = sorted((shared_data / "flickr8k" / "images").glob("*.jpg"))[:2]
+    candidates = {p.name: "a dog runs on the grass" for p in images}
+    references = {p.name: ["a dog on grass", "a brown dog"] for p in images}
+    (tmp_path / "c.json").write_text(json.dumps(candidates))
+    (tmp_path / "r.json").write_text(json.dumps(references))
+    out = tmp_path / "eval.json"
+    assert run(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references", str(tmp_path / "r.json"),
+                "--metrics", "clip-s,ref-clip-s,cider", "--images", str(shared_data / "flickr8k" / "images"),
+                "--checkpoint", str(tiny_checkpoint), "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["clip-s"] is not None and metrics["ref-clip-s"] is not None
+    assert 0 <= metrics["ref-clip-s"] <= 2.5
 
 
 def test_evaluate_unresolved_candidate_id(tmp_path, capsys):
