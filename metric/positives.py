@@ -5,7 +5,7 @@ COCO captions JSON (``images[]`` + ``annotations[]``) plus an image root. Output
 ``gen_images/<caption_id>.png``, ``manifest.jsonl`` (one line per real pair: ``{image_id, caption_id,
 real_image, caption, gen_caption, gen_image, split, seed}``) and ``positives_meta.json`` (models, seeds,
 settings, provenance). Work is sharded over accelerate processes by image; each process appends to its own
-``manifest.partNNN.jsonl`` as it goes, so a restarted run skips what exists. Karpathy ``restval`` is ``train``.
+``manifest.partNNN.jsonl`` as it goes, so a restarted run (with any number of processes) skips what exists. Karpathy ``restval`` is ``train``.
 """
 from __future__ import annotations
 
@@ -239,6 +239,16 @@ def _read_done(part: Path) -> dict[str, list[dict[str, Any]]]:
     return done
 
 
+def _read_all_done(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every shard file of `out` by image id, one per caption id (a resume may use another process count)."""
+    by_image: dict[str, dict[str, dict[str, Any]]] = {}
+    for part in sorted(out.glob("manifest.part*.jsonl")):
+        for image_id, rows in _read_done(part).items():
+            for row in rows:
+                by_image.setdefault(image_id, {}).setdefault(str(row["caption_id"]), row)
+    return {image_id: list(rows.values()) for image_id, rows in by_image.items()}
+
+
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -289,7 +299,7 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
 
 def _generate_shard(images: list[SourceImage], part: Path, out: Path, config: PositivesConfig,
                     captioner: ImageCaptioner, image_generator: ImageGenerator, show: bool) -> None:
-    done = _read_done(part)
+    done = _read_all_done(out)
     todo = [image for image in images
             if not (image.image_id in done and len(done[image.image_id]) == len(image.captions)
                     and all((out / row["gen_image"]).is_file() for row in done[image.image_id]))]
@@ -334,11 +344,7 @@ def _generate_shard(images: list[SourceImage], part: Path, out: Path, config: Po
 
 
 def _merge_shards(images: list[SourceImage], out: Path, manifest: Path, skipped: int, config: PositivesConfig) -> None:
-    by_caption: dict[str, dict[str, Any]] = {}
-    for part in sorted(out.glob("manifest.part*.jsonl")):
-        for image_rows in _read_done(part).values():
-            for row in image_rows:
-                by_caption.setdefault(str(row["caption_id"]), row)
+    by_caption = {str(row["caption_id"]): row for rows in _read_all_done(out).values() for row in rows}
     lines = []
     for image in images:
         for caption_id in image.caption_ids:

@@ -149,3 +149,28 @@ def test_blip_captioner_in_bfloat16(tiny_blip_dir):
     assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
     with pytest.raises(Exception, match="dtype must be one of"):
         BlipCaptioner.load(str(tiny_blip_dir), dtype="int8")
+
+
+def test_resume_after_a_run_with_two_shards(karpathy_dataset, tmp_path):
+    dataset, images = karpathy_dataset
+    calls = []
+
+    def captioner(pictures):
+        calls.append(len(pictures))
+        return ["t prime"] * len(pictures)
+
+    def image_generator(prompts, seeds):
+        calls.append(len(prompts))
+        return [Image.new("RGB", (4, 4), (seed % 256, 0, 0)) for seed in seeds]
+
+    out = tmp_path / "out"
+    config = PositivesConfig(dataset=str(dataset), image_root=str(images), output_dir=str(out))
+    first = generate_positives(config, captioner, image_generator).read_text()
+    # as if two processes had written one shard each
+    lines = (out / "manifest.part000.jsonl").read_text().splitlines(keepends=True)
+    (out / "manifest.part000.jsonl").write_text("".join(lines[:2]))
+    (out / "manifest.part001.jsonl").write_text("".join(lines[2:]))
+    (out / "manifest.jsonl").unlink()
+    calls.clear()
+    assert generate_positives(config, captioner, image_generator).read_text() == first
+    assert calls == []  # everything was found in one shard file or the other
