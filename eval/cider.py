@@ -62,6 +62,8 @@ class DocumentFrequency:
     num_documents: float
     n: int = NGRAM_ORDER
     corpus_sha256: str = ""
+    #: the CiderD scorer that `cider_d` keeps for this table (interning a big table once, not every call)
+    scorer: "CiderD | None" = field(default=None, repr=False, compare=False)
 
     @property
     def log_num_documents(self) -> float:
@@ -322,9 +324,16 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
             document_frequency: DocumentFrequency | str | os.PathLike | None = None) -> np.ndarray:
     """Per-caption CIDEr-D (pycocoevalcap scale) of tokenized `candidates[i]` against `references[i]`.
 
-    For repeated calls against the same references keep a `CiderD` object: it caches reference statistics.
+    With a `DocumentFrequency`, one `CiderD` is kept on that table across calls (reference statistics cached);
+    for other repeated uses keep a `CiderD` object yourself.
     """
-    return CiderD(document_frequency=document_frequency)(candidates, references)
+    if isinstance(document_frequency, (str, os.PathLike)):
+        document_frequency = DocumentFrequency.load(document_frequency)
+    if document_frequency is None:
+        return CiderD()(candidates, references)
+    if document_frequency.scorer is None:
+        document_frequency.scorer = CiderD(document_frequency=document_frequency)
+    return document_frequency.scorer(candidates, references)
 
 
 def cider_corpus(scores: Iterable[float]) -> float:

@@ -81,6 +81,10 @@ def test_fixed_corpus_df_matches_when_corpus_is_the_references(pairs):
     table = pacs_eval.cider_df(references)
     assert table.num_documents == len(references)
     np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-6, rtol=0)
+    scorer = table.scorer  # kept on the table: the next call reuses its cached statistics
+    assert scorer is not None
+    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-6, rtol=0)
+    assert table.scorer is scorer
 
 
 def test_fixed_corpus_df_uses_the_corpus_not_the_batch(pairs, flickr_captions):
