@@ -370,6 +370,8 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     if path.suffix == ".safetensors":
         loaded = _load_pacs_safetensors(path, device)
         if loaded is not None:
+            if arch is not None:
+                raise InputError(f"{path} is a pacs checkpoint that carries its architecture: drop --arch {arch}")
             return loaded
     from metric.official import load_state_dict_checkpoint
 

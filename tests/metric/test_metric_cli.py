@@ -138,3 +138,14 @@ def test_pac_s_without_checkpoint_is_a_clear_error(image_dir, tmp_path, capsys):
     code = main(["score", "--metric", "pac-s", "--images", str(image_dir), "--candidates", str(cands),
                  "--out", str(tmp_path / "o.json")])
     assert code != 0 and "pass --checkpoint" in capsys.readouterr().err and not (tmp_path / "o.json").exists()
+
+
+def test_uncached_pretrained_tag_via_cli_is_one_line(image_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    cands = _write(tmp_path / "c.json", {"img0": "a"})
+    code = main(["score", "--metric", "clip-s", "--backbone", "ViT-B-32/openai", "--images", str(image_dir),
+                 "--candidates", str(cands), "--out", str(tmp_path / "o.json")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (tmp_path / "o.json").exists()
+    assert len(error) == 1 and "open_clip_pytorch_model.bin" in error[0] and "--backbone ViT-B-32/" in error[0]

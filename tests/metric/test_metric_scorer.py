@@ -29,6 +29,9 @@ def test_each_image_encoded_once_for_many_captions(tiny_backbone, image_dir):
     assert scorer.images_encoded == 1 and len(result.scores) == 5
     scorer.score([path] * 5, ["f", "g", "h", "i", "j"])
     assert scorer.images_encoded == 1  # still cached for the scorer's lifetime
+    scorer.clear_caches()  # e.g. after the weights changed
+    again = scorer.score([path] * 5, ["a", "b", "c", "d", "e"])
+    assert scorer.images_encoded == 2 and np.array_equal(again.scores, result.scores)
 
 
 def test_scores_match_pure_functions_on_full_length_embeddings(tiny_backbone, image_dir):
