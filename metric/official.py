@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+import open_clip
 import torch
 
 from metric.backbones import (
@@ -212,9 +213,15 @@ def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, ar
         config, preprocess_overrides = read_arch_file(arch)
         source_of_config = f"--arch {arch}"
     elif backbone is not None:
-        name, _ = parse_backbone_spec(backbone)
+        name, tag = parse_backbone_spec(backbone)
         config = open_clip_name_config(name)
         source_of_config = f"open_clip config {name}"
+        tag_cfg = open_clip.get_pretrained_cfg(name, tag) if tag else {}
+        if tag_cfg:  # the tag's preprocessing and activation, without downloading its weights
+            preprocess_overrides = {key: tag_cfg[key] for key in ("mean", "std", "interpolation", "resize_mode")
+                                    if key in tag_cfg}
+            config["quick_gelu"] = bool(tag_cfg.get("quick_gelu", config.get("quick_gelu", False)))
+            source_of_config += f" + pretrained tag {tag} (preprocessing, activation)"
     else:
         config = infer_openai_config(base, path)
         source_of_config = "inferred (official build_model rules)"

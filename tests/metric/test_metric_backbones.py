@@ -151,3 +151,38 @@ def test_open_clip_name_with_local_weights_file(tiny_backbone, tmp_path):
 def test_tiny_random_backbone_name():
     first, second = load_backbone("tiny-random"), load_backbone("tiny-random/7")
     assert first.open_clip_config == tiny_clip_config() and first.fingerprint != second.fingerprint
+
+
+def test_checkpoint_with_backbone_tag_takes_the_tags_preprocessing(tiny_backbone, tmp_path, monkeypatch):
+    """`--checkpoint FILE --backbone NAME/TAG`: the tag's mean/std and activation, the file's weights, no download."""
+    import open_clip
+
+    config_file = tmp_path / "pacs-tiny-tagged.json"
+    config_file.write_text(json.dumps(tiny_backbone.open_clip_config))
+    open_clip.add_model_config(config_file)
+    real = open_clip.get_pretrained_cfg
+    tag_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "hf_hub": "nowhere/", "quick_gelu": False}
+    monkeypatch.setattr(open_clip, "get_pretrained_cfg",
+                        lambda name, tag: tag_cfg if (name, tag) == ("pacs-tiny-tagged", "laion") else real(name, tag))
+    weights = tmp_path / "openClip_tiny.pth"
+    torch.save({"state_dict": tiny_backbone.model.state_dict()}, weights)
+    loaded = load_backbone(backbone="pacs-tiny-tagged/laion", checkpoint=str(weights))
+    assert loaded.preprocess.mean == (0.5, 0.5, 0.5) and loaded.preprocess.std == (0.5, 0.5, 0.5)
+    assert loaded.open_clip_config["quick_gelu"] is False and loaded.family == "clip"
+    assert "laion" in loaded.source["config_from"]
+
+
+def test_official_open_clip_variant_file_name_gets_gelu_and_half_normalisation(tmp_path):
+    config = tiny_clip_config(vision_cfg={"head_width": 64}, text_cfg={"width": 64, "heads": 1})
+    source = build_backbone_from_config(config, seed=4)
+    for name, gelu_quick, mean in (("openClip_ViT-tiny.pth", False, (0.5, 0.5, 0.5)),
+                                   ("clip_ViT-tiny.pth", True, (0.48145466, 0.4578275, 0.40821073))):
+        path = tmp_path / name
+        torch.save({"state_dict": source.model.state_dict()}, path)
+        loaded = load_backbone(checkpoint=str(path))
+        assert loaded.open_clip_config["quick_gelu"] is gelu_quick and loaded.preprocess.mean == mean
+        assert loaded.open_clip_config["text_cfg"]["heads"] == 1 and loaded.family == "pac-s"
+    narrow = tmp_path / "narrow.pth"
+    torch.save({"state_dict": build_backbone_from_config(tiny_clip_config()).model.state_dict()}, narrow)
+    with pytest.raises(InputError, match="width 32 < 64.*--arch"):
+        load_backbone(checkpoint=str(narrow))
