@@ -277,7 +277,9 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
         images = [image for image in images if image.path.is_file()]
     if not images:
         raise InputError(f"{config.dataset}: no images to process (splits {splits})")
-    state = PartialState()
+    from accelerate.utils import parse_flag_from_env
+
+    state = PartialState(cpu=config.device == "cpu" or parse_flag_from_env("ACCELERATE_USE_CPU"))
     device = config.device or str(state.device)
     captioner = captioner or BlipCaptioner.load(config.captioner, config.caption_max_length,
                                                 config.caption_num_beams, device, config.dtype)
