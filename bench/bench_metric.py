@@ -16,7 +16,6 @@ import argparse
 import logging
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch

@@ -28,7 +28,7 @@ from metric.pruned_forward import (
     supports_pruned_image,
     supports_pruned_text,
 )
-from metric.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
+from metric.preprocess import ImagePreprocess
 from metric.tokenizer import ClipTokenizer, TokenizedBatch
 
 logger = logging.getLogger(__name__)
@@ -376,9 +376,3 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     from metric.official import load_state_dict_checkpoint
 
     return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode)
-
-
-def default_preprocess_for(config: Mapping[str, Any]) -> ImagePreprocess:
-    """OpenAI-normalised bicubic preprocessing at the config's image size (the official CLIP transform)."""
-    size = config.get("vision_cfg", {}).get("image_size", 224)
-    return ImagePreprocess(size=int(size), mean=OPENAI_MEAN, std=OPENAI_STD)
