@@ -101,3 +101,14 @@ def test_non_string_candidates_and_references_are_named(tiny_backbone, image_dir
         scorer.score([path], ["ok"], [[]])
     with pytest.raises(InputError, match="image file not found: .*missing.jpg"):
         scorer.score([str(image_dir / "missing.jpg")], ["ok"])
+
+
+def test_corrupt_disk_cache_entry_is_recomputed(tiny_backbone, image_dir, tmp_path):
+    path = str(sorted(image_dir.iterdir())[2])
+    first = Scorer(tiny_backbone, cache_dir=tmp_path)
+    expected = first.embed_images([path])
+    entry = next(first.disk_cache.root.glob("*.npy"))
+    entry.write_bytes(b"garbage")
+    second = Scorer(tiny_backbone, cache_dir=tmp_path)
+    assert torch.equal(second.embed_images([path]), expected) and second.images_encoded == 1
+    assert np.array_equal(np.load(entry), expected[0].numpy())  # rewritten
