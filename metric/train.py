@@ -443,7 +443,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
         record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
         every = config.correlation.every or (1 if correlation_fn else 0)
-        if correlate is not None and every and (step // max(config.eval_every, 1)) % every == 0:
+        due = every and (step // max(config.eval_every, 1)) % every == 0
+        if correlate is not None and due and accelerator.is_main_process:  # logging only: no effect on stopping
             for name, value in correlate(dataclasses.replace(trained, model=unwrapped)).items():
                 record[f"corr_{name}"] = float(value)
         return record
