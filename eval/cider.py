@@ -168,7 +168,7 @@ class CiderD:
     document_frequency: DocumentFrequency | None = None
     n: int = NGRAM_ORDER
     sigma: float = SIGMA
-    max_cached_references: int = 2_000_000
+    max_cached_references: int = 1_000_000  # reference sets kept in the statistics cache
     _index: NgramIndex | None = field(default=None, repr=False)
     _ref_cache: dict = field(default_factory=dict, repr=False)
     _fixed_df: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
@@ -201,32 +201,43 @@ class CiderD:
         size = self._index.size
         ids = np.where(occ.gid >= 0, occ.gid, size + occ.local)
         width = max(size + occ.num_local, 1)
-        keys, first, counts = np.unique(occ.owner * width + ids, return_index=True, return_counts=True)
-        return _Batch(keys // width, keys % width, counts.astype(np.float64), occ.order[first],
-                      np.maximum(occ.lengths - 1, 0))
+        keys, counts = np.unique(occ.owner * width + ids, return_counts=True)
+        ids = keys % width
+        known = ids < size
+        orders = np.empty(len(ids), dtype=np.int64)
+        orders[known] = self._index.orders[ids[known]]
+        orders[~known] = occ.local_orders[ids[~known] - size]
+        return _Batch(keys // width, ids, counts.astype(np.float64), orders, np.maximum(occ.lengths - 1, 0))
 
-    def _reference_batch(self, sentences: list[str]) -> _Batch:
-        """Statistics of reference sentences, built from (and added to) the per-sentence cache."""
+    def _reference_batch(self, references: Sequence[Sequence[str]]) -> _Batch:
+        """Statistics of every reference of every set, from a cache keyed by reference set (filled on demand)."""
         cache = self._ref_cache
-        missing = list(dict.fromkeys(s for s in sentences if s not in cache))
-        if missing:
-            if len(cache) + len(missing) > self.max_cached_references:
+        keys = [tuple(group) for group in references]
+        missing_sets = list(dict.fromkeys(key for key in keys if key not in cache))
+        if missing_sets:
+            if len(cache) + len(missing_sets) > self.max_cached_references:
                 cache.clear()
-                missing = list(dict.fromkeys(sentences))
-            fresh = self._batch(missing, grow=True)
-            bounds = np.searchsorted(fresh.owner, np.arange(len(missing) + 1))
-            for index, sentence in enumerate(missing):
-                lo, hi = bounds[index], bounds[index + 1]
-                cache[sentence] = (fresh.ids[lo:hi], fresh.counts[lo:hi], fresh.orders[lo:hi],
-                                   int(fresh.lengths[index]))
-        entries = [cache[s] for s in sentences]
-        sizes = np.fromiter((len(e[0]) for e in entries), dtype=np.int64, count=len(entries))
+                missing_sets = list(dict.fromkeys(keys))
+            sentences = list(dict.fromkeys(ref for key in missing_sets for ref in key))
+            fresh = self._batch(sentences, grow=True)
+            bounds = np.searchsorted(fresh.owner, np.arange(len(sentences) + 1))
+            position = {sentence: index for index, sentence in enumerate(sentences)}
+            for key in missing_sets:
+                rows = [position[ref] for ref in key]
+                slices = [slice(bounds[row], bounds[row + 1]) for row in rows]
+                sizes = np.array([sl.stop - sl.start for sl in slices], dtype=np.int64)
+                cache[key] = (np.concatenate([fresh.ids[sl] for sl in slices]),
+                              np.concatenate([fresh.counts[sl] for sl in slices]),
+                              np.concatenate([fresh.orders[sl] for sl in slices]),
+                              sizes, fresh.lengths[rows])
+        entries = [cache[key] for key in keys]
+        sizes = np.concatenate([e[3] for e in entries])
         return _Batch(
-            np.repeat(np.arange(len(entries), dtype=np.int64), sizes),
+            np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
             np.concatenate([e[0] for e in entries]),
             np.concatenate([e[1] for e in entries]),
             np.concatenate([e[2] for e in entries]),
-            np.fromiter((e[3] for e in entries), dtype=np.int64, count=len(entries)),
+            np.concatenate([e[4] for e in entries]),
         )
 
     def _log_df_fixed(self) -> np.ndarray:
@@ -263,7 +274,7 @@ class CiderD:
             return np.zeros(0, dtype=np.float64)
         n = self.n
         ref_counts = np.fromiter(map(len, references), dtype=np.int64, count=len(references))
-        refs = self._reference_batch([ref for group in references for ref in group])
+        refs = self._reference_batch(references)
         cands = self._batch(candidates, grow=False)
         vocab_size = self._index.size
         num_refs = len(refs.lengths)

@@ -28,6 +28,7 @@ class Occurrences:
     local: np.ndarray  # id unique to each distinct n-gram of this batch (known or not)
     num_local: int
     lengths: np.ndarray  # number of words of each sentence
+    local_orders: np.ndarray  # 0-based order of each batch-local id
 
 
 class NgramIndex:
@@ -94,6 +95,7 @@ class NgramIndex:
         unique_words, local_prev = np.unique(word_ids, return_inverse=True)
         local_prev = local_prev.astype(np.int64)
         num_local = len(unique_words)
+        local_orders = [np.zeros(num_local, dtype=np.int64)]
         gid_prev = self._resolve(np.where(known_word, word_ids, -1), 0, grow)
         parts_owner.append(owner)
         parts_position.append(position)
@@ -107,6 +109,7 @@ class NgramIndex:
             unique_keys, local = np.unique(prefix_local * width + last, return_inverse=True)
             local = local.astype(np.int64) + num_local
             num_local += len(unique_keys)
+            local_orders.append(np.full(len(unique_keys), k - 1, dtype=np.int64))
             prefix_gid = gid_prev[at]
             packed = np.where((prefix_gid >= 0) & (last < known_words), ((prefix_gid + 1) << WORD_BITS) | last, -1)
             gid = self._resolve(packed, k - 1, grow)
@@ -122,4 +125,4 @@ class NgramIndex:
             gid_prev[at] = gid
         return Occurrences(np.concatenate(parts_owner), np.concatenate(parts_position),
                            np.concatenate(parts_order), np.concatenate(parts_gid), np.concatenate(parts_local),
-                           num_local, lengths)
+                           num_local, lengths, np.concatenate(local_orders))
