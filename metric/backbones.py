@@ -22,6 +22,7 @@ from open_clip.model import CLIP, CustomTextCLIP
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path
+from metric.common.provenance import sha256_file
 from metric.pruned_forward import (
     encode_image_pruned,
     encode_text_pruned,
@@ -279,7 +280,8 @@ def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
         config = {**config, "preprocess_cfg": {k: list(v) if isinstance(v, tuple) else v
                                                for k, v in preprocess_cfg.items()}}
     preprocess = ImagePreprocess.from_open_clip_cfg(preprocess_cfg)
-    source = {"kind": "open_clip", "name": name, "pretrained": pretrained}
+    source = {"kind": "open_clip", "name": name, "pretrained": pretrained,
+              "sha256": sha256_file(pretrained) if pretrained and os.path.isfile(pretrained) else None}
     return assemble_backbone(model, config, preprocess=preprocess, name=spec, family="clip", source=source,
                              device=device, tokenizer=None if config.get("text_cfg") else
                              open_clip.get_tokenizer(name))
@@ -325,7 +327,7 @@ def _load_pacs_safetensors(path: Path, device: str) -> Backbone | None:
     preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
     return assemble_backbone(model, config, preprocess=preprocess, name=metadata.get("name", path.stem),
                              family=metadata.get("family", "clip"), device=device,
-                             source={"kind": "pacs", "path": str(path)})
+                             source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path)})
 
 
 def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:

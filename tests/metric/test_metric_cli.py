@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from metric.backbones import save_backbone
+from metric.common.provenance import sha256_file
 from metric.scorer import Scorer
 from pacs_cli import main
 
@@ -58,6 +59,7 @@ def test_both_formats_lookup_rules_and_output(aligned_backbone, tiny_checkpoint,
     provenance = result["provenance"]
     assert provenance["w"] == 2.0 and provenance["seed"] == 0 and provenance["model_fingerprint"] == \
         aligned_backbone.fingerprint and provenance["pacs_version"]
+    assert provenance["checkpoint_sha256"] == sha256_file(tiny_checkpoint)
     # Same numbers as the Scorer on the same files, and the dict reference format gives the same result.
     paths = [str(image_dir / "img0.png"), str(image_dir / "img1.jpg"), str(image_dir / "img0.png"),
              str(image_dir / "img2.png")]
