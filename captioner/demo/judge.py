@@ -20,6 +20,8 @@ _COUNT_OF = {word: n for n, word in NUMBER_WORDS.items()}
 _POSITION_PHRASES = {("on", "the", "left"): "left", ("on", "the", "right"): "right", ("at", "the", "top"): "top",
                      ("at", "the", "bottom"): "bottom", ("in", "the", "middle"): "middle"}
 VERDICTS = ("correct", "incomplete", "wrong")
+# a caption that stops on one of these words was cut off ("a red circle on the")
+_DANGLING_ENDS = frozenset({"a", "an", "the", "of", "on", "at", "in", "to", "and", "that", "is", "which", "next"})
 
 
 @dataclass
@@ -97,7 +99,7 @@ def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int
             counts.append(_COUNT_OF[token])
         elif token == "and":
             trailing = False
-    dangling = len(pending_colours) + len(pending_sizes)
+    dangling = len(pending_colours) + len(pending_sizes) + int(bool(tokens) and tokens[-1] in _DANGLING_ENDS)
     return mentions, relations, counts, repeats, dangling
 
 

@@ -125,8 +125,7 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
 
     train = {item.image_id: item.references for item in data.splits["train"]}
     paths = {image_id: str(data.image_path(image_id)) for image_id in train}
-    family = {"clip-s": "clip", "ref-clip-s": "clip", "pac-s++": "pac-s++", "ref-pac-s++": "pac-s++",
-              "pac-s": "pac-s++", "ref-pac-s": "pac-s++"}
+    family = {"clip-s": "clip", "ref-clip-s": "clip", "pac-s++": "pac-s++", "ref-pac-s++": "pac-s++"}
     return build_reward(spec, train_references=train, image_paths=paths,
                         scorers={name: scorers[f] for name, f in family.items()})
 

@@ -71,3 +71,8 @@ def test_demo_judge_parser_and_accuracy() -> None:
 def test_demo_judge_counts_a_repeated_position_phrase() -> None:
     judgement = judge_caption("a red circle on the left on the left and a blue square", _scene())
     assert judgement.repetitions == 1 and judgement.verdict == "wrong"
+
+
+def test_demo_judge_counts_a_cut_off_ending() -> None:
+    judgement = judge_caption("a red circle and a blue square on the", _scene())
+    assert judgement.dangling == 1 and judgement.verdict == "wrong" and judgement.score == 0.5
