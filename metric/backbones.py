@@ -367,7 +367,7 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
                 from metric.lora import load_adapter_backbone
             except ImportError as error:
                 raise MissingResourceError(f"{path}: loading peft adapters needs metric.lora ({error})") from None
-            return load_adapter_backbone(str(path))
+            return load_adapter_backbone(str(path), device=device)
         raise InputError(f"checkpoint {path} is a folder without pacs_base.json (not a pacs adapter folder)")
     if path.suffix == ".safetensors":
         loaded = _load_pacs_safetensors(path, device)

@@ -13,15 +13,15 @@ CONTRASTIVE = ["clip-s", "ref-clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac
 
 
 def _count_image_encodes(backbone, monkeypatch) -> list[int]:
-    """Patch the backbone's image tower to record how many images each call encodes."""
+    """Patch the backbone's image encoder (every scoring path goes through it) to record images per call."""
     calls: list[int] = []
-    original = backbone.model.encode_image
+    original = backbone.encode_image
 
     def counting(pixels, *args, **kwargs):
         calls.append(pixels.shape[0])
         return original(pixels, *args, **kwargs)
 
-    monkeypatch.setattr(backbone.model, "encode_image", counting)
+    monkeypatch.setattr(backbone, "encode_image", counting)
     return calls
 
 
