@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Sequence
 
+from captioner.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
@@ -18,6 +19,8 @@ COMMAND_MODULES = (
     "eval.report_cli",  # report
     "captioner.cli",  # caption, train
 )
+# Sub-commands that run process groups: `accelerate launch --cpu --num_processes N` re-executes them as N processes.
+PROCESS_GROUP_COMMANDS = frozenset({"train", "train-metric"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in PROCESS_GROUP_COMMANDS:
+            relaunch_cpu_processes()
         return int(args.func(args) or 0)
     except PacsError as error:
         print(f"pacs {args.command}: error: {error}", file=sys.stderr)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from captioner.evaluation import TABLE_COLUMNS
+from captioner.launching import relaunch_cpu_processes
 from captioner.pipeline import PipelineConfig, run_pipeline, write_results
 from metric.common.config import load_config
 from metric.common.errors import PacsError
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        relaunch_cpu_processes()
         config = load_config(PipelineConfig, args.config, args.overrides)
         config.rewards = args.rewards or list(DEFAULT_REWARDS)
         result = run_pipeline(config)

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+from captioner.launching import relaunch_cpu_processes
 from captioner.pipeline import run_from_config
 from metric.common.errors import PacsError
 
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        relaunch_cpu_processes()
         run_from_config(args.config, args.overrides)
     except PacsError as error:
         print(f"scst_pacs: error: {error}", file=sys.stderr)

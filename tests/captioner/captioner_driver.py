@@ -18,6 +18,7 @@ import torch
 
 torch.set_num_threads(1)
 
+from captioner.launching import relaunch_cpu_processes  # noqa: E402
 from captioner.train_scst import SCSTConfig, train_scst  # noqa: E402
 from captioner.train_xe import XEConfig, train_xe  # noqa: E402
 from captioner.training import ScheduleConfig, process_state  # noqa: E402
@@ -80,6 +81,7 @@ def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, va
 
 def main() -> None:
     """Dispatch on the mode (see the module docstring)."""
+    relaunch_cpu_processes()  # as the recipes do: `accelerate launch --cpu --num_processes 2` gives 2 processes
     mode, out = sys.argv[1], Path(sys.argv[2])
     data_dir = out.parent / "data"
     with process_state().main_process_first():

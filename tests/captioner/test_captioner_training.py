@@ -62,9 +62,9 @@ def test_xe_learns_validates_and_keeps_best_checkpoint(tmp_path):
         sorted(p.name for p in (tmp_path / "xe" / "checkpoints").iterdir()) == ["step-00000020", "step-00000040"]
 
 
-# accelerate's `--cpu` launcher starts one process unless MPI is installed; torchrun-style launching of two
-# gloo CPU processes is `--multi_gpu` with ACCELERATE_USE_CPU=1 (set in _env for launcher runs).
-LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+# The literal command: accelerate's `--cpu` launcher starts one process (without MPI); the driver, like
+# the recipes, re-executes itself as 2 gloo CPU processes (captioner/launching.py).
+LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"]
 
 

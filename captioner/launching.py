@@ -1,0 +1,111 @@
+"""Make `accelerate launch --cpu --num_processes N` start N gloo CPU processes.
+
+accelerate's `--cpu` launcher starts a single process unless MPI is installed (it only sets `MASTER_ADDR` /
+`MASTER_PORT` and runs the script once), so a user asking for two CPU processes silently gets one. The recipes
+call `relaunch_cpu_processes()` first: when they find themselves in that situation they re-execute under
+`torch.distributed.run` with the requested number of processes - the same launcher accelerate uses for
+`--multi_gpu`, which on CPU (`ACCELERATE_USE_CPU`) gives DDP over gloo.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+from metric.common.errors import PacsError
+
+logger = logging.getLogger(__name__)
+
+WORKING_COMMAND = "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N SCRIPT ..."
+_DISTRIBUTED_MARKERS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+
+
+class LaunchError(PacsError):
+    """The launcher asked for several CPU processes but how many could not be determined."""
+
+
+def _truthy(value: str | None) -> bool:
+    """accelerate's reading of a boolean environment flag."""
+    return str(value).strip().lower() in {"1", "true", "yes", "y", "on"}
+
+
+def launcher_arguments(parent_argv: Sequence[str]) -> list[str] | None:
+    """The `accelerate launch` options in a parent command line, or None when the parent is not that launcher."""
+    for index, token in enumerate(parent_argv):
+        if token == "launch" and index > 0 and os.path.basename(parent_argv[index - 1]).startswith("accelerate"):
+            return list(parent_argv[index + 1:])
+        if token == "accelerate.commands.launch" and index > 0 and parent_argv[index - 1] == "-m":
+            return list(parent_argv[index + 1:])
+    return None
+
+
+def requested_processes(launch_argv: Sequence[str]) -> int | None:
+    """`--num_processes` as accelerate's own parser reads it (or the `--config_file`'s value), else None."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    args, _ = launch_command_parser().parse_known_args(list(launch_argv))
+    if args.num_processes is not None:
+        return int(args.num_processes)
+    if args.config_file is not None:
+        return int(load_config_from_file(args.config_file).num_processes)
+    return None
+
+
+def cpu_processes_to_start(env: Mapping[str, str], parent_argv: Sequence[str]) -> int:
+    """How many processes `relaunch_cpu_processes` must start (0: nothing to do).
+
+    Non-zero only inside accelerate's single-process CPU launcher that was asked for several processes: CPU
+    requested, `MASTER_ADDR` set (accelerate sets it only when `num_processes > 1`) and no distributed rank
+    variables (torchrun, MPI).
+    """
+    if not _truthy(env.get("ACCELERATE_USE_CPU")) or "MASTER_ADDR" not in env:
+        return 0
+    if any(marker in env for marker in _DISTRIBUTED_MARKERS):
+        return 0
+    launch_argv = launcher_arguments(parent_argv)
+    if launch_argv is None:
+        return 0
+    count = requested_processes(launch_argv)
+    if count is None:
+        raise LaunchError("accelerate was asked for several CPU processes but pacs cannot tell how many; "
+                          f"pass --num_processes N, or use: {WORKING_COMMAND}")
+    return count if count > 1 else 0
+
+
+def _parent_command_line() -> list[str]:
+    """The command line of the process that started this one ([] when it cannot be read)."""
+    try:
+        import psutil
+
+        return psutil.Process(os.getppid()).cmdline()
+    except Exception:  # noqa: BLE001 - no parent information simply means "not under accelerate launch"
+        return []
+
+
+def _master_port(env: Mapping[str, str]) -> str:
+    """The rendezvous port: accelerate's `--main_process_port`, a free one for 0 (torchrun would wait forever)."""
+    port = env.get("MASTER_PORT", "29500")
+    if port != "0":
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def relaunch_cpu_processes(argv: Sequence[str] | None = None) -> None:
+    """Under `accelerate launch --cpu --num_processes N` (N > 1, no MPI), re-execute this script as N processes."""
+    count = cpu_processes_to_start(os.environ, _parent_command_line())
+    if not count:
+        return
+    argv = list(sys.argv if argv is None else argv)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(count),
+               "--master_addr", os.environ["MASTER_ADDR"], "--master_port", _master_port(os.environ),
+               *argv]
+    logger.info("accelerate's --cpu launcher starts one process; starting %d gloo CPU processes with torchrun",
+                count)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, command, dict(os.environ, ACCELERATE_USE_CPU="true"))

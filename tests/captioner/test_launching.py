@@ -1,0 +1,32 @@
+"""`accelerate launch --cpu --num_processes N` detection (captioner/launching.py)."""
+from __future__ import annotations
+
+import pytest
+
+from captioner.launching import LaunchError, cpu_processes_to_start, launcher_arguments
+
+SINGLE_CPU_LAUNCHER = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+PARENT = ["/usr/bin/python", "/usr/local/bin/accelerate", "launch", "--cpu", "--num_processes", "3",
+          "recipes/scst_pacs.py", "xe.max_steps=5"]
+
+
+def test_cpu_launcher_asked_for_several_processes_is_detected():
+    assert launcher_arguments(PARENT) == PARENT[3:]
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, PARENT) == 3
+    module_form = ["python", "-m", "accelerate.commands.launch", "--num_processes=2", "--cpu", "x.py"]
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, module_form) == 2
+
+
+def test_nothing_to_do_outside_that_situation():
+    assert cpu_processes_to_start({}, PARENT) == 0  # not a CPU launch
+    assert cpu_processes_to_start({"ACCELERATE_USE_CPU": "True"}, PARENT) == 0  # one process: no MASTER_ADDR
+    assert cpu_processes_to_start(dict(SINGLE_CPU_LAUNCHER, WORLD_SIZE="3", RANK="0"), PARENT) == 0  # torchrun
+    assert cpu_processes_to_start(dict(SINGLE_CPU_LAUNCHER, OMPI_COMM_WORLD_SIZE="3"), PARENT) == 0  # MPI
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, ["bash", "-c", "python x.py"]) == 0  # not accelerate
+    one = PARENT[:4] + ["--num_processes", "1"] + PARENT[6:]
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, one) == 0
+
+
+def test_unknown_count_is_a_clear_error():
+    with pytest.raises(LaunchError, match="--num_processes N"):
+        cpu_processes_to_start(SINGLE_CPU_LAUNCHER, ["accelerate", "launch", "--cpu", "x.py"])
