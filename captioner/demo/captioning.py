@@ -42,8 +42,12 @@ def open_features(folder: Path) -> FeatureCache:
     return FeatureCache(folder / "cache")
 
 
-def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: Path, logs: Path) -> dict:
-    """Stage `xe`: vocabulary and cross-entropy training of the captioner on the reference captions."""
+def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: Path, logs: Path,
+           clip_checkpoint: Path) -> dict:
+    """Stage `xe`: vocabulary and cross-entropy training of the captioner on the reference captions.
+
+    The checkpoint records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features.
+    """
     stage = config.xe
     train_items, val_items = data.splits["train"], data.splits["val"]
     vocab = build_vocab("word", [c for item in train_items for c in item.references], min_count=1,
@@ -59,7 +63,8 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
                   checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
     result = train_xe(xe, model_config, vocab, features,
                       [(item.image_id, caption) for item in train_items for caption in item.references],
-                      {item.image_id: item.references for item in val_items})
+                      {item.image_id: item.references for item in val_items},
+                      feature_source={"backbone": "", "checkpoint": str(Path(clip_checkpoint).resolve())})
     shutil.copyfile(folder / "log.csv", logs / "xe.csv")
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     losses = result.losses

@@ -98,7 +98,8 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
 
     runner.run("features", {}, ["clip"], extract)
     runner.run("xe", {"seed": config.seed, "xe": to_dict(config.xe)}, ["features"],
-               lambda out: captioning.run_xe(config, data, features(), out, logs))
+               lambda out: captioning.run_xe(config, data, features(), out, logs,
+                                             runner.folder("clip") / "checkpoint.safetensors"))
     models = {"xe": runner.folder("xe") / "best"}
     for spec in config.scst.rewards:
         name = f"scst-{captioning.reward_slug(spec)}"

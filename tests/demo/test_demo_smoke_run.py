@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+import pacs_cli
 from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
 from metric.common.errors import InputError
 
@@ -43,6 +45,19 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
     assert "class=\"absent\"" not in page
     marker = (run_dir / "clip" / "stage.json").stat().st_mtime
+
+    # `pacs caption` re-creates the demo's features from the checkpoint's recorded source: same captions
+    evaluated = json.loads((run_dir / "evaluate" / "captions.json").read_text())["scst cider"]
+    some = sorted(evaluated)[:3]
+    images = tmp_path / "caption-input"
+    images.mkdir()
+    for image_id in some:
+        shutil.copyfile(run_dir / "data" / "images" / f"{image_id}.png", images / f"{image_id}.png")
+    out_file = tmp_path / "captions.json"
+    assert pacs_cli.main(["caption", "--checkpoint", str(run_dir / "scst-cider" / "final"), "--images", str(images),
+                          "--beam-size", "2", "--out", str(out_file)]) == 0
+    written = {r["image_id"]: r["caption"] for r in json.loads(out_file.read_text())}
+    assert written == {image_id: evaluated[image_id] for image_id in some}
 
     second = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
     assert second["ran"] == [] and set(second["skipped"]) == STAGES
