@@ -46,12 +46,23 @@ def _build() -> dict[str, EvalMetric]:
 
 
 METRICS: dict[str, EvalMetric] = _build()
+# The spellings papers and other toolkits use for the same metrics.
+ALIASES: dict[str, str] = {
+    **{f"bleu-{k}": f"bleu{k}" for k in range(1, 5)}, **{f"bleu_{k}": f"bleu{k}" for k in range(1, 5)},
+    **{f"rep-{k}": f"rep{k}" for k in range(1, 5)},
+    "rouge-l": "rouge", "rouge_l": "rouge", "rougel": "rouge", "cider-d": "cider", "ciderd": "cider",
+    "%incorrect": "incorrect",
+}
 TEXT_METRICS = tuple(name for name, m in METRICS.items() if m.kind == "text")
 
 
 def get_metric(name: str) -> EvalMetric:
-    """Look a metric up by name, case-insensitively; InputError listing the known names otherwise."""
+    """Look a metric up by name or alias (`BLEU-4`, `ROUGE-L`, `CIDEr-D`, ...), case-insensitively.
+
+    InputError listing the known names otherwise.
+    """
     key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
     if key not in METRICS:
         raise InputError(f"unknown metric {name!r} (known: {' '.join(METRICS)})")
     return METRICS[key]

@@ -356,3 +356,11 @@ def test_evaluate_unresolved_candidate_id(tmp_path, capsys):
     assert run(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references", str(tmp_path / "r.json"),
                 "--metrics", "bleu1"]) == 2
     assert "'9'" in capsys.readouterr().err
+
+
+def test_metric_names_accept_the_papers_spellings():
+    from eval.registry import parse_metric_list
+
+    assert parse_metric_list("BLEU-1,bleu_4,ROUGE-L,CIDEr-D,Rep-2,%Incorrect,PAC-S++") == [
+        "bleu1", "bleu4", "rouge", "cider", "rep2", "incorrect", "pac-s++"]
+    assert parse_metric_list("bleu-4,bleu4") == ["bleu4"]  # the same metric once
