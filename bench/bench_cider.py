@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import time
 from pathlib import Path
 
 import numpy as np
 from pycocoevalcap.cider.cider import Cider
 
 from eval.cider import CiderD, cider_df
+from timing import best_time
 
 
 def flickr8k_captions() -> dict[str, list[str]] | None:
@@ -50,16 +50,6 @@ def build_inputs(count: int, seed: int = 0) -> tuple[list[str], list[list[str]]]
                   for i, im in enumerate(chosen)]
     references = [by_image[im] for im in chosen]
     return candidates, references
-
-
-def best_time(fn, repeats: int) -> tuple[float, object]:
-    """Smallest wall time over `repeats` runs, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main() -> None:

@@ -14,26 +14,13 @@ One SCST-sized batch (B=32 images x k=5 real Flickr8k captions, 5 references eac
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
 
 import torch
 
 from captioner.data import load_dataset
 from metric.common.paths import shared_dir
 from rewards import build_reward
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `fn()` over `repeats` runs (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from timing import median_time
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,11 +45,13 @@ def main(argv: list[str] | None = None) -> None:
         fast.fn.scorer._ref_cache.clear()
         fast(ids, captions, refs)
 
-    rows = [("cider, re-tokenize + recompute reference stats (baseline)", median_seconds(cider_uncached, args.repeats))]
-    rows.append(("cider, cached references, Python PTB tokenizer", median_seconds(lambda: fast(ids, captions, refs),
-                                                                                 args.repeats)))
-    rows.append(("cider, cached references, Java PTB tokenizer", median_seconds(lambda: java(ids, captions, refs),
-                                                                               args.repeats)))
+    repeats = args.repeats
+    rows = [("cider, re-tokenize + recompute reference stats (baseline)",
+             median_time(cider_uncached, repeats, warmup=1)),
+            ("cider, cached references, Python PTB tokenizer",
+             median_time(lambda: fast(ids, captions, refs), repeats, warmup=1)),
+            ("cider, cached references, Java PTB tokenizer",
+             median_time(lambda: java(ids, captions, refs), repeats, warmup=1))]
 
     from metric.backbones import build_backbone_from_config, tiny_clip_config
 
@@ -79,8 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         clip.fn.scorer._image_cache.clear()
         clip_cached()
 
-    clip_rows = [("clip-s (tiny), re-encode the images every call (baseline)", median_seconds(clip_uncached, args.repeats)),
-                 ("clip-s (tiny), image embeddings cached by id", median_seconds(clip_cached, args.repeats))]
+    clip_rows = [("clip-s (tiny), re-encode the images every call (baseline)",
+                  median_time(clip_uncached, repeats, warmup=1)),
+                 ("clip-s (tiny), image embeddings cached by id", median_time(clip_cached, repeats, warmup=1))]
     print(f"reward call on B=32 x k=5 Flickr8k captions, median of {args.repeats} (CPU, 1 thread)")
     print(f"{'configuration':64} {'ms/call':>9} {'ratio':>7}")
     for group in (rows, clip_rows):

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable
 
 import av
 import numpy as np
@@ -27,6 +25,7 @@ import torch
 from metric.backbones import Backbone, build_backbone_from_config, tiny_clip_config
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, read_frames
+from timing import best_time
 
 
 def write_videos(folder: Path, count: int, seconds: int, fps: int = 8, size: int = 256) -> list[Path]:
@@ -65,16 +64,6 @@ def build_backbone(name: str) -> Backbone:
     return build_backbone_from_config(dict(config), seed=0, name=f"{name} (random)")
 
 
-def timed(fn: Callable[[], object], repeats: int = 1) -> tuple[float, object]:
-    """Smallest wall time over `repeats` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def main() -> None:
     """Run the benchmark and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,16 +86,16 @@ def main() -> None:
         pairs = [(video, caption) for video in videos for caption in captions]
         pair_videos, pair_captions = [p[0] for p in pairs], [p[1] for p in pairs]
 
-        t_decode, frames = timed(lambda: [read_frames(v, sampling) for v in videos], args.repeats)
+        t_decode, frames = best_time(lambda: [read_frames(v, sampling) for v in videos], args.repeats)
         n_frames = sum(len(f) for f in frames)
         images = [frame.image for video_frames in frames for frame in video_frames]
         embedder = VideoScorer(backbone, sampling, batch_size=args.batch_size, progress=False)
         embedder.embed_frames(images[:2])  # warm-up
-        t_embed, _ = timed(lambda: embedder.embed_frames(images))
+        t_embed, _ = best_time(lambda: embedder.embed_frames(images))
 
         cold = VideoScorer(backbone, sampling, batch_size=args.batch_size, cache_dir=tmp / "cache", progress=False)
         idf = cold.idf(pair_captions)
-        t_cold, cold_result = timed(lambda: cold.score(pair_videos, pair_captions, idf=idf))
+        t_cold, cold_result = best_time(lambda: cold.score(pair_videos, pair_captions, idf=idf))
         def from_disk() -> object:
             disk = VideoScorer(backbone, sampling, batch_size=args.batch_size, cache_dir=tmp / "cache",
                                progress=False)
@@ -114,8 +103,8 @@ def main() -> None:
             assert disk.stats["disk_cache_hits"] == len(videos) and disk.stats["frames_embedded"] == 0
             return result
 
-        t_disk, disk_result = timed(from_disk, args.repeats)
-        t_memory, memory_result = timed(lambda: cold.score(pair_videos, pair_captions, idf=idf), args.repeats)
+        t_disk, disk_result = best_time(from_disk, args.repeats)
+        t_memory, memory_result = best_time(lambda: cold.score(pair_videos, pair_captions, idf=idf), args.repeats)
         assert np.allclose(disk_result.scores, cold_result.scores, atol=1e-6)
         assert np.array_equal(memory_result.scores, cold_result.scores)
 

@@ -47,12 +47,12 @@ def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: i
                    device: str = "cpu") -> dict[str, str]:
     """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly)."""
     import torch
-    from PIL import Image
     from tqdm.auto import tqdm
 
     from captioner.backbone_source import load_source_backbone
     from captioner.checkpoints import load_captioner
     from captioner.decoding import beam_search
+    from captioner.features import load_pixels
     from metric.grid import visual_grid_features
 
     model, vocab, info = load_captioner(checkpoint, device)
@@ -65,15 +65,8 @@ def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: i
     ids = list(images)
     for start in tqdm(range(0, len(ids), batch_size), desc="captioning"):
         chunk = ids[start:start + batch_size]
-        pixels = []
-        for image_id in chunk:
-            try:
-                with Image.open(images[image_id]) as image:
-                    pixels.append(backbone.preprocess(image))
-            except OSError as error:
-                raise InputError(f"image {images[image_id]} cannot be read: {error}") from None
         with torch.no_grad():
-            feats = visual_grid_features(backbone, torch.stack(pixels).to(device))
+            feats = visual_grid_features(backbone, load_pixels(backbone, images, chunk).to(device))
             decoded = beam_search(model, feats, beam_size=beam_size, return_k=1)
         for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
             captions[image_id] = vocab.decode(tokens.tolist())

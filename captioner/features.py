@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
+from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
@@ -130,6 +131,18 @@ def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
                                  f"{meta.get(key)!r}; use another cache folder")
 
 
+def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str]) -> torch.Tensor:
+    """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path."""
+    batch = []
+    for image_id in ids:
+        try:
+            with Image.open(images[image_id]) as image:
+                batch.append(backbone.preprocess(image))
+        except OSError as error:
+            raise InputError(f"image {image_id!r} ({images[image_id]}) cannot be read: {error}") from None
+    return torch.stack(batch)
+
+
 def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cache_dir: str | os.PathLike,
                      batch_size: int = 32, shard_size: int = 512, dtype: str = "float32",
                      accelerator: Any = None) -> FeatureCache:
@@ -138,7 +151,6 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     `backbone` is a `metric.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
     each process handles `ids[rank::world]`; the returned cache is complete on every process.
     """
-    from PIL import Image
 
     from metric.grid import grid_feature_dim, visual_grid_features
 
@@ -176,14 +188,8 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     progress = tqdm(total=len(todo), desc="grid features", unit="img", disable=not is_main)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
-        batch = []
-        for image_id in chunk:
-            try:
-                with Image.open(images[image_id]) as image:
-                    batch.append(backbone.preprocess(image))
-            except OSError as error:
-                raise InputError(f"image {image_id!r} ({images[image_id]}) cannot be read: {error}") from None
-        grid = visual_grid_features(backbone, torch.stack(batch).to(device)).to(_DTYPES[dtype]).cpu()
+        pixels = load_pixels(backbone, images, chunk)
+        grid = visual_grid_features(backbone, pixels.to(device)).to(_DTYPES[dtype]).cpu()
         for image_id, tensor in zip(chunk, grid):
             pending[image_id] = tensor.contiguous()
         if len(pending) >= shard_size:
