@@ -42,15 +42,18 @@ def launcher_arguments(parent_argv: Sequence[str]) -> list[str] | None:
 
 
 def requested_processes(launch_argv: Sequence[str]) -> int | None:
-    """`--num_processes` as accelerate's own parser reads it (or the `--config_file`'s value), else None."""
+    """`--num_processes` as accelerate's own parser reads it, else the (given or default) config file's, else None."""
+    from accelerate.commands.config import default_config_file
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
 
     args, _ = launch_command_parser().parse_known_args(list(launch_argv))
     if args.num_processes is not None:
         return int(args.num_processes)
-    if args.config_file is not None:
-        return int(load_config_from_file(args.config_file).num_processes)
+    config_file = args.config_file or (default_config_file if os.path.isfile(default_config_file) else None)
+    if config_file is not None:
+        count = getattr(load_config_from_file(config_file), "num_processes", None)
+        return int(count) if count is not None else None
     return None
 
 

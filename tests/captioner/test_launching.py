@@ -27,6 +27,15 @@ def test_nothing_to_do_outside_that_situation():
     assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, one) == 0
 
 
-def test_unknown_count_is_a_clear_error():
+def test_unknown_count_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr("accelerate.commands.config.default_config_file", str(tmp_path / "none.yaml"))
     with pytest.raises(LaunchError, match="--num_processes N"):
         cpu_processes_to_start(SINGLE_CPU_LAUNCHER, ["accelerate", "launch", "--cpu", "x.py"])
+
+
+def test_count_from_an_accelerate_config_file(tmp_path):
+    config = tmp_path / "cpu.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 4\n"
+                      "num_machines: 1\nmixed_precision: 'no'\nuse_cpu: true\n")
+    parent = ["accelerate", "launch", "--config_file", str(config), "recipes/scst_pacs.py"]
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, parent) == 4
