@@ -1,7 +1,8 @@
 """Exact inference shortcuts for open_clip's standard ViT CLIP towers (same weights, same math, less work).
 
-- Text (causal, pooled at the first EOT): positions after the longest sequence are never computed (texts are
-  trimmed); the token prefix shared by every text of a batch (SOT + the prompt "A photo depicts") is run once
+- Text (causal, pooled at the first EOT): positions after a text's EOT are never computed - the residual
+  stream packs only the real positions of every text, so projections and MLPs see no padding (attention runs
+  on the padded grid, where causality hides the padding); the token prefix shared by every text of a batch (SOT + the prompt "A photo depicts") is run once
   and its per-layer keys/values are reused; the last block computes its query, MLP and output only for the
   pooled EOT position.
 - Image (pooled at the class token): the last block computes its query, MLP and output only for the class token.
@@ -97,38 +98,69 @@ def prefix_states(model: CLIP, prefix: Sequence[int]) -> list[tuple[torch.Tensor
     return states
 
 
+def _packed_attention(block: ResidualAttentionBlock, h: torch.Tensor, valid: torch.Tensor, batch: int,
+                      n_query: int, prefix_kv: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v `[B, heads, *, head_dim]` of the packed rows `h [T, width]` laid out in the padded `[B, Lq]` grid.
+
+    One fused in-projection over the T real rows; rows past a text's EOT stay zero (causally invisible to it).
+    """
+    width = h.shape[-1]
+    n_heads = block.attn.num_heads
+    qkv = h.new_zeros(batch, n_query, 3 * width)
+    qkv[valid] = F.linear(h, block.attn.in_proj_weight, block.attn.in_proj_bias)
+    q, k, v = (_heads(part, n_heads) for part in qkv.split(width, dim=-1))
+    if prefix_kv is not None:
+        pk, pv = prefix_kv
+        k = torch.cat([pk.expand(batch, -1, -1, -1), k], dim=2)
+        v = torch.cat([pv.expand(batch, -1, -1, -1), v], dim=2)
+    return q, k, v
+
+
 @torch.no_grad()
 def encode_text_pruned(model: CLIP, tokens: torch.Tensor, prefix_length: int = 0,
                        prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
-    """Unnormalised text embeddings of `tokens [N, L]` whose first `prefix_length` ids are the cached prefix."""
+    """Unnormalised text embeddings of `tokens [N, L]` whose first `prefix_length` ids are the cached prefix.
+
+    The residual stream holds only the positions up to each text's EOT, packed as `[T, width]`: the projections
+    and MLPs (most of the work) never see padding; attention runs on the padded grid.
+    """
     batch, length = tokens.shape
     pooled_at = tokens.argmax(dim=-1)
     if prefix_length and (prefix_kv is None or int(pooled_at.min()) < prefix_length):
         raise ValueError("the pooled EOT position must come after the cached prefix")
-    suffix = tokens[:, prefix_length:]
-    x = model.token_embedding(suffix) + model.positional_embedding[prefix_length:length]
     n_query = length - prefix_length
+    local = pooled_at - prefix_length  # EOT position in the suffix
+    positions = torch.arange(n_query, device=tokens.device)
+    valid = positions[None, :] <= local[:, None]  # [B, Lq]
+    x = (model.token_embedding(tokens[:, prefix_length:]) + model.positional_embedding[prefix_length:length])[valid]
     mask = _causal_mask(n_query, prefix_length, length, x.dtype, x.device)
     rows = torch.arange(batch, device=x.device)
+    width = x.shape[-1]
     blocks = list(model.transformer.resblocks)
     for index, block in enumerate(blocks):
         h = block.ln_1(x)
-        k, v = _keys_values(block, h)
-        if prefix_length:
-            pk, pv = prefix_kv[index]
-            k = torch.cat([pk.expand(batch, -1, -1, -1), k], dim=2)
-            v = torch.cat([pv.expand(batch, -1, -1, -1), v], dim=2)
+        q, k, v = _packed_attention(block, h, valid, batch, n_query, prefix_kv[index] if prefix_length else None)
         if index < len(blocks) - 1:
-            x = _block_rows(block, x, h, k, v, mask)
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)[valid]
+            x = x + block.ls_1(block.attn.out_proj(attended.reshape(-1, width)))
+            x = x + block.ls_2(block.mlp(block.ln_2(x)))
         else:  # last block: only the pooled row of every text
-            local = pooled_at - prefix_length
-            x = _block_rows(block, x[rows, local][:, None], h[rows, local][:, None], k, v,
-                            mask[local][:, None, None, :])[:, 0]
+            q_pooled = q[rows, :, local][:, :, None]  # [B, heads, 1, head_dim]
+            attended = F.scaled_dot_product_attention(q_pooled, k, v, attn_mask=mask[local][:, None, None, :])
+            pooled = x[_row_offsets(valid) + local]  # packed index of each text's EOT
+            x = pooled + block.ls_1(block.attn.out_proj(attended.reshape(batch, width)))
+            x = x + block.ls_2(block.mlp(block.ln_2(x)))
     x = model.ln_final(x)
     projection = model.text_projection
     if projection is None:
         return x
     return projection(x) if isinstance(projection, torch.nn.Linear) else x @ projection
+
+
+def _row_offsets(valid: torch.Tensor) -> torch.Tensor:
+    """Index of each row's first packed position in `tensor[valid]`."""
+    counts = valid.sum(dim=1)
+    return torch.cumsum(counts, dim=0) - counts
 
 
 @torch.no_grad()

@@ -3,7 +3,8 @@
 - Image embeddings are cached in memory by key (the path by default) for the scorer's lifetime, and
   optionally on disk (`cache_dir`, keyed by model fingerprint + image file hash): an image is encoded once.
 - Texts are deduplicated, sorted by token length and encoded in batches trimmed to the longest sequence of
-  each batch (exact for CLIP's causal text tower, see `Backbone.encode_text`), not padded to 77.
+  each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
+  (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.pruned_forward`).
 - Results do not depend on the batch size or on the order of the inputs (up to float rounding, <= 1e-5).
 """
 from __future__ import annotations
