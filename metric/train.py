@@ -10,7 +10,6 @@ weights are restored at the end), optional periodic correlation on an eval bench
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
+from accelerate.logging import get_logger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -32,7 +32,7 @@ from metric.train_data import collate_positives
 if TYPE_CHECKING:
     from metric.backbones import Backbone
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)  # accelerate's: logs once, on the main process
 
 MODES = ("lora", "projection", "full")
 FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
