@@ -70,8 +70,8 @@ class CSVTracker(GeneralTracker):
 def process_state() -> PartialState:
     """accelerate's process state (rank, world, device), honouring `ACCELERATE_USE_CPU` like `Accelerator` does.
 
-    Two CPU processes: `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 ...` (accelerate's
-    `--cpu` launcher starts a single process unless MPI is used).
+    Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
+    under torchrun, see `captioner.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
     """
     return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
 
