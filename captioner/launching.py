@@ -26,11 +26,6 @@ class LaunchError(PacsError):
     """The launcher asked for several CPU processes but how many could not be determined."""
 
 
-def _truthy(value: str | None) -> bool:
-    """accelerate's reading of a boolean environment flag."""
-    return str(value).strip().lower() in {"1", "true", "yes", "y", "on"}
-
-
 def launcher_arguments(parent_argv: Sequence[str]) -> list[str] | None:
     """The `accelerate launch` options in a parent command line, or None when the parent is not that launcher."""
     for index, token in enumerate(parent_argv):
@@ -64,7 +59,9 @@ def cpu_processes_to_start(env: Mapping[str, str], parent_argv: Sequence[str]) -
     requested, `MASTER_ADDR` set (accelerate sets it only when `num_processes > 1`) and no distributed rank
     variables (torchrun, MPI).
     """
-    if not _truthy(env.get("ACCELERATE_USE_CPU")) or "MASTER_ADDR" not in env:
+    from accelerate.utils import str_to_bool  # how accelerate itself reads ACCELERATE_USE_CPU
+
+    if not str_to_bool(env.get("ACCELERATE_USE_CPU", "false")) or "MASTER_ADDR" not in env:
         return 0
     if any(marker in env for marker in _DISTRIBUTED_MARKERS):
         return 0
@@ -98,15 +95,13 @@ def _master_port(env: Mapping[str, str]) -> str:
         return str(probe.getsockname()[1])
 
 
-def relaunch_cpu_processes(argv: Sequence[str] | None = None) -> None:
+def relaunch_cpu_processes() -> None:
     """Under `accelerate launch --cpu --num_processes N` (N > 1, no MPI), re-execute this script as N processes."""
     count = cpu_processes_to_start(os.environ, _parent_command_line())
     if not count:
         return
-    argv = list(sys.argv if argv is None else argv)
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(count),
-               "--master_addr", os.environ["MASTER_ADDR"], "--master_port", _master_port(os.environ),
-               *argv]
+               "--master_addr", os.environ["MASTER_ADDR"], "--master_port", _master_port(os.environ), *sys.argv]
     logger.info("accelerate's --cpu launcher starts one process; starting %d gloo CPU processes with torchrun",
                 count)
     sys.stdout.flush()

@@ -2,9 +2,9 @@
 
 - Text (causal, pooled at the first EOT): positions after a text's EOT are never computed - the residual
   stream packs only the real positions of every text, so projections and MLPs see no padding (attention runs
-  on the padded grid, where causality hides the padding); the token prefix shared by every text of a batch (SOT + the prompt "A photo depicts") is run once
-  and its per-layer keys/values are reused; the last block computes its query, MLP and output only for the
-  pooled EOT position.
+  on the padded grid, where causality hides the padding); the token prefix shared by every text of a batch
+  (SOT + the prompt "A photo depicts") is run once and its per-layer keys/values are reused; the last block
+  computes its query, MLP and output only for the pooled EOT position.
 - Image (pooled at the class token): the last block computes its query, MLP and output only for the class token.
 
 Each shortcut is a re-ordering of the same float operations over fewer rows, so outputs agree with open_clip's
@@ -69,7 +69,12 @@ def _block_rows(block: ResidualAttentionBlock, x_rows: torch.Tensor, h_rows: tor
     q = _heads(_project(block, h_rows, slice(0, width)), n_heads)
     attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     attended = attended.transpose(1, 2).reshape(x_rows.shape[0], x_rows.shape[1], width)
-    x = x_rows + block.ls_1(block.attn.out_proj(attended))
+    return _residual_tail(block, x_rows, attended)
+
+
+def _residual_tail(block: ResidualAttentionBlock, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """The rest of a block after attention: output projection + residual, then MLP + residual (any row layout)."""
+    x = x + block.ls_1(block.attn.out_proj(attended))
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
 
@@ -99,7 +104,8 @@ def prefix_states(model: CLIP, prefix: Sequence[int]) -> list[tuple[torch.Tensor
 
 
 def _packed_attention(block: ResidualAttentionBlock, h: torch.Tensor, valid: torch.Tensor, batch: int,
-                      n_query: int, prefix_kv: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      n_query: int, prefix_kv: tuple[torch.Tensor, torch.Tensor] | None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v `[B, heads, *, head_dim]` of the packed rows `h [T, width]` laid out in the padded `[B, Lq]` grid.
 
     One fused in-projection over the T real rows; rows past a text's EOT stay zero (causally invisible to it).
@@ -142,14 +148,12 @@ def encode_text_pruned(model: CLIP, tokens: torch.Tensor, prefix_length: int = 0
         q, k, v = _packed_attention(block, h, valid, batch, n_query, prefix_kv[index] if prefix_length else None)
         if index < len(blocks) - 1:
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)[valid]
-            x = x + block.ls_1(block.attn.out_proj(attended.reshape(-1, width)))
-            x = x + block.ls_2(block.mlp(block.ln_2(x)))
+            x = _residual_tail(block, x, attended.reshape(-1, width))
         else:  # last block: only the pooled row of every text
             q_pooled = q[rows, :, local][:, :, None]  # [B, heads, 1, head_dim]
             attended = F.scaled_dot_product_attention(q_pooled, k, v, attn_mask=mask[local][:, None, None, :])
             pooled = x[_row_offsets(valid) + local]  # packed index of each text's EOT
-            x = pooled + block.ls_1(block.attn.out_proj(attended.reshape(batch, width)))
-            x = x + block.ls_2(block.mlp(block.ln_2(x)))
+            x = _residual_tail(block, pooled, attended.reshape(batch, width))
     x = model.ln_final(x)
     projection = model.text_projection
     if projection is None:
