@@ -8,9 +8,10 @@ disk), embeds captions token by token (`caption_token_embeddings`), computes IDF
 - caption: `t_f = Norm(W · LN(E_t(t)))` for every token SOT..EOT (Eq. 8), `t_c = t_f^EOS`;
 - coarse `W_c · t_c` (Eq. 9); precision `P = Σ_l IDF_l max_j W_f^j·t_f^l / Σ_l IDF_l` (Eq. 10); recall
   `R = mean_j max_l W_f^j·t_f^l` (Eq. 11); `F = 2PR/(P+R)` (Eq. 12); `Score = (coarse + F)/2` (Eq. 13);
-- reference-based (Eq. 14): `(Score(W, t) + max_r Score(t, r)) / 2`, where `Score(t, r)` is Eq. 13 with the
+- reference-based (Eq. 14): `(Score(W, t) + Score(t, R)) / 2`, where `Score(t, r)` is Eq. 13 with the
   reference's tokens in place of the frames (coarse `t_c·r_c`; the reference side of the matching is IDF-weighted
-  too, as in EMScore, which makes the text-text score symmetric).
+  too, as in EMScore, which makes the text-text score symmetric) and, as in EMScore's reference code, the terms are
+  maximised over the references separately: `Score(t, R) = (max_r coarse(t, r) + max_r F(t, r)) / 2`.
 The formulas carry no scale factor; `w` (default 1) multiplies the final score and changes no ranking.
 """
 from __future__ import annotations
@@ -98,11 +99,23 @@ def text_text_score(cand_embs: torch.Tensor, cand_idf: torch.Tensor, ref_embs: t
     return ScoreParts(coarse, precision, recall, fine, (coarse + fine) / 2.0)
 
 
-def reference_video_score(video_score: float, text_scores: Sequence[float]) -> float:
-    """Eq. 14: the mean of the video score and the best text-text score over the references."""
-    if not text_scores:
+def best_reference_parts(text_parts: Sequence[ScoreParts]) -> ScoreParts:
+    """EMScore's aggregation over references: P, R, F and coarse each maximised separately, then combined.
+
+    The combined score is `(max_r coarse_r + max_r F_r) / 2`; the two maxima may come from different references
+    (EMScore's `emscore/scorer.py` does this), so it is at least the best single reference's score.
+    """
+    if not text_parts:
         raise InputError("a reference-based video score needs at least one reference")
-    return (video_score + max(text_scores)) / 2.0
+    coarse = max(p.coarse for p in text_parts)
+    fine = max(p.fine for p in text_parts)
+    return ScoreParts(coarse=coarse, precision=max(p.precision for p in text_parts),
+                      recall=max(p.recall for p in text_parts), fine=fine, score=(coarse + fine) / 2.0)
+
+
+def reference_video_score(video_score: float, text_parts: Sequence[ScoreParts]) -> float:
+    """Eq. 14 aggregated as EMScore: the mean of the video score and `best_reference_parts(text_parts).score`."""
+    return (video_score + best_reference_parts(text_parts).score) / 2.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -356,13 +369,13 @@ class VideoScorer:
             weights = weights_of(caption.ids)
             rows.append(video_text_score(frames, caption.tokens, weights))
             if refs is not None:
-                text_scores = [text_text_score(caption.tokens, weights, refs[r].tokens, weights_of(refs[r].ids)).score
-                               for r in references[index]]
-                ref_terms.append(max(text_scores))
+                text_parts = [text_text_score(caption.tokens, weights, refs[r].tokens, weights_of(refs[r].ids))
+                              for r in references[index]]
+                ref_terms.append(best_reference_parts(text_parts).score)
         video_scores = np.array([p.score for p in rows], dtype=np.float64)
         if refs is not None:
             ref_array = np.array(ref_terms, dtype=np.float64)
-            final = np.array([reference_video_score(v, [r]) for v, r in zip(video_scores, ref_array)])
+            final = (video_scores + ref_array) / 2.0
         else:
             ref_array, final = None, video_scores
         n_empty = sum(1 for c in candidates if not c.strip())

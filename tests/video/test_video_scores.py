@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from metric.common.errors import InputError
-from metric.video import (VideoScorer, caption_token_embeddings, coarse_embedding, fine_grained, harmonic_f1,
-                          text_text_score, video_text_score)
+from metric.video import (VideoScorer, best_reference_parts, caption_token_embeddings, coarse_embedding,
+                          fine_grained, harmonic_f1, reference_video_score, text_text_score, video_text_score)
 from metric.video_frames import FrameSampling
 from metric.video_idf import IdfTable, cached_idf, idf_from_token_ids
 
@@ -155,6 +155,49 @@ def test_idf_cache_round_trip(tiny_backbone, tmp_path, monkeypatch):
     files[0].write_text("{}")
     with pytest.raises(InputError, match="not a pacs IDF table"):
         IdfTable.load(files[0])
+
+
+def test_references_aggregate_as_emscore_coarse_and_fine_maximised_separately():
+    # candidate tokens e0, e1 (EOS e1); uniform IDF.
+    cand = torch.stack([unit(1, 0, 0, 0), unit(0, 1, 0, 0)])
+    # r1 = (e2, e1): coarse e1·e1 = 1; P = (0 + 1)/2 = 1/2, R = (0 + 1)/2 = 1/2, F = 1/2; Score = 3/4
+    r1 = torch.stack([unit(0, 0, 1, 0), unit(0, 1, 0, 0)])
+    # r2 = (e0, e1, e3): coarse e1·e3 = 0; P = (1 + 1)/2 = 1, R = (1 + 1 + 0)/3 = 2/3, F = 4/5; Score = 2/5
+    r2 = torch.stack([unit(1, 0, 0, 0), unit(0, 1, 0, 0), unit(0, 0, 0, 1)])
+    parts = [text_text_score(cand, torch.ones(2), ref, torch.ones(len(ref))) for ref in (r1, r2)]
+    assert [p.score for p in parts] == pytest.approx([0.75, 0.4], abs=1e-6)
+    best = best_reference_parts(parts)
+    # EMScore: (max coarse + max F) / 2 = (1 + 4/5) / 2 = 0.9 -- the best single reference gives only 0.75
+    assert best.coarse == pytest.approx(1.0, abs=1e-6) and best.fine == pytest.approx(0.8, abs=1e-6)
+    assert best.precision == pytest.approx(1.0, abs=1e-6) and best.recall == pytest.approx(2 / 3, abs=1e-6)
+    assert best.score == pytest.approx(0.9, abs=1e-6)
+    assert reference_video_score(0.5, parts) == pytest.approx((0.5 + 0.9) / 2, abs=1e-6)
+    with pytest.raises(InputError, match="at least one reference"):
+        best_reference_parts([])
+
+
+def test_scorer_reference_term_maximises_coarse_and_fine_separately(tiny_backbone, tmp_path):
+    video = write_frame_folder(tmp_path / "v", [frame_array(i) for i in range(3)])
+    scorer = VideoScorer(tiny_backbone, FrameSampling(fps=None), progress=False)
+    caption, refs = "a striped red wall", ["a red dog", "blue"]
+    idf = scorer.idf(refs)
+    based = scorer.score([video], [caption], [refs], idf=idf)
+    cand = scorer.embed_captions([caption])[0]
+    coarse, fine = [], []
+    for ref in scorer.embed_captions(refs, prompt=False):
+        # a second, plain implementation of Eq. 13's terms for text: cosine matrix, IDF-weighted best matches
+        sim = (cand.tokens @ ref.tokens.T).double()
+        wc, wr = idf.lookup(cand.ids).double(), idf.lookup(ref.ids).double()
+        precision = float((wc * sim.max(dim=1).values).sum() / wc.sum())
+        recall = float((wr * sim.max(dim=0).values).sum() / wr.sum())
+        coarse.append(float(sim[-1, -1]))
+        fine.append(2 * precision * recall / (precision + recall))
+    best_single = max((c + f) / 2 for c, f in zip(coarse, fine))
+    expected = (max(coarse) + max(fine)) / 2
+    assert int(np.argmax(coarse)) != int(np.argmax(fine))  # the case where the two rules differ
+    assert expected > best_single + 1e-4
+    assert based.ref_terms[0] == pytest.approx(expected, abs=1e-5)
+    assert based.scores[0] == pytest.approx((based.video_scores[0] + expected) / 2, abs=1e-5)
 
 
 def test_scores_do_not_depend_on_batch_size(tiny_backbone, tmp_path):
