@@ -2,20 +2,75 @@
 
 A YAML file may name `_base_: other.yaml` (relative to itself, or a list of files); its keys are merged
 recursively over the base. Overrides use dotted keys (`xe.max_steps=100`) and YAML-typed values.
+
+Values are read with the YAML 1.2 core schema (`1e-6` is a float, `yes`/`no`/`on`/`off` are strings) and
+then typed and validated against the dataclass with pydantic (a `TypeAdapter`-style model over the plain
+dataclass): every value is coerced to its field's type or refused with one `InputError` naming the dotted
+key, the value and the expected type. Range constraints are written as `typing.Annotated` metadata
+(`PositiveInt`, `PositiveFloat`, ... below), and a config class may define `validate(self) -> None` for
+checks that span fields; `from_dict` runs it on every section. The rules are in docs/config.md.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import re
+import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Mapping, Sequence, TypeVar
 
+import pydantic
 import yaml
+from annotated_types import Ge, Gt, Le, Lt
 
 from metric.common.errors import InputError
 
 T = TypeVar("T")
+
+PositiveInt = Annotated[int, Ge(1)]
+"""An int >= 1 (batch sizes, step counts, k, intervals used with `%`)."""
+NonNegativeInt = Annotated[int, Ge(0)]
+"""An int >= 0 (counts and limits where 0 means 'none' or 'all')."""
+PositiveFloat = Annotated[float, Gt(0)]
+"""A float > 0 (learning rates)."""
+NonNegativeFloat = Annotated[float, Ge(0)]
+"""A float >= 0 (weights, decays, clipping where 0 means 'off')."""
+Fraction = Annotated[float, Ge(0), Lt(1)]
+"""A float in [0, 1) (dropout)."""
+Probability = Annotated[float, Ge(0), Le(1)]
+"""A float in [0, 1]."""
+
+_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_INT_RE = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_FLOAT_RE = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_CORE_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader with the YAML 1.2 core schema for bool, int and float scalars."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _CORE_TAGS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL_RE, list("tTfF"))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+0123456789"))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+.0123456789"))
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """SafeDumper that also quotes strings the YAML 1.2 core schema would read as numbers."""
+
+
+_ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+.0123456789"))
+
+
+def yaml_value(text: str) -> Any:
+    """Parse one YAML value with the config schema (YAML 1.2 core: `1e-6` is a float, `no` a string)."""
+    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,7 +92,7 @@ def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str
     if not path.is_file():
         raise InputError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml_value(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:
         raise InputError(f"{path}: invalid YAML: {error}") from None
     if not isinstance(data, dict):
@@ -52,61 +107,198 @@ def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """Turn `a.b=value` strings into a nested dict; values are parsed as YAML scalars/lists."""
+    """Turn `a.b=value` strings into a nested dict; values are parsed as YAML scalars/lists (1.2 core)."""
     result: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
             raise InputError(f"override {item!r} is not of the form key=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = yaml_value(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         node = result
         parts = key.strip().split(".")
         for part in parts[:-1]:
-            node = node.setdefault(part, {})
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise InputError(f"override {item!r}: {part!r} was already given a value")
+            node = child
         node[parts[-1]] = value
     return result
 
 
-def _resolve_type(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0] if len(args) == 1 else tp
+def _strip(tp: Any) -> tuple[Any, bool, tuple[Any, ...]]:
+    """(the type without Annotated/Optional, whether None is allowed, the Annotated metadata)."""
+    metadata: tuple[Any, ...] = ()
+    optional = False
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            metadata += tuple(tp.__metadata__)
+            tp = typing.get_args(tp)[0]
+        elif origin is typing.Union or origin is types.UnionType:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional = optional or len(args) < len(typing.get_args(tp))
+            if len(args) != 1:
+                return tp, optional, metadata
+            tp = args[0]
+        else:
+            return tp, optional, metadata
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _prepare(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    """Check keys, merge nested sections over their defaults and apply the loader's own rules."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}")
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    prepared: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            place = f"{where}: {prefix.rstrip('.')}" if prefix else where
+            raise InputError(f"{place}: unknown key {key!r} (known: {', '.join(sorted(fields))})")
+        dotted = prefix + key
+        field_type, optional, _ = _strip(hints[key])
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if dataclasses.is_dataclass(field_type) and isinstance(value, Mapping):
+            default = _field_default(fields[key])
+            base = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else {}
+            value = _prepare(field_type, deep_merge(base, value), where, dotted + ".")
+        elif optional and value == "" and field_type is not str:
+            value = None
+        elif field_type in (int, float) and isinstance(value, bool):
+            raise InputError(f"{where}: {dotted}={value!r}: expected {_describe(hints[key])}, got a bool")
+        prepared[key] = value
+    return prepared
+
+
+def _describe(tp: Any) -> str:
+    """A short human name for a field type ('int >= 1', 'float or null', 'list of str', ...)."""
+    base, optional, metadata = _strip(tp)
+    origin = typing.get_origin(base)
+    if origin in (list, tuple, set, Sequence):
+        args = typing.get_args(base)
+        name = f"list of {_describe(args[0])}" if args else "list"
+    elif origin in (dict, Mapping):
+        name = "mapping"
+    elif dataclasses.is_dataclass(base):
+        name = "section (a mapping of keys)"
+    elif base is Any:
+        name = "any value"
+    else:
+        name = getattr(base, "__name__", str(base))
+    for item in metadata:
+        for attribute, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            if getattr(item, attribute, None) is not None:
+                name += f" {symbol} {getattr(item, attribute)}"
+    return f"{name} or null" if optional else name
+
+
+def _type_at(cls: type, loc: Sequence[Any]) -> Any:
+    """The annotated type of the value at pydantic location `loc` (None when it cannot be followed)."""
+    tp: Any = cls
+    for part in loc:
+        base = _strip(tp)[0]
+        if dataclasses.is_dataclass(base) and isinstance(part, str):
+            tp = _hints(base).get(part)
+        elif typing.get_origin(base) in (list, tuple, set) and isinstance(part, int):
+            args = typing.get_args(base)
+            tp = args[0] if args else None
+        elif typing.get_origin(base) in (dict, Mapping):
+            args = typing.get_args(base)
+            tp = args[1] if len(args) == 2 else None
+        else:
+            return None
+        if tp is None:
+            return None
     return tp
 
 
-def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "config") -> T:
-    """Build dataclass `cls` from a mapping; unknown keys are an error naming the key."""
+def _dotted(loc: Sequence[Any]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(cls: type) -> type[pydantic.BaseModel]:
+    """A pydantic model with one field `root` of dataclass type `cls` (carries the loader's settings)."""
+    settings = pydantic.ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False,
+                                   arbitrary_types_allowed=True)
+    return pydantic.create_model(f"{cls.__name__}Loader", __config__=settings, root=(cls, ...))
+
+
+def _typed(cls: type[T], data: dict[str, Any], where: str) -> T:
+    """Coerce `data` into `cls` with pydantic; one InputError lists every value that does not fit."""
+    try:
+        return _validator(cls)(root=data).root  # type: ignore[attr-defined]
+    except pydantic.ValidationError as error:
+        problems = []
+        for item in error.errors(include_url=False):
+            loc = tuple(item["loc"][1:])
+            expected = _type_at(cls, loc)
+            expectation = f"expected {_describe(expected)}" if expected is not None else "invalid"
+            problems.append(f"{_dotted(loc) or 'config'}={item['input']!r}: {expectation} ({item['msg']})")
+        raise InputError(f"{where}: " + "; ".join(problems)) from None
+
+
+def _run_checks(config: Any, where: str, section: str = "") -> None:
+    """Call `validate()` of every dataclass section (innermost first), naming the section in errors."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            _run_checks(value, where, f"{section}{field.name}.")
+    check = getattr(config, "validate", None)
+    if callable(check):
+        try:
+            check()
+        except InputError as error:
+            place = f"{where}: {section.rstrip('.')}" if section else where
+            raise InputError(f"{place}: {error}") from None
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "config") -> T:
+    """Build dataclass `cls` from a mapping, typed and validated; unknown keys and bad values are InputErrors."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls} is not a dataclass")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in (data or {}).items():
-        if key not in fields:
-            raise InputError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(fields))})")
-        field_type = _resolve_type(hints[key])
-        if dataclasses.is_dataclass(field_type) and isinstance(value, Mapping):
-            default = getattr(cls(), key) if _has_all_defaults(cls) else None
-            base = dataclasses.asdict(default) if default is not None else {}
-            value = from_dict(field_type, deep_merge(base, value), f"{where}.{key}")
-        kwargs[key] = value
-    return cls(**kwargs)
+    config = _typed(cls, _prepare(cls, data or {}, where, ""), where)
+    _run_checks(config, where)
+    return config
 
 
-def _has_all_defaults(cls: type) -> bool:
-    return all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-               for f in dataclasses.fields(cls))
+def check_batch_split(key: str, batch: int, micro: int, processes: int = 1) -> int:
+    """Micro-batches per process per step; InputError unless `batch` is a multiple of `micro` × `processes`."""
+    if batch < 1 or micro < 1 or processes < 1:
+        raise InputError(f"{key}: batch_size ({batch}), micro_batch_size ({micro}) and the process count "
+                         f"({processes}) must all be >= 1")
+    if batch % (micro * processes):
+        raise InputError(f"{key}: batch_size={batch} must be a multiple of micro_batch_size ({micro}) × "
+                         f"processes ({processes}) = {micro * processes}")
+    return batch // (micro * processes)
 
 
 def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> T:
-    """Load dataclass `cls` from an optional YAML file plus `key=value` overrides."""
+    """Load dataclass `cls` from an optional YAML file plus `key=value` overrides (typed and validated)."""
     data = load_yaml(path) if path else {}
     data = deep_merge(data, parse_overrides(overrides))
-    return from_dict(cls, data)
+    where = str(path) if path else "config"
+    if path and overrides:
+        where += " (with overrides)"
+    return from_dict(cls, data, where)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -115,7 +307,7 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def dump_yaml(config: Any, path: str | os.PathLike) -> None:
-    """Write a dataclass config as YAML atomically."""
+    """Write a dataclass config as YAML atomically (strings that look like numbers are quoted)."""
     from metric.common.io import write_text_atomic
 
-    write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))
+    write_text_atomic(path, yaml.dump(to_dict(config), Dumper=_ConfigDumper, sort_keys=False))
