@@ -1,8 +1,11 @@
 """The metric trainer: PAC-S++ (LoRA), PAC-S (projections) or full fine-tuning under accelerate.
 
-One readable loop: ``accelerator.prepare``, gradient accumulation, ``accelerator.backward``, validation loss
-every ``eval_every`` optimizer steps with early stopping after ``patience`` steps without improvement (the best
-weights are restored at the end), optional periodic correlation on an eval benchmark, resumable state
+One readable loop: ``accelerator.prepare``; every optimizer step trains one *global* batch of ``batch_size``
+pairs, whatever the number of processes and the micro-batch size: each process takes its share of the same
+seeded global batch, encodes it in micro-batches, and the contrastive loss covers all ``batch_size`` pairs
+(embeddings all-gathered across processes, micro-batches combined with GradCache, see ``metric.grad_cache``);
+``accelerator.backward``; validation loss (over global batches too) every ``eval_every`` optimizer steps with
+early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional periodic correlation on an eval benchmark, resumable state
 (``save_state`` / ``load_state``). The temperature is the model's ``logit_scale``; it is frozen unless
 ``train_logit_scale`` is set. Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
 ``metric.backbones.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
@@ -14,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from accelerate.logging import get_logger
@@ -26,8 +29,10 @@ from metric.common.config import dump_yaml, to_dict
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
+from metric.distributed import gather_with_grad
+from metric.grad_cache import grad_cache_step
 from metric.losses import LossTerms, positive_augmented_loss
-from metric.train_data import collate_positives
+from metric.train_data import ShardedEpochBatches, collate_positives, split_micro_batches
 
 if TYPE_CHECKING:
     from metric.backbones import Backbone
@@ -108,8 +113,8 @@ class MetricTrainConfig:
     train_logit_scale: bool = False
     lr: float = 1e-4
     weight_decay: float = 0.0
-    batch_size: int = 256
-    micro_batch_size: int = 0
+    batch_size: int = 256  # the global batch: pairs per optimizer step (and per contrastive loss), all processes
+    micro_batch_size: int = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
     max_steps: int = 0
     max_epochs: int = 50
     eval_every: int = 100
@@ -126,11 +131,11 @@ class MetricTrainConfig:
         """Check values that would otherwise fail late; InputError names the key."""
         if self.mode not in MODES:
             raise InputError(f"mode: unknown training mode {self.mode!r} (known: {', '.join(MODES)})")
-        if self.batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_size < 2:
+            raise InputError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         micro = self.micro_batch_size or self.batch_size
-        if micro < 2 or self.batch_size % micro:
-            raise InputError(f"micro_batch_size ({micro}) must be >= 2 and divide batch_size ({self.batch_size})")
+        if micro < 1 or self.batch_size % micro:
+            raise InputError(f"micro_batch_size ({micro}) must be >= 1 and divide batch_size ({self.batch_size})")
         if self.loss.directions not in ("mean", "sum"):
             raise InputError(f"loss.directions must be 'mean' or 'sum', got {self.loss.directions!r}")
         if self.loss.relative_weighting not in ("uniform", "similarity"):
@@ -238,20 +243,38 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: param for name, param in model.named_parameters() if param.requires_grad}
 
 
-def compute_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor],
-                 batch: tuple[torch.Tensor, list[str], torch.Tensor, list[str]], options: LossOptions,
-                 device: torch.device) -> LossTerms:
-    """Encode a batch of positives (real and generated images in one pass, texts in one pass) and score it."""
+PositivesBatch = tuple[torch.Tensor, list[str], torch.Tensor, list[str]]
+
+
+def encode_positives(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], batch: PositivesBatch,
+                     device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Encode a batch of positives (real and generated images in one pass, texts in one pass).
+
+    Returns ``([v, t, v', t'], logit_scale)``: four float32 ``[n, E]`` normalised embeddings and the temperature.
+    """
     images, captions, gen_images, gen_captions = batch
     n = images.shape[0]
     pixels = torch.cat([images, gen_images]).to(device)
     tokens = tokenize(list(captions) + list(gen_captions)).to(device)
     image_emb, text_emb, scale = encoder(pixels, tokens)
     image_emb, text_emb = image_emb.float(), text_emb.float()
+    return [image_emb[:n], text_emb[:n], image_emb[n:], text_emb[n:]], scale.float()
+
+
+def loss_on_embeddings(embeddings: Sequence[torch.Tensor], scale: torch.Tensor, options: LossOptions) -> LossTerms:
+    """The positive-augmented loss (with the configured extra terms) of ``[v, t, v', t']`` embeddings."""
+    img, txt, gen_img, gen_txt = embeddings
     return positive_augmented_loss(
-        image_emb[:n], text_emb[:n], image_emb[n:], text_emb[n:], scale.float(), lambda_v=options.lambda_v,
-        lambda_t=options.lambda_t, directions=options.directions, relative_weight=options.relative_weight,
+        img, txt, gen_img, gen_txt, scale, lambda_v=options.lambda_v, lambda_t=options.lambda_t,
+        directions=options.directions, relative_weight=options.relative_weight,
         relative_weighting=options.relative_weighting, margin_weight=options.margin_weight, margin=options.margin)
+
+
+def compute_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], batch: PositivesBatch,
+                 options: LossOptions, device: torch.device) -> LossTerms:
+    """Encode a batch of positives in one pass and score it (one process, no micro-batching)."""
+    embeddings, scale = encode_positives(encoder, tokenize, batch, device)
+    return loss_on_embeddings(embeddings, scale, options)
 
 
 @torch.no_grad()
@@ -290,21 +313,35 @@ def image_to_text_recall(image_emb: torch.Tensor, text_emb: torch.Tensor, image_
 
 
 @torch.no_grad()
-def validation_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], loader: DataLoader,
-                    options: LossOptions, device: torch.device) -> dict[str, float]:
-    """Mean of every loss term over the validation batches (eval mode)."""
+def validation_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], dataset: Dataset,
+                    batch_size: int, micro_batch_size: int, options: LossOptions, device: torch.device,
+                    rank: int = 0, processes: int = 1, num_workers: int = 0) -> dict[str, float]:
+    """Mean of every loss term over the consecutive full global batches of `dataset` (eval mode).
+
+    As in training, each loss covers `batch_size` pairs: this process encodes its share in micro-batches and
+    the embeddings are all-gathered, so the value does not depend on the process count or micro-batch size.
+    """
+    sampler = ShardedEpochBatches(len(dataset), batch_size, 0, 0, rank=rank, processes=processes, shuffle=False)
+    if not len(sampler):
+        raise InputError(f"validation set has {len(dataset)} pairs, fewer than one global batch ({batch_size}): "
+                         "give more validation pairs or a smaller batch_size")
+    if sampler.dropped:
+        logger.info("validation: the last %d of %d pairs do not fill a global batch and are left out",
+                    sampler.dropped, len(dataset))
     was_training = encoder.training
     encoder.eval()
     sums: dict[str, float] = {}
-    batches = 0
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_positives, num_workers=num_workers)
     for batch in loader:
-        for name, value in compute_loss(encoder, tokenize, batch, options, device).as_floats().items():
+        parts, scale = [], None
+        for micro in split_micro_batches(batch, micro_batch_size):
+            embeddings, scale = encode_positives(encoder, tokenize, micro, device)
+            parts.append(embeddings)
+        gathered = [gather_with_grad(torch.cat([p[k] for p in parts])) for k in range(len(parts[0]))]
+        for name, value in loss_on_embeddings(gathered, scale, options).as_floats().items():
             sums[name] = sums.get(name, 0.0) + value
-        batches += 1
     encoder.train(was_training)
-    if not batches:
-        raise InputError("validation set yields no full batch: give more validation pairs or a smaller micro batch")
-    return {f"val_{name}": total / batches for name, total in sums.items()}
+    return {f"val_{name}": total / len(sampler) for name, total in sums.items()}
 
 
 def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tuple[Dataset, Dataset]:
@@ -339,22 +376,6 @@ def _correlation_from_config(options: CorrelationOptions) -> CorrelationFn | Non
         return benchmark_correlation(options.benchmark, options.data, options.images, backbone)
 
     return run
-
-
-class EpochBatches:
-    """The batches of one epoch: a permutation seeded by (seed, epoch), full batches only, from batch `start` on."""
-
-    def __init__(self, n_items: int, batch_size: int, seed: int, epoch: int, start: int = 0):
-        generator = torch.Generator().manual_seed(seed * 100003 + epoch)
-        order = torch.randperm(n_items, generator=generator).tolist()
-        self.batch_size, self.drop_last = batch_size, True
-        self.batches = [order[i:i + batch_size] for i in range(0, n_items - batch_size + 1, batch_size)][start:]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 def _state_dirs(output_dir: Path) -> list[Path]:
@@ -397,29 +418,29 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
 
     config.validate()
     output_dir = Path(config.output_dir)
-    micro = config.micro_batch_size or config.batch_size
-    accumulation = config.batch_size // micro
     _allow_new_precision(config.mixed_precision)
-    accelerator = Accelerator(gradient_accumulation_steps=accumulation, mixed_precision=config.mixed_precision,
-                              cpu=config.cpu)
+    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=config.cpu)
+    processes, rank = accelerator.num_processes, accelerator.process_index
+    micro = micro_batch_size(config, processes)
     set_seed(config.seed)
     base = backbone if backbone is not None else build_base_backbone(config)
     if train_dataset is None or val_dataset is None:
         file_train, file_val = _datasets_from_config(config, base)
         train_dataset = train_dataset if train_dataset is not None else file_train
         val_dataset = val_dataset if val_dataset is not None else file_val
-    if len(train_dataset) < micro:
-        raise InputError(f"training set has {len(train_dataset)} pairs, fewer than one micro batch ({micro})")
+    if len(train_dataset) < config.batch_size:
+        raise InputError(f"training set has {len(train_dataset)} pairs, fewer than one global batch "
+                         f"(batch_size={config.batch_size})")
     trained = prepare_trainable(base, config)
     model = trained.model
     model.train()
     params = trainable_parameters(model)
+    logger.info("global batch %d = %d process(es) x %d micro-batch(es) of %d pairs", config.batch_size, processes,
+                config.batch_size // processes // micro, micro)
     logger.info("mode %s: %d trainable tensors, %d parameters (of %d)", config.mode, len(params),
                 sum(p.numel() for p in params.values()), sum(p.numel() for p in model.parameters()))
     encoder = DualEncoder(model)
     optimizer = torch.optim.AdamW(list(params.values()), lr=config.lr, weight_decay=config.weight_decay)
-    val_loader = DataLoader(val_dataset, batch_size=micro, shuffle=False, drop_last=True,
-                            collate_fn=collate_positives, num_workers=config.data.num_workers)
     encoder, optimizer = accelerator.prepare(encoder, optimizer)
     state = TrainerState()
     accelerator.register_for_checkpointing(state)
@@ -439,7 +460,9 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     device = accelerator.device
 
     def evaluate(step: int) -> dict[str, float]:
-        record = {"step": float(step), **validation_loss(encoder, tokenize, val_loader, config.loss, device)}
+        record = {"step": float(step), **validation_loss(encoder, tokenize, val_dataset, config.batch_size, micro,
+                                                         config.loss, device, rank, processes,
+                                                         config.data.num_workers)}
         image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
         record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
         every = config.correlation.every or (1 if correlation_fn else 0)
@@ -458,27 +481,28 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         state.history.append(evaluate(0))
         remember_if_best(state.history[-1])
         logger.info("step 0: %s", _fmt(state.history[-1]))
-    steps_per_epoch = len(train_dataset) // micro // accumulation
+    steps_per_epoch = len(train_dataset) // config.batch_size
+    if len(train_dataset) % config.batch_size:
+        logger.info("each epoch leaves out %d of %d training pairs (a different random remainder each epoch)",
+                    len(train_dataset) % config.batch_size, len(train_dataset))
     total_steps = config.max_steps or steps_per_epoch * config.max_epochs
     progress = tqdm(total=total_steps, initial=state.step, desc="train-metric", disable=not accelerator.is_main_process)
     stop = state.step >= total_steps or state.step - state.best_step >= config.patience
     started, running = time.time(), []
     while not stop and state.epoch < config.max_epochs:
-        batches = EpochBatches(len(train_dataset), micro, config.seed, state.epoch,
-                               state.batch_in_epoch * accelerator.num_processes)
-        loader = accelerator.prepare_data_loader(DataLoader(train_dataset, batch_sampler=batches,
-                                                            collate_fn=collate_positives,
-                                                            num_workers=config.data.num_workers))
-        for batch in loader:
-            with accelerator.accumulate(encoder):
-                terms = compute_loss(encoder, tokenize, batch, config.loss, device)
-                accelerator.backward(terms.total)
-                optimizer.step()
-                optimizer.zero_grad()
+        batches = ShardedEpochBatches(len(train_dataset), config.batch_size, config.seed, state.epoch,
+                                      state.batch_in_epoch, rank, processes)
+        loader = DataLoader(train_dataset, batch_sampler=batches, collate_fn=collate_positives,
+                            num_workers=config.data.num_workers)
+        for batch in loader:  # this process's share of one global batch
+            terms = grad_cache_step(
+                split_micro_batches(batch, micro), lambda part: encode_positives(encoder, tokenize, part, device),
+                lambda embeddings, scale: loss_on_embeddings(embeddings, scale, config.loss), accelerator.backward,
+                lambda: accelerator.no_sync(encoder), averaged_over=processes, device=device)
+            optimizer.step()
+            optimizer.zero_grad()
             state.batch_in_epoch += 1
             running.append(float(terms.total.detach()))
-            if not accelerator.sync_gradients:
-                continue
             state.step += 1
             progress.update(1)
             if config.log_every and state.step % config.log_every == 0:
@@ -510,6 +534,19 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     if config.mixed_precision != "no" and accelerator.num_processes == 1:
         _allow_new_precision("no")  # do not leave autocast on for later Accelerators of this process
     return output_dir
+
+
+def micro_batch_size(config: MetricTrainConfig, processes: int) -> int:
+    """Pairs each process encodes at once: `micro_batch_size`, or by default its whole share of the global batch."""
+    if config.batch_size % processes:
+        raise InputError(f"batch_size ({config.batch_size}) must be a multiple of the number of processes "
+                         f"({processes}): it is the global batch")
+    share = config.batch_size // processes
+    micro = config.micro_batch_size or share
+    if share % micro:
+        raise InputError(f"micro_batch_size ({micro}) must divide each process's share of the global batch "
+                         f"(batch_size {config.batch_size} / {processes} process(es) = {share})")
+    return micro
 
 
 def _allow_new_precision(mixed_precision: str) -> None:

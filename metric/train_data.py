@@ -13,7 +13,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -202,6 +202,46 @@ def random_view(image: Image.Image, min_scale: float = 0.6) -> Image.Image:
     if random.random() < 0.5:
         view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return view
+
+
+class ShardedEpochBatches:
+    """This process's shares of one epoch's global batches: the same seeded permutation on every process.
+
+    Epoch `epoch` orders the items by ``randperm(n_items)`` seeded with (seed, epoch) (or keeps their order with
+    ``shuffle=False``) and cuts full global batches of `batch_size` (the incomplete tail is left out and counted
+    in `dropped`); from global batch `start` on, process `rank` of `processes` takes the rank-th of the
+    `processes` equal contiguous slices of each, so the shards, concatenated in rank order, are the global batch.
+    """
+
+    def __init__(self, n_items: int, batch_size: int, seed: int, epoch: int, start: int = 0, rank: int = 0,
+                 processes: int = 1, shuffle: bool = True):
+        if batch_size < 1 or processes < 1 or batch_size % processes or not 0 <= rank < processes:
+            raise InputError(f"batch_size ({batch_size}) must be a positive multiple of the number of processes "
+                             f"({processes})")
+        if shuffle:
+            order = torch.randperm(n_items, generator=torch.Generator().manual_seed(seed * 100003 + epoch)).tolist()
+        else:
+            order = list(range(n_items))
+        share = batch_size // processes
+        self.batch_size, self.share, self.dropped = batch_size, share, n_items % batch_size
+        full = [order[i:i + batch_size] for i in range(0, n_items - batch_size + 1, batch_size)]
+        self.batches = [batch[rank * share:(rank + 1) * share] for batch in full[start:]]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def split_micro_batches(batch: tuple[torch.Tensor, list[str], torch.Tensor, list[str]], micro_batch_size: int
+                        ) -> list[tuple[torch.Tensor, list[str], torch.Tensor, list[str]]]:
+    """Cut a collated positives batch into consecutive micro-batches of `micro_batch_size` (which must divide it)."""
+    n = len(batch[1])
+    if micro_batch_size < 1 or n % micro_batch_size:
+        raise InputError(f"micro_batch_size ({micro_batch_size}) must divide the batch of {n} pairs")
+    return [tuple(part[i:i + micro_batch_size] for part in batch)  # type: ignore[misc]
+            for i in range(0, n, micro_batch_size)]
 
 
 def collate_positives(batch: Sequence[tuple[torch.Tensor, str, torch.Tensor, str]]
