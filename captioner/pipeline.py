@@ -83,6 +83,7 @@ class EvalConfig:
     batch_size: int = 50
     text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
     max_images: int = 0
+    bootstrap: int = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
 
 
 @dataclass
@@ -212,9 +213,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
             train_scst(scst, xe_dir / "best", features, [(i.image_id, i.captions) for i in train_items], reward)
         models[spec] = out / "final"
     test_sets = prepare_test_sets(run)
-    result: dict[str, Any] = {"rows": []}
-    if state.is_main_process:  # captioning and scoring run once, on the main process
-        result = evaluate_models(run, models, test_sets)
+    result = evaluate_models(run, models, test_sets)  # split over the processes; rows on the main process
     state.wait_for_everyone()
     return result
 
@@ -272,61 +271,129 @@ def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
 
 
 def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[str, list, Any]]) -> dict[str, Any]:
-    """Caption every test set with every model, score, and write eval/results.{json,csv,md}."""
+    """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
+
+    Call it on every process: captioning and contrastive scoring are split over the processes
+    (`captioner.eval_processes`, identical to one process); corpus metrics, paired bootstrap intervals against
+    the XE row (`evaluation.bootstrap` resamples) and the files are computed on the main process, which returns
+    the rows (the others return no rows).
+    """
     from captioner.checkpoints import load_captioner
+    from captioner.eval_intervals import add_intervals
+    from captioner.eval_processes import caption_and_score
     from captioner.evaluation import TABLE_COLUMNS, results_json
-    from captioner.train_xe import generate_captions
+    from captioner.training import process_state
 
     config = run.config
+    state = process_state()
+    todo = [(set_name, model_name) for set_name, _, _ in test_sets for model_name in models
+             if not (run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json").is_file()]
+    if state.num_processes > 1:  # every process follows the main process's view of what is left to do
+        from accelerate.utils import broadcast_object_list
+
+        todo = broadcast_object_list([todo])[0]
     rows: list[dict[str, Any]] = []
+    per_image: dict[tuple[str, str], dict[str, Any]] = {}
     scorers = None
     for set_name, items, features in test_sets:
         paths = {i.image_id: i.image_path for i in items}
+        references = {i.image_id: i.captions for i in items}
         for model_name, folder in models.items():
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
-            if out.is_file():
-                rows.extend(json.loads(out.read_text(encoding="utf-8"))["rows"])
+            if (set_name, model_name) not in todo:
+                if state.is_main_process:
+                    _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
                 continue
             if scorers is None:
                 scorers = reward_scorers(config)
             device = resolve_device("auto")
             model, vocab, _ = load_captioner(folder, device)
-            captions = generate_captions(model, vocab, features, list(paths), config.evaluation.beam_size,
-                                         config.evaluation.batch_size, device, progress=True)
-            model_rows = [{"model": model_name, **row} for row in
-                          evaluation_rows(set_name, captions, items, scorers, config.evaluation.text_metrics)]
-            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
-            write_json_atomic(out, {"rows": model_rows})
-            rows.extend(model_rows)
+            result = caption_and_score(model, vocab, features, list(paths), paths, references, scorers,
+                                       config.evaluation.beam_size, config.evaluation.batch_size, device, state)
+            if not state.is_main_process:
+                continue
+            detailed = evaluation_rows(set_name, result.captions, items, None, config.evaluation.text_metrics,
+                                       contrastive=result.contrastive, per_image=True)
+            record = {"rows": [{"model": model_name, **row} for row, _ in detailed],
+                      "per_image": {row["test_set"]: values for row, values in detailed}}
+            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(result.captions))
+            write_json_atomic(out, record)
+            _collect(record, rows, per_image)
+    if not state.is_main_process:
+        return {"rows": []}
+    add_intervals(rows, per_image, "xe", config.evaluation.bootstrap, config.seed)
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(run.dir / "eval", rows, columns)
     return {"rows": rows}
 
 
+def _collect(record: dict[str, Any], rows: list[dict[str, Any]], per_image: dict[tuple[str, str], Any]) -> None:
+    """Add the rows of one eval/<model>/<set>.json (and its per-image values, when it has them)."""
+    for row in record["rows"]:
+        row.pop("ci", None)
+        rows.append(row)
+        values = record.get("per_image", {}).get(row["test_set"])
+        if values is not None:
+            per_image[(row["model"], row["test_set"])] = values
+
+
 def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorers: dict[str, Any] | None,
-                    text_metrics: list[str]) -> list[dict[str, Any]]:
-    """One row for the whole test set, then one per `extra["domain"]` (nocaps in/near/out-domain)."""
-    from captioner.evaluation import evaluate_captions
+                    text_metrics: list[str], contrastive: dict[str, Any] | None = None,
+                    per_image: bool = False) -> list[Any]:
+    """One row for the whole test set, then one per `extra["domain"]` (nocaps in/near/out-domain).
+
+    `contrastive`: per-image contrastive scores in caption order (from `caption_and_score`) instead of
+    `scorers`. With `per_image=True` each entry is `(row, {"image_ids", "values": {column: [...]}})`.
+    """
+    import numpy as np
+
+    from captioner.evaluation import evaluate_captions_detailed
 
     references = {i.image_id: i.captions for i in items}
     paths = {i.image_id: i.image_path for i in items}
-    rows = [{"test_set": set_name, **evaluate_captions(captions, references, paths, scorers, text_metrics)}]
+    order = list(captions)
+    position = {image_id: index for index, image_id in enumerate(order)}
+    subsets: list[tuple[str, list[str]]] = [(set_name, order)]
     for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
-        subset = {i.image_id for i in items if i.extra.get("domain") == domain}
-        rows.append({"test_set": f"{set_name}/{domain}",
-                     **evaluate_captions({k: v for k, v in captions.items() if k in subset}, references, paths,
-                                         scorers, text_metrics)})
-    return rows
+        members = {i.image_id for i in items if i.extra.get("domain") == domain}
+        subsets.append((f"{set_name}/{domain}", [k for k in order if k in members]))
+    out: list[Any] = []
+    for name, ids in subsets:
+        subset_scores = None
+        if contrastive is not None:
+            index = np.asarray([position[k] for k in ids], dtype=np.int64)
+            subset_scores = {column: np.asarray(values)[index] for column, values in contrastive.items()}
+        row, values = evaluate_captions_detailed({k: captions[k] for k in ids}, references, paths,
+                                                 scorers, text_metrics, contrastive=subset_scores)
+        row = {"test_set": name, **row}
+        out.append((row, {"image_ids": [str(k) for k in ids],
+                          "values": {c: np.asarray(v).tolist() for c, v in values.items()}}) if per_image else row)
+    return out
 
 
 def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`."""
-    from captioner.evaluation import markdown_table
+    """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`.
+
+    Rows with paired bootstrap intervals (`row["ci"] = {column: [low, high]}`, see `captioner.eval_intervals`)
+    keep them in results.json, get `Δ<column> low` / `Δ<column> high` columns in results.csv, and a second
+    table in results.md.
+    """
+    from captioner.evaluation import TABLE_COLUMNS, interval_table, markdown_table
 
     write_json_atomic(folder / "results.json", {"columns": columns, "rows": rows})
+    ci_columns = [c for c in columns if any(c in row.get("ci", {}) for row in rows)]
+    csv_columns = columns + [f"Δ{c} {end}" for c in ci_columns for end in ("low", "high")]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=csv_columns, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    for row in rows:
+        flat = dict(row)
+        for column, (low, high) in row.get("ci", {}).items():
+            flat[f"Δ{column} low"], flat[f"Δ{column} high"] = low, high
+        writer.writerow(flat)
     write_text_atomic(folder / "results.csv", buffer.getvalue())
-    write_text_atomic(folder / "results.md", markdown_table(rows, columns))
+    text = markdown_table(rows, columns)
+    if ci_columns:
+        labels = [c for c in columns if c not in TABLE_COLUMNS]
+        text += "\n" + interval_table(rows, labels, ci_columns)
+    write_text_atomic(folder / "results.md", text)

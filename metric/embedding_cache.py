@@ -36,8 +36,10 @@ class EmbeddingCache:
         self._file_hashes: dict[str, str] = {}
 
     def file_hash(self, path: str | os.PathLike) -> str:
-        """sha256 of an image file (memoised per path for this cache's lifetime)."""
-        key = str(path)
+        """sha256 of an image file, memoised by resolved path + size + mtime (a changed file is hashed again)."""
+        resolved = os.path.realpath(path)
+        stat = os.stat(resolved)
+        key = f"{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
         if key not in self._file_hashes:
             self._file_hashes[key] = sha256_file(path)
         return self._file_hashes[key]

@@ -1,7 +1,9 @@
 """The Scorer: embeds images and texts in batches with caches and computes CLIP-S / PAC-S / PAC-S++ scores.
 
-- Image embeddings are cached in memory by key (the path by default) for the scorer's lifetime, and
-  optionally on disk (`cache_dir`, keyed by model fingerprint + image file hash): an image is encoded once.
+- Image embeddings are cached in memory by what the image is — its resolved path with the file's size and
+  mtime, or the sha256 of a PIL image's pixels; never by an id alone (ids of different data sets collide) — for
+  the scorer's lifetime, and optionally on disk (`cache_dir`, keyed by model fingerprint + image file hash):
+  an image is encoded once.
 - Texts are deduplicated, sorted by token length and encoded in batches trimmed to the longest sequence of
   each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
   (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.pruned_forward`).
@@ -115,11 +117,16 @@ class Scorer:
         self._text_cache.clear()
         self._prefix_cache.clear()
 
+    def clear_text_cache(self) -> None:
+        """Forget the cached text embeddings only (the next texts are embedded in fresh batches)."""
+        self._text_cache.clear()
+
     # ------------------------------------------------------------------ images
     @staticmethod
     def _image_key(image: Any) -> str:
+        """The identity of an image: `path:<realpath>|<size>|<mtime_ns>` of a file, `pil:<sha256 of pixels>`."""
         if isinstance(image, (str, os.PathLike)):
-            return str(image)
+            return image_identity(image)
         if isinstance(image, Image.Image):
             digest = hashlib.sha256(f"{image.mode}|{image.size}".encode())
             digest.update(image.tobytes())
@@ -146,14 +153,20 @@ class Scorer:
     @torch.no_grad()
     def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None,
                      names: Sequence[str] | None = None) -> torch.Tensor:
-        """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct key is encoded at most once.
+        """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct image is encoded at most once.
 
-        `names` (e.g. image ids) only label the images in error messages.
+        Images are cached by what they are (`_image_key`: resolved path + size + mtime, or pixel hash), so
+        equal ids of different data sets never share an embedding. `names` (e.g. image ids) only label the
+        images in error messages; `keys` is accepted for compatibility and used as `names` when none are given
+        — it no longer decides the cache entry.
         """
         images = list(images)
-        keys = [self._image_key(image) for image in images] if keys is None else [str(k) for k in keys]
-        if len(keys) != len(images):
-            raise InputError(f"{len(images)} images but {len(keys)} keys")
+        if keys is not None:
+            keys = [str(k) for k in keys]
+            if len(keys) != len(images):
+                raise InputError(f"{len(images)} images but {len(keys)} keys")
+            names = keys if names is None else names
+        keys = [self._image_key(image) for image in images]
         named: dict[str, list[str]] = {}
         for key, name in zip(keys, names or ()):
             if name not in named.setdefault(key, []):
@@ -302,13 +315,29 @@ class Scorer:
     def score(self, images: Sequence[Any], candidates: Sequence[str],
               references: Sequence[Sequence[str]] | None = None, w: float | None = None,
               keys: Sequence[str] | None = None, names: Sequence[str] | None = None) -> ScoreResult:
-        """Score candidate i against image i (paths or PIL images; repeated images are encoded once)."""
+        """Score candidate i against image i (paths or PIL images; repeated images are encoded once).
+
+        `names`/`keys` only label images in error messages (see `embed_images`).
+        """
         images = list(images)
         if len(images) != len(candidates):
             raise InputError(f"{len(images)} images but {len(candidates)} candidates")
         _check_texts(list(candidates), "candidate")
         image_embs = self.embed_images(images, keys=keys, names=names)
         return self.score_embeddings(image_embs, candidates, references, w)
+
+
+def image_identity(path: str | os.PathLike) -> str:
+    """`path:<realpath>|<size>|<mtime_ns>`: the in-memory cache key of an image file (a changed file gets a new key).
+
+    A missing file keeps its resolved path as key (loading it then fails with an error naming it).
+    """
+    resolved = os.path.realpath(path)
+    try:
+        stat = os.stat(resolved)
+    except OSError:
+        return f"path:{resolved}"
+    return f"path:{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
 def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Contrastive rewards from metric/: clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++.
 
 Each is `metric.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
-keyed by image id) and the sampled captions (plus the image's references for the `ref-` variants), with the
+cached by the image itself — resolved path or pixel hash — never by its id alone) and the sampled captions (plus the image's references for the `ref-` variants), with the
 metric's default w (`metric.registry.default_w`) unless the context gives `w`. The reward model is frozen
 (eval mode, no gradients).
 """

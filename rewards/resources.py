@@ -15,13 +15,20 @@ ImageLoader = Callable[[str], Any]
 
 
 class ImageEmbeddingCache:
-    """L2-normalised image embeddings keyed by image id: each image is encoded at most once per run."""
+    """The image embeddings of one reward context (one set of image sources) for one scorer.
+
+    `embeddings` maps this context's image ids to their embeddings; the scorer encodes each image at most once
+    per run and caches it by what the image is (resolved path + size + mtime, or pixel hash — see
+    `metric.scorer.Scorer.embed_images`), never by the id, so two contexts whose ids coincide but whose images
+    differ (COCO cocoids, nocaps and VizWiz ids are all small integers) never share an embedding.
+    """
 
     def __init__(self, scorer: Any, image_loader: ImageLoader | None = None,
                  image_paths: Mapping[str, Any] | None = None,
                  embeddings: Mapping[str, torch.Tensor] | None = None) -> None:
         self.scorer = scorer
         self.image_loader = image_loader
+        self.sources = (image_loader, image_paths, embeddings)  # keeps the objects RewardResources keys by alive
         self.image_paths = dict(image_paths or {})
         self.embeddings: dict[str, torch.Tensor] = {}
         self.n_encoded = 0
@@ -42,7 +49,7 @@ class ImageEmbeddingCache:
         new_ids = list(dict.fromkeys(i for i in image_ids if i not in self.embeddings))
         if new_ids:
             sources = [self._source(image_id) for image_id in new_ids]
-            encoded = self.scorer.embed_images(sources, keys=[f"reward-image:{i}" for i in new_ids])
+            encoded = self.scorer.embed_images(sources, names=new_ids)  # cached by the image, not the id
             for image_id, embedding in zip(new_ids, encoded):
                 self.embeddings[image_id] = embedding.detach().to("cpu", torch.float32)
             self.n_encoded += len(new_ids)
@@ -52,14 +59,17 @@ class ImageEmbeddingCache:
 
 @dataclass
 class RewardResources:
-    """Scorers keyed by model source, and the image-embedding cache of each scorer, shared within a run."""
+    """Scorers keyed by model source, and one image-embedding cache per (scorer, image sources), shared in a run."""
 
     scorers: dict[tuple, Any] = field(default_factory=dict)
-    image_caches: dict[int, ImageEmbeddingCache] = field(default_factory=dict)
+    image_caches: dict[tuple, ImageEmbeddingCache] = field(default_factory=dict)
 
-    def image_cache(self, scorer: Any, **sources: Any) -> ImageEmbeddingCache:
-        """The cache of `scorer` (created on first use with the image sources of the context)."""
-        key = id(scorer)
+    def image_cache(self, scorer: Any, image_loader: ImageLoader | None = None,
+                    image_paths: Mapping[str, Any] | None = None,
+                    embeddings: Mapping[str, torch.Tensor] | None = None) -> ImageEmbeddingCache:
+        """The cache of `scorer` for these image sources (the terms of one mix share it; other sources get their own)."""
+        sources = {"image_loader": image_loader, "image_paths": image_paths, "embeddings": embeddings}
+        key = (id(scorer), id(image_loader), id(image_paths), id(embeddings))
         if key not in self.image_caches:
             self.image_caches[key] = ImageEmbeddingCache(scorer, **sources)
         return self.image_caches[key]
