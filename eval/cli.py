@@ -144,6 +144,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             metrics += ["clip-s", "ref-clip-s"] if not getattr(args, "checkpoint", None) else ["pac-s++", "ref-pac-s++"]
     table: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
+    failed: dict[str, dict[str, Any]] = {}
     empty = sum(not c.strip() for c in captions)
     if empty:
         log.warning("%d empty candidate caption(s) are scored as empty strings", empty)
@@ -155,6 +156,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             table[name] = value.corpus if value.available else None
             if not value.available:
                 unavailable[name] = value.reason
+            if value.n_failed:
+                failed[name] = {"n": value.n_failed, "items": [candidates[row].key for row in value.failed]}
     contrastive = [m for m in metrics if get_metric(m).kind == "contrastive"]
     if contrastive:
         keep, paths = bench.resolve_images(
@@ -191,10 +194,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for name, value in table.items():
         suffix = f"  [{grammar_backend}]" if name == "grammar" and grammar_backend else ""
         reason = f"  (unavailable: {unavailable[name]})" if name in unavailable else ""
+        if name in failed:
+            reason += f"  (failed on {failed[name]['n']} of {len(captions)} captions, mean over the others)"
         print(f"{name:<12} {_format(value)}{suffix}{reason}")
     if args.json:
         output = {"metrics": table, "n": len(captions), "n_empty": empty, "grammar_backend": grammar_backend,
-                  "unavailable": unavailable,
+                  "unavailable": unavailable, "failed": failed,
                   "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
                       "candidates": str(args.candidates), "references": str(args.references), "metrics": metrics,
                       "images": args.images, "checkpoint": getattr(args, "checkpoint", None),

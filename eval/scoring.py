@@ -25,13 +25,15 @@ class MetricSuite:
     """Per-caption scoring for a list of metrics.
 
     `scorer_factory(metric_name)` returns a `metric.scorer.Scorer` for contrastive metrics (built lazily, once
-    per name); text metrics go through `compute_text_metrics`; `length` counts words.
+    per name); text metrics go through `compute_text_metrics`; `length` counts words. `failed` holds, per metric,
+    the rows of the last `score` call it could not score (NaN there; SPICE only).
     """
 
     metrics: Sequence[str]
     scorer_factory: Callable[[str], Any] | None = None
     spice_corenlp: str | os.PathLike | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _scorers: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -65,6 +67,8 @@ class MetricSuite:
                 result[name] = value.per_caption
                 if not value.available:
                     self.unavailable[name] = value.reason
+                if value.n_failed:  # NaN rows of the last call (SPICE failures), logged by eval.spice
+                    self.failed[name] = value.failed
         for name in self.metrics:
             metric = get_metric(name)
             if metric.kind == "baseline":

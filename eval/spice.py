@@ -70,10 +70,52 @@ def spice_command(java: str, java_version: int, corenlp_dir: Path, input_file: s
 
 @dataclass
 class SpiceResult:
-    """Corpus SPICE (mean F over captions, NaNs ignored) and per-caption F-scores."""
+    """Corpus SPICE (mean F over the captions SPICE scored), per-caption F-scores (NaN where it failed) and the
+    indices of the captions it failed on."""
 
     corpus: float
     per_caption: np.ndarray
+    failed: tuple[int, ...] = ()
+
+    @property
+    def n_failed(self) -> int:
+        """How many captions SPICE failed to score (excluded from `corpus`)."""
+        return len(self.failed)
+
+
+def _item_score(item: object) -> float:
+    """The `All` F-score of one SPICE output item; NaN when it is missing, null or not a finite number."""
+    try:
+        value = item["scores"]["All"]["f"]  # type: ignore[index]
+        value = float(value)
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+    return value if np.isfinite(value) else float("nan")
+
+
+def parse_spice_output(items: Sequence[dict], n: int) -> SpiceResult:
+    """Per-caption SPICE F of captions `0..n-1` from SPICE's output JSON; failures are counted, never averaged away.
+
+    A caption fails when SPICE wrote no item for it or its `All` F-score is null / NaN. The corpus value is the
+    mean over the captions that succeeded, the failed indices are kept in the result and logged as a warning;
+    when every caption failed it is a PacsError.
+    """
+    by_id: dict[int, float] = {}
+    for item in items:
+        try:
+            by_id[int(item["image_id"])] = _item_score(item)
+        except (KeyError, TypeError, ValueError):
+            raise PacsError(f"SPICE output item without an integer image_id: {str(item)[:200]}") from None
+    scores = np.array([by_id.get(i, float("nan")) for i in range(n)], dtype=np.float64)
+    failed = tuple(int(i) for i in np.flatnonzero(~np.isfinite(scores)))
+    if n and len(failed) == n:
+        raise PacsError(f"SPICE failed on all {n} captions (no finite score in its output)")
+    if failed:
+        shown = ", ".join(str(i) for i in failed[:20]) + (", ..." if len(failed) > 20 else "")
+        log.warning("SPICE failed on %d of %d caption(s) (items %s); the corpus SPICE is the mean over the "
+                    "other %d", len(failed), n, shown, n - len(failed))
+    corpus = float(np.mean(scores[np.isfinite(scores)])) if n else float("nan")
+    return SpiceResult(corpus, scores, failed)
 
 
 def compute_spice(candidates: Sequence[str], references: Sequence[Sequence[str]],
@@ -92,6 +134,4 @@ def compute_spice(candidates: Sequence[str], references: Sequence[Sequence[str]]
         if result.returncode != 0:
             raise PacsError(f"SPICE failed (exit {result.returncode}): {result.stderr.strip()[-800:]}")
         items = json.loads(Path(out_file).read_text(encoding="utf-8"))
-    by_id = {item["image_id"]: item["scores"]["All"]["f"] for item in items}
-    scores = np.array([float(by_id[i]) if by_id.get(i) is not None else np.nan for i in range(len(data))])
-    return SpiceResult(float(np.nanmean(scores)) if np.isfinite(scores).any() else float("nan"), scores)
+    return parse_spice_output(items, len(data))

@@ -29,12 +29,22 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class MetricValues:
-    """Corpus value and per-caption values (input order) of one metric; `available=False` with a reason."""
+    """Corpus value and per-caption values (input order) of one metric; `available=False` with a reason.
+
+    `failed` lists the rows (input order) the metric could not score (SPICE only): their per-caption value is NaN
+    and the corpus value is over the other rows.
+    """
 
     corpus: float
     per_caption: np.ndarray
     available: bool = True
     reason: str = ""
+    failed: tuple[int, ...] = ()
+
+    @property
+    def n_failed(self) -> int:
+        """How many rows the metric failed on."""
+        return len(self.failed)
 
 
 def check_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]]) -> int:
@@ -121,7 +131,9 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
     if "spice" in names:
         try:
             result = compute_spice([c for c, _ in distinct], [list(r) for _, r in distinct], spice_corenlp)
-            out["spice"] = MetricValues(result.corpus, _scatter(result.per_caption, inverse))
+            failed_pairs = set(result.failed)
+            failed_rows = tuple(int(row) for row in np.flatnonzero([pair in failed_pairs for pair in inverse]))
+            out["spice"] = MetricValues(result.corpus, _scatter(result.per_caption, inverse), failed=failed_rows)
         except SpiceUnavailable as error:
             log.warning("%s", error)
             out["spice"] = MetricValues(float("nan"), np.full(len(rows), np.nan), False, str(error))

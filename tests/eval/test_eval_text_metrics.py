@@ -1,6 +1,11 @@
 """PTB tokenization and the pycocoevalcap wrappers; SPICE command line and missing-jar message; Java checks."""
 from __future__ import annotations
 
+import json
+import logging
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from pycocoevalcap.bleu.bleu import Bleu
@@ -10,7 +15,7 @@ from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 from eval import java, spice
 from eval.text_metrics import compute_text_metrics
 from eval.tokenize import ptb_tokenize
-from metric.common.errors import InputError, MissingResourceError
+from metric.common.errors import InputError, MissingResourceError, PacsError
 
 CANDIDATES = ["A dog runs on the grass.", "Two kids, playing soccer!", "a man riding a red bike", "",
               "A dog runs on the grass."]
@@ -52,6 +57,78 @@ def test_spice_reported_unavailable_without_jars(monkeypatch, tmp_path):
     assert "stanford-corenlp-3.6.0.jar" in result["spice"].reason and "--spice-corenlp" in result["spice"].reason
 
 
+def _fake_spice(monkeypatch, tmp_path, score_of):
+    """Make `compute_spice` run a fake SPICE that writes `score_of(candidate)` (None: no item) as each F-score."""
+    tmp_path.mkdir(exist_ok=True)
+    for jar in spice.CORENLP_JARS:
+        (tmp_path / jar).write_bytes(b"")
+    monkeypatch.setenv(spice.CORENLP_ENV, str(tmp_path))
+    monkeypatch.setattr(spice, "java_major_version", lambda java: 17)
+    calls = []
+    real_run = subprocess.run
+
+    def fake_run(command, **kwargs):
+        if "edu.anu.spice.SpiceScorer" not in command:  # the PTB tokenizer
+            return real_run(command, **kwargs)
+        items = json.loads(Path(command[command.index("edu.anu.spice.SpiceScorer") + 1]).read_text())
+        calls.append([item["test"] for item in items])
+        out = [{"image_id": item["image_id"], "test": item["test"], "scores": {"All": {"f": score_of(item["test"])}}}
+               for item in items if score_of(item["test"]) != "no item"]
+        Path(command[command.index("-out") + 1]).write_text(json.dumps(out))  # NaN is written as NaN
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(spice.subprocess, "run", fake_run)
+    return calls
+
+
+def test_spice_failures_are_counted_and_reported(monkeypatch, tmp_path, caplog):
+    scores = {"a dog runs": 0.3, "fails here": None, "two kids play soccer": 0.4, "nan case": float("nan"),
+              "dropped": "no item"}
+    calls = _fake_spice(monkeypatch, tmp_path, scores.get)
+    candidates = ["a dog runs", "fails here", "two kids play soccer", "a dog runs", "nan case", "dropped"]
+    references = [["a dog"]] * len(candidates)
+    with caplog.at_level(logging.WARNING, logger="eval.spice"):
+        result = compute_text_metrics(candidates, references, ["spice"], tokenized=True)["spice"]
+    assert calls == [["a dog runs", "fails here", "two kids play soccer", "nan case", "dropped"]]  # distinct pairs
+    # rows 1 (null F), 4 (NaN F) and 5 (no output item) failed; the corpus value is over the distinct successes
+    assert result.failed == (1, 4, 5) and result.n_failed == 3 and result.available
+    assert result.corpus == pytest.approx((0.3 + 0.4) / 2)
+    np.testing.assert_array_equal(np.isnan(result.per_caption), [False, True, False, False, True, True])
+    assert result.per_caption[3] == pytest.approx(0.3)
+    assert "SPICE failed on 3 of 5 caption(s) (items 1, 3, 4)" in caplog.text
+
+
+def test_spice_failing_on_every_caption_is_an_error(monkeypatch, tmp_path):
+    _fake_spice(monkeypatch, tmp_path, lambda caption: None)
+    with pytest.raises(PacsError, match="SPICE failed on all 2 captions"):
+        compute_text_metrics(["a dog", "a cat"], [["a dog"], ["a cat"]], ["spice"], tokenized=True)
+
+
+def test_evaluate_reports_spice_failures(monkeypatch, tmp_path, capsys):
+    import pacs_cli
+
+    _fake_spice(monkeypatch, tmp_path / "jars", {"a dog runs": 0.5, "a cat sleeps": None}.get)
+    (tmp_path / "c.json").write_text(json.dumps({"1": "a dog runs", "2": "a cat sleeps", "3": "a dog runs"}))
+    (tmp_path / "r.json").write_text(json.dumps({"1": ["a dog"], "2": ["a cat"], "3": ["a dog"]}))
+    out = tmp_path / "eval.json"
+    assert pacs_cli.main(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references",
+                          str(tmp_path / "r.json"), "--metrics", "spice", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["metrics"]["spice"] == pytest.approx(0.5)
+    assert result["failed"] == {"spice": {"n": 1, "items": ["2"]}}
+    assert "failed on 1 of 3 captions" in capsys.readouterr().out
+
+
+def test_parse_spice_output_by_hand():
+    items = [{"image_id": 2, "scores": {"All": {"f": 0.25}}}, {"image_id": 0, "scores": {"All": {"f": 0.75}}},
+             {"image_id": 1, "scores": {"All": {"f": "NaN"}}}]
+    result = spice.parse_spice_output(items, 4)
+    assert result.failed == (1, 3) and result.n_failed == 2
+    assert result.corpus == pytest.approx(0.5)
+    with pytest.raises(PacsError, match="image_id"):
+        spice.parse_spice_output([{"scores": {}}], 1)
+
+
 def test_spice_missing_jar_message(tmp_path):
     with pytest.raises(spice.SpiceUnavailable) as error:
         spice.find_corenlp(tmp_path)
@@ -61,6 +138,7 @@ def test_spice_missing_jar_message(tmp_path):
 
 
 def test_spice_found_in_custom_folder(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
     for jar in spice.CORENLP_JARS:
         (tmp_path / jar).write_bytes(b"")
     assert spice.find_corenlp(tmp_path) == tmp_path
