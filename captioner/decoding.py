@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from captioner.example_rng import ExampleRNG
 from captioner.model import Captioner
 from captioner.vocab import BOS_ID, EOS_ID, PAD_ID
 from metric.common.errors import InputError
@@ -54,8 +55,14 @@ def greedy(model: Captioner, features: torch.Tensor, max_length: int | None = No
 @torch.no_grad()
 def sample(model: Captioner, features: torch.Tensor, k: int = 5, temperature: float = 1.0, top_k: int = 0,
            max_length: int | None = None, generator: torch.Generator | None = None,
-           greedy_choice: bool = False) -> Decoded:
-    """Draw `k` multinomial samples per image (temperature, optional top-k); log-probs are the model's own."""
+           greedy_choice: bool = False, rng: ExampleRNG | None = None) -> Decoded:
+    """Draw `k` multinomial samples per image (temperature, optional top-k); log-probs are the model's own.
+
+    With `rng` (one generator per image) the `k` samples of image `i` come from generator `i` alone, so they
+    do not depend on the other images of the batch; otherwise from `generator` (default: torch's global one).
+    """
+    if rng is not None and len(rng.generators) != features.shape[0]:
+        raise InputError(f"sample: {len(rng.generators)} generators for {features.shape[0]} images")
     if k < 1:
         raise InputError(f"number of samples k must be >= 1, got {k}")
     if temperature <= 0 and not greedy_choice:
@@ -79,7 +86,11 @@ def sample(model: Captioner, features: torch.Tensor, k: int = 5, temperature: fl
             if top_k and top_k < logits.shape[-1]:
                 threshold = logits.topk(top_k, dim=-1).values[:, -1:]
                 logits = logits.masked_fill(logits < threshold, float("-inf"))
-            choice = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+            probs = logits.softmax(-1)
+            if rng is not None:
+                choice = rng.multinomial(probs)
+            else:
+                choice = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         choice = choice.masked_fill(finished, PAD_ID)
         total = total + torch.where(finished, torch.zeros_like(total),
                                     log_probs.gather(-1, choice.clamp(min=0).unsqueeze(-1)).squeeze(-1))

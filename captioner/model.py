@@ -3,19 +3,24 @@
 The encoder projects the visual tokens `[B, R, Dv]` to `d_model` and runs `encoder_layers` self-attention
 layers; the decoder is causal, with learned positions, and supports incremental decoding through a
 key/value cache (`start_cache` / `step`) so that beam search costs one token per step.
+Dropout (including attention dropout) draws its masks from per-example generators while
+`Captioner.example_rng(rng)` is active (training: see `captioner.example_rng`), from torch's global generator
+otherwise.
 Token ids follow `captioner.vocab`: 0 pad, 1 bos, 2 eos, 3 unk.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from captioner.example_rng import ExampleRNG
 from captioner.vocab import BOS_ID, EOS_ID, PAD_ID
 from metric.common.errors import InputError
 
@@ -35,6 +40,28 @@ class CaptionerConfig:
     max_length: int = 20
 
 
+class ExampleDropout(nn.Module):
+    """Dropout whose mask comes from `self.rng` (an `ExampleRNG`, set by `Captioner.example_rng`) when set."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = float(p)
+        self.rng: ExampleRNG | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero each element with probability `p` and scale the rest by `1/(1-p)` (identity in eval mode)."""
+        if not self.training or self.p <= 0.0:
+            return x
+        if self.rng is None:
+            return F.dropout(x, self.p, training=True)
+        keep = self.rng.rand(x.shape, x.device) >= self.p
+        return x * keep.to(x.dtype) * (1.0 / (1.0 - self.p))
+
+    def extra_repr(self) -> str:
+        """Shown by `print(module)`."""
+        return f"p={self.p}"
+
+
 class _Attention(nn.Module):
     """Multi-head attention with separate query and key/value inputs (for caching)."""
 
@@ -47,6 +74,7 @@ class _Attention(nn.Module):
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
+        self.attention_drop = ExampleDropout(dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, D] -> [B, H, T, D/H]."""
@@ -61,15 +89,23 @@ class _Attention(nn.Module):
     def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
         """Attend from queries `x` [B, T, D] to per-head keys/values."""
         q = self.split_heads(self.query(x))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        if self.training and self.dropout > 0 and self.attention_drop.rng is not None:
+            # Explicit attention so that the dropout mask on the weights comes from the per-example generators.
+            scores = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+            if causal:  # top-left aligned, as scaled_dot_product_attention's is_causal
+                allowed = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            out = self.attention_drop(scores.softmax(-1)) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                 dropout_p=self.dropout if self.training else 0.0)
         b, h, t, dh = out.shape
         return self.out(out.transpose(1, 2).reshape(b, t, h * dh))
 
 
 class _FeedForward(nn.Sequential):
     def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
-        super().__init__(nn.Linear(d_model, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        super().__init__(nn.Linear(d_model, ffn_dim), nn.GELU(), ExampleDropout(dropout), nn.Linear(ffn_dim, d_model))
 
 
 class _EncoderLayer(nn.Module):
@@ -78,7 +114,7 @@ class _EncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
         self.attention = _Attention(c.d_model, c.n_heads, c.dropout)
         self.ffn = _FeedForward(c.d_model, c.ffn_dim, c.dropout)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = ExampleDropout(c.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Pre-LN self-attention + feed-forward block."""
@@ -94,7 +130,7 @@ class _DecoderLayer(nn.Module):
         self.self_attention = _Attention(c.d_model, c.n_heads, c.dropout)
         self.cross_attention = _Attention(c.d_model, c.n_heads, c.dropout)
         self.ffn = _FeedForward(c.d_model, c.ffn_dim, c.dropout)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = ExampleDropout(c.dropout)
 
     def forward(self, x: torch.Tensor, memory_kv: tuple[torch.Tensor, torch.Tensor],
                 cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
@@ -138,12 +174,12 @@ class Captioner(nn.Module):
         self.config = config
         c = config
         self.visual_projection = nn.Sequential(nn.Linear(c.feature_dim, c.d_model), nn.GELU(),
-                                               nn.Dropout(c.dropout), nn.LayerNorm(c.d_model))
+                                               ExampleDropout(c.dropout), nn.LayerNorm(c.d_model))
         self.encoder = nn.ModuleList(_EncoderLayer(c) for _ in range(c.encoder_layers))
         self.encoder_norm = nn.LayerNorm(c.d_model)
         self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=PAD_ID)
         self.positions = nn.Embedding(c.max_length + 2, c.d_model)
-        self.embedding_drop = nn.Dropout(c.dropout)
+        self.embedding_drop = ExampleDropout(c.dropout)
         self.decoder = nn.ModuleList(_DecoderLayer(c) for _ in range(c.decoder_layers))
         self.decoder_norm = nn.LayerNorm(c.d_model)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -157,6 +193,18 @@ class Captioner(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
+
+    @contextlib.contextmanager
+    def example_rng(self, rng: ExampleRNG | None) -> Iterator[None]:
+        """Within the block, every dropout of the model draws example `e`'s rows from `rng`'s generator `e`."""
+        modules = [m for m in self.modules() if isinstance(m, ExampleDropout)]
+        for module in modules:
+            module.rng = rng
+        try:
+            yield
+        finally:
+            for module in modules:
+                module.rng = None
 
     # -- encoder ---------------------------------------------------------------------------------------
     def encode(self, features: torch.Tensor) -> torch.Tensor:

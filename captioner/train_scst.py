@@ -5,6 +5,9 @@ gradients, rewarded by `reward(image_ids, captions [B][k], references [B][*]) ->
 subtracted (`mean` of the k — PAC-S++'s choice —, `loo` leave-one-out mean, or the reward of the `greedy`
 caption), and the loss `−mean((r − b) · log p(caption))` over images and captions, with log p summed over
 the tokens up to the first <eos> and computed by teacher forcing with the model in training mode.
+Randomness (multinomial samples, dropout masks) is drawn per image from generators seeded by (seed, step, global
+example index) (`captioner.example_rng`), so 1 or N processes and any micro-batch size give the same samples
+and gradients, and a resume needs only the step number.
 Non-finite rewards are replaced by the baseline (their advantage is 0), counted and logged; if they occur
 in `nonfinite_patience` consecutive steps training stops with an error.
 """
@@ -22,10 +25,12 @@ from tqdm.auto import tqdm
 
 from captioner.checkpoints import CheckpointManager, load_captioner, save_captioner
 from captioner.decoding import Decoded, beam_search, decode_texts, greedy, sample
+from captioner.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
 from captioner.features import FeatureCache
 from captioner.model import shift_right, token_log_probs
 from captioner.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
-from metric.common.config import to_dict
+from metric.common.config import (NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_batch_split,
+                                  to_dict)
 from metric.common.errors import InputError, PacsError
 from metric.common.seeding import seed_everything
 
@@ -48,27 +53,37 @@ class SCSTConfig:
 
     output_dir: str = "runs/scst"
     reward: str = "pac-s++"
-    lr: float = 1e-6
-    batch_size: int = 32
-    micro_batch_size: int = 32
-    epochs: int = 1
-    max_steps: int = 0
+    lr: PositiveFloat = 1e-6
+    batch_size: PositiveInt = 32
+    micro_batch_size: PositiveInt = 32
+    epochs: PositiveInt = 1
+    max_steps: NonNegativeInt = 0
     samples: str = "beam"
-    k: int = 5
-    temperature: float = 1.0
-    top_k: int = 0
+    k: PositiveInt = 5
+    temperature: PositiveFloat = 1.0
+    top_k: NonNegativeInt = 0
     length_penalty: float = 0.0
-    max_length: int = 20
+    max_length: PositiveInt = 20
     baseline: str = "mean"
-    grad_clip: float = 0.0
-    nonfinite_patience: int = 3
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    log_every: int = 1
+    grad_clip: NonNegativeFloat = 0.0
+    nonfinite_patience: PositiveInt = 3
+    checkpoint_every: PositiveInt = 100
+    keep_checkpoints: NonNegativeInt = 2
+    log_every: PositiveInt = 1
     seed: int = 42
     mixed_precision: str = "no"
     resume_from: str = ""
     tensorboard: bool = True
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        check_batch_split("", self.batch_size, self.micro_batch_size)
+        if self.samples not in SAMPLINGS:
+            raise InputError(f"samples={self.samples!r}: unknown SCST sampling (known: {', '.join(SAMPLINGS)})")
+        if self.baseline not in BASELINES:
+            raise InputError(f"baseline={self.baseline!r}: unknown SCST baseline (known: {', '.join(BASELINES)})")
+        if self.baseline == "loo" and self.k < 2:
+            raise InputError(f"k={self.k}: the leave-one-out baseline needs k >= 2 captions per image")
 
 
 @dataclass
@@ -116,12 +131,12 @@ def compute_advantages(rewards: torch.Tensor, baseline: str,
     return repaired, advantages, count
 
 
-def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig) -> Decoded:
+def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig, rng: ExampleRNG | None = None) -> Decoded:
     if config.samples == "beam":
         return beam_search(model, feats, beam_size=config.k, max_length=config.max_length,
                            length_penalty=config.length_penalty)
     return sample(model, feats, k=config.k, temperature=config.temperature, top_k=config.top_k,
-                  max_length=config.max_length)
+                  max_length=config.max_length, rng=rng)
 
 
 def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
@@ -175,7 +190,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
         for index, micro in enumerate(micro_batches):
             _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
-                             stats, len(micro_batches), sync=index == len(micro_batches) - 1)
+                             stats, len(micro_batches), sync=index == len(micro_batches) - 1,
+                             step=state["step"], indices=micro)
         if config.grad_clip > 0:
             accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
@@ -215,13 +231,14 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
 
 def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: FeatureCache,
                      batch: Sequence[tuple[str, Sequence[str]]], reward: RewardFn, config: SCSTConfig,
-                     stats: dict[str, Any], n_micro: int, sync: bool) -> None:
+                     stats: dict[str, Any], n_micro: int, sync: bool, step: int, indices: Sequence[int]) -> None:
     image_ids = [str(image_id) for image_id, _ in batch]
     references = [list(refs) for _, refs in batch]
     feats = features.get(image_ids).to(accelerator.device)
     policy = accelerator.unwrap_model(model)
     policy.eval()
-    decoded = _decode(policy, feats, config)
+    decoded = _decode(policy, feats, config,
+                      ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
     captions = decode_texts(vocab, decoded.tokens)
     greedy_rewards = None
     if config.baseline == "greedy":
@@ -234,7 +251,8 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
     model.train()
     b, k, length = decoded.tokens.shape
     tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
-    with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+    dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, feats.device))
+    with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
         logits = model(feats, shift_right(tokens), repeats=k)
         log_p = token_log_probs(logits, tokens).sum(1).view(b, k)
         loss = -(advantages.to(log_p.device) * log_p).mean()

@@ -3,7 +3,9 @@
 Adam with the PAC-S++ schedule (`captioner.training.pacs_lr`), a global batch of `batch_size` captions
 reached with gradient accumulation, validation by CIDEr-D of beam-search captions, best model kept.
 The loss of a batch is the mean over captions of each caption's mean token NLL (its <eos> included), so
-any split of a global batch over processes and micro-batches gives the same loss and gradient.
+any split of a global batch over processes and micro-batches gives the same loss and gradient; dropout masks are
+drawn per caption from generators seeded by (seed, step, global example index) (`captioner.example_rng`), so
+they do not depend on that split either, and a resumed run draws the same masks as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from tqdm.auto import tqdm
 
 from captioner.checkpoints import CheckpointManager, save_captioner
 from captioner.decoding import beam_search
+from captioner.example_rng import DROPOUT, ExampleRNG, example_generators
 from captioner.features import FeatureCache
 from captioner.model import Captioner, CaptionerConfig, sequence_mask, shift_right
 from captioner.training import (BatchPlan, ScheduleConfig, finish_trackers, make_accelerator, pacs_scheduler,
                                 reduce_mean, start_trackers)
 from captioner.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
-from metric.common.config import to_dict
+from metric.common.config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split,
+                                  to_dict)
 from metric.common.errors import InputError
 from metric.common.seeding import seed_everything
 
@@ -41,25 +45,29 @@ class XEConfig:
     """Stage-1 settings (defaults: PAC-S++ §5.1)."""
 
     output_dir: str = "runs/xe"
-    max_steps: int = 20000
-    batch_size: int = 1024
-    micro_batch_size: int = 64
+    max_steps: PositiveInt = 20000
+    batch_size: PositiveInt = 1024
+    micro_batch_size: PositiveInt = 64
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    label_smoothing: float = 0.0
-    val_every: int = 1000
-    val_beam_size: int = 5
-    val_batch_size: int = 50
-    val_max_images: int = 0
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 10
+    weight_decay: NonNegativeFloat = 0.0
+    grad_clip: NonNegativeFloat = 1.0
+    label_smoothing: Fraction = 0.0
+    val_every: PositiveInt = 1000
+    val_beam_size: PositiveInt = 5
+    val_batch_size: PositiveInt = 50
+    val_max_images: NonNegativeInt = 0
+    checkpoint_every: PositiveInt = 1000
+    keep_checkpoints: NonNegativeInt = 2
+    log_every: PositiveInt = 10
     seed: int = 42
     mixed_precision: str = "no"
     resume_from: str = ""
     tensorboard: bool = True
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        check_batch_split("", self.batch_size, self.micro_batch_size)
 
 
 @dataclass
@@ -155,11 +163,13 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     progress = tqdm(total=config.max_steps, initial=state["step"], desc="xe", disable=not accelerator.is_main_process)
     while state["step"] < config.max_steps:
         model.train()
+        policy = accelerator.unwrap_model(model)
         micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
         local_loss, local_tokens = 0.0, 0
         for index, micro in enumerate(micro_batches):
             sync = index == len(micro_batches) - 1
-            with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+            dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
+            with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
                 feats = features.get([image_ids[i] for i in micro]).to(accelerator.device)
                 batch_targets = targets[micro].to(accelerator.device)
                 per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,

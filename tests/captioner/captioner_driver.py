@@ -4,6 +4,8 @@ usage:
   captioner_driver.py multi OUT IMAGES_DIR XE_MICRO SCST_MICRO   features + XE + SCST (beams, dropout off)
   captioner_driver.py scst OUT MICRO STEPS KILL_AT_CALL          SCST, dropout on, multinomial samples;
                                                                  SIGKILLs itself at reward call KILL_AT_CALL
+  captioner_driver.py xe OUT MICRO STEPS KILL_AT_VALIDATION       XE, dropout on, validated every step;
+                                                                 SIGKILLs itself in validation KILL_AT_VALIDATION
 Prints `RESULT <name> <json list of float reprs>` lines.
 """
 from __future__ import annotations
@@ -57,6 +59,28 @@ def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[floa
     return result.losses, result.best_score
 
 
+def run_xe_resumable(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int) -> list[float]:
+    """XE with dropout on, validated every step, checkpoints every 3 steps; SIGKILL in validation `kill_at`."""
+    from captioner.train_xe import cider_validator
+    from captioner.vocab import build_vocab
+
+    calls = {"n": 0}
+
+    def validate(captions, references):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return cider_validator(captions, references)
+
+    cache, train, val = tiny_data(data_dir)
+    vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
+    config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=16, micro_batch_size=micro,
+                      schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
+                                              final_lr=1e-4), val_every=1, val_beam_size=2, val_max_images=2,
+                      checkpoint_every=3, keep_checkpoints=5, log_every=1, tensorboard=False)
+    return train_xe(config, tiny_model_config(dropout=0.1), vocab, cache, train, val, validate=validate).losses
+
+
 def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, variant: str) -> list[float]:
     """SCST steps: `resume` = dropout on + multinomial samples; `ddp` = dropout off + beams."""
     calls = {"n": 0}
@@ -93,6 +117,8 @@ def main() -> None:
         emit("xe", losses)
         emit("xe_best_cider", [best])
         emit("scst", run_scst(out / "scst", data_dir, int(sys.argv[5]), 4, 0, "ddp"))
+    elif mode == "xe":
+        emit("xe", run_xe_resumable(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])))
     else:
         emit("scst", run_scst(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), "resume"))
 

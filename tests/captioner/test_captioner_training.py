@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from safetensors.torch import load_file
+
 from captioner.checkpoints import CheckpointError, load_captioner
+from captioner.decoding import sample
+from captioner.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators, example_seed
+from captioner.model import shift_right
 from captioner.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
 from captioner.train_xe import XEConfig, train_xe
 from captioner.training import ScheduleConfig
@@ -96,6 +101,107 @@ def test_sigkill_mid_epoch_then_resume_gives_bit_identical_losses(tmp_path):
     assert resumed["scst"] == full["scst"][3:]  # exact float equality, dropout and multinomial sampling on
     logged = [line.split(",")[0] for line in (tmp_path / "killed" / "log.csv").read_text().splitlines()[1:]]
     assert logged == [str(i) for i in range(1, 9)]  # rows of the killed run beyond step 3 were dropped
+
+
+@pytest.mark.slow
+def test_xe_sigkill_then_resume_gives_bit_identical_losses_and_micro_batch_size_does_not_matter(tmp_path):
+    """XE with dropout on: SIGKILL during step 5's validation, resume from step 3 (checkpoints every 3 steps)."""
+    _, full = _driver(["xe", str(tmp_path / "full"), "8", "8", "0"])
+    code, _ = _driver(["xe", str(tmp_path / "killed"), "8", "8", "5"], check=False)
+    assert code == -9
+    assert sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir()) == ["step-00000003"]
+    shutil.copytree(tmp_path / "killed", tmp_path / "killed-micro4")
+    _, resumed = _driver(["xe", str(tmp_path / "killed"), "8", "8", "0"])
+    assert len(full["xe"]) == 8 and len(resumed["xe"]) == 5
+    assert resumed["xe"] == full["xe"][3:]  # exact float equality (dropout on)
+    logged = [line.split(",")[0] for line in (tmp_path / "killed" / "log.csv").read_text().splitlines()[1:]]
+    assert logged == [str(i) for i in range(1, 9)]
+    # The same checkpoint resumed with half the micro-batch (2 accumulation steps instead of 1): the dropout masks
+    # are drawn per caption, so only the summation order of the gradients differs (float rounding, 1e-5).
+    _, micro4 = _driver(["xe", str(tmp_path / "killed-micro4"), "4", "8", "0"])
+    assert len(micro4["xe"]) == 5
+    for a, b in zip(micro4["xe"], full["xe"][3:]):
+        assert abs(a - b) <= 1e-5 * abs(b), (micro4["xe"], full["xe"][3:])
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_for_scst_with_sampled_captions_and_dropout(tmp_path):
+    """`samples: multinomial` + dropout 0.1: 1 process × micro 4 vs 2 gloo processes × micro 2, same global batches."""
+    _, one = _driver(["scst", str(tmp_path / "one"), "4", "4", "0"])
+    _, two = _driver(["scst", str(tmp_path / "two"), "2", "4", "0"], LAUNCH_2)
+    assert one["world"] == [1.0] and two["world"] == [2.0]
+    assert len(one["scst"]) == len(two["scst"]) == 4 and len(set(one["scst"])) > 1
+    # Tolerance: the two runs differ only by the order of floating-point sums (gradient accumulation over micro-
+    # batches vs. a gloo all-reduce of two halves), the same 1e-5 as the beam/no-dropout equivalence test.
+    for a, b in zip(one["scst"], two["scst"]):
+        assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6), (one["scst"], two["scst"])
+    weights_one = load_file(str(tmp_path / "one" / "final" / "model.safetensors"))
+    weights_two = load_file(str(tmp_path / "two" / "final" / "model.safetensors"))
+    init = load_file(str(tmp_path / "data" / "init" / "model.safetensors"))
+    assert any(not torch.equal(weights_one[name], init[name]) for name in init)  # training moved the weights
+    for name, tensor in weights_one.items():
+        other = weights_two[name]
+        if name.endswith("key_value.bias"):
+            # The key half of these biases has an exactly zero gradient (softmax ignores a shift shared by all
+            # keys), so Adam turns the float noise in it into lr-sized steps: compare only the value half.
+            tensor, other = tensor[tensor.shape[0] // 2:], other[other.shape[0] // 2:]
+        assert torch.allclose(tensor, other, rtol=0, atol=1e-6), name  # weights moved by ~4e-3
+
+
+def _tiny_model(tmp_path: Path, dropout: float):
+    cache, _, _ = tiny_data(tmp_path)
+    model, _, _ = load_captioner(tiny_checkpoint(tmp_path, dropout=dropout, name=f"model-{dropout}"))
+    return model, cache.get([f"img{i}" for i in range(4)])
+
+
+def test_sampled_captions_of_an_example_do_not_depend_on_the_rest_of_the_batch(tmp_path):
+    model, feats = _tiny_model(tmp_path, dropout=0.0)
+    indices = [10, 11, 12, 13]  # global example indices of the 4 images
+
+    def drawn(rows: slice) -> torch.Tensor:
+        rng = ExampleRNG(example_generators(42, 7, indices[rows], SAMPLING))
+        return sample(model, feats[rows], k=3, max_length=8, rng=rng).tokens
+
+    four, last_two = drawn(slice(0, 4)), drawn(slice(2, 4))
+    alone = torch.cat([drawn(slice(i, i + 1)) for i in range(4)])  # the simplest batch: one image at a time
+    assert torch.equal(four, alone)
+    assert torch.equal(four[2:], last_two)
+    assert not torch.equal(four[2], four[3]) or not torch.equal(four[0], four[1])  # different streams per example
+    # A different step draws different captions for the same example.
+    other_step = sample(model, feats, k=3, max_length=8, rng=ExampleRNG(example_generators(42, 8, indices, SAMPLING)))
+    assert not torch.equal(other_step.tokens, four)
+
+
+def test_dropout_masks_come_from_the_example_generator(tmp_path):
+    model, feats = _tiny_model(tmp_path, dropout=0.3)
+    drop = model.decoder[0].drop
+    drop.train()
+    x = torch.ones(4, 2, 5)
+    with model.example_rng(ExampleRNG(example_generators(1, 2, [5, 6], DROPOUT))):
+        out = drop(x)  # 2 rows per example
+    # Independent oracle: each example's 2 rows are one torch.rand draw from Generator().manual_seed(example_seed).
+    expected = torch.cat([(torch.rand((2, 2, 5), generator=torch.Generator().manual_seed(example_seed(1, 2, i, DROPOUT)))
+                           >= 0.3).float() / 0.7 for i in (5, 6)])
+    assert torch.equal(out, expected)
+    assert drop.rng is None  # the context is closed
+
+
+def test_training_forward_with_dropout_does_not_depend_on_batch_composition(tmp_path):
+    model, feats = _tiny_model(tmp_path, dropout=0.3)
+    tokens = torch.randint(4, model.config.vocab_size, (8, 6), generator=torch.Generator().manual_seed(0))
+    indices = [3, 1, 4, 0]
+    model.train()
+
+    def logits(rows: slice) -> torch.Tensor:
+        rng = ExampleRNG(example_generators(42, 0, indices[rows], DROPOUT))
+        with model.example_rng(rng):  # 2 captions per image (SCST's repeats)
+            return model(feats[rows], shift_right(tokens[2 * rows.start:2 * rows.stop]), repeats=2)
+
+    four, last_two = logits(slice(0, 4)), logits(slice(2, 4))
+    torch.testing.assert_close(four[4:], last_two, rtol=1e-5, atol=1e-6)
+    model.eval()
+    plain = model(feats, shift_right(tokens), repeats=2)
+    assert (four - plain).abs().max() > 1e-2  # dropout really was on
 
 
 def _scst(tmp_path: Path, out: str, steps: int, reward=overlap_reward, **overrides) -> object:

@@ -1,0 +1,62 @@
+"""Per-example random streams for training: one generator per (seed, step, global example index, purpose).
+
+Every random draw made for a training example — its dropout masks, its sampled captions — comes from its own
+`torch.Generator`, so the draws do not depend on which process or micro-batch the example lands in: splitting a
+global batch over 1 or N processes and any micro-batch size gives the same masks and the same samples, and a
+resumed run needs no generator state beyond the step number.
+
+A tensor with `N = B·r` rows over a batch of `B` examples is read as `r` consecutive rows per example (the
+captioner's decoder holds the `k` captions of an image next to each other).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from metric.common.errors import PacsError
+
+DROPOUT = 0
+SAMPLING = 1
+
+
+def example_seed(seed: int, step: int, index: int, purpose: int) -> int:
+    """A 63-bit seed mixing (seed, step, example index, purpose) with numpy's SeedSequence hash."""
+    words = np.random.SeedSequence([int(x) % 2**64 for x in (seed, step, index, purpose)]).generate_state(2)
+    return (int(words[0]) << 31) | (int(words[1]) >> 1)
+
+
+def example_generators(seed: int, step: int, indices: Sequence[int], purpose: int,
+                       device: torch.device | str = "cpu") -> list[torch.Generator]:
+    """One freshly seeded generator per example of `indices` (global example indices) on `device`."""
+    device = torch.device(device)
+    return [torch.Generator(device=device).manual_seed(example_seed(seed, step, int(i), purpose)) for i in indices]
+
+
+class ExampleRNG:
+    """Draws for the rows of a batch, each example's rows from that example's own generator (in batch order)."""
+
+    def __init__(self, generators: Sequence[torch.Generator]) -> None:
+        if not generators:
+            raise PacsError("ExampleRNG needs at least one generator")
+        self.generators = list(generators)
+
+    def rows_per_example(self, rows: int) -> int:
+        """How many consecutive rows of a `rows`-row tensor belong to each example."""
+        if rows % len(self.generators):
+            raise PacsError(f"a tensor with {rows} rows cannot be split over {len(self.generators)} examples")
+        return rows // len(self.generators)
+
+    def rand(self, shape: Sequence[int], device: torch.device | str) -> torch.Tensor:
+        """Uniform [0, 1) float32 values of `shape`; rows of example `e` drawn from generator `e`."""
+        per = self.rows_per_example(int(shape[0]))
+        rest = tuple(int(s) for s in shape[1:])
+        return torch.cat([torch.rand((per, *rest), generator=g, device=device, dtype=torch.float32)
+                          for g in self.generators])
+
+    def multinomial(self, probs: torch.Tensor) -> torch.Tensor:
+        """One index per row of `probs [N, V]`; rows of example `e` sampled with generator `e`."""
+        per = self.rows_per_example(probs.shape[0])
+        return torch.cat([torch.multinomial(probs[e * per:(e + 1) * per], 1, generator=g).squeeze(-1)
+                          for e, g in enumerate(self.generators)])
