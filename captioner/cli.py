@@ -4,18 +4,21 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Any
 
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add this package's sub-commands to the `pacs` parser."""
     caption = subparsers.add_parser("caption", help="caption a folder of images with a trained captioner")
     caption.add_argument("--checkpoint", required=True, help="captioner folder (model.safetensors + captioner.json)")
-    caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (id = file stem)")
+    caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (extensions in any case)")
+    caption.add_argument("--ids", default="stem", metavar="stem|coco|FILE.json",
+                         help="image ids of the results: the file stem (default), the integer of a COCO file name "
+                              "(COCO_val2014_000000391895.jpg -> 391895), or a JSON file {file name: id}")
     caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
     caption.add_argument("--beam-size", type=int, default=5)
     caption.add_argument("--batch-size", type=int, default=32)
@@ -23,28 +26,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     caption.set_defaults(func=run_caption)
     train = subparsers.add_parser("train", help="run the XE -> SCST -> evaluation recipe from a YAML config")
     train.add_argument("--config", default=None, help="recipe YAML (default: the embedded demo)")
+    train.add_argument("--force", action="append", default=[], metavar="STAGE",
+                       help="re-run STAGE (and every stage below it) from scratch; repeatable "
+                            "(e.g. xe, scst-pac-spp, features/train, eval for every evaluation)")
     train.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
     train.set_defaults(func=run_train)
 
 
-def list_images(folder: str | Path) -> dict[str, Path]:
-    """{image id (file stem): path} of the images in `folder` (InputError when none or on duplicate stems)."""
-    folder = Path(folder)
-    if not folder.is_dir():
+def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
+    """{image id: path} of the images in `folder` (`metric.images`): ids by `stem`, `coco` or a JSON file.
+
+    InputError when there is no image, two images get one id, or an image has no id.
+    """
+    from metric.images import id_mode, ids_for_files
+    from metric.images import list_images as image_files
+
+    if not Path(folder).is_dir():
         raise InputError(f"--images {folder} is not a folder")
-    images: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in IMAGE_SUFFIXES:
-            if path.stem in images:
-                raise InputError(f"two images share the id {path.stem!r}: {images[path.stem].name} and {path.name}")
-            images[path.stem] = path
-    if not images:
-        raise InputError(f"no .jpg/.jpeg/.png images in {folder}")
-    return images
+    return ids_for_files(image_files(folder), id_mode(ids))
 
 
-def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: int = 5, batch_size: int = 32,
-                   device: str = "cpu") -> dict[str, str]:
+def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: int = 5, batch_size: int = 32,
+                   device: str = "cpu") -> dict[Any, str]:
     """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly)."""
     import torch
     from tqdm.auto import tqdm
@@ -61,7 +64,7 @@ def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: i
     if fingerprint and getattr(backbone, "fingerprint", fingerprint) != fingerprint:
         raise InputError(f"{checkpoint}: the feature backbone now loads with fingerprint {backbone.fingerprint}, "
                          f"the captioner was trained on {fingerprint}")
-    captions: dict[str, str] = {}
+    captions: dict[Any, str] = {}
     ids = list(images)
     for start in tqdm(range(0, len(ids), batch_size), desc="captioning"):
         chunk = ids[start:start + batch_size]
@@ -74,11 +77,12 @@ def caption_images(checkpoint: str | Path, images: dict[str, Path], beam_size: i
 
 
 def run_caption(args: argparse.Namespace) -> int:
-    """`pacs caption`: write COCO-format results for a folder of images."""
+    """`pacs caption`: write COCO-format results for a folder of images, with the ids `--ids` gives."""
     from captioner.evaluation import results_json
     from metric.common.io import write_json_atomic
 
-    captions = caption_images(args.checkpoint, list_images(args.images), args.beam_size, args.batch_size, args.device)
+    images = list_images(args.images, args.ids)  # every id checked before the model is loaded
+    captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device)
     write_json_atomic(args.out, results_json(captions))
     print(f"captioned {len(captions)} images -> {args.out}")
     return 0
@@ -88,5 +92,5 @@ def run_train(args: argparse.Namespace) -> int:
     """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
     from captioner.pipeline import run_from_config
 
-    run_from_config(args.config, list(args.overrides))
+    run_from_config(args.config, list(args.overrides), force=list(args.force))
     return 0

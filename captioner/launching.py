@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from metric.common.errors import PacsError
 
@@ -52,12 +52,15 @@ def requested_processes(launch_argv: Sequence[str]) -> int | None:
     return None
 
 
-def cpu_processes_to_start(env: Mapping[str, str], parent_argv: Sequence[str]) -> int:
+def cpu_processes_to_start(env: Mapping[str, str],
+                           parent_argv: Sequence[str] | Callable[[], Sequence[str] | None] | None) -> int:
     """How many processes `relaunch_cpu_processes` must start (0: nothing to do).
 
     Non-zero only inside accelerate's single-process CPU launcher that was asked for several processes: CPU
     requested, `MASTER_ADDR` set (accelerate sets it only when `num_processes > 1`) and no distributed rank
-    variables (torchrun, MPI).
+    variables (torchrun, MPI). `parent_argv` is the parent's command line (or a function reading it, called only
+    in that situation); None means it could not be read, and then a LaunchError says so rather than silently
+    running one process.
     """
     from accelerate.utils import str_to_bool  # how accelerate itself reads ACCELERATE_USE_CPU
 
@@ -65,6 +68,12 @@ def cpu_processes_to_start(env: Mapping[str, str], parent_argv: Sequence[str]) -
         return 0
     if any(marker in env for marker in _DISTRIBUTED_MARKERS):
         return 0
+    if callable(parent_argv):
+        parent_argv = parent_argv()
+    if parent_argv is None:
+        raise LaunchError("this looks like accelerate's CPU launcher asked for several processes, but pacs cannot "
+                          "read the launcher's command line (the parent process) to tell how many; rather than "
+                          f"silently running one process it stops here. Use: {WORKING_COMMAND}")
     launch_argv = launcher_arguments(parent_argv)
     if launch_argv is None:
         return 0
@@ -75,14 +84,15 @@ def cpu_processes_to_start(env: Mapping[str, str], parent_argv: Sequence[str]) -
     return count if count > 1 else 0
 
 
-def _parent_command_line() -> list[str]:
-    """The command line of the process that started this one ([] when it cannot be read)."""
+def _parent_command_line() -> list[str] | None:
+    """The command line of the process that started this one (None, logged, when it cannot be read)."""
     try:
         import psutil
 
         return psutil.Process(os.getppid()).cmdline()
-    except Exception:  # noqa: BLE001 - no parent information simply means "not under accelerate launch"
-        return []
+    except Exception as error:  # noqa: BLE001 - any failure means "unknown", which the caller reports
+        logger.warning("cannot read the command line of the parent process %d: %s", os.getppid(), error)
+        return None
 
 
 def _master_port(env: Mapping[str, str]) -> str:
@@ -97,7 +107,7 @@ def _master_port(env: Mapping[str, str]) -> str:
 
 def relaunch_cpu_processes() -> None:
     """Under `accelerate launch --cpu --num_processes N` (N > 1, no MPI), re-execute this script as N processes."""
-    count = cpu_processes_to_start(os.environ, _parent_command_line())
+    count = cpu_processes_to_start(os.environ, _parent_command_line)
     if not count:
         return
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(count),

@@ -6,7 +6,8 @@ PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rew
 
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
-Every stage whose output exists is skipped, so adding a reward later only trains that reward.
+A stage whose recorded fingerprint is unchanged is skipped, so adding a reward later only trains that reward;
+a changed setting re-runs the stages it determines; `--force STAGE` re-runs one stage.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from captioner.evaluation import TABLE_COLUMNS
 from captioner.launching import relaunch_cpu_processes
 from captioner.pipeline import PipelineConfig, run_pipeline, write_results
+from captioner.training import process_state
 from metric.common.config import load_config
 from metric.common.errors import PacsError
 
@@ -39,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reward", action="append", dest="rewards",
                         help="a reward spec, repeatable (default: cider, clip-s, ref-clip-s, pac-s++, ref-pac-s++; "
                              "mixes like 'cider:1,pac-s++:0.5' are one spec)")
+    parser.add_argument("--force", action="append", default=[], metavar="STAGE",
+                        help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -46,10 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         relaunch_cpu_processes()
         config = load_config(PipelineConfig, args.config, args.overrides)
         config.rewards = args.rewards or list(DEFAULT_REWARDS)
+        config.force = [*config.force, *args.force]
         result = run_pipeline(config)
-        rows = comparison_rows(result["rows"], config.rewards)
-        write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
-        print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
+        if process_state().is_main_process:  # the other processes hold no rows
+            rows = comparison_rows(result["rows"], config.rewards)
+            write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
+            print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
     except PacsError as error:
         print(f"compare_rewards: error: {error}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
     accelerate launch recipes/scst_pacs.py [--config YAML] [key=value ...]
 
 With no arguments it runs the embedded default (recipes/configs/demo.yaml) into runs/demo/.
-Stages whose outputs exist are skipped; see docs/captioner.md.
+A stage whose recorded fingerprint (settings, inputs, upstream stages) is unchanged is skipped, a changed one
+re-runs with everything below it; `--force STAGE` re-runs one stage. See docs/captioner.md.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     """Parse `--config` and overrides, then run the pipeline."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="recipe YAML (default: recipes/configs/demo.yaml)")
+    parser.add_argument("--force", action="append", default=[], metavar="STAGE",
+                        help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. xe.max_steps=100")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         relaunch_cpu_processes()
-        run_from_config(args.config, args.overrides)
+        run_from_config(args.config, args.overrides, force=args.force)
     except PacsError as error:
         print(f"scst_pacs: error: {error}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from captioner.features import FeatureCache, extract_features
 from captioner.model import CaptionerConfig
 from captioner.train_scst import SCSTConfig, train_scst
 from captioner.train_xe import XEConfig, generate_captions, train_xe
-from captioner.training import ScheduleConfig
+from captioner.training import ScheduleConfig, process_state
 from captioner.vocab import build_vocab, load_vocab
 from metric.common.io import write_json_atomic
 
@@ -30,10 +30,14 @@ def reward_slug(spec: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-+_." else "_" for ch in spec.lower())
 
 
-def extract_all_features(data: DemoData, backbone: Any, folder: Path) -> dict:
-    """Stage `features`: grid features (pre-ln_post ViT tokens) of every image, with the pre-trained CLIP."""
+def extract_all_features(data: DemoData, backbone: Any, folder: Path, accelerator: Any = None) -> dict:
+    """Stage `features`: grid features (pre-ln_post ViT tokens) of every image, with the pre-trained CLIP.
+
+    With an `accelerator` (accelerate process state) the extraction is split over its processes.
+    """
     images = {image_id: path for split in data.splits for image_id, path in data.image_paths(split).items()}
-    cache = extract_features(backbone, images, folder / "cache", batch_size=128, shard_size=4096)
+    cache = extract_features(backbone, images, folder / "cache", batch_size=128, shard_size=4096,
+                             accelerator=accelerator)
     return {"images": len(cache), "tokens": cache.num_tokens, "feature_dim": cache.feature_dim}
 
 
@@ -43,20 +47,23 @@ def open_features(folder: Path) -> FeatureCache:
 
 
 def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: Path, logs: Path,
-           clip_checkpoint: Path) -> dict:
+           clip_checkpoint: Path, micro_batch_size: int) -> dict:
     """Stage `xe`: vocabulary and cross-entropy training of the captioner on the reference captions.
 
-    The checkpoint records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features.
+    Runs on every process (`micro_batch_size` per process); only the main process writes files. The checkpoint
+    records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features.
     """
     stage = config.xe
     train_items, val_items = data.splits["train"], data.splits["val"]
     vocab = build_vocab("word", [c for item in train_items for c in item.references], min_count=1,
                         max_length=stage.max_length)
-    vocab.save(folder / "vocab.json")
+    main = process_state().is_main_process
+    if main:
+        vocab.save(folder / "vocab.json")
     model_config = CaptionerConfig(d_model=stage.d_model, n_heads=stage.n_heads, encoder_layers=stage.encoder_layers,
                                    decoder_layers=stage.decoder_layers, ffn_dim=stage.ffn_dim, dropout=stage.dropout)
     xe = XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
-                  micro_batch_size=stage.batch_size,
+                  micro_batch_size=micro_batch_size,
                   schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
                                           decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
                   val_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
@@ -65,25 +72,30 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
                       [(item.image_id, caption) for item in train_items for caption in item.references],
                       {item.image_id: item.references for item in val_items},
                       feature_source={"backbone": "", "checkpoint": str(Path(clip_checkpoint).resolve())})
-    shutil.copyfile(folder / "log.csv", logs / "xe.csv")
-    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    if main:
+        shutil.copyfile(folder / "log.csv", logs / "xe.csv")
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     losses = result.losses
     return {"steps": result.steps, "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
             "best_val_cider": result.best_score, "best_step": result.best_step}
 
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
-             folder: Path, logs: Path) -> dict:
-    """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline)."""
+             folder: Path, logs: Path, micro_batch_size: int) -> dict:
+    """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
+
+    Runs on every process (`micro_batch_size` per process); only the main process writes files.
+    """
     stage = config.scst
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
-                      micro_batch_size=stage.batch_size, max_steps=stage.steps, epochs=BIG, samples="beam",
+                      micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples="beam",
                       k=stage.beam_size, max_length=config.xe.max_length, baseline="mean", checkpoint_every=BIG,
                       log_every=stage.log_every, seed=config.seed, tensorboard=False)
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward)
-    shutil.copyfile(folder / "log.csv", logs / f"scst-{reward_slug(spec)}.csv")
-    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    if process_state().is_main_process:
+        shutil.copyfile(folder / "log.csv", logs / f"scst-{reward_slug(spec)}.csv")
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     return {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from captioner.demo.world import WorldConfig
+from metric.common.config import NonNegativeInt, PositiveFloat, PositiveInt
 
 
 @dataclass
@@ -27,9 +28,9 @@ class ClipStageConfig:
     text_width: int = 64
     text_layers: int = 2
     context_length: int = 32
-    steps: int = 600
-    batch_size: int = 128
-    lr: float = 1e-3
+    steps: PositiveInt = 600
+    batch_size: PositiveInt = 128
+    lr: PositiveFloat = 1e-3
     weight_decay: float = 0.1
     eval_every: int = 50
 
@@ -38,11 +39,11 @@ class ClipStageConfig:
 class PacsStageConfig:
     """Fine-tuning the tiny CLIP into PAC-S++: LoRA on clean captions with synthetic positives."""
 
-    rank: int = 4
+    rank: PositiveInt = 4
     alpha: float = 4.0
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 2e-3
+    steps: PositiveInt = 300
+    batch_size: PositiveInt = 64
+    lr: PositiveFloat = 2e-3
     lambda_v: float = 0.1
     lambda_t: float = 0.001
     eval_every: int = 50
@@ -67,12 +68,13 @@ class XEStageConfig:
     ffn_dim: int = 256
     dropout: float = 0.1
     max_length: int = 20
-    steps: int = 800
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup_steps: int = 50
-    log_every: int = 20
-    val_every: int = 200
+    steps: PositiveInt = 800
+    batch_size: PositiveInt = 64
+    micro_batch_size: int = 0  # per process; 0: batch_size / processes
+    lr: PositiveFloat = 1e-3
+    warmup_steps: NonNegativeInt = 50
+    log_every: PositiveInt = 20
+    val_every: PositiveInt = 200
     val_images: int = 100
 
 
@@ -81,18 +83,19 @@ class ScstStageConfig:
     """SCST fine-tuning of the XE captioner with each reward."""
 
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
-    steps: int = 60
-    batch_size: int = 32
-    beam_size: int = 5
-    lr: float = 5e-5
-    log_every: int = 5
+    steps: PositiveInt = 60
+    batch_size: PositiveInt = 32
+    micro_batch_size: int = 0  # per process; 0: batch_size / processes
+    beam_size: PositiveInt = 5
+    lr: PositiveFloat = 5e-5
+    log_every: PositiveInt = 5
 
 
 @dataclass
 class EvaluateStageConfig:
     """Evaluation of every captioner on the test split, and the gallery of the report."""
 
-    beam_size: int = 3
+    beam_size: PositiveInt = 3
     gallery_size: int = 12
 
 
@@ -104,6 +107,7 @@ class DemoConfig:
     runs_dir: str = "runs"
     seed: int = 0
     threads: int = 1
+    force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
     prompt: str = "A photo depicts "
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)
     clip: ClipStageConfig = field(default_factory=ClipStageConfig)

@@ -12,6 +12,7 @@ from PIL import Image
 
 from captioner.demo.config import ClipStageConfig, DemoConfig, PacsStageConfig
 from captioner.demo.data import DemoData
+from captioner.training import process_state
 from metric.backbones import Backbone, build_backbone_from_config, load_backbone, tiny_clip_config
 from metric.common.io import atomic_path
 from metric.train import LoraOptions, LossOptions, MetricTrainConfig, train_metric
@@ -84,7 +85,8 @@ def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) 
     trainer = _trainer_config("full", folder, config.seed, stage.steps, stage.batch_size, stage.lr,
                               stage.weight_decay, stage.eval_every, LossOptions(lambda_v=0.0, lambda_t=0.0))
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
-    history_to_csv(folder / "train_log.json", logs / "clip.csv")
+    if process_state().is_main_process:
+        history_to_csv(folder / "train_log.json", logs / "clip.csv")
     return _summary(folder)
 
 
@@ -112,7 +114,8 @@ def train_pacs(config: DemoConfig, data: DemoData, clip_folder: Path, folder: Pa
                               stage.eval_every, LossOptions(lambda_v=stage.lambda_v, lambda_t=stage.lambda_t),
                               LoraOptions(rank=stage.rank, alpha=stage.alpha))
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
-    history_to_csv(folder / "train_log.json", logs / "pacs.csv")
+    if process_state().is_main_process:
+        history_to_csv(folder / "train_log.json", logs / "pacs.csv")
     return _summary(folder)
 
 

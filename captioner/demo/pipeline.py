@@ -1,9 +1,11 @@
 """The embedded demo, end to end: world → tiny CLIP → PAC-S++ → correlation with the judge → grid features →
-XE captioner → SCST per reward → evaluation → results table and report.html, each stage cached in the run dir."""
+XE captioner → SCST per reward → evaluation → results table and report.html, each stage a fingerprinted
+`captioner.stages` stage of the run dir."""
 from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import os
 from pathlib import Path
@@ -39,9 +41,14 @@ def load_demo_config(config_path: str | os.PathLike | None, overrides: list[str]
     return from_dict(DemoConfig, merged["demo"], f"{path}:demo")
 
 
-def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Run (or resume) the demo of `config_path`; print the results table; return rows, run dir and stage info."""
+def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+             force: list[str] | None = None) -> dict[str, Any]:
+    """Run (or resume) the demo of `config_path`; print the results table; return rows, run dir and stage info.
+
+    `force` names stages to re-run from scratch (added to the config's `force` list).
+    """
     config = load_demo_config(config_path, list(overrides or []))
+    config.force = [*config.force, *(force or [])]
     return run_demo_config(config)
 
 
@@ -54,21 +61,42 @@ def _scorers(run_dir: Path) -> dict[str, Any]:
                               progress=False)}
 
 
+def stage_names(config: DemoConfig) -> list[str]:
+    """The demo's stages, in the order they run."""
+    from captioner.demo.captioning import reward_slug
+
+    return ["data", "clip", "pacs", "correlation", "features", "xe",
+            *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], "evaluate"]
+
+
 def run_demo_config(config: DemoConfig) -> dict[str, Any]:
-    """Run every stage of the demo whose cached output is missing or stale."""
+    """Run every stage of the demo whose recorded fingerprint is missing or stale (see `captioner.stages`).
+
+    Process-aware: under `accelerate launch --num_processes N` the main process owns the run directory; the
+    metric training, feature extraction, XE and SCST stages run on every process (each splits its work), the
+    others (data, correlation, evaluation, report) on the main process while the rest wait.
+    """
     from captioner.demo import captioning, correlation, metric_stages
     from captioner.demo.data import DemoData, write_images
-    from captioner.demo.stages import StageRunner
+    from captioner.stages import StageRunner, check_force
+    from captioner.training import micro_batch_for, process_state
     from eval.report import write_report
 
+    state = process_state()
+    world = state.num_processes
+    xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, world, "demo.xe")
+    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, world, "demo.scst")
+    check_force(config.force, stage_names(config))
     torch.set_num_threads(max(1, config.threads))
     seed_everything(config.seed)
     run_dir = Path(config.runs_dir) / config.name
     logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    dump_yaml(config, run_dir / "config.yaml")
+    if state.is_main_process:
+        logs.mkdir(parents=True, exist_ok=True)
+        dump_yaml(config, run_dir / "config.yaml")
+    state.wait_for_everyone()
     data = DemoData.build(config.world, run_dir / "data" / "images")
-    runner = StageRunner(run_dir)
+    runner = StageRunner(run_dir, config.force, state)
     lazy: dict[str, Any] = {}
 
     def scorers() -> dict[str, Any]:
@@ -82,42 +110,53 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
         return lazy["features"]
 
     common = {"seed": config.seed, "prompt": config.prompt}
-    runner.run("data", {"world": to_dict(config.world)}, [], lambda out: write_images(data, out))
-    runner.run("clip", {**common, "clip": to_dict(config.clip)}, ["data"],
-               lambda out: metric_stages.pretrain_clip(config, data, out, logs))
-    runner.run("pacs", {**common, "pacs": to_dict(config.pacs)}, ["clip"],
-               lambda out: metric_stages.train_pacs(config, data, runner.folder("clip"), out, logs))
-    runner.run("correlation", {**common, "correlation": to_dict(config.correlation)}, ["pacs"],
-               lambda out: correlation.run_correlation(config, data, scorers(), out))
+    runner.run("data", lambda: write_images(data, runner.folder("data")), {"world": to_dict(config.world)})
+    runner.run("clip", lambda: metric_stages.pretrain_clip(config, data, runner.folder("clip"), logs),
+               {**common, "clip": to_dict(config.clip)}, upstream=["data"], distributed=True)
+    runner.run("pacs", lambda: metric_stages.train_pacs(config, data, runner.folder("clip"), runner.folder("pacs"),
+                                                        logs),
+               {**common, "pacs": to_dict(config.pacs)}, upstream=["clip"], distributed=True)
+    runner.run("correlation", lambda: correlation.run_correlation(config, data, scorers(),
+                                                                  runner.folder("correlation")),
+               {**common, "correlation": to_dict(config.correlation)}, upstream=["pacs"])
 
-    def extract(out: Path) -> dict:
+    def extract() -> dict:
         from metric.backbones import load_backbone
 
         backbone = load_backbone(checkpoint=str(runner.folder("clip") / "checkpoint.safetensors"))
-        return captioning.extract_all_features(data, backbone, out)
+        return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
 
-    runner.run("features", {}, ["clip"], extract)
-    runner.run("xe", {"seed": config.seed, "xe": to_dict(config.xe)}, ["features"],
-               lambda out: captioning.run_xe(config, data, features(), out, logs,
-                                             runner.folder("clip") / "checkpoint.safetensors"))
+    runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
+    xe_settings = {k: v for k, v in to_dict(config.xe).items() if k not in ("micro_batch_size", "log_every")}
+    runner.run("xe", lambda: captioning.run_xe(config, data, features(), runner.folder("xe"), logs,
+                                               runner.folder("clip") / "checkpoint.safetensors", xe_micro),
+               {"seed": config.seed, "xe": xe_settings}, upstream=["features"], distributed=True)
     models = {"xe": runner.folder("xe") / "best"}
+    scst_settings = {k: v for k, v in to_dict(config.scst).items()
+                     if k not in ("rewards", "micro_batch_size", "log_every")}
     for spec in config.scst.rewards:
         name = f"scst-{captioning.reward_slug(spec)}"
-        scst_config = {"seed": config.seed, "scst": {k: v for k, v in to_dict(config.scst).items() if k != "rewards"},
-                       "reward": spec}
-        runner.run(name, scst_config, ["xe", "pacs"],
-                   lambda out, spec=spec: captioning.run_scst(config, data, features(), _reward(spec, data, scorers()),
-                                                              spec, runner.folder("xe"), out, logs))
+        runner.run(name, lambda spec=spec, name=name: captioning.run_scst(
+                       config, data, features(), _reward(spec, data, scorers()), spec, runner.folder("xe"),
+                       runner.folder(name), logs, scst_micro),
+                   {"seed": config.seed, "scst": scst_settings, "reward": spec}, upstream=["xe", "pacs"],
+                   distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
     scst_stages = [f"scst-{captioning.reward_slug(spec)}" for spec in config.scst.rewards]
-    runner.run("evaluate", {"evaluate": to_dict(config.evaluate)}, ["xe", "pacs", *scst_stages],
-               lambda out: _evaluate(config, data, models, features(), scorers(), run_dir, out))
-    rows = _publish(run_dir, runner, config)
-    report = write_report(run_dir)
-    print(_markdown(rows))
-    print(f"stages run: {', '.join(runner.ran) or 'none'}; cached: {', '.join(runner.skipped) or 'none'}")
-    print(f"report: {report}")
-    return {"run_dir": str(run_dir), "rows": rows, "ran": runner.ran, "skipped": runner.skipped,
+    runner.run("evaluate", lambda: _evaluate(config, data, models, features(), scorers(), run_dir,
+                                             runner.folder("evaluate")),
+               {"evaluate": to_dict(config.evaluate)}, upstream=["xe", "pacs", *scst_stages])
+    report = run_dir / "report.html"
+    if state.is_main_process:
+        rows = _publish(run_dir, runner, config)
+        report = write_report(run_dir)
+        print(_markdown(rows))
+        print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
+              f"cached: {', '.join(runner.skipped) or 'none'}")
+        print(f"report: {report}")
+    state.wait_for_everyone()
+    rows = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["rows"]
+    return {"run_dir": str(run_dir), "rows": rows, "ran": runner.ran + runner.resumed, "skipped": runner.skipped,
             "seconds": runner.seconds, "report": str(report)}
 
 
@@ -150,8 +189,6 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[str, Path], features: 
 
 def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, Any]]:
     """Copy the evaluation table to the run dir as results.{json,csv,md} (+ stage timings)."""
-    import json
-
     results = json.loads((run_dir / "evaluate" / "results.json").read_text(encoding="utf-8"))
     rows = results["rows"]
     write_json_atomic(run_dir / "results.json", results)
@@ -161,9 +198,9 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
     writer.writerows(rows)
     write_text_atomic(run_dir / "results.csv", buffer.getvalue())
     write_text_atomic(run_dir / "results.md", _markdown(rows))
-    write_json_atomic(run_dir / "stages.json", {"ran": runner.ran, "skipped": runner.skipped,
+    write_json_atomic(run_dir / "stages.json", {"ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped,
                                                 "seconds": {k: round(v, 1) for k, v in runner.seconds.items()},
-                                                "keys": runner.keys})
+                                                "keys": runner.ids})
     return rows
 
 

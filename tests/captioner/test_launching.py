@@ -39,3 +39,15 @@ def test_count_from_an_accelerate_config_file(tmp_path):
                       "num_machines: 1\nmixed_precision: 'no'\nuse_cpu: true\n")
     parent = ["accelerate", "launch", "--config_file", str(config), "recipes/scst_pacs.py"]
     assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, parent) == 4
+
+
+def test_unreadable_launcher_command_line_is_reported_not_ignored():
+    # before: an unreadable parent command line counted as "not accelerate" and one process ran silently
+    with pytest.raises(LaunchError, match="cannot read the launcher's command line"):
+        cpu_processes_to_start(SINGLE_CPU_LAUNCHER, None)
+    with pytest.raises(LaunchError, match="accelerate launch --multi_gpu"):
+        cpu_processes_to_start(SINGLE_CPU_LAUNCHER, lambda: None)
+    # outside that situation the command line is not even read
+    calls = []
+    assert cpu_processes_to_start({}, lambda: calls.append(1)) == 0 and calls == []
+    assert cpu_processes_to_start(SINGLE_CPU_LAUNCHER, lambda: PARENT) == 3
