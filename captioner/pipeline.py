@@ -1,8 +1,10 @@
 """The main recipe: data → vocabulary → grid features → XE → SCST (chosen reward) → evaluation, from one YAML.
 
-Every stage writes its output under `run_dir` and is skipped when that output exists (vocab.json,
-features/<set>/, xe/final, scst-<reward>/final, eval/<model>/<test set>.json), so re-running a finished
-recipe costs seconds and an interrupted one resumes (XE and SCST also resume mid-stage from checkpoints).
+Every stage writes its output under `run_dir` (vocab.json, features/<set>/, xe/, scst-<reward>/,
+eval/<model>/<test set>.json) and records its fingerprint in `run_dir/stages/<stage>.json` (`captioner.stages`):
+re-running a run directory skips the stages whose settings, inputs and upstream stages are unchanged, re-runs
+the changed ones and everything below them (logging what changed), resumes an interrupted XE / SCST from its
+checkpoints when its fingerprint matches and refuses otherwise; `force` (`--force STAGE`) re-runs a stage.
 A YAML with a top-level `demo:` section is handed to `captioner.demo.run_demo`.
 """
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 
 from captioner.backbone_source import BackboneSource, load_source_backbone, resolve_device
 from captioner.model import CaptionerConfig
+from captioner.stages import StageRunner, check_force
 from captioner.train_scst import SCSTConfig
 from captioner.train_xe import XEConfig
+from captioner.training import process_state
 from captioner.vocab import DEFAULT_MAX_LENGTH
 from metric.common.config import dump_yaml, from_dict, load_yaml, parse_overrides, deep_merge
 from metric.common.errors import InputError
@@ -101,6 +105,7 @@ class PipelineConfig:
     reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 42
+    force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
 
 
 def default_config_path() -> Path:
@@ -113,15 +118,20 @@ def reward_slug(spec: str) -> str:
     return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))
 
 
-def run_from_config(config_path: str | None, overrides: list[str]) -> dict[str, Any]:
-    """Run the recipe of `config_path` (default: recipes/configs/demo.yaml) with `key=value` overrides."""
+def run_from_config(config_path: str | None, overrides: list[str], force: list[str] | None = None) -> dict[str, Any]:
+    """Run the recipe of `config_path` (default: recipes/configs/demo.yaml) with `key=value` overrides.
+
+    `force` names stages to re-run from scratch (added to the config's `force` list).
+    """
     path = Path(config_path) if config_path else default_config_path()
     data = deep_merge(load_yaml(path), parse_overrides(overrides))
     if "demo" in data:
         from captioner.demo import run_demo
 
-        return run_demo(str(path), list(overrides))
-    return run_pipeline(from_dict(PipelineConfig, data, str(path)))
+        return run_demo(str(path), list(overrides), force=list(force or []))
+    config = from_dict(PipelineConfig, data, str(path))
+    config.force = [*config.force, *(force or [])]
+    return run_pipeline(config)
 
 
 class _Run:
@@ -131,6 +141,7 @@ class _Run:
         self.config = config
         self.dir = Path(config.run_dir)
         self._backbone = None
+        self.stages = StageRunner(self.dir, config.force, process_state())
 
     def backbone(self) -> Any:
         """The feature backbone (loaded once, on first use)."""
@@ -162,60 +173,141 @@ class _Run:
         return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
                                 accelerator=process_state())
 
+    def feature_stage(self, name: str, image_paths: dict[str, Any], selection: dict[str, Any],
+                      inputs: dict[str, Any]) -> Any:
+        """Stage `features/<name>` (all processes, resumable): the feature cache of `image_paths`.
+
+        `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
+        """
+        from captioner.features import FeatureCache
+        from captioner.recipe_stages import settings_of, source_inputs
+
+        stage = f"features/{name}"
+        f = self.config.features
+        self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
+                        {"source": settings_of(f.source), "dtype": f.dtype, "images": selection},
+                        {**inputs, **source_inputs(self.stages, f.source)}, resumable=True, distributed=True)
+        return FeatureCache(self.dir / stage)
+
 
 def _take(items: list, limit: int) -> list:
     return items[:limit] if limit else items
 
 
+def stage_names(config: PipelineConfig) -> list[str]:
+    """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
+    models = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.rewards]]
+    sets = list(config.evaluation.test_sets)
+    return ["vocab", "features/train", *models, *[f"features/{name}" for name in sets],
+            *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in ["xe", *config.rewards]]]
+
+
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
-    """Run every stage of `config` whose output is missing; return the evaluation rows."""
+    """Run every stage of `config` that is not already done with the same fingerprint; return the evaluation rows.
+
+    Stages are `captioner.stages` stages: a stage re-runs (and everything below it) when its settings, inputs
+    or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
+    the named ones. Every process calls this; the main process owns the run directory.
+    """
+    from captioner.recipe_stages import data_inputs, reward_model_inputs, settings_of
     from captioner.train_scst import train_scst
     from captioner.train_xe import train_xe
+    from captioner.training import micro_batch_for, process_state
     from captioner.vocab import build_vocab, load_vocab
 
-    from captioner.training import process_state
-
     state = process_state()
+    xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
+    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
+                                   "scst")
+    check_force(config.force, stage_names(config))
+    if state.is_main_process:
+        Path(config.run_dir).mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
     run = _Run(config)
-    run.dir.mkdir(parents=True, exist_ok=True)
     if state.is_main_process:
         dump_yaml(config, run.dir / "config.yaml")
     dataset = run.dataset(config.data)
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
+    stages = run.stages
+    data_settings, data_files = settings_of(config.data), data_inputs(config.data)
 
     vocab_path = run.dir / "vocab.json"
-    with state.main_process_first():  # the main process builds the vocabulary, the others read it
-        if vocab_path.is_file():
-            vocab = load_vocab(vocab_path)
-        else:
-            v = config.vocab
-            vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
-                                v.vocab_size, v.max_length)
-            vocab.save(vocab_path)
+
+    def make_vocab() -> dict[str, Any]:
+        v = config.vocab
+        vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
+                            v.vocab_size, v.max_length)
+        vocab.save(vocab_path)
+        return {"size": len(vocab)}
+
+    stages.run("vocab", make_vocab, {"vocab": settings_of(config.vocab), "data": data_settings}, data_files,
+               outputs=[vocab_path])  # main process; the others wait, then read it
+    vocab = load_vocab(vocab_path)
     images = {item.image_id: item.image_path for item in train_items + val_items}
-    features = run.features("train", images)
+    features = run.feature_stage("train", images, {"data": data_settings}, data_files)
     source = config.features.source.to_record()
 
     xe_dir = run.dir / "xe"
-    if not (xe_dir / "final" / "captioner.json").is_file():
-        config.xe.output_dir = str(xe_dir)
-        train_xe(config.xe, config.model, vocab, features, [(i.image_id, c) for i in train_items for c in i.captions],
-                 {i.image_id: i.captions for i in val_items}, feature_source=source)
+    xe_config = from_dict(XEConfig, dict(_asdict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
+                          "xe")
+    stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
+                                               [(i.image_id, c) for i in train_items for c in i.captions],
+                                               {i.image_id: i.captions for i in val_items}, feature_source=source)),
+               {"xe": settings_of(config.xe), "model": settings_of(config.model), "data": data_settings,
+                "seed": config.seed},
+               upstream=["vocab", "features/train"], resumable=True, distributed=True)
     models = {"xe": xe_dir / "best"}
+    model_stages = {"xe": "xe"}
+    reward_settings = settings_of(config.reward_models)
     for spec in config.rewards:
-        out = run.dir / f"scst-{reward_slug(spec)}"
-        if not (out / "final" / "captioner.json").is_file():
-            scst = from_dict(SCSTConfig, dict(_asdict(config.scst), output_dir=str(out), reward=spec), "scst")
-            reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions for i in train_items},
+        name = f"scst-{reward_slug(spec)}"
+        out = run.dir / name
+        scst = from_dict(SCSTConfig, dict(_asdict(config.scst), output_dir=str(out), reward=spec,
+                                          micro_batch_size=scst_micro), "scst")
+
+        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+            reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions
+                                                                             for i in train_items},
                                            image_paths=images)
-            train_scst(scst, xe_dir / "best", features, [(i.image_id, i.captions) for i in train_items], reward)
+            return _summary(train_scst(scst, xe_dir / "best", features,
+                                       [(i.image_id, i.captions) for i in train_items], reward))
+
+        stages.run(name, body, {"scst": settings_of(config.scst), "reward": spec, "reward_models": reward_settings,
+                                "data": data_settings, "seed": config.seed},
+                   {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
+                    **reward_model_inputs(stages, config.reward_models)},
+                   upstream=["xe", "features/train"], resumable=True, distributed=True)
         models[spec] = out / "final"
+        model_stages[spec] = name
     test_sets = prepare_test_sets(run)
+    eval_stages = []
+    for set_name, _, _ in test_sets:
+        set_config = config.evaluation.test_sets[set_name]
+        for model_name in models:
+            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+            name = f"eval/{reward_slug(model_name)}/{set_name}"
+            e = config.evaluation
+            action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
+                                         "text_metrics": e.text_metrics, "max_images": e.max_images,
+                                         "reward_models": reward_settings},
+                                  {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)},
+                                  upstream=[model_stages[model_name], f"features/{set_name}"],
+                                  outputs=[out, out.with_name(f"{set_name}.results.json")])
+            if action != "skipped":
+                eval_stages.append(name)
     result = evaluate_models(run, models, test_sets)  # split over the processes; rows on the main process
+    for name in eval_stages:
+        stages.finish(name)
     state.wait_for_everyone()
     return result
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What a stage record keeps of an XE / SCST result (steps and last loss)."""
+    losses = list(getattr(result, "losses", []) or [])
+    return {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
 
 
 def _asdict(config: Any) -> dict[str, Any]:
@@ -259,14 +351,18 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
 
 
 def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
-    """Load every test set and its features (extraction split over all processes): [(name, items, cache)]."""
+    """Load every test set and its features (stage `features/<set>`, split over all processes): [(name, items, cache)]."""
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():
         split = set_config.get("split", "test")
         dataset = run.dataset(set_config)
         items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
-        prepared.append((set_name, items, run.features(set_name, {i.image_id: i.image_path for i in items})))
+        from captioner.recipe_stages import data_inputs
+
+        selection = {"test_set": set_config, "max_images": config.evaluation.max_images}
+        prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
+                                                             selection, data_inputs(set_config))))
     return prepared
 
 

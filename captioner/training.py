@@ -149,6 +149,21 @@ def pacs_scheduler(optimizer: torch.optim.Optimizer, s: ScheduleConfig) -> torch
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: pacs_lr(step, s) / s.peak_lr)
 
 
+def micro_batch_for(batch_size: int, micro_batch_size: int | None, processes: int, what: str) -> int:
+    """The per-process micro-batch for a global `batch_size` on `processes` processes (InputError if none fits).
+
+    `micro_batch_size` 0 or None means "not fixed": the whole per-process share, `batch_size // processes`.
+    """
+    from metric.common.config import check_batch_split
+
+    if not micro_batch_size:
+        if batch_size < 1 or batch_size % processes:
+            raise InputError(f"{what}: batch_size={batch_size} cannot be split evenly over {processes} processes")
+        micro_batch_size = batch_size // processes
+    check_batch_split(what, batch_size, micro_batch_size, processes)
+    return micro_batch_size
+
+
 class BatchPlan:
     """Deterministic global batches over `n` examples: epoch `e` uses `randperm(n, seed + e)`; the last
     partial batch of an epoch is dropped. Process `rank` of `world` takes `batch[rank::world]`."""
