@@ -25,7 +25,8 @@ from captioner.train_scst import SCSTConfig
 from captioner.train_xe import XEConfig
 from captioner.training import process_state
 from captioner.vocab import DEFAULT_MAX_LENGTH
-from metric.common.config import dump_yaml, from_dict, load_yaml, parse_overrides, deep_merge
+from metric.common.config import (NonNegativeInt, PositiveInt, deep_merge, dump_yaml, from_dict, load_yaml,
+                                  parse_overrides)
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
 
@@ -45,8 +46,8 @@ class DataConfig:
     options: dict[str, Any] = field(default_factory=dict)
     train_splits: list[str] = field(default_factory=lambda: ["train"])
     val_split: str = "val"
-    max_train_images: int = 0
-    max_val_images: int = 0
+    max_train_images: NonNegativeInt = 0
+    max_val_images: NonNegativeInt = 0
 
 
 @dataclass
@@ -54,9 +55,9 @@ class VocabConfig:
     """Vocabulary built from the training captions."""
 
     kind: str = "word"
-    min_count: int = 5
-    vocab_size: int = 8000
-    max_length: int = DEFAULT_MAX_LENGTH
+    min_count: PositiveInt = 5
+    vocab_size: PositiveInt = 8000
+    max_length: PositiveInt = DEFAULT_MAX_LENGTH
 
 
 @dataclass
@@ -64,8 +65,8 @@ class FeaturesConfig:
     """Grid-feature extraction."""
 
     source: BackboneSource = field(default_factory=BackboneSource)
-    batch_size: int = 64
-    shard_size: int = 512
+    batch_size: PositiveInt = 64
+    shard_size: PositiveInt = 512
     dtype: str = "float16"
 
 
@@ -83,11 +84,19 @@ class EvalConfig:
     """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
 
     test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    beam_size: int = 5
-    batch_size: int = 50
+    beam_size: PositiveInt = 5
+    batch_size: PositiveInt = 50
     text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
-    max_images: int = 0
-    bootstrap: int = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+    max_images: NonNegativeInt = 0
+    bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+
+    def validate(self) -> None:
+        """Check every test set as a DataConfig (plus `split`) when the config is loaded."""
+        for name, test_set in self.test_sets.items():
+            split = test_set.get("split", "test")
+            if split is not None and not isinstance(split, str):
+                raise InputError(f"test_sets.{name}.split={split!r}: expected str or null")
+            from_dict(DataConfig, {k: v for k, v in test_set.items() if k != "split"}, f"test_sets.{name}")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
 from accelerate.utils import parse_flag_from_env
 
+from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveFloat
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -118,12 +119,12 @@ def finish_trackers(accelerator: Accelerator) -> None:
 class ScheduleConfig:
     """PAC-S++ XE schedule: linear warm-up, constant, sub-linear decay, constant."""
 
-    warmup_steps: int = 1000
-    constant_until: int = 10000
-    decay_until: int = 15000
-    peak_lr: float = 2.5e-4
-    final_lr: float = 1e-5
-    decay_power: float = 0.5
+    warmup_steps: NonNegativeInt = 1000
+    constant_until: NonNegativeInt = 10000
+    decay_until: NonNegativeInt = 15000
+    peak_lr: PositiveFloat = 2.5e-4
+    final_lr: NonNegativeFloat = 1e-5
+    decay_power: PositiveFloat = 0.5
 
 
 def pacs_lr(step: int, s: ScheduleConfig) -> float:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 from PIL import Image
 from tqdm.auto import tqdm
 
+from metric.common.config import NonNegativeInt, PositiveInt
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
 from metric.common.provenance import provenance
@@ -44,17 +45,22 @@ class PositivesConfig:
     captioner: str = DEFAULT_CAPTIONER
     text_to_image: str = DEFAULT_TEXT_TO_IMAGE
     seed: int = 0
-    caption_max_length: int = 30
-    caption_num_beams: int = 3
-    num_inference_steps: int = 50
+    caption_max_length: PositiveInt = 30
+    caption_num_beams: PositiveInt = 3
+    num_inference_steps: PositiveInt = 50
     guidance_scale: float = 7.5
-    image_size: int = 512
+    image_size: PositiveInt = 512
     safety_checker: bool = True
-    batch_size: int = 8
-    limit: int = 0
+    batch_size: PositiveInt = 8
+    limit: NonNegativeInt = 0
     device: str | None = None
     dtype: str = "float32"
     skip_missing: bool = False
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        if self.dtype not in DTYPES:
+            raise InputError(f"dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
 
 
 @dataclass

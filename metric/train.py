@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from metric.common.config import dump_yaml, to_dict
+from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, dump_yaml, to_dict
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
@@ -53,7 +53,7 @@ PROJECTION_PREFIXES = ("visual.attnpool.", "visual.head.proj.", "text_projection
 class LoraOptions:
     """peft LoRA settings (PAC-S++: rank 4, alpha 1 as the official code, both towers + patch embedding)."""
 
-    rank: int = 4
+    rank: PositiveInt = 4
     alpha: float = 1.0
     dropout: float = 0.0
     patch_embedding: bool = True
@@ -111,16 +111,16 @@ class MetricTrainConfig:
     data: DataOptions = field(default_factory=DataOptions)
     correlation: CorrelationOptions = field(default_factory=CorrelationOptions)
     train_logit_scale: bool = False
-    lr: float = 1e-4
-    weight_decay: float = 0.0
+    lr: PositiveFloat = 1e-4
+    weight_decay: NonNegativeFloat = 0.0
     batch_size: int = 256  # the global batch: pairs per optimizer step (and per contrastive loss), all processes
     micro_batch_size: int = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
-    max_steps: int = 0
-    max_epochs: int = 50
-    eval_every: int = 100
-    patience: int = 1500
-    save_every: int = 0
-    log_every: int = 10
+    max_steps: NonNegativeInt = 0
+    max_epochs: PositiveInt = 50
+    eval_every: NonNegativeInt = 100
+    patience: PositiveInt = 1500
+    save_every: NonNegativeInt = 0
+    log_every: NonNegativeInt = 10
     mixed_precision: str = "no"
     cpu: bool = False
     seed: int = 0

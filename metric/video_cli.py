@@ -149,6 +149,8 @@ def run_score_video(args: argparse.Namespace) -> int:
     summary = (f"{spec.name} video (w={result.w:g}, {scorer.backbone.name}): mean {mean:.4f} over "
                f"{len(candidates)} captions, {len(paths)} videos, {scorer.stats['frames_embedded']} frames embedded; "
                f"{result.n_truncated} truncated, {result.n_empty} empty")
+    if scorer.short_videos:
+        summary += f", {len(scorer.short_videos)} video(s) short of --num-frames"
     if args.out:
         per_instance: list[dict[str, Any]] = []
         for index, candidate in enumerate(candidates):
@@ -170,7 +172,10 @@ def run_score_video(args: argparse.Namespace) -> int:
         output = {
             "metric": spec.name, "w": result.w, "backbone": scorer.backbone.name, "mean": mean,
             "n": len(candidates), "n_videos": len(paths), "n_truncated": result.n_truncated,
-            "n_empty": result.n_empty, "per_instance": per_instance,
+            "n_empty": result.n_empty, "n_short_videos": len(scorer.short_videos),
+            "short_videos": [{"video": short.source, "requested": short.requested, "distinct": short.distinct}
+                             for short in scorer.short_videos],
+            "per_instance": per_instance,
             "provenance": provenance(**model_provenance(scorer), w=result.w, seed=args.seed, config=config),
         }
         write_json_atomic(args.out, output)

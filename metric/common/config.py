@@ -282,12 +282,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "config
 
 def check_batch_split(key: str, batch: int, micro: int, processes: int = 1) -> int:
     """Micro-batches per process per step; InputError unless `batch` is a multiple of `micro` × `processes`."""
+    where = f"{key}: " if key else ""
     if batch < 1 or micro < 1 or processes < 1:
-        raise InputError(f"{key}: batch_size ({batch}), micro_batch_size ({micro}) and the process count "
+        raise InputError(f"{where}batch_size ({batch}), micro_batch_size ({micro}) and the process count "
                          f"({processes}) must all be >= 1")
     if batch % (micro * processes):
-        raise InputError(f"{key}: batch_size={batch} must be a multiple of micro_batch_size ({micro}) × "
-                         f"processes ({processes}) = {micro * processes}")
+        times = f" × processes ({processes}) = {micro * processes}" if processes != 1 else ""
+        raise InputError(f"{where}batch_size={batch} must be a multiple of micro_batch_size ({micro}){times}")
     return batch // (micro * processes)
 
 
