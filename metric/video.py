@@ -31,7 +31,8 @@ from tqdm import tqdm
 from metric.backbones import Backbone
 from metric.common.errors import InputError
 from metric.embedding_cache import EmbeddingCache
-from metric.video_frames import Frame, FrameSampling, cap_indices, iter_frames, source_digest
+from metric.video_frames import (Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video,
+                                 source_digest)
 from metric.video_idf import IdfTable, cached_idf
 
 logger = logging.getLogger(__name__)
@@ -226,7 +227,9 @@ class VideoScorer:
         self.progress = progress
         self._frame_cache: dict[str, torch.Tensor] = {}
         self._caption_cache: dict[str, CaptionEmbedding] = {}
-        self.stats = {"videos_embedded": 0, "frames_embedded": 0, "video_cache_hits": 0, "disk_cache_hits": 0}
+        self.stats = {"videos_embedded": 0, "frames_embedded": 0, "video_cache_hits": 0, "disk_cache_hits": 0,
+                      "short_videos": 0}
+        self.short_videos: list[ShortVideo] = []  # videos with fewer distinct frames than num_frames requested
 
     # -- frames ---------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -239,11 +242,16 @@ class VideoScorer:
             chunks.append(F.normalize(features, dim=-1).cpu())
         return torch.cat(chunks) if chunks else torch.zeros(0, 0)
 
-    def _embed_stream(self, frames: Iterable[Frame]) -> torch.Tensor:
-        """Embed frames as they are decoded, `batch_size` at a time (only embeddings are kept in memory)."""
+    def _embed_stream(self, frames: Iterable[Frame], indices: list[int] | None = None) -> torch.Tensor:
+        """Embed frames as they are decoded, `batch_size` at a time (only embeddings are kept in memory).
+
+        The frames' positions in the video are appended to `indices` when given.
+        """
         chunks, batch = [], []
         for frame in frames:
             batch.append(frame.image)
+            if indices is not None:
+                indices.append(frame.index)
             if len(batch) == self.batch_size:
                 chunks.append(self.embed_frames(batch))
                 batch = []
@@ -261,17 +269,40 @@ class VideoScorer:
             return self._frame_cache[memory_key]
         disk_key = f"{source_digest(source)}-{self.sampling.key()}" if self.disk_cache is not None else None
         cached = self.disk_cache.get(disk_key) if disk_key is not None else None
+        indices: list[int] | None = None  # positions of the decoded frames (None: read from the disk cache)
         if cached is not None:
             embeddings = torch.from_numpy(cached)
             self.stats["disk_cache_hits"] += 1
         else:
-            embeddings = self._embed_stream(iter_frames(source, self.sampling))
+            indices = []
+            embeddings = self._embed_stream(iter_frames(source, self.sampling), indices)
             embeddings = embeddings[cap_indices(embeddings.shape[0], self.sampling.max_frames)]
             self.stats["videos_embedded"] += 1
             if disk_key is not None:
                 self.disk_cache.put(disk_key, embeddings.numpy())
+                if self.sampling.num_frames is not None:  # a count was requested: keep what the video yielded
+                    self.disk_cache.put(f"{disk_key}-distinct", np.array([len(set(indices))]))
+        self._note_short(source, indices, disk_key)
         self._frame_cache[memory_key] = embeddings
         return embeddings
+
+    def _note_short(self, source: Path, indices: list[int] | None, disk_key: str | None) -> None:
+        """Count (and log) a video that yielded fewer distinct frames than `num_frames` requested.
+
+        `indices` are the decoded frames' positions; None for a disk-cache hit, whose distinct-frame count was
+        stored next to its embeddings.
+        """
+        if self.sampling.num_frames is None:
+            return
+        if indices is None:
+            stored = self.disk_cache.get(f"{disk_key}-distinct") if disk_key is not None else None
+            if stored is None:
+                return
+            indices = list(range(int(stored[0])))
+        report = short_video(source, self.sampling, indices)
+        if report is not None:
+            self.short_videos.append(report)
+            self.stats["short_videos"] += 1
 
     # -- captions -------------------------------------------------------------------------------------------
     def tokenize_ids(self, texts: Sequence[str]) -> list[list[int]]:

@@ -8,6 +8,9 @@ Two sampling rules (`FrameSampling`):
 A folder of frames is taken as already sampled: every image in natural name order (`frame_2` before `frame_10`),
 then `num_frames` applies the same way.
 `max_frames` caps a long video: when more frames than that were sampled, `max_frames` are kept uniformly.
+A video that yields fewer distinct frames than `num_frames` asks for (a short video: the uniform indices repeat
+frames; or frames that could not be decoded) is reported: `short_video` logs a warning naming it and the counts,
+and `VideoScorer` counts it (`stats["short_videos"]`, `short_videos`).
 """
 from __future__ import annotations
 
@@ -63,6 +66,31 @@ class Frame:
     index: int
     time: float | None
     image: Image.Image
+
+
+@dataclass(frozen=True)
+class ShortVideo:
+    """A video that yielded fewer distinct frames than the sampling requested."""
+
+    source: str
+    requested: int
+    distinct: int
+
+
+def short_video(source: str | os.PathLike, sampling: FrameSampling, indices: Iterable[int]) -> ShortVideo | None:
+    """Report a video whose sampled frame `indices` hold fewer distinct frames than `num_frames` (a warning).
+
+    Only a count (`num_frames`) is a request; a rate (`fps`) takes what the video has. Returns None when the
+    video yielded what was asked.
+    """
+    if sampling.num_frames is None:
+        return None
+    distinct = len(set(indices))
+    if distinct >= sampling.num_frames:
+        return None
+    logger.warning("%s yields %d distinct frame(s) of the %d requested (num_frames): a shorter video repeats "
+                   "frames, an undecodable one has fewer", source, distinct, sampling.num_frames)
+    return ShortVideo(str(source), sampling.num_frames, distinct)
 
 
 def uniform_indices(total: int, count: int) -> list[int]:
@@ -208,8 +236,9 @@ def iter_frames(source: str | os.PathLike, sampling: FrameSampling) -> Iterator[
 
 
 def read_frames(source: str | os.PathLike, sampling: FrameSampling) -> list[Frame]:
-    """Return the sampled frames of a video file or a frame folder (`max_frames` applied)."""
+    """Return the sampled frames of a video file or a frame folder (`max_frames` applied; a short video logged)."""
     frames = list(iter_frames(source, sampling))
+    short_video(source, sampling, (frame.index for frame in frames))
     return [frames[i] for i in cap_indices(len(frames), sampling.max_frames)]
 
 

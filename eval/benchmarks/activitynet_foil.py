@@ -27,7 +27,7 @@ import numpy as np
 
 from eval import correlation
 from eval.benchmarks import Benchmark, register_benchmark
-from eval.benchmarks.vatex_eval import locate_videos, text_scores, video_scorers
+from eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
 from eval.registry import get_metric
 from metric.common.errors import InputError
 from metric.registry import metric_spec
@@ -280,6 +280,7 @@ class ActivityNetFoil(Benchmark):
             else:
                 right[name] = paragraph_scores(data, right_text[name])
                 foil[name] = paragraph_scores(data, foil_text[name])
+        count_short_videos(context, scorers)
         table: dict[str, Any] = {}
         for name in right:
             if name in context.suite.unavailable:

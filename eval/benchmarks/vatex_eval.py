@@ -238,6 +238,13 @@ def video_scorers(context: Any, sampling: Any) -> dict[str, Any]:
     return scorers
 
 
+def count_short_videos(context: Any, scorers: dict[str, Any]) -> None:
+    """Report the videos that yielded fewer distinct frames than `--num-frames` asked (`counts.short_videos`)."""
+    short = {report.source for scorer in scorers.values() for report in scorer.short_videos}
+    if short:
+        context.count("short_videos", len(short))
+
+
 def text_scores(context: Any, candidates: list[str], references: list[list[str]]) -> dict[str, np.ndarray]:
     """Per-caption scores of the requested text and baseline metrics (the contrastive ones are scored on video)."""
     names = [name for name in context.metrics if get_metric(name).kind != "contrastive"]
@@ -296,6 +303,7 @@ class VatexEval(Benchmark):
                 for n_refs in settings:
                     scores[setting_name(name, n_refs)] = video_metric_scores(data, scorers[family], videos, n_refs,
                                                                              idf_tables[family])
+        count_short_videos(context, scorers)
         if any(get_metric(name).kind == "baseline" for name in context.metrics):
             scores.update({name: values for name, values in text_scores(context, data.candidates,
                                                                         data.references).items()

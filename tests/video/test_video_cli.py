@@ -73,6 +73,19 @@ def test_score_video_reference_based(checkpoint, video_task):
         assert row["video_score"] == pytest.approx((row["coarse"] + row["fine"]) / 2, abs=1e-6)
 
 
+def test_score_video_reports_videos_short_of_num_frames(checkpoint, video_task, capsys):
+    out = video_task / "short.json"
+    assert run("--metric", "pac-s++", "--videos", str(video_task / "videos"), "--candidates",
+               str(video_task / "cands.json"), "--checkpoint", str(checkpoint), "--num-frames", "5",
+               "--out", str(out)) == 0
+    result = json.loads(out.read_text())
+    # v1 has 6 frames and v2 5; the folder v3 has 4: int(linspace(0, 3, 5)) = 0 0 1 2 3, four distinct
+    assert result["n_short_videos"] == 1
+    assert result["short_videos"] == [{"video": str((video_task / "videos" / "v3").resolve()), "requested": 5,
+                                       "distinct": 4}]
+    assert "1 video(s) short of --num-frames" in capsys.readouterr().out
+
+
 def test_score_video_errors_leave_no_output(checkpoint, video_task, capsys):
     out = video_task / "never.json"
     cands = json.loads((video_task / "cands.json").read_text()) + [{"image_id": "ghost", "caption": "x"}]

@@ -1,13 +1,15 @@
 """Frame sampling from real video files written with PyAV and from frame folders; the frame-embedding cache."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
 
 from metric.common.errors import InputError
 from metric.video import VideoScorer
-from metric.video_frames import FrameSampling, read_frames, source_digest, uniform_indices
+from metric.video_frames import FrameSampling, ShortVideo, read_frames, source_digest, uniform_indices
 
 from .video_support import frame_array, write_frame_folder, write_video
 
@@ -92,3 +94,33 @@ def test_video_and_frame_folder_agree(tiny_backbone, make_video, tmp_path):
     a, b = scorer.embed_video(folder), scorer.embed_video(video)
     assert a.shape == b.shape
     assert float((a * b).sum(dim=-1).min()) > 0.95
+
+
+def test_video_with_fewer_frames_than_requested_is_reported(tiny_backbone, make_video, tmp_path, caplog):
+    short = make_video("short.mp4", 3, fps=4)
+    long = make_video("long.mp4", 6, fps=4, first=10)
+    folder = write_frame_folder(tmp_path / "two", [frame_array(20), frame_array(21)])
+    sampling = FrameSampling(fps=None, num_frames=5)
+    with caplog.at_level(logging.WARNING, logger="metric.video_frames"):
+        frames = read_frames(short, sampling)
+    # int(linspace(0, 2, 5)) = 0 0 1 1 2: five frames, three distinct
+    assert [f.index for f in frames] == [0, 0, 1, 1, 2]
+    assert f"{short} yields 3 distinct frame(s) of the 5 requested" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="metric.video_frames"):
+        read_frames(long, sampling)  # 0 1 2 3 5: nothing to report
+    assert caplog.text == ""
+    scorer = VideoScorer(tiny_backbone, sampling, cache_dir=tmp_path / "cache", progress=False)
+    for video in (short, long, folder, short):
+        scorer.embed_video(video)
+    # the folder: int(linspace(0, 1, 5)) = 0 0 0 0 1, two distinct; the second `short` is a memory-cache hit
+    assert scorer.short_videos == [ShortVideo(str(short), 5, 3), ShortVideo(str(folder), 5, 2)]
+    assert scorer.stats["short_videos"] == 2
+    fresh = VideoScorer(tiny_backbone, sampling, cache_dir=tmp_path / "cache", progress=False)
+    for video in (short, long, folder):
+        fresh.embed_video(video)
+    assert fresh.stats["disk_cache_hits"] == 3 and fresh.stats["frames_embedded"] == 0
+    assert fresh.short_videos == [ShortVideo(str(short), 5, 3), ShortVideo(str(folder), 5, 2)]
+    by_rate = VideoScorer(tiny_backbone, FrameSampling(fps=1.0), progress=False)
+    by_rate.embed_video(short)  # a rate requests no count
+    assert by_rate.short_videos == []
