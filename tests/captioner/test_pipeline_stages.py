@@ -1,0 +1,90 @@
+"""Re-running a pipeline run directory: only the stages a change determines re-run (real Flickr8k, tiny models)."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+import yaml
+
+from captioner.pipeline import run_from_config
+from metric.backbones import tiny_clip_config
+from metric.common.errors import InputError
+
+torch.set_num_threads(1)
+
+
+def _config(tmp_path, shared_data) -> dict:
+    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
+    flickr = str(shared_data / "flickr8k")
+    return {
+        "run_dir": str(tmp_path / "run"),
+        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 8, "max_val_images": 2},
+        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
+        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
+        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
+        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "val_every": 2, "val_beam_size": 1,
+               "checkpoint_every": 1, "tensorboard": False,
+               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
+                            "final_lr": 1e-4}},
+        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 1, "k": 2, "lr": 5e-6,
+                 "checkpoint_every": 1, "tensorboard": False},
+        "rewards": ["cider"],
+        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
+        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
+                       "max_images": 2, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 0},
+    }
+
+
+def _finished(run) -> dict[str, str]:
+    """{stage: output id} of every finished stage record."""
+    records = {}
+    for path in (run / "stages").rglob("*.json"):
+        if path.name != "hashes.json":
+            record = json.loads(path.read_text())
+            records[record["stage"]] = record.get("output_id")
+    return records
+
+
+@pytest.mark.slow
+def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_data, caplog):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(_config(tmp_path, shared_data)))
+    run = tmp_path / "run"
+    run_from_config(str(config), [])
+    first = _finished(run)
+    assert set(first) == {"vocab", "features/train", "xe", "scst-cider", "features/flickr8k", "eval/xe/flickr8k",
+                          "eval/cider/flickr8k"}
+
+    with caplog.at_level(logging.INFO, logger="captioner.stages"):
+        run_from_config(str(config), ["scst.lr=1e-6"])
+    second = _finished(run)
+    changed = {name for name in first if first[name] != second[name]}
+    assert changed == {"scst-cider", "eval/cider/flickr8k"}
+    assert "stage scst-cider: re-running: scst.lr 5e-06 -> 1e-06" in caplog.messages
+    assert "stage eval/cider/flickr8k: re-running: upstream scst-cider re-ran" in caplog.messages
+    table = json.loads((run / "eval" / "results.json").read_text())
+    assert [row["model"] for row in table["rows"]] == ["xe", "cider"]
+
+    # an interrupted SCST (record left 'running', its checkpoint kept) with another lr is refused, untouched
+    record_path = run / "stages" / "scst-cider.json"
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps(dict(record, status="running")))
+    checkpoints = sorted(p.name for p in (run / "scst-cider" / "checkpoints").iterdir())
+    with pytest.raises(InputError, match=r"scst-cider was interrupted .*scst\.lr 1e-06 -> 5e-06.*--force scst-cider"):
+        run_from_config(str(config), ["scst.lr=5e-6"])
+    assert sorted(p.name for p in (run / "scst-cider" / "checkpoints").iterdir()) == checkpoints
+    # with its own settings it resumes (nothing else re-runs); --force xe re-runs XE and everything below it
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="captioner.stages"):
+        run_from_config(str(config), ["scst.lr=1e-6"])
+    third = _finished(run)
+    assert {name for name in second if second[name] != third[name]} == {"scst-cider", "eval/cider/flickr8k"}
+    assert "stage scst-cider: interrupted with the same settings, resuming" in caplog.messages
+    run_from_config(str(config), ["scst.lr=1e-6"], force=["xe"])
+    fourth = _finished(run)
+    assert {name for name in third if third[name] != fourth[name]} == {"xe", "scst-cider", "eval/xe/flickr8k",
+                                                                        "eval/cider/flickr8k"}
+    with pytest.raises(InputError, match="--force scst: no such stage"):
+        run_from_config(str(config), [], force=["scst"])
