@@ -171,13 +171,14 @@ class TrainerState:
         self.best_val = math.inf
         self.best_step = 0
         self.history: list[dict[str, float]] = []
+        self.train_losses: list[float] = []  # the global batch's total loss at every optimizer step
         self.best_weights: dict[str, torch.Tensor] = {}
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for accelerate's custom-object checkpointing."""
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "best_val": self.best_val, "best_step": self.best_step, "history": self.history,
-                "best_weights": self.best_weights}
+                "best_weights": self.best_weights, "train_losses": self.train_losses}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from `state_dict()`; a missing field is an error (a resume must be complete)."""
@@ -185,6 +186,7 @@ class TrainerState:
             if key not in state:
                 raise InputError(f"resume state lacks {key!r}")
             setattr(self, key, state[key])
+        self.train_losses = list(state.get("train_losses", []))
 
 
 def build_base_backbone(config: MetricTrainConfig) -> Backbone:
@@ -503,6 +505,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
             optimizer.zero_grad()
             state.batch_in_epoch += 1
             running.append(float(terms.total.detach()))
+            state.train_losses.append(running[-1])
             state.step += 1
             progress.update(1)
             if config.log_every and state.step % config.log_every == 0:
@@ -598,7 +601,7 @@ def _save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module
     dump_yaml(config, output_dir / "config.yaml")
     write_json_atomic(output_dir / "train_log.json", {
         "history": state.history, "best_step": state.best_step, "best_val_total": state.best_val,
-        "steps": state.step, "seconds": seconds, "files": files,
+        "steps": state.step, "train_losses": state.train_losses, "seconds": seconds, "files": files,
         "provenance": provenance(config=to_dict(config), seed=config.seed, mode=config.mode,
                                  base=trained.name, family=FAMILY_OF_MODE[config.mode])})
     logger.info("saved %s (best step %d, val loss %.4f)", output_dir, state.best_step, state.best_val)
