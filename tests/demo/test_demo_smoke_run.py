@@ -34,7 +34,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++"):
         assert (run_dir / "logs" / f"{name}.csv").is_file(), name
     for stage in ("clip", "pacs"):
-        summary = json.loads((run_dir / stage / "stage.json").read_text())["summary"]
+        summary = json.loads((run_dir / "stages" / f"{stage}.json").read_text())["summary"]
         assert summary["val_total_last"] < summary["val_total_first"], (stage, summary)
     correlation = json.loads((run_dir / "correlation" / "correlation.json").read_text())
     assert {"clip-s", "pac-s++", "ref-pac-s++", "bleu4", "cider"} <= set(correlation)
@@ -44,7 +44,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert 'id="results-table"' in page and page.count("<tr>") >= 6
     assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
     assert "class=\"absent\"" not in page
-    marker = (run_dir / "clip" / "stage.json").stat().st_mtime
+    marker = (run_dir / "stages" / "clip.json").stat().st_mtime
 
     # `pacs caption` re-creates the demo's features from the checkpoint's recorded source: same captions
     evaluated = json.loads((run_dir / "evaluate" / "captions.json").read_text())["scst cider"]
@@ -61,7 +61,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
 
     second = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
     assert second["ran"] == [] and set(second["skipped"]) == STAGES
-    assert (run_dir / "clip" / "stage.json").stat().st_mtime == marker
+    assert (run_dir / "stages" / "clip.json").stat().st_mtime == marker
     assert json.loads((run_dir / "results.json").read_text())["rows"] == results["rows"]
 
     # a changed SCST setting re-runs only the SCST stages and the evaluation below them
