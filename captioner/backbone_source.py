@@ -10,7 +10,11 @@ from metric.common.errors import InputError
 
 @dataclass
 class BackboneSource:
-    """An open_clip `NAME[/PRETRAINED]`, a checkpoint file (+ optional arch), or a seeded tiny random CLIP."""
+    """An open_clip `NAME[/PRETRAINED]`, a checkpoint file (+ optional arch), or a seeded tiny random CLIP.
+
+    `arch` is an architecture FILE or preset (`openai`, `openclip-laion`), as `--arch`; `family` is the
+    checkpoint's family (clip, pac-s, pac-s++) where nothing in the file establishes it, as `--family`.
+    """
 
     backbone: str = "ViT-B-32/openai"
     checkpoint: str = ""
@@ -18,11 +22,15 @@ class BackboneSource:
     random_config: dict[str, Any] = field(default_factory=dict)
     random_seed: int = 0
     device: str = "auto"
+    family: str = ""
 
     def to_record(self) -> dict[str, Any]:
-        """The fields stored in `captioner.json` (no device)."""
-        return {"backbone": self.backbone, "checkpoint": self.checkpoint, "arch": self.arch,
-                "random_config": self.random_config, "random_seed": self.random_seed}
+        """The fields stored in `captioner.json` (no device; `family` only when set)."""
+        record = {"backbone": self.backbone, "checkpoint": self.checkpoint, "arch": self.arch,
+                  "random_config": self.random_config, "random_seed": self.random_seed}
+        if self.family:
+            record["family"] = self.family
+        return record
 
 
 def resolve_device(device: str | None) -> str:
@@ -35,19 +43,24 @@ def resolve_device(device: str | None) -> str:
 
 
 def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str | None = None) -> Any:
-    """Build the `metric.backbones.Backbone` a source describes."""
+    """Build the `metric.backbones.Backbone` a source describes (a random one has the family `source.family`)."""
+    import dataclasses
+
     from metric.backbones import build_backbone_from_config, load_backbone
+    from metric.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
 
     if not isinstance(source, BackboneSource):
-        known = {key: source[key] for key in ("backbone", "checkpoint", "arch", "random_config", "random_seed")
-                 if key in source}
+        known = {key: source[key] for key in ("backbone", "checkpoint", "arch", "random_config", "random_seed",
+                                              "family") if key in source}
         source = BackboneSource(**known)
     device = resolve_device(device or source.device)
+    family = check_family_name(source.family, "family")
     if source.random_config:
-        return build_backbone_from_config(dict(source.random_config), seed=int(source.random_seed),
-                                          name="tiny-random", device=device)
+        built = build_backbone_from_config(dict(source.random_config), seed=int(source.random_seed),
+                                           name="tiny-random", device=device)
+        return dataclasses.replace(built, family=family, family_source=SOURCE_USER if family else NOT_ESTABLISHED)
     if not source.backbone and not source.checkpoint:
         raise InputError("no feature backbone: set features.backbone (open_clip NAME[/PRETRAINED]) or "
                          "features.checkpoint")
     return load_backbone(backbone=source.backbone or None, checkpoint=source.checkpoint or None,
-                         arch=source.arch or None, device=device)
+                         arch=source.arch or None, device=device, family=family)

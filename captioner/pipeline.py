@@ -72,11 +72,22 @@ class FeaturesConfig:
 
 @dataclass
 class RewardModelConfig:
-    """Models used by contrastive rewards and evaluation columns (CLIP-S family and PAC-S++ family)."""
+    """Models of contrastive rewards and evaluation columns, one per family (see `REWARD_MODEL_SLOTS`).
+
+    `clip` serves clip-s / ref-clip-s, `pacs` (the PAC-S model) pac-s / ref-pac-s and `pac` (the PAC-S++
+    model) pac-s++ / ref-pac-s++. A model whose established family contradicts its slot is a config error
+    unless `allow_family_mismatch`.
+    """
 
     clip: BackboneSource = field(default_factory=BackboneSource)
     pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    pacs: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
     device: str = "auto"
+    allow_family_mismatch: bool = False
+
+
+# (family, `reward_models` field): the model slot of each contrastive family.
+REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
 
 
 @dataclass
@@ -229,6 +240,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
                                    "scst")
     check_force(config.force, stage_names(config))
+    check_reward_models(config)  # a reward without its family's model is a config error before any work
     if state.is_main_process:
         Path(config.run_dir).mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
@@ -330,12 +342,32 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
     """The `build_reward` context of a pipeline: training references, image paths and reward models."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device)}
+    from metric.registry import METRICS
+
     scorers = reward_scorers(config)
-    if scorers:
-        context["scorers"] = {name: scorers["pac-s++" if "pac" in name else "clip"]
-                              for name in ("clip-s", "ref-clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac-s++")
-                              if ("pac-s++" if "pac" in name else "clip") in scorers}
+    if scorers:  # each contrastive reward gets the model of its own family's slot
+        context["scorers"] = {name: scorers[spec.family] for name, spec in METRICS.items() if spec.family in scorers}
     return context
+
+
+def _source_given(source: BackboneSource) -> bool:
+    return bool(source.backbone or source.checkpoint or source.random_config)
+
+
+def check_reward_models(config: PipelineConfig) -> None:
+    """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
+    from metric.registry import METRICS
+    from rewards.registry import parse_reward_spec
+
+    slots = dict(REWARD_MODEL_SLOTS)
+    for spec in config.rewards:
+        for name, _ in parse_reward_spec(spec):
+            if name not in METRICS:
+                continue
+            family = METRICS[name].family
+            if not _source_given(getattr(config.reward_models, slots[family])):
+                raise InputError(f"rewards: {spec!r} needs a {family} model: set reward_models.{slots[family]} "
+                                 f"(reward_models.pac is the PAC-S++ model, reward_models.pacs the PAC-S model)")
 
 
 def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
@@ -347,15 +379,28 @@ def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references:
 
 
 def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
-    """Scorers for the CLIP family ('clip') and the PAC-S++ family ('pac-s++') that the config names."""
+    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets.
+
+    A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
+    (unless `reward_models.allow_family_mismatch`).
+    """
+    from metric.families import FamilyMismatchError
     from metric.scorer import Scorer
 
     scorers = {}
     models = config.reward_models
-    for key, source in (("clip", models.clip), ("pac-s++", models.pac)):
-        if source.backbone or source.checkpoint or source.random_config:
+    for family, slot in REWARD_MODEL_SLOTS:
+        source = getattr(models, slot)
+        if _source_given(source):
             device = resolve_device(models.device)
-            scorers[key] = Scorer(load_source_backbone(source, device), device=device)
+            backbone = load_source_backbone(source, device)
+            if backbone.family is not None and backbone.family != family:
+                message = (f"reward_models.{slot} must be a {family} model, but {backbone.name} is {backbone.family} "
+                           f"(established by {backbone.family_source})")
+                if not models.allow_family_mismatch:
+                    raise FamilyMismatchError(f"{message}; set reward_models.allow_family_mismatch=true to use it")
+                logger.warning("%s (reward_models.allow_family_mismatch)", message)
+            scorers[family] = Scorer(backbone, device=device)
     return scorers
 
 

@@ -23,12 +23,16 @@ DEFAULT_EVALUATE_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge
                             "rep1", "rep2", "rep3", "rep4", "incorrect", "grammar")
 
 
-def _scorer_factory(args: argparse.Namespace):
-    """A factory building a contrastive Scorer from the model options (metric.cli)."""
+def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
+    """A factory building a contrastive Scorer from the model options (metric.cli); records each model's
+    identity (family and how it was established) in `models`, by metric, for the provenance."""
     def factory(metric: str):
-        from metric.cli import scorer_from_args
+        from metric.cli import model_identity, scorer_from_args
 
-        return scorer_from_args(args, metric)
+        scorer = scorer_from_args(args, metric)
+        if models is not None:
+            models[metric] = model_identity(scorer.backbone)
+        return scorer
     return factory
 
 
@@ -100,7 +104,8 @@ def run_correlate(args: argparse.Namespace) -> int:
     data = Path(args.data)
     if not data.exists():
         raise InputError(f"--data {data} does not exist")
-    suite = MetricSuite(metrics, _scorer_factory(args), getattr(args, "spice_corenlp", None))
+    models: dict[str, Any] = {}
+    suite = MetricSuite(metrics, _scorer_factory(args, models), getattr(args, "spice_corenlp", None))
     context = bench.RunContext(data=data, suite=suite, images=_images_dir(args), image_map=_image_map(args),
                                skip_missing_images=args.skip_missing_images, bootstrap=args.bootstrap,
                                seed=args.seed, args=args)
@@ -117,7 +122,8 @@ def run_correlate(args: argparse.Namespace) -> int:
             "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
                 "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": args.images,
                 "bootstrap": args.bootstrap, "skip_missing_images": args.skip_missing_images,
-                "checkpoint": getattr(args, "checkpoint", None), "backbone": getattr(args, "backbone", None)}),
+                "checkpoint": getattr(args, "checkpoint", None), "backbone": getattr(args, "backbone", None)},
+                models=models),
         })
         write_json_atomic(args.json, _json_safe(output))
         print(f"-> {args.json}")
@@ -159,6 +165,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             if value.n_failed:
                 failed[name] = {"n": value.n_failed, "items": [candidates[row].key for row in value.failed]}
     contrastive = [m for m in metrics if get_metric(m).kind == "contrastive"]
+    models: dict[str, Any] = {}
     if contrastive:
         keep, paths = bench.resolve_images(
             bench.RunContext(Path("."), MetricSuite(contrastive), _images_dir(args), _image_map(args),
@@ -166,7 +173,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         if not keep.all():
             log.warning("contrastive metrics computed on %d of %d captions (missing images)", keep.sum(), len(keep))
         index = np.flatnonzero(keep)
-        suite = MetricSuite(contrastive, _scorer_factory(args))
+        suite = MetricSuite(contrastive, _scorer_factory(args, models))
         scores = suite.score([captions[i] for i in index], [references[i] for i in index], [str(paths[i]) for i in index])
         for name, values in scores.items():
             table[name] = float(np.mean(values)) if len(values) else None
@@ -203,7 +210,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                   "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
                       "candidates": str(args.candidates), "references": str(args.references), "metrics": metrics,
                       "images": args.images, "checkpoint": getattr(args, "checkpoint", None),
-                      "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend})}
+                      "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend},
+                      models=models)}
         write_json_atomic(args.json, _json_safe(output))
         print(f"-> {args.json}")
     return 0

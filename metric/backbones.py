@@ -23,6 +23,16 @@ from open_clip.model import CLIP, CustomTextCLIP
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path
 from metric.common.provenance import sha256_file
+from metric.families import (
+    FAMILIES,
+    NOT_ESTABLISHED,
+    SOURCE_BUILT,
+    SOURCE_METADATA,
+    SOURCE_OPEN_CLIP,
+    SOURCE_USER,
+    check_declared_family,
+    check_family_name,
+)
 from metric.pruned_forward import (
     encode_image_pruned,
     encode_text_pruned,
@@ -35,23 +45,27 @@ from metric.tokenizer import ClipTokenizer, TokenizedBatch
 logger = logging.getLogger(__name__)
 
 PACS_FORMAT = "open_clip"
-FAMILIES = ("clip", "pac-s", "pac-s++")
 TINY_RANDOM_NAME = "tiny-random"
 
 
 @dataclass
 class Backbone:
-    """A CLIP-like dual encoder (eval mode, fp32) with its preprocessing, tokenizer and identity."""
+    """A CLIP-like dual encoder (eval mode, fp32) with its preprocessing, tokenizer and identity.
+
+    `family` is None when nothing established it (see `metric.families`); `family_source` says how it was
+    established ("pacs-metadata", "lora-keys", "official-name:<file>", "user --family", ...).
+    """
 
     model: torch.nn.Module
     preprocess: Callable[[Any], torch.Tensor]
     tokenize: Callable[..., torch.Tensor]
     name: str
     fingerprint: str
-    family: str = "clip"
+    family: str | None = "clip"
     open_clip_config: dict = field(default_factory=dict)
     context_length: int = 77
     source: dict = field(default_factory=dict)
+    family_source: str = SOURCE_BUILT
 
     @property
     def device(self) -> torch.device:
@@ -159,10 +173,11 @@ def _default_tokenizer(config: Mapping[str, Any], name: str) -> Callable[..., to
 
 
 def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preprocess: ImagePreprocess | None = None,
-                      name: str = "custom", family: str = "clip", source: Mapping[str, Any] | None = None,
-                      device: str = "cpu", tokenizer: Callable[..., torch.Tensor] | None = None) -> Backbone:
+                      name: str = "custom", family: str | None = "clip", source: Mapping[str, Any] | None = None,
+                      device: str = "cpu", tokenizer: Callable[..., torch.Tensor] | None = None,
+                      family_source: str = SOURCE_BUILT) -> Backbone:
     """Wrap a model into a `Backbone` (fp32, eval mode, on `device`) with its preprocessing and tokenizer."""
-    if family not in FAMILIES:
+    if family is not None and family not in FAMILIES:
         raise InputError(f"unknown backbone family {family!r} (known: {', '.join(FAMILIES)})")
     config = copy.deepcopy(dict(config))
     model = model.float().eval().requires_grad_(False)
@@ -185,6 +200,7 @@ def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preproc
         open_clip_config=config,
         context_length=int(config.get("text_cfg", {}).get("context_length", 77)),
         source=dict(source or {}),
+        family_source=family_source if family is not None else NOT_ESTABLISHED,
     )
 
 
@@ -249,9 +265,19 @@ def _open_clip_errors_silenced() -> Iterator[None]:
         root.removeFilter(not_open_clip)
 
 
-def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
-    """Build an open_clip model `NAME[/PRETRAINED]` (tag or local file); random weights without PRETRAINED."""
+def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None = None) -> Backbone:
+    """Build an open_clip model `NAME[/PRETRAINED]` (tag or local file); random weights without PRETRAINED.
+
+    A pretrained tag (or no weights) is family CLIP; a local weights file has the family `family` (--family)
+    or none established.
+    """
     name, pretrained = parse_backbone_spec(spec)
+    family = check_family_name(family)
+    if pretrained and os.path.isfile(pretrained) and not open_clip.get_pretrained_cfg(name, pretrained):
+        own_family, own_source = (family, SOURCE_USER) if family else (None, NOT_ESTABLISHED)
+    else:
+        own_family, own_source = "clip", (f"{SOURCE_OPEN_CLIP} {spec}" if pretrained else SOURCE_BUILT)
+        check_declared_family(own_family, own_source, family, spec)
     if name == TINY_RANDOM_NAME:
         seed = int(pretrained) if pretrained and pretrained.isdigit() else 0
         return build_backbone_from_config(tiny_clip_config(), seed=seed, name=spec, device=device or "cpu")
@@ -281,10 +307,11 @@ def load_open_clip_backbone(spec: str, device: str = "cpu") -> Backbone:
                                                for k, v in preprocess_cfg.items()}}
     preprocess = ImagePreprocess.from_open_clip_cfg(preprocess_cfg)
     source = {"kind": "open_clip", "name": name, "pretrained": pretrained,
-              "sha256": sha256_file(pretrained) if pretrained and os.path.isfile(pretrained) else None}
-    return assemble_backbone(model, config, preprocess=preprocess, name=spec, family="clip", source=source,
+              "sha256": sha256_file(pretrained) if pretrained and os.path.isfile(pretrained) else None,
+              "family_source": own_source}
+    return assemble_backbone(model, config, preprocess=preprocess, name=spec, family=own_family, source=source,
                              device=device, tokenizer=None if config.get("text_cfg") else
-                             open_clip.get_tokenizer(name))
+                             open_clip.get_tokenizer(name), family_source=own_source)
 
 
 def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
@@ -299,14 +326,14 @@ def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
     config = dict(backbone.open_clip_config)
     if hasattr(backbone.preprocess, "config"):
         config["preprocess_cfg"] = backbone.preprocess.config()
-    metadata = {"pacs_format": PACS_FORMAT, "open_clip_config": json.dumps(config), "family": backbone.family,
+    metadata = {"pacs_format": PACS_FORMAT, "open_clip_config": json.dumps(config), "family": backbone.family or "",
                 "name": backbone.name}
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata=metadata)
     return path
 
 
-def _load_pacs_safetensors(path: Path, device: str) -> Backbone | None:
+def _load_pacs_safetensors(path: Path, device: str, family: str | None = None) -> Backbone | None:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -321,13 +348,21 @@ def _load_pacs_safetensors(path: Path, device: str) -> Backbone | None:
         config = json.loads(metadata["open_clip_config"])
     except (KeyError, json.JSONDecodeError) as error:
         raise InputError(f"{path}: broken pacs metadata (open_clip_config): {error}") from None
+    stored = metadata.get("family") or None
+    if stored is not None and stored not in FAMILIES:
+        raise InputError(f"{path}: broken pacs metadata: family {stored!r} (known: {', '.join(FAMILIES)})")
+    own_family, own_source = (stored, SOURCE_METADATA) if stored else (None, NOT_ESTABLISHED)
+    check_declared_family(own_family, own_source, family, str(path))
+    if own_family is None and check_family_name(family):
+        own_family, own_source = check_family_name(family), SOURCE_USER
     state = load_file(str(path))
     model = instantiate_open_clip(config)
     load_state_strict(model, state, path)
     preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
     return assemble_backbone(model, config, preprocess=preprocess, name=metadata.get("name", path.stem),
-                             family=metadata.get("family", "clip"), device=device,
-                             source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path)})
+                             family=own_family, family_source=own_source, device=device,
+                             source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path),
+                                     "family_source": own_source})
 
 
 def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:
@@ -350,14 +385,19 @@ def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor],
 
 
 def load_backbone(backbone: str | None = None, checkpoint: str | None = None, arch: str | None = None,
-                  device: str = "cpu", lora_mode: str = "official") -> Backbone:
-    """Load a backbone from any supported source (see the module docstring); `arch` overrides the architecture."""
+                  device: str = "cpu", lora_mode: str = "official", family: str | None = None) -> Backbone:
+    """Load a backbone from any supported source (see the module docstring).
+
+    `arch` (a FILE or a preset name, `metric.families.ARCH_PRESETS`) overrides the architecture, activation and
+    normalisation of a state-dict file; `family` (--family) declares the family where nothing else establishes
+    it, and must agree with pacs metadata, LoRA keys or an official file name where they do.
+    """
     if checkpoint is None and backbone is None:
         raise InputError("no model given: pass --checkpoint PATH or --backbone NAME[/PRETRAINED]")
     if checkpoint is None:
         if arch is not None:
             raise InputError("--arch applies to --checkpoint files only")
-        return load_open_clip_backbone(backbone, device=device)
+        return load_open_clip_backbone(backbone, device=device, family=family)
     path = Path(checkpoint)
     if not path.exists():
         raise MissingResourceError(f"checkpoint not found: {path}")
@@ -367,14 +407,17 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
                 from metric.lora import load_adapter_backbone
             except ImportError as error:
                 raise MissingResourceError(f"{path}: loading peft adapters needs metric.lora ({error})") from None
-            return load_adapter_backbone(str(path), device=device)
+            adapter = load_adapter_backbone(str(path), device=device)
+            check_declared_family(adapter.family, adapter.family_source, family, str(path))
+            return adapter
         raise InputError(f"checkpoint {path} is a folder without pacs_base.json (not a pacs adapter folder)")
     if path.suffix == ".safetensors":
-        loaded = _load_pacs_safetensors(path, device)
+        loaded = _load_pacs_safetensors(path, device, family)
         if loaded is not None:
             if arch is not None:
                 raise InputError(f"{path} is a pacs checkpoint that carries its architecture: drop --arch {arch}")
             return loaded
     from metric.official import load_state_dict_checkpoint
 
-    return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode)
+    return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode,
+                                      family=family)

@@ -11,6 +11,7 @@ from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
+from metric.families import ARCH_PRESETS, FAMILIES, check_metric_family
 from metric.official import LORA_MODES
 from metric.registry import default_w, metric_spec
 from metric.score_inputs import (
@@ -35,9 +36,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--backbone", metavar="NAME[/PRETRAINED]",
                        help="open_clip model name with an optional pretrained tag or local weights file "
                             f"(default for clip-s: {DEFAULT_CLIP_BACKBONE})")
-    group.add_argument("--arch", metavar="FILE",
+    group.add_argument("--arch", metavar="FILE|PRESET",
                        help="architecture override for --checkpoint: an open_clip model-config JSON or an arch.json "
-                            "with 'open_clip_equivalent'")
+                            "with 'open_clip_equivalent'; or a preset on the shapes' architecture: "
+                            + "; ".join(f"{p.name} = {p.description}" for p in ARCH_PRESETS.values()))
+    group.add_argument("--family", choices=FAMILIES, default=None,
+                       help="the checkpoint's family where its metadata, LoRA keys or official file name do not "
+                            "establish it (it must agree with them where they do)")
+    group.add_argument("--allow-family-mismatch", action="store_true",
+                       help="score even when the metric contradicts the checkpoint's established family "
+                            "(otherwise exit 2)")
     group.add_argument("--w", type=float, default=None,
                        help="score weight w (default: clip-s 2.5, pac-s 2.0, pac-s++ 2.5 for ViT-B/32, 3.0 for L/14)")
     group.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
@@ -50,7 +58,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
-    """Load the backbone named by the model options (CLIP-S falls back to ViT-B-32/openai)."""
+    """Load the backbone named by the model options (CLIP-S falls back to ViT-B-32/openai).
+
+    With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
+    `FamilyMismatchError` (exit 2) unless `--allow-family-mismatch`.
+    """
     backbone, checkpoint = getattr(args, "backbone", None), getattr(args, "checkpoint", None)
     if backbone is None and checkpoint is None:
         family = metric_spec(metric).family if metric else "clip"
@@ -59,9 +71,13 @@ def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> B
                 f"{metric} needs its checkpoint: pass --checkpoint PATH (an official PAC-S / PAC-S++ file or a "
                 f"pacs checkpoint)")
         backbone = DEFAULT_CLIP_BACKBONE
-    return load_backbone(backbone=backbone, checkpoint=checkpoint, arch=getattr(args, "arch", None),
-                         device=getattr(args, "device", "cpu") or "cpu",
-                         lora_mode=getattr(args, "lora_mode", "official") or "official")
+    loaded = load_backbone(backbone=backbone, checkpoint=checkpoint, arch=getattr(args, "arch", None),
+                           device=getattr(args, "device", "cpu") or "cpu",
+                           lora_mode=getattr(args, "lora_mode", "official") or "official",
+                           family=getattr(args, "family", None))
+    if metric is not None:
+        check_metric_family(metric, loaded, bool(getattr(args, "allow_family_mismatch", False)))
+    return loaded
 
 
 def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
@@ -76,10 +92,17 @@ def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Sco
                   cache_dir=getattr(args, "cache_dir", None))
 
 
+def model_identity(backbone: Backbone) -> dict[str, Any]:
+    """A model's identity for provenance: name, family, how the family was established, checkpoint sha256."""
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint, "checkpoint_sha256": backbone.source.get("sha256")}
+
+
 def model_provenance(scorer: Scorer) -> dict[str, Any]:
     """Provenance fields describing the scorer's model: name, family, fingerprint, checkpoint sha256."""
     backbone = scorer.backbone
-    return {"backbone": backbone.name, "family": backbone.family, "model_fingerprint": backbone.fingerprint,
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint,
             "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
             "open_clip_config": backbone.open_clip_config}
 
@@ -106,10 +129,7 @@ def run_score(args: argparse.Namespace) -> int:
     for candidate in candidates:
         if candidate.key not in paths:
             paths[candidate.key] = resolve_image(candidate.key, images_dir, image_map)
-    scorer = scorer_from_args(args, spec.name)
-    if scorer.backbone.family != spec.family:
-        logger.warning("metric %s expects a %s backbone but %s is a %s model", spec.name, spec.family,
-                       scorer.backbone.name, scorer.backbone.family)
+    scorer = scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
     result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
                           references, names=[c.key for c in candidates])  # keyed by path: each file encoded once
     if result.n_truncated:
@@ -135,6 +155,7 @@ def run_score(args: argparse.Namespace) -> int:
                 config={"metric": spec.name, "candidates": str(args.candidates), "references": args.references,
                         "images": args.images, "image_map": args.image_map, "batch_size": scorer.batch_size,
                         "prompt": scorer.prompt, "lora_mode": args.lora_mode, "arch": args.arch,
+                        "family": args.family, "allow_family_mismatch": args.allow_family_mismatch,
                         "device": args.device}),
         }
         write_json_atomic(args.out, output)

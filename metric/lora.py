@@ -25,6 +25,7 @@ import torch
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
+from metric.families import SOURCE_LORA, SOURCE_METADATA
 
 if TYPE_CHECKING:  # the foundation module; imported lazily at run time
     from metric.backbones import Backbone
@@ -65,7 +66,7 @@ def attach_lora(backbone: Backbone, rank: int = 4, alpha: float = 1.0, targets: 
     except ValueError as error:
         raise InputError(f"backbone {backbone.name}: cannot attach LoRA to {list(targets)}: {error}") from None
     setattr(model, BASE_FINGERPRINT_ATTR, base_fingerprint)
-    return dataclasses.replace(backbone, model=model, family="pac-s++",
+    return dataclasses.replace(backbone, model=model, family="pac-s++", family_source=SOURCE_LORA,
                                fingerprint=hashlib.sha256(f"{base_fingerprint}+lora-untrained".encode()).hexdigest())
 
 
@@ -84,7 +85,7 @@ def merge_lora(backbone: Backbone) -> Backbone:
 
     merged = backbone.model.merge_and_unload()
     merged.eval()
-    return dataclasses.replace(backbone, model=merged, family="pac-s++",
+    return dataclasses.replace(backbone, model=merged, family="pac-s++", family_source=SOURCE_LORA,
                                fingerprint=model_fingerprint(merged, backbone.open_clip_config, backbone.preprocess))
 
 
@@ -212,7 +213,8 @@ def load_adapter_backbone(folder: str | os.PathLike, base_backbone: Backbone | N
     setattr(model, BASE_FINGERPRINT_ATTR, base.fingerprint)
     adapter_file = folder / "adapter_model.safetensors"
     adapter_hash = sha256_file(adapter_file) if adapter_file.is_file() else ""
-    backbone = dataclasses.replace(base, model=model, family="pac-s++", name=str(record.get("name") or base.name),
+    backbone = dataclasses.replace(base, model=model, family="pac-s++", family_source=SOURCE_METADATA,
+                                   name=str(record.get("name") or base.name),
                                    fingerprint=hashlib.sha256(f"{base.fingerprint}+{adapter_hash}".encode())
                                    .hexdigest())
     if merge:

@@ -4,9 +4,14 @@ Rules (see `../shared/fixtures/pacscore/FORMAT.md`):
 - the file is a `torch.save`d dict; the state dict is its `state_dict` entry (or the dict itself); a common
   `module.` prefix is stripped; tensors are cast to fp32;
 - the architecture is inferred from the shapes with the official `build_model` rules (heads = width // 64 for
-  both towers, QuickGELU, OpenAI mean/std), unless `--arch FILE` (an open_clip model config, a fixture's
-  `arch.json` with `open_clip_equivalent`, or `{"model_cfg", "preprocess_cfg"}`) or `--backbone NAME` says
-  otherwise;
+  both towers), unless `--arch FILE` (an open_clip model config, a fixture's `arch.json` with
+  `open_clip_equivalent`, or `{"model_cfg", "preprocess_cfg"}`) or `--backbone NAME` says otherwise;
+- activation and normalisation are never guessed from a name prefix: they come from `--arch` (a FILE, or a
+  preset `openai` / `openclip-laion` on the inferred architecture), `--backbone NAME[/TAG]`, an exact official
+  file name (`metric.families.OFFICIAL_CHECKPOINTS`) or an architecture with a single official variant
+  (ViT-B/32: OpenAI); otherwise loading refuses and names `--arch`;
+- the family comes from LoRA keys (PAC-S++), an exact official file name or `--family`, else it is not
+  established (`Backbone.family` None) — see `metric.families`;
 - PAC-S++ LoRA tensors are merged in fp32 with scaling alpha / r = 1 / r exactly as the official inference
   path applies them: `visual.conv1` (B·A reshaped row-major to the conv kernel) and the attention in/out
   projections (fused q, k, v) are applied, the MLP LoRA tensors are ignored (`lora_mode="official"`).
@@ -34,6 +39,16 @@ from metric.backbones import (
 )
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
+from metric.families import (
+    ARCH_PRESETS,
+    OFFICIAL_CHECKPOINTS,
+    ArchPreset,
+    architecture_name,
+    arch_preset,
+    establish_family,
+    official_checkpoint,
+    single_variant_preset,
+)
 from metric.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
 
 logger = logging.getLogger(__name__)
@@ -51,9 +66,6 @@ _LORA_KEY = re.compile(r"^(?P<base>.+?)(?:\.lora_(?P<ab>[AB])|_lora_(?P<ab2>[AB]
 _APPLIED_TARGETS = (re.compile(r"^visual\.conv1\.weight$"), re.compile(r"\.attn\.in_proj_weight$"),
                     re.compile(r"\.attn\.out_proj\.weight$"))
 _MLP_TARGETS = (re.compile(r"\.mlp\.c_fc\.weight$"), re.compile(r"\.mlp\.c_proj\.weight$"))
-# open_clip's pretrained config of the official PAC-S ViT-L/14 variant (laion2b: nn.GELU, 0.5 mean/std).
-OPEN_CLIP_VARIANT_PREFIX = "openclip_"
-HALF_MEAN_STD = (0.5, 0.5, 0.5)
 
 
 def read_torch_checkpoint(path: Path) -> dict[str, torch.Tensor]:
@@ -144,7 +156,7 @@ def read_arch_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read `--arch FILE`: returns (open_clip model config, preprocess overrides)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingResourceError(f"--arch file not found: {path}")
+        raise MissingResourceError(f"--arch file not found: {path} (nor a preset: {', '.join(ARCH_PRESETS)})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -200,51 +212,88 @@ def merge_lora(base: dict[str, torch.Tensor], lora: Mapping[str, Mapping[str, to
     return merged
 
 
+def _unestablished_activation(path: Path, architecture: str | None) -> InputError:
+    if architecture:
+        variants = sorted({e.preset for e in OFFICIAL_CHECKPOINTS.values() if e.architecture == architecture})
+        what = f"its architecture {architecture} has more than one official variant ({', '.join(variants)})"
+    else:
+        what = "its architecture is none of the official ones"
+    return InputError(
+        f"{path}: its activation and image normalisation are not established: {path.name!r} is not an official "
+        f"file name ({', '.join(OFFICIAL_CHECKPOINTS)}) and {what}. Pass --arch openai "
+        f"({ARCH_PRESETS['openai'].description}), --arch openclip-laion ({ARCH_PRESETS['openclip-laion'].description})"
+        f" or --arch FILE")
+
+
+def _apply_preset(config: dict[str, Any], preset: ArchPreset) -> dict[str, Any]:
+    """Set the preset's activation on `config`; return its preprocessing overrides."""
+    config["quick_gelu"] = preset.quick_gelu
+    return {"mean": preset.mean, "std": preset.std}
+
+
+def resolve_architecture(base: Mapping[str, torch.Tensor], path: Path, backbone: str | None = None,
+                         arch: str | None = None) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(open_clip config, preprocess overrides, how they were established) of an OpenAI-layout state dict.
+
+    Order: `--arch FILE`, `--arch PRESET`, `--backbone NAME[/TAG]`, exact official file name, an architecture
+    with a single official variant; anything else raises an InputError naming `--arch`.
+    """
+    preset = arch_preset(arch) if arch is not None and not Path(arch).is_file() else None
+    if preset is not None:
+        config = infer_openai_config(base, path)
+        return config, _apply_preset(config, preset), f"--arch {preset.name} (shapes + {preset.description})"
+    if arch is not None:
+        config, overrides = read_arch_file(arch)
+        return config, overrides, f"--arch {arch}"
+    if backbone is not None:
+        name, tag = parse_backbone_spec(backbone)
+        config = open_clip_name_config(name)
+        source = f"open_clip config {name}"
+        overrides: dict[str, Any] = {}
+        tag_cfg = open_clip.get_pretrained_cfg(name, tag) if tag else {}
+        if tag_cfg:  # the tag's preprocessing and activation, without downloading its weights
+            overrides = {key: tag_cfg[key] for key in ("mean", "std", "interpolation", "resize_mode") if key in tag_cfg}
+            config["quick_gelu"] = bool(tag_cfg.get("quick_gelu", config.get("quick_gelu", False)))
+            source += f" + pretrained tag {tag} (preprocessing, activation)"
+        return config, overrides, source
+    config = infer_openai_config(base, path)
+    architecture = architecture_name(config)
+    official = official_checkpoint(path.name)
+    if official is not None:
+        if architecture != official.architecture:
+            raise InputError(f"{path}: named like the official {official.file} ({official.architecture}) but its "
+                             f"tensors are {architecture or 'not an official architecture'}: rename it and pass "
+                             f"--arch (and --family)")
+        preset = ARCH_PRESETS[official.preset]
+        return config, _apply_preset(config, preset), f"official file name {official.file} ({preset.description})"
+    preset = single_variant_preset(architecture)
+    if preset is None:
+        raise _unestablished_activation(path, architecture)
+    return (config, _apply_preset(config, preset),
+            f"architecture {architecture}, whose official files are all {preset.name} ({preset.description})")
+
+
 def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, arch: str | None = None,
-                               device: str = "cpu", lora_mode: str = "official") -> Backbone:
-    """Load an OpenAI-layout state dict (official PAC-S / PAC-S++, OpenAI, open_clip) into an open_clip model."""
+                               device: str = "cpu", lora_mode: str = "official", family: str | None = None) -> Backbone:
+    """Load an OpenAI-layout state dict (official PAC-S / PAC-S++, OpenAI, open_clip) into an open_clip model.
+
+    `family` is the user's `--family`; it must agree with the LoRA keys or an official file name when present.
+    """
     path = Path(path)
     state = read_torch_checkpoint(path)
     base, lora = split_lora(state)
     check_known_layout(base, path)
-    preprocess_overrides: dict[str, Any] = {}
-    open_clip_variant = path.name.lower().startswith(OPEN_CLIP_VARIANT_PREFIX) and not lora
-    if arch is not None:
-        config, preprocess_overrides = read_arch_file(arch)
-        source_of_config = f"--arch {arch}"
-    elif backbone is not None:
-        name, tag = parse_backbone_spec(backbone)
-        config = open_clip_name_config(name)
-        source_of_config = f"open_clip config {name}"
-        tag_cfg = open_clip.get_pretrained_cfg(name, tag) if tag else {}
-        if tag_cfg:  # the tag's preprocessing and activation, without downloading its weights
-            preprocess_overrides = {key: tag_cfg[key] for key in ("mean", "std", "interpolation", "resize_mode")
-                                    if key in tag_cfg}
-            config["quick_gelu"] = bool(tag_cfg.get("quick_gelu", config.get("quick_gelu", False)))
-            source_of_config += f" + pretrained tag {tag} (preprocessing, activation)"
-    else:
-        config = infer_openai_config(base, path)
-        source_of_config = "inferred (official build_model rules)"
-        if open_clip_variant:
-            # The official PAC-S ViT-L/14 file (`openClip_ViT-L-14.pth`) runs open_clip's laion2b model.
-            config["quick_gelu"] = False
-            preprocess_overrides = {"mean": HALF_MEAN_STD, "std": HALF_MEAN_STD}
-            logger.info("%s: official open_clip variant name: nn.GELU and mean = std = 0.5 "
-                        "(override with --arch)", path.name)
+    family, family_source = establish_family(path.name, bool(lora), family)
+    config, preprocess_overrides, source_of_config = resolve_architecture(base, path, backbone, arch)
     merged = merge_lora(base, lora, mode=lora_mode)
     model = instantiate_open_clip(config)
     load_state_strict(model, merged, path)
     size = int(config["vision_cfg"].get("image_size", 224))
     preprocess = ImagePreprocess.from_open_clip_cfg(
         {"size": size, "mean": OPENAI_MEAN, "std": OPENAI_STD, **preprocess_overrides})
-    if lora:
-        family = "pac-s++"
-    elif backbone is not None:
-        family = "clip"
-    else:
-        family = "pac-s"
     source = {"kind": "state_dict", "path": str(path), "sha256": sha256_file(path), "config_from": source_of_config,
-              "lora_layers": len(lora), "lora_mode": lora_mode if lora else None}
-    logger.info("loaded %s (%s, %d LoRA pairs, architecture %s)", path.name, family, len(lora), source_of_config)
-    return assemble_backbone(model, config, preprocess=preprocess, name=path.name, family=family, source=source,
-                             device=device)
+              "family_source": family_source, "lora_layers": len(lora), "lora_mode": lora_mode if lora else None}
+    logger.info("loaded %s (family %s: %s; %d LoRA pairs; architecture %s)", path.name, family or "unknown",
+                family_source, len(lora), source_of_config)
+    return assemble_backbone(model, config, preprocess=preprocess, name=path.name, family=family,
+                             family_source=family_source, source=source, device=device)

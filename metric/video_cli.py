@@ -135,10 +135,7 @@ def run_score_video(args: argparse.Namespace) -> int:
         default_corpus, default_name = [c.caption for c in candidates], "candidates"
     corpus, corpus_name = idf_corpus_from_args(args, default_corpus)
     corpus_name = default_name if corpus_name == "default" else corpus_name
-    scorer = video_scorer_from_args(args, spec.name)
-    if scorer.backbone.family != spec.family:
-        logger.warning("metric %s expects a %s backbone but %s is a %s model", spec.name, spec.family,
-                       scorer.backbone.name, scorer.backbone.family)
+    scorer = video_scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
     idf = scorer.idf(corpus)
     result = scorer.score([paths[c.key] for c in candidates], [c.caption for c in candidates], references,
                           idf=idf)

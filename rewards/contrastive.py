@@ -87,7 +87,7 @@ def contrastive_factory(name: str):
         resources = resources if resources is not None else RewardResources()
         chosen = scorer_from_context(name, scorer, scorers, backbone, checkpoint, arch, device, batch_size, resources)
         family = chosen.backbone.family
-        if family != spec.family:
+        if family is not None and family != spec.family:  # None: family not established
             logger.warning("%s reward computed with a %r-family model (%s)", name, family, chosen.backbone.name)
         cache = resources.image_cache(chosen, image_loader=image_loader, image_paths=image_paths,
                                       embeddings=image_embeddings)

@@ -165,9 +165,16 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
 
     train = {item.image_id: item.references for item in data.splits["train"]}
     paths = {image_id: str(data.image_path(image_id)) for image_id in train}
-    family = {"clip-s": "clip", "ref-clip-s": "clip", "pac-s++": "pac-s++", "ref-pac-s++": "pac-s++"}
+    from metric.common.errors import InputError
+    from metric.registry import METRICS
+    from rewards.registry import parse_reward_spec
+
+    for name, _ in parse_reward_spec(spec):  # each contrastive reward is scored by its own family's model
+        if name in METRICS and METRICS[name].family not in scorers:
+            raise InputError(f"scst.rewards: {spec!r} needs a {METRICS[name].family} model; the demo trains only "
+                             f"{', '.join(sorted(scorers))}")
     return build_reward(spec, train_references=train, image_paths=paths,
-                        scorers={name: scorers[f] for name, f in family.items()})
+                        scorers={name: scorers[m.family] for name, m in METRICS.items() if m.family in scorers})
 
 
 def _evaluate(config: DemoConfig, data: Any, models: dict[str, Path], features: Any, scorers: dict[str, Any],

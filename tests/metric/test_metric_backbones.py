@@ -105,7 +105,11 @@ def test_open_clip_layout_file_with_arch_round_trips(tiny_backbone, tmp_path):
     arch = tmp_path / "arch.json"
     arch.write_text(json.dumps(tiny_backbone.open_clip_config))
     loaded = load_backbone(checkpoint=str(path), arch=str(arch))
-    assert loaded.family == "pac-s" and loaded.fingerprint == tiny_backbone.fingerprint
+    assert loaded.fingerprint == tiny_backbone.fingerprint
+    # no LoRA, no official name, no --family: the family is not guessed
+    assert loaded.family is None and loaded.family_source == "not established"
+    declared = load_backbone(checkpoint=str(path), arch=str(arch), family="pac-s")
+    assert declared.family == "pac-s" and declared.family_source == "user --family"
 
 
 def test_corrupt_checkpoint_is_an_input_error(tmp_path):
@@ -141,11 +145,12 @@ def test_open_clip_name_with_local_weights_file(tiny_backbone, tmp_path):
     weights = tmp_path / "weights.bin"
     torch.save(tiny_backbone.model.state_dict(), weights)
     loaded = load_backbone(f"pacs-tiny-registered/{weights}")
-    assert loaded.family == "clip" and loaded.source["pretrained"] == str(weights)
+    # a local weights file may hold any family: not established (a pretrained tag or no weights is CLIP)
+    assert loaded.family is None and loaded.source["pretrained"] == str(weights)
     for key, tensor in tiny_backbone.model.state_dict().items():
         assert torch.equal(tensor, loaded.model.state_dict()[key]), key
     random = load_backbone("pacs-tiny-registered")  # no tag: random weights, nothing downloaded
-    assert random.fingerprint != loaded.fingerprint
+    assert random.fingerprint != loaded.fingerprint and random.family == "clip"
 
 
 def test_tiny_random_backbone_name():
@@ -168,20 +173,25 @@ def test_checkpoint_with_backbone_tag_takes_the_tags_preprocessing(tiny_backbone
     torch.save({"state_dict": tiny_backbone.model.state_dict()}, weights)
     loaded = load_backbone(backbone="pacs-tiny-tagged/laion", checkpoint=str(weights))
     assert loaded.preprocess.mean == (0.5, 0.5, 0.5) and loaded.preprocess.std == (0.5, 0.5, 0.5)
-    assert loaded.open_clip_config["quick_gelu"] is False and loaded.family == "clip"
+    assert loaded.open_clip_config["quick_gelu"] is False and loaded.family is None
     assert "laion" in loaded.source["config_from"]
 
 
-def test_official_open_clip_variant_file_name_gets_gelu_and_half_normalisation(tmp_path):
+def test_arch_presets_set_activation_and_normalisation_a_name_prefix_does_not(tmp_path):
     config = tiny_clip_config(vision_cfg={"head_width": 64}, text_cfg={"width": 64, "heads": 1})
     source = build_backbone_from_config(config, seed=4)
-    for name, gelu_quick, mean in (("openClip_ViT-tiny.pth", False, (0.5, 0.5, 0.5)),
-                                   ("clip_ViT-tiny.pth", True, (0.48145466, 0.4578275, 0.40821073))):
+    for name, preset, gelu_quick, mean in (("openClip_ViT-tiny.pth", "openclip-laion", False, (0.5, 0.5, 0.5)),
+                                           ("clip_ViT-tiny.pth", "openai", True,
+                                            (0.48145466, 0.4578275, 0.40821073))):
         path = tmp_path / name
         torch.save({"state_dict": source.model.state_dict()}, path)
-        loaded = load_backbone(checkpoint=str(path))
+        with pytest.raises(InputError, match="not established.*--arch openai.*--arch openclip-laion"):
+            load_backbone(checkpoint=str(path))  # the old `openClip_` prefix rule is gone
+        loaded = load_backbone(checkpoint=str(path), arch=preset)
         assert loaded.open_clip_config["quick_gelu"] is gelu_quick and loaded.preprocess.mean == mean
-        assert loaded.open_clip_config["text_cfg"]["heads"] == 1 and loaded.family == "pac-s"
+        assert loaded.preprocess.std == ((0.5,) * 3 if preset == "openclip-laion" else
+                                         (0.26862954, 0.26130258, 0.27577711))
+        assert loaded.open_clip_config["text_cfg"]["heads"] == 1 and loaded.family is None
     narrow = tmp_path / "narrow.pth"
     torch.save({"state_dict": build_backbone_from_config(tiny_clip_config()).model.state_dict()}, narrow)
     with pytest.raises(InputError, match="width 32 < 64.*--arch"):

@@ -10,8 +10,10 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from metric.backbones import load_backbone
+from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
 from metric.official import read_torch_checkpoint, split_lora
 from metric.scorer import Scorer
@@ -102,14 +104,14 @@ def test_w_2_5_values_and_lora_variants(pacscore_fixtures):
 
 
 def test_wrong_head_count_is_detectably_wrong(pacscore_fixtures):
-    """Without --arch, fixture-A-like files get heads = width // 64 (official rule) and differ: --arch matters."""
+    """With --arch openai (shapes only), fixture-A-like files get heads = width // 64 and differ: arch.json matters."""
     for folder in _fixture_dirs(pacscore_fixtures):
         arch = json.loads((folder / "arch.json").read_text()) if (folder / "arch.json").is_file() else {}
         if arch.get("heads_follow_official_width_div_64_rule", {}).get("text", True):
             continue
         expected = json.loads((folder / "expected.json").read_text())
         instances = expected["instances"]
-        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]))
+        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]), arch="openai")
         scores = Scorer(backbone, w=2.0).score(
             [str(pacscore_fixtures / "inputs" / "images" / i["image"]) for i in instances],
             [i["candidate"] for i in instances]).scores
@@ -117,7 +119,7 @@ def test_wrong_head_count_is_detectably_wrong(pacscore_fixtures):
 
 
 def test_official_rules_alone_match_when_heads_follow_them(pacscore_fixtures):
-    """A file whose heads follow width // 64 needs no --arch at all (architecture inferred from the shapes)."""
+    """A file whose heads follow width // 64 needs only the preset (--arch openai), no architecture file."""
     checked = 0
     for folder in _fixture_dirs(pacscore_fixtures):
         arch = json.loads((folder / "arch.json").read_text()) if (folder / "arch.json").is_file() else {}
@@ -125,9 +127,13 @@ def test_official_rules_alone_match_when_heads_follow_them(pacscore_fixtures):
             continue
         expected = json.loads((folder / "expected.json").read_text())
         instances = expected["instances"]
-        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]))
-        assert backbone.family == ("pac-s++" if split_lora(read_torch_checkpoint(
-            folder / expected["checkpoint"]))[1] else "pac-s")
+        with pytest.raises(InputError, match="--arch openai"):  # a tiny unofficial file: activation not established
+            load_backbone(checkpoint=str(folder / expected["checkpoint"]))
+        backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]), arch="openai")
+        # PAC-S++ by its LoRA keys; a plain file without an official name has no established family
+        lora = split_lora(read_torch_checkpoint(folder / expected["checkpoint"]))[1]
+        assert (backbone.family, backbone.family_source) == (("pac-s++", "lora-keys") if lora else
+                                                             (None, "not established"))
         scores = Scorer(backbone, w=2.0).score(
             [str(pacscore_fixtures / "inputs" / "images" / i["image"]) for i in instances],
             [i["candidate"] for i in instances]).scores
