@@ -241,6 +241,80 @@ def test_pascal50s_mat_format(tmp_path):
     assert again == table  # fixed seed: same draws, same tie labels
 
 
+def _write_pascal_pairs(folder, sent1, sent2, votes):
+    """pair_pascal.mat (categories HC HI HM MM) and a pascal50S.mat whose references are every pair's sent2."""
+    n = len(sent1)
+    new_input = np.zeros((1, n), dtype=[("name", "O"), ("sent1", "O"), ("sent2", "O")])
+    result = np.zeros((1, n), dtype=[("result", "O")])
+    for i in range(n):
+        new_input[0, i] = (np.array([f"img{i}.jpg"]), np.array([sent1[i]]), np.array([sent2[i]]))
+        result[0, i] = (np.array([votes[i]]),)
+    sio.savemat(folder / "pair_pascal.mat", {"new_input": new_input, "result": result,
+                                             "category": np.array([[1, 2, 3, 4][:n]], dtype=np.uint8),
+                                             "new_data": np.zeros((n, 2), dtype=np.uint8)})
+    refs = np.zeros((1, n), dtype=[("image", "O"), ("sent", "O")])
+    for i in range(n):
+        refs[0, i] = (np.array([f"img{i}.jpg"]), np.array([[np.array([sent2[i]])] * 5], dtype=object))
+    sio.savemat(folder / "pascal50S.mat", {"refs": refs})
+
+
+def test_pascal50s_uses_consensus_when_present(tmp_path):
+    sent1 = ["a dog on grass", "a red car", "a man", "two cats sleeping"]
+    sent2 = ["a kitchen with a big stove", "a car", "a boat on a lake", "two cats"]
+    # pair_pascal.mat: every human prefers sent1; pascal50S.mat: every reference is sent2
+    _write_pascal_pairs(tmp_path, sent1, sent2, [[1, 1, -1]] * 4)
+    # consensus_pascal.mat, 48 rows per pair (reference, B, C, winner): pairs 0-2 prefer sent2 (30/18, 40/8 with
+    # B and C swapped, 25/23), pair 3 prefers sent1 (48/0); the references are the consensus winner's sentence,
+    # capitalised on odd rows (the same after PTB tokenization; pair 3's differ from pascal50S.mat's sent2).
+    plan = [(False, 30, 0), (True, 40, 1), (False, 25, 2), (False, 0, 3)]  # (B=sent2?, rows choosing sent2, pair)
+    rows = []
+    for swapped, for_sent2, pair in plan:
+        b, c = (sent2[pair], sent1[pair]) if swapped else (sent1[pair], sent2[pair])
+        winner_text = sent1[pair] if pair == 3 else sent2[pair]
+        for row in range(48):
+            chosen_sent2 = row < for_sent2
+            winner = (1 if swapped else 2) if chosen_sent2 else (2 if swapped else 1)
+            rows.append([winner_text.capitalize() if row % 2 else winner_text, b, c, winner])
+    sio.savemat(tmp_path / "consensus_pascal.mat", {"triplets": np.array(rows, dtype=object)})
+    context = RunContext(tmp_path, MetricSuite(["bleu1", "length"]))
+    table = get_benchmark("pascal50s").run(context)
+    assert context.notes["labels"] == "consensus_pascal.mat"
+    assert context.notes["human_ties_broken_at_random"] == 0
+    # labels sent2, sent2, sent2, sent1; length prefers the longer caption: sent2, sent1, sent2, sent1
+    assert {k: table["length"][k] for k in ("HC", "HI", "HM", "MM", "mean")} == {
+        "HC": 100.0, "HI": 0.0, "HM": 100.0, "MM": 100.0, "mean": 75.0}
+    # references drawn from the 48 consensus sentences, all equal to the label: BLEU-1 of the label is 1, the
+    # other caption's is lower (pair 3 would be 0 with pascal50S.mat's sent2 references)
+    assert {k: table["bleu1"][k] for k in ("HC", "HI", "HM", "MM", "mean")} == {
+        "HC": 100.0, "HI": 100.0, "HM": 100.0, "MM": 100.0, "mean": 100.0}
+    from eval.benchmarks.pascal50s import load_pascal50s
+
+    data = load_pascal50s(tmp_path)
+    assert data["pair_references"][3] == ["two cats sleeping", "Two cats sleeping"] * 24
+    np.testing.assert_array_equal(data["votes"], [[18, 30], [8, 40], [23, 25], [48, 0]])
+    # without the consensus file: pair_pascal.mat labels (sent1) and pascal50S.mat references (sent2)
+    (tmp_path / "consensus_pascal.mat").unlink()
+    fallback = RunContext(tmp_path, MetricSuite(["bleu1", "length"]))
+    old = get_benchmark("pascal50s").run(fallback)
+    assert fallback.notes["labels"] == "pair_pascal.mat"
+    assert old["bleu1"]["mean"] == 0.0 and old["length"]["HI"] == 100.0
+
+
+def test_pascal50s_consensus_errors_name_the_row(tmp_path, capsys):
+    _write_pascal_pairs(tmp_path, ["a dog"], ["a cat"], [[1]])
+    rows = [["a dog", "a dog", "a cat", 1]] * 47 + [["a dog", "a dog", "a cat", 3]]
+    sio.savemat(tmp_path / "consensus_pascal.mat", {"triplets": np.array(rows, dtype=object)})
+    assert run(["correlate", "pascal50s", "--data", str(tmp_path), "--metrics", "length"]) == 2
+    assert "triplets row 47 has winner [3]" in capsys.readouterr().err
+    rows = [["a dog", "a dog", "a bird", 2]] * 48
+    sio.savemat(tmp_path / "consensus_pascal.mat", {"triplets": np.array(rows, dtype=object)})
+    assert run(["correlate", "pascal50s", "--data", str(tmp_path), "--metrics", "length"]) == 2
+    assert "triplets row 0 (pair 0) chose 'a bird'" in capsys.readouterr().err
+    sio.savemat(tmp_path / "consensus_pascal.mat", {"triplets": np.array(rows[:47], dtype=object)})
+    assert run(["correlate", "pascal50s", "--data", str(tmp_path), "--metrics", "length"]) == 2
+    assert "47 triplets for 1 pairs" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------ hallucination / robustness
 def test_nocaps_foil_and_hat_subsets(tmp_path, shared_data):
     items = json.loads((shared_data / "hallucination" / "nocaps-val-foil.json").read_text())
