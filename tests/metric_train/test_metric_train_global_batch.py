@@ -103,7 +103,16 @@ def _gather_worker(rank: int, port: int, out: str) -> None:
     local_txt = txt[2 * rank:2 * rank + 2].clone().requires_grad_()
     loss = symmetric_infonce(gather_with_grad(local_img), gather_with_grad(local_txt), 2.0)
     loss.backward()
-    torch.save({"loss": loss.detach(), "img": local_img.grad, "txt": local_txt.grad}, f"{out}/rank{rank}.pt")
+    # GradCache under DDP: this rank's 4 of the 8 toy pairs in 2 micro-batches; DDP averages over the 2 ranks
+    model = _DropoutEncoder()
+    model.drop.p = 0.0
+    ddp = nn.parallel.DistributedDataParallel(model)
+    share = tuple(part[4 * rank:4 * rank + 4] for part in _toy_batch(8))
+    terms = grad_cache_step([tuple(part[i:i + 2] for part in share) for i in (0, 2)], ddp, _loss,
+                            lambda t: t.backward(), ddp.no_sync, averaged_over=2)
+    grads = {name: param.grad for name, param in model.named_parameters()}
+    torch.save({"loss": loss.detach(), "img": local_img.grad, "txt": local_txt.grad, "cache_loss": terms.total.detach(),
+                "grads": grads}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -113,7 +122,7 @@ def _unit_pairs() -> tuple[torch.Tensor, torch.Tensor]:
             F.normalize(torch.randn(4, 3, generator=generator), dim=-1))
 
 
-def test_gathered_loss_on_two_processes_is_the_full_batch_loss(tmp_path):
+def test_gathered_loss_and_ddp_grad_cache_on_two_processes_give_the_full_batch_ones(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -127,6 +136,15 @@ def test_gathered_loss_on_two_processes_is_the_full_batch_loss(tmp_path):
         assert float(got["loss"]) == pytest.approx(expected, abs=1e-6)
         assert torch.allclose(got["img"], full_img.grad[2 * rank:2 * rank + 2], atol=1e-6)
         assert torch.allclose(got["txt"], full_txt.grad[2 * rank:2 * rank + 2], atol=1e-6)
+    model = _DropoutEncoder()  # the DDP GradCache gradients: those of one process on the whole toy batch
+    model.drop.p = 0.0
+    full = _loss(*model(_toy_batch(8)))
+    full.total.backward()
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert float(got["cache_loss"]) == pytest.approx(float(full.total.detach()), abs=1e-6)
+        for name, param in model.named_parameters():
+            assert torch.allclose(got["grads"][name], param.grad, atol=1e-6), (rank, name)
     local_only = _hand_infonce(img[:2].tolist(), txt[:2].tolist(), 2.0)
     assert abs(local_only - expected) > 1e-2  # what a process saw before: its own pairs only
 
