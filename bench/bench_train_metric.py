@@ -6,9 +6,11 @@ captions, `--warmup` untimed optimizer steps then `--steps` timed ones through t
 (`prepare_trainable`, `compute_loss`, AdamW). The table gives steps/s, peak memory (RSS on CPU, allocated on
 CUDA; "model MB" is the RSS after building the model, before the first step, so the difference is what training
 adds), trainable parameters, and the ratio of each mode's speed and memory to the projection baseline of the
-same size measured in the same run.
+same size measured in the same run. ``--micro M`` runs each step as the trainer does with
+``micro_batch_size=M`` (GradCache over batch/M micro-batches: one loss over the whole batch, an extra forward,
+the activations of one micro-batch at a time); without it a step is one plain forward/backward (`compute_loss`).
 
-    python bench/bench_train_metric.py [--sizes tiny,ViT-B-32] [--modes projection,lora,full] [--batch 8]
+    python bench/bench_train_metric.py [--sizes tiny,ViT-B-32] [--modes projection,lora,full] [--batch 8] [--micro 2]
 """
 from __future__ import annotations
 
@@ -18,9 +20,13 @@ import resource
 import time
 
 
-def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads: int, device: str,
+def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads: int, device: str, micro: int,
              queue: "multiprocessing.Queue") -> None:
     import torch
+
+    from metric.grad_cache import grad_cache_step
+    from metric.train import encode_positives, loss_on_embeddings
+    from metric.train_data import split_micro_batches
 
     from metric.backbones import build_backbone_from_config, tiny_clip_config
     from metric.train import DualEncoder, LossOptions, MetricTrainConfig, compute_loss, prepare_trainable
@@ -49,8 +55,14 @@ def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads:
     for step in range(warmup + steps):
         if step == warmup:
             start = time.perf_counter()
-        terms = compute_loss(encoder, trained.tokenize, data, LossOptions(), torch.device(device))
-        terms.total.backward()
+        if micro:
+            grad_cache_step(split_micro_batches(data, micro),
+                            lambda part: encode_positives(encoder, trained.tokenize, part, torch.device(device)),
+                            lambda emb, scale: loss_on_embeddings(emb, scale, LossOptions()), lambda t: t.backward(),
+                            device=torch.device(device))
+        else:
+            terms = compute_loss(encoder, trained.tokenize, data, LossOptions(), torch.device(device))
+            terms.total.backward()
         optimizer.step()
         optimizer.zero_grad()
     if device.startswith("cuda"):
@@ -65,11 +77,13 @@ def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads:
                "total": sum(p.numel() for p in model.parameters())})
 
 
-def measure(size: str, mode: str, batch: int, steps: int, warmup: int, threads: int, device: str) -> dict:
-    """Run one configuration in a fresh process and return its measurements."""
+def measure(size: str, mode: str, batch: int, steps: int, warmup: int, threads: int, device: str,
+            micro: int = 0) -> dict:
+    """Run one configuration in a fresh process and return its measurements (`micro` > 0: GradCache steps)."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_one_run, args=(size, mode, batch, steps, warmup, threads, device, queue))
+    process = context.Process(target=_one_run, args=(size, mode, batch, steps, warmup, threads, device, micro,
+                                                              queue))
     process.start()
     result = queue.get()
     process.join()
@@ -86,20 +100,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--micro", type=int, default=0,
+                        help="GradCache micro-batch size (must divide --batch); 0: one plain pass per step")
     parser.add_argument("--json", help="also write the rows as JSON")
     args = parser.parse_args()
     modes = args.modes.split(",")
     rows = []
     for size in args.sizes.split(","):
-        results = [measure(size, mode, args.batch, args.steps, args.warmup, args.threads, args.device)
+        results = [measure(size, mode, args.batch, args.steps, args.warmup, args.threads, args.device, args.micro)
                    for mode in modes]
         base = results[0]
         for result in results:
             result["speed_vs_base"] = result["steps_per_s"] / base["steps_per_s"]
             result["memory_vs_base"] = result["peak_mb"] / base["peak_mb"]
             rows.append(result)
-    print(f"metric training, batch {args.batch} (+ as many generated positives), {args.steps} timed steps, "
-          f"device {args.device}, {args.threads} threads; baseline = mode '{modes[0]}' of the same size")
+    step_kind = f"GradCache micro-batches of {args.micro}" if args.micro else "one pass per step"
+    print(f"metric training, batch {args.batch} (+ as many generated positives, {step_kind}), "
+          f"{args.steps} timed steps, device {args.device}, {args.threads} threads; baseline = mode '{modes[0]}' of the same size")
     header = (f"{'size':<10} {'mode':<11} {'steps/s':>9} {'x base':>7} {'peak MB':>9} {'x base':>7} "
               f"{'model MB':>9} {'trainable':>12} {'of total':>12}")
     print(header)

@@ -5,7 +5,8 @@ pairs, whatever the number of processes and the micro-batch size: each process t
 seeded global batch, encodes it in micro-batches, and the contrastive loss covers all ``batch_size`` pairs
 (embeddings all-gathered across processes, micro-batches combined with GradCache, see ``metric.grad_cache``);
 ``accelerator.backward``; validation loss (over global batches too) every ``eval_every`` optimizer steps with
-early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional periodic correlation on an eval benchmark, resumable state
+early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional
+periodic correlation on an eval benchmark, resumable state
 (``save_state`` / ``load_state``). The temperature is the model's ``logit_scale``; it is frozen unless
 ``train_logit_scale`` is set. Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
 ``metric.backbones.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
