@@ -112,3 +112,27 @@ def write_activitynet_foil(folder: Path, videos_dir: Path | None = None) -> Path
         write_video(videos_dir / "v_a.mp4", [frame_array(i) for i in range(8)], fps=2)  # 4 s
         write_video(videos_dir / "v_b.mp4", [frame_array(20 + i) for i in range(4)], fps=2)
     return folder
+
+
+def tau_b_by_pairs(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall tau-b by counting every pair (a second, plain implementation for the tests):
+    `(concordant - discordant) / sqrt((n0 - ties_x) (n0 - ties_y))`."""
+    concordant = discordant = ties_x = ties_y = 0
+    n = len(x)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            ties_x += dx == 0
+            ties_y += dy == 0
+            if dx * dy > 0:
+                concordant += 1
+            elif dx * dy < 0:
+                discordant += 1
+    n0 = n * (n - 1) / 2
+    return (concordant - discordant) / ((n0 - ties_x) * (n0 - ties_y)) ** 0.5
+
+
+def pair_accuracy_by_hand(right: Sequence[float], foil: Sequence[float]) -> float:
+    """100 x share of items whose correct caption scores higher than the foil, a tie counting half."""
+    wins = [1.0 if r > f else 0.5 if r == f else 0.0 for r, f in zip(right, foil)]
+    return 100.0 * sum(wins) / len(wins)
