@@ -148,6 +148,6 @@ def interval_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str], col
              "|" + "---|" * (len(labels) + len(columns))]
     for row in rows:
         if row.get("ci"):
-            lines.append("| " + " | ".join([*(str(row.get(label, "")) for label in labels],
-                                             *(cell(row["ci"].get(c)) for c in columns)]) + " |")
+            cells = [str(row.get(label, "")) for label in labels] + [cell(row["ci"].get(c)) for c in columns]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

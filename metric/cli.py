@@ -11,6 +11,7 @@ from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
+from metric.images import ImageFinder
 from metric.families import ARCH_PRESETS, FAMILIES, check_metric_family
 from metric.official import LORA_MODES
 from metric.registry import default_w, metric_spec
@@ -19,7 +20,6 @@ from metric.score_inputs import (
     load_image_map,
     load_references,
     references_for,
-    resolve_image,
 )
 from metric.scorer import Scorer
 
@@ -125,10 +125,11 @@ def run_score(args: argparse.Namespace) -> int:
     image_map = load_image_map(args.image_map) if args.image_map else None
     if images_dir is None and image_map is None:
         raise InputError("pass --images DIR (or --image-map FILE) to locate the images")
+    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (metric.images)
     paths = {}
     for candidate in candidates:
         if candidate.key not in paths:
-            paths[candidate.key] = resolve_image(candidate.key, images_dir, image_map)
+            paths[candidate.key] = finder.resolve(candidate.key)
     scorer = scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
     result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
                           references, names=[c.key for c in candidates])  # keyed by path: each file encoded once
@@ -170,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Score candidate captions against their images (and references).")
     parser.add_argument("--metric", required=True,
                         help="clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++ or ref-pac-s++ (case-insensitive)")
-    parser.add_argument("--images", metavar="DIR", help="image folder: DIR/<image_id> or DIR/<image_id>.{jpg,jpeg,png}")
+    parser.add_argument("--images", metavar="DIR", help="image folder: DIR/<image_id> or DIR/<image_id>.{jpg,jpeg,png} (extensions in any case)")
     parser.add_argument("--candidates", metavar="FILE", required=True,
                         help='{"image_id": "caption"} or [{"image_id": ..., "caption": ...}]')
     parser.add_argument("--references", metavar="FILE",

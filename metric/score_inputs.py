@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+from metric.images import IMAGE_SUFFIXES, ImageFinder  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -119,17 +118,6 @@ def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
 
 
 def resolve_image(image_id: str, images_dir: Path | None, image_map: dict[str, Path] | None) -> Path:
-    """Find the file of an image id: the map first, then DIR/<id>, then DIR/<id>.{jpg,jpeg,png}."""
-    tried: list[str] = []
-    if image_map is not None and image_id in image_map:
-        if image_map[image_id].is_file():
-            return image_map[image_id]
-        tried.append(str(image_map[image_id]))
-    elif images_dir is not None:
-        candidates = [images_dir / image_id] + [images_dir / f"{image_id}{suffix}" for suffix in IMAGE_SUFFIXES]
-        for candidate in candidates:
-            if candidate.is_file():
-                return candidate
-        tried.extend(str(c) for c in candidates)
-    hint = ", ".join(tried) or "nothing: pass --images DIR or an --image-map entry"
-    raise InputError(f"no image file for candidate image id {image_id!r} (tried: {hint})")
+    """Find the file of an image id (`metric.images.ImageFinder`: the map first, then DIR/<id>, then
+    DIR/<id>.{jpg,jpeg,png} in any case); InputError naming the id when none or several match."""
+    return ImageFinder(images_dir, image_map).resolve(image_id)

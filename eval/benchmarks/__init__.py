@@ -35,6 +35,8 @@ import numpy as np
 from eval import correlation
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
+from metric.images import ImageFinder
+from metric.images import find_image as _find_image
 
 log = logging.getLogger(__name__)
 
@@ -130,24 +132,11 @@ class RunContext:
         self.notes[key] = self.notes.get(key, 0) + amount
 
 
-IMAGE_SUFFIXES = ("", ".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG")
-
-
 def find_image(image_id: str, images: Path | None, image_map: dict[str, str] | None = None,
                relative_path: str | None = None) -> Path | None:
-    """Path of an image: `--image-map`, then DIR/<relative path>, DIR/<id>, DIR/<id>.{jpg,jpeg,png}; else None."""
-    if image_map and image_id in image_map:
-        path = Path(image_map[image_id])
-        return path if path.is_file() else None
-    if images is None:
-        return None
-    names = [relative_path, Path(relative_path).name if relative_path else None, image_id]
-    for name in filter(None, names):
-        for suffix in IMAGE_SUFFIXES:
-            path = images / f"{name}{suffix}"
-            if path.is_file():
-                return path
-    return None
+    """Path of an image (`metric.images.find_image`: `--image-map`, then DIR/<relative path>, DIR/<id>,
+    DIR/<id>.{jpg,jpeg,png} in any case); None when there is none."""
+    return _find_image(image_id, images, image_map, relative_path)
 
 
 def resolve_images(context: RunContext, image_ids: Sequence[str],
@@ -164,11 +153,12 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
         raise InputError("contrastive metrics need images: pass --images DIR (or --image-map FILE)")
     paths: list[Path | None] = []
     cache: dict[tuple[str, str | None], Path | None] = {}
+    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (metric.images)
     for index, image_id in enumerate(image_ids):
         relative = relative_paths[index] if relative_paths else None
         key = (image_id, relative)
         if key not in cache:
-            cache[key] = find_image(image_id, context.images, context.image_map, relative)
+            cache[key] = finder.find(image_id, relative)
         path = cache[key]
         if path is None:
             if not context.skip_missing_images:
