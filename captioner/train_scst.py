@@ -55,7 +55,7 @@ class SCSTConfig:
     reward: str = "pac-s++"
     lr: PositiveFloat = 1e-6
     batch_size: PositiveInt = 32
-    micro_batch_size: PositiveInt = 32
+    micro_batch_size: NonNegativeInt = 32  # per process; 0: batch_size / processes (derived by the pipeline)
     epochs: PositiveInt = 1
     max_steps: NonNegativeInt = 0
     samples: str = "beam"
@@ -77,7 +77,8 @@ class SCSTConfig:
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
-        check_batch_split("", self.batch_size, self.micro_batch_size)
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
         if self.samples not in SAMPLINGS:
             raise InputError(f"samples={self.samples!r}: unknown SCST sampling (known: {', '.join(SAMPLINGS)})")
         if self.baseline not in BASELINES:

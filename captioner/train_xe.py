@@ -47,7 +47,7 @@ class XEConfig:
     output_dir: str = "runs/xe"
     max_steps: PositiveInt = 20000
     batch_size: PositiveInt = 1024
-    micro_batch_size: PositiveInt = 64
+    micro_batch_size: NonNegativeInt = 64  # per process; 0: batch_size / processes (derived by the pipeline)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     weight_decay: NonNegativeFloat = 0.0
@@ -67,7 +67,8 @@ class XEConfig:
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
-        check_batch_split("", self.batch_size, self.micro_batch_size)
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
 
 
 @dataclass
