@@ -1,9 +1,13 @@
-"""The demo end to end with the smoke preset into a temporary run dir, then a second run that reuses every stage."""
+"""The demo end to end with the smoke preset into a temporary run dir, then a second run that reuses every stage,
+then the same preset on 2 CPU processes (`accelerate launch --cpu --num_processes 2`): the same table."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +71,31 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     # a changed SCST setting re-runs only the SCST stages and the evaluation below them
     third = run_demo(config, [f"runs_dir={tmp_path}", "threads=1", "scst.rewards=[cider]"])
     assert set(third["ran"]) == {"evaluate"} and "xe" in third["skipped"]
+
+    # the issue's literal command on 2 CPU processes: same stages, same printed table as one process
+    two = tmp_path / "two"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+               str(REPO_CONFIGS.parents[1] / "recipes" / "scst_pacs.py"), "--config", config,
+               f"runs_dir={two}", "threads=1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "starting 2 gloo CPU processes" in done.stderr
+    assert "120 to extract on process 1/2" in done.stderr  # feature extraction was split, not repeated
+    assert done.stdout.count("| model | ") == 1  # only the main process prints the table
+    assert _table(done.stdout) == _table(out)
+    stages = json.loads((two / "demo_smoke" / "stages.json").read_text())
+    assert set(stages["ran"]) == STAGES and stages["skipped"] == []
+    rows_two = json.loads((two / "demo_smoke" / "results.json").read_text())["rows"]
+    for row_one, row_two in zip(results["rows"], rows_two):
+        for column in TABLE_COLUMNS:
+            assert row_two[column] == pytest.approx(row_one[column], abs=1e-5), (row_one["model"], column)
+
+
+def _table(stdout: str) -> list[str]:
+    """The printed results table's lines."""
+    return [line for line in stdout.splitlines() if line.startswith("|")]
 
 
 def test_demo_config_overrides_and_errors(tmp_path: Path) -> None:
