@@ -157,7 +157,6 @@ def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
 
 
 def test_evaluation_rows_split_nocaps_style_domains():
-    pytest.importorskip("eval.fluency")
     from captioner.data import CaptionItem
     from captioner.pipeline import evaluation_rows
 
