@@ -126,7 +126,7 @@ def test_xe_sigkill_then_resume_gives_bit_identical_losses_and_micro_batch_size_
 
 @pytest.mark.slow
 def test_two_processes_match_one_for_scst_with_sampled_captions_and_dropout(tmp_path):
-    """`samples: multinomial` + dropout 0.1: 1 process × micro 4 vs 2 gloo processes × micro 2, same global batches."""
+    """`samples: multinomial`, dropout 0.1: 1 process × micro 4 vs 2 gloo processes × micro 2, same global batches."""
     _, one = _driver(["scst", str(tmp_path / "one"), "4", "4", "0"])
     _, two = _driver(["scst", str(tmp_path / "two"), "2", "4", "0"], LAUNCH_2)
     assert one["world"] == [1.0] and two["world"] == [2.0]
@@ -180,8 +180,9 @@ def test_dropout_masks_come_from_the_example_generator(tmp_path):
     with model.example_rng(ExampleRNG(example_generators(1, 2, [5, 6], DROPOUT))):
         out = drop(x)  # 2 rows per example
     # Independent oracle: each example's 2 rows are one torch.rand draw from Generator().manual_seed(example_seed).
-    expected = torch.cat([(torch.rand((2, 2, 5), generator=torch.Generator().manual_seed(example_seed(1, 2, i, DROPOUT)))
-                           >= 0.3).float() / 0.7 for i in (5, 6)])
+    draws = [torch.rand((2, 2, 5), generator=torch.Generator().manual_seed(example_seed(1, 2, i, DROPOUT)))
+             for i in (5, 6)]
+    expected = torch.cat([(d >= 0.3).float() / 0.7 for d in draws])
     assert torch.equal(out, expected)
     assert drop.rng is None  # the context is closed
 
