@@ -31,6 +31,7 @@ from tqdm import tqdm
 from metric.backbones import Backbone
 from metric.common.errors import InputError
 from metric.embedding_cache import EmbeddingCache
+from metric.scorer import image_identity
 from metric.video_frames import (Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video,
                                  source_digest)
 from metric.video_idf import IdfTable, cached_idf
@@ -263,7 +264,7 @@ class VideoScorer:
     def embed_video(self, source: str | os.PathLike) -> torch.Tensor:
         """Normalised frame embeddings `[F, E]` of a video file or frame folder (cached by path, then on disk)."""
         source = Path(source)
-        memory_key = f"{source.resolve()}|{self.sampling.key()}"
+        memory_key = f"{image_identity(source)}|{self.sampling.key()}"  # resolved path + size + mtime, not an id
         if memory_key in self._frame_cache:
             self.stats["video_cache_hits"] += 1
             return self._frame_cache[memory_key]

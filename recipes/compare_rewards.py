@@ -6,6 +6,9 @@ PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rew
 
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
+Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the test images for C, S and the
+contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/eval_intervals.py`):
+`ci` in results.json, `Δ<column> low/high` in results.csv, a second table in results.md.
 A stage whose recorded fingerprint is unchanged is skipped, so adding a reward later only trains that reward;
 a changed setting re-runs the stages it determines; `--force STAGE` re-runs one stage.
 """
