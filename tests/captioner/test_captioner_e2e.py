@@ -70,8 +70,8 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
     table = json.loads((run / "eval" / "results.json").read_text())
     assert [row["model"] for row in table["rows"]] == ["xe", *REWARDS]
     for row in table["rows"]:
-        for column in ("B-4", "C", "RefCLIP-S", "RefPAC-S++", "CLIP-S", "PAC-S++", "Rep-1", "Rep-4", "%Incorrect"):
-            assert isinstance(row[column], float), (row["model"], column)
+        expected = _expected_columns(run, row["model"], shared_data)
+        assert {column: row[column] for column in expected} == pytest.approx(expected, abs=1e-4), row["model"]
     assert "| model | test_set | B-4 |" in (run / "eval" / "results.md").read_text()
     # second run, through `pacs train`: every stage is skipped (nothing rewritten)
     from pacs_cli import main
@@ -103,6 +103,57 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
     results = json.loads(out.read_text())
     assert [r["image_id"] for r in results] == sorted(p.stem for p in images.iterdir())
     assert all(isinstance(r["caption"], str) for r in results)
+
+
+def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, float]:
+    """One results row recomputed independently from the captions the run wrote for Flickr8k test images:
+    B-4 / C by pycocoevalcap, Rep-n / %Incorrect by counting words, and CLIP-S / PAC-S++ (w = 2.5) and their Ref-
+    variants through open_clip's plain encoders of the two tiny reward models (seeds 0 and 1)."""
+    import re
+    from collections import Counter
+
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    from captioner.pipeline import reward_slug
+    from eval.fluency import INCORRECT_END_WORDS
+    from metric.backbones import build_backbone_from_config
+    from metric.preprocess import open_image
+
+    written = json.loads((run / "eval" / reward_slug(model) / "flickr8k.results.json").read_text())
+    captions = {str(r["image_id"]): r["caption"] for r in written}
+    references: dict[str, list[str]] = {}
+    for line in (shared_data / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        key, _, caption = line.partition("\t")
+        references.setdefault(Path(key.split("#")[0]).stem, []).append(caption.strip())
+    ids = list(captions)
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": r} for r in references[i]] for i in ids})
+    res = tokenizer.tokenize({i: [{"caption": captions[i]}] for i in ids})
+    out = {"B-4": 100 * Bleu(4).compute_score(gts, res, verbose=0)[0][3], "C": 100 * Cider().compute_score(gts, res)[0]}
+    words = [re.findall(r"[\w']+", captions[i].lower()) for i in ids]
+    for n in (1, 2, 3, 4):
+        out[f"Rep-{n}"] = sum(sum(c - 1 for c in Counter(zip(*(w[k:] for k in range(n)))).values())
+                              for w in words) / len(ids)
+    out["%Incorrect"] = 100 * sum(bool(w) and w[-1] in INCORRECT_END_WORDS for w in words) / len(ids)
+    for column, seed in (("CLIP-S", 0), ("PAC-S++", 1)):
+        backbone = build_backbone_from_config(tiny_clip_config(), seed=seed)
+        with torch.no_grad():
+            pixels = torch.stack([backbone.preprocess(open_image(shared_data / "flickr8k" / "images" / f"{i}.jpg"))
+                                  for i in ids])
+            image = torch.nn.functional.normalize(backbone.model.encode_image(pixels).float(), dim=-1)
+
+            def encode(texts):
+                tokens = backbone.tokenize(["A photo depicts " + t for t in texts])
+                return torch.nn.functional.normalize(backbone.model.encode_text(tokens).float(), dim=-1)
+
+            text = encode([captions[i] for i in ids])
+            clip = 2.5 * torch.clamp((image * text).sum(-1), min=0)
+            ref = torch.stack([(encode(references[i]) @ text[k]).max() for k, i in enumerate(ids)])
+        out[column] = float(clip.mean())
+        out[f"Ref{column}"] = float((2 * clip * ref / (clip + ref)).mean())
+    return out
 
 
 def test_pacs_caption_reports_bad_input_in_one_line(tmp_path, capsys):
