@@ -10,6 +10,7 @@ A YAML with a top-level `demo:` section is handed to `captioner.demo.run_demo`.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -246,7 +247,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     state.wait_for_everyone()
     run = _Run(config)
     if state.is_main_process:
-        dump_yaml(config, run.dir / "config.yaml")
+        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
     dataset = run.dataset(config.data)
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)

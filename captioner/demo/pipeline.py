@@ -4,6 +4,7 @@ XE captioner → SCST per reward → evaluation → results table and report.htm
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -93,7 +94,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     logs = run_dir / "logs"
     if state.is_main_process:
         logs.mkdir(parents=True, exist_ok=True)
-        dump_yaml(config, run_dir / "config.yaml")
+        dump_yaml(dataclasses.replace(config, force=[]), run_dir / "config.yaml")  # --force is not sticky
     state.wait_for_everyone()
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force, state)
