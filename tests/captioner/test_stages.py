@@ -186,3 +186,15 @@ def test_interrupted_stage_below_a_rerun_stage_starts_over_instead_of_refusing(t
     assert chain.calls == ["b", "c"] and runner.ran == ["b", "c"] and runner.resumed == []
     assert "stage c: interrupted, re-running from scratch: upstream b re-ran" in caplog.messages
     assert not (tmp_path / "run" / "c" / "checkpoint-3").exists()
+
+
+def test_micro_batch_is_derived_from_the_process_count_unless_fixed():
+    from captioner.training import micro_batch_for
+
+    assert micro_batch_for(32, 0, 2, "demo.xe") == 16 and micro_batch_for(32, None, 1, "demo.xe") == 32
+    assert micro_batch_for(32, 8, 2, "xe") == 8  # fixed: kept (2 accumulation steps per process)
+    with pytest.raises(InputError, match="demo.scst: batch_size=9 cannot be split evenly over 2 processes"):
+        micro_batch_for(9, 0, 2, "demo.scst")
+    with pytest.raises(InputError, match=r"xe: batch_size=32 must be a multiple of micro_batch_size \(32\) × "
+                                         r"processes \(2\) = 64"):
+        micro_batch_for(32, 32, 2, "xe")
