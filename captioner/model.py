@@ -22,6 +22,7 @@ from torch import nn
 
 from captioner.example_rng import ExampleRNG
 from captioner.vocab import BOS_ID, EOS_ID, PAD_ID
+from metric.common.config import Fraction, NonNegativeInt, PositiveInt
 from metric.common.errors import InputError
 
 
@@ -29,15 +30,20 @@ from metric.common.errors import InputError
 class CaptionerConfig:
     """Architecture of the captioner (defaults: PAC-S++'s 3+3 layers, d_model 512, 8 heads)."""
 
-    vocab_size: int = 0
-    feature_dim: int = 768
-    d_model: int = 512
-    n_heads: int = 8
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    ffn_dim: int = 2048
-    dropout: float = 0.1
-    max_length: int = 20
+    vocab_size: NonNegativeInt = 0
+    feature_dim: NonNegativeInt = 768
+    d_model: PositiveInt = 512
+    n_heads: PositiveInt = 8
+    encoder_layers: PositiveInt = 3
+    decoder_layers: PositiveInt = 3
+    ffn_dim: PositiveInt = 2048
+    dropout: Fraction = 0.1
+    max_length: PositiveInt = 20
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        if self.d_model % self.n_heads:
+            raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
 
 class ExampleDropout(nn.Module):

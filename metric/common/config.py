@@ -200,10 +200,11 @@ def _describe(tp: Any) -> str:
         name = "any value"
     else:
         name = getattr(base, "__name__", str(base))
-    for item in metadata:
-        for attribute, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-            if getattr(item, attribute, None) is not None:
-                name += f" {symbol} {getattr(item, attribute)}"
+    bounds = [f"{symbol} {getattr(item, attribute)}" for item in metadata
+              for attribute, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+              if getattr(item, attribute, None) is not None]
+    if bounds:
+        name += " " + " and ".join(bounds)
     return f"{name} or null" if optional else name
 
 

@@ -98,6 +98,8 @@ def test_values_that_do_not_fit_are_refused(override: str, pattern: str) -> None
     ("xe.max_steps=0", r"xe\.max_steps=0: expected int >= 1"),
     ("scst.epochs=0", r"scst\.epochs=0: expected int >= 1"),
     ("scst.k=0", r"scst\.k=0: expected int >= 1"),
+    ("model.dropout=1.5", r"model\.dropout=1\.5: expected float >= 0 and < 1"),
+    ("model.n_heads=3", r"model: d_model=512 is not divisible by n_heads=3"),
     ("xe.batch_size=100", r"xe: batch_size=100 must be a multiple of micro_batch_size \(128\)"),
     ("scst.baseline=median", r"scst: baseline='median': unknown SCST baseline"),
     ("evaluation.test_sets={coco: {nmae: x}}", r"evaluation: test_sets\.coco: unknown key 'nmae'"),
