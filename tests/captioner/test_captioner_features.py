@@ -44,7 +44,8 @@ def test_yaml_with_demo_section_is_delegated_to_the_demo(tmp_path, monkeypatch):
     from captioner.pipeline import run_from_config
 
     calls = []
-    monkeypatch.setattr(captioner.demo, "run_demo", lambda path, overrides: calls.append((path, overrides)) or {})
+    monkeypatch.setattr(captioner.demo, "run_demo",
+                        lambda path, overrides, force: calls.append((path, overrides, force)) or {})
     (tmp_path / "d.yaml").write_text("demo: {name: x}\n")
-    run_from_config(str(tmp_path / "d.yaml"), ["demo.name=y"])
-    assert calls == [(str(tmp_path / "d.yaml"), ["demo.name=y"])]
+    run_from_config(str(tmp_path / "d.yaml"), ["demo.name=y"], force=["xe"])
+    assert calls == [(str(tmp_path / "d.yaml"), ["demo.name=y"], ["xe"])]
