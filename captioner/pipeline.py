@@ -401,6 +401,8 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
                 if not models.allow_family_mismatch:
                     raise FamilyMismatchError(f"{message}; set reward_models.allow_family_mismatch=true to use it")
                 logger.warning("%s (reward_models.allow_family_mismatch)", message)
+            logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
+                        backbone.family_source)
             scorers[family] = Scorer(backbone, device=device)
     return scorers
 
