@@ -358,7 +358,8 @@ def test_nocaps_foil_and_hat_subsets(tmp_path, shared_data):
     cider_of = {row: float(value) for row, value in zip(distinct, cider)}
     n = len(subset)
     success = {"cider": _success([cider_of[r] for r in rows[:n]], [cider_of[r] for r in rows[n:]]),
-               "length": _success([len(i["baseline"].split()) for i in subset], [len(i["foil"].split()) for i in subset])}
+               "length": _success([len(i["baseline"].split()) for i in subset],
+                                  [len(i["foil"].split()) for i in subset])}
     domains = np.array([i["domain"] for i in subset])
     for name, hits in success.items():
         per_domain = [100 * hits[domains == d].mean() for d in ("in-domain", "near-domain", "out-domain")]
