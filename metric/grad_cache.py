@@ -9,6 +9,8 @@ Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited S
    back-propagated with its slice of the cached gradients.
 The parameter gradients equal those of one forward/backward of the full batch on one process. Memory: the
 activations of one micro-batch at a time plus ``[global batch, E]`` embeddings; compute: one extra forward.
+With a single micro-batch there is nothing to cache: the step is one forward with a graph, the gather, the loss
+and one backward (open_clip's scheme), with the same gradients.
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossF
     """
     if not micro_batches:
         raise PacsError("grad_cache_step: no micro-batch to encode")
+    if len(micro_batches) == 1:
+        return _direct_step(micro_batches[0], encode, loss_fn, backward, averaged_over)
     device = device or torch.device("cpu")
     states, cached, scale = [], [], None
     with torch.no_grad():
@@ -90,4 +94,15 @@ def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossF
             backward(surrogate * averaged_over)
         start += size
     torch.set_rng_state(after)
+    return terms
+
+
+def _direct_step(micro: Any, encode: Encode, loss_fn: LossFn, backward: Callable[[torch.Tensor], None],
+                 averaged_over: int) -> HasTotal:
+    """One micro-batch: encode with a graph, gather, back-propagate the global loss (same scaling as above)."""
+    embeddings, scale = encode(micro)
+    share = 1.0 / world_size()  # same value; the temperature's gradient split between the processes
+    scale = scale.float() * share + scale.float().detach() * (1.0 - share)
+    terms = loss_fn([gather_with_grad(emb) for emb in embeddings], scale)
+    backward(terms.total * averaged_over)
     return terms

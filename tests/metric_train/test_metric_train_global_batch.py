@@ -72,7 +72,7 @@ def test_grad_cache_gives_the_full_batch_gradient_with_dropout_replayed():
     assert float(terms.total.detach()) == pytest.approx(float(expected.total.detach()), abs=1e-6)
     for (name, got), want in zip(model.named_parameters(), direct_model.parameters()):
         assert torch.allclose(got.grad, want.grad, atol=1e-6), name
-    assert model.log_scale.grad.abs() > 1e-3 and float(terms.relative) > 0 and float(terms.margin) > 0
+    assert model.log_scale.grad.abs() > 1e-3 and float(terms.relative.detach()) > 0 and float(terms.margin.detach()) > 0
     # the RNG goes on as after one pass over the micro-batches (the replay draws nothing extra)
     next_draw = torch.rand(1)
     torch.manual_seed(0)
@@ -103,16 +103,18 @@ def _gather_worker(rank: int, port: int, out: str) -> None:
     local_txt = txt[2 * rank:2 * rank + 2].clone().requires_grad_()
     loss = symmetric_infonce(gather_with_grad(local_img), gather_with_grad(local_txt), 2.0)
     loss.backward()
-    # GradCache under DDP: this rank's 4 of the 8 toy pairs in 2 micro-batches; DDP averages over the 2 ranks
-    model = _DropoutEncoder()
-    model.drop.p = 0.0
-    ddp = nn.parallel.DistributedDataParallel(model)
+    # under DDP (averaging over the 2 ranks): this rank's 4 of the 8 toy pairs as 2 micro-batches (GradCache)
+    # and as one micro-batch (the direct path)
     share = tuple(part[4 * rank:4 * rank + 4] for part in _toy_batch(8))
-    terms = grad_cache_step([tuple(part[i:i + 2] for part in share) for i in (0, 2)], ddp, _loss,
-                            lambda t: t.backward(), ddp.no_sync, averaged_over=2)
-    grads = {name: param.grad for name, param in model.named_parameters()}
-    torch.save({"loss": loss.detach(), "img": local_img.grad, "txt": local_txt.grad, "cache_loss": terms.total.detach(),
-                "grads": grads}, f"{out}/rank{rank}.pt")
+    results = {"loss": loss.detach(), "img": local_img.grad, "txt": local_txt.grad}
+    for name, micro in (("cache", [tuple(part[i:i + 2] for part in share) for i in (0, 2)]), ("direct", [share])):
+        model = _DropoutEncoder()
+        model.drop.p = 0.0
+        ddp = nn.parallel.DistributedDataParallel(model)
+        terms = grad_cache_step(micro, ddp, _loss, lambda t: t.backward(), ddp.no_sync, averaged_over=2)
+        results[f"{name}_loss"] = terms.total.detach()
+        results[f"{name}_grads"] = {key: param.grad for key, param in model.named_parameters()}
+    torch.save(results, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -142,9 +144,10 @@ def test_gathered_loss_and_ddp_grad_cache_on_two_processes_give_the_full_batch_o
     full.total.backward()
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        assert float(got["cache_loss"]) == pytest.approx(float(full.total.detach()), abs=1e-6)
-        for name, param in model.named_parameters():
-            assert torch.allclose(got["grads"][name], param.grad, atol=1e-6), (rank, name)
+        for path in ("cache", "direct"):
+            assert float(got[f"{path}_loss"]) == pytest.approx(float(full.total.detach()), abs=1e-6)
+            for name, param in model.named_parameters():
+                assert torch.allclose(got[f"{path}_grads"][name], param.grad, atol=1e-6), (rank, path, name)
     local_only = _hand_infonce(img[:2].tolist(), txt[:2].tolist(), 2.0)
     assert abs(local_only - expected) > 1e-2  # what a process saw before: its own pairs only
 
