@@ -3,7 +3,7 @@
 usage: eval_driver.py RUN_DIR DATA_ROOT SETS
   evaluates the two random tiny captioners of DATA_ROOT/inputs.json (written by `build_inputs`) on the
   comma-separated test SETS (e.g. "coco,nocaps") into RUN_DIR/eval/.
-Prints `WORLD <n>` (main process only).
+Prints `CAPTIONED <rank> <images captioned>` per process and `WORLD <n>` (main process only).
 """
 from __future__ import annotations
 
@@ -75,7 +75,18 @@ def main() -> None:
     relaunch_cpu_processes()
     run_dir, data_root, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
     state = process_state()
+    import captioner.train_xe as train_xe
+
+    captioned = []
+    original = train_xe.generate_captions
+
+    def counting(model, vocab, features, image_ids, *args, **kwargs):
+        captioned.extend(image_ids)
+        return original(model, vocab, features, image_ids, *args, **kwargs)
+
+    train_xe.generate_captions = counting  # counts the images this process captions
     evaluate(run_dir, data_root, names)
+    print(f"CAPTIONED {state.process_index} {len(captioned)}", flush=True)
     state.wait_for_everyone()
     if state.is_main_process:
         print(f"WORLD {state.num_processes}", flush=True)

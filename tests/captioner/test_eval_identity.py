@@ -62,6 +62,11 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
         assert done.returncode == 0, done.stderr[-4000:]
         outputs[name] = done.stdout
     assert "WORLD 1" in outputs["one"] and "WORLD 2" in outputs["two"]
+    # 2 models x 2 sets x 5 images; chunks of 2 images round robin: rank 0 takes chunks 0 and 2 (3 images of each
+    # set), rank 1 chunk 1 (2 images). Before, every process that ran evaluate_models captioned everything.
+    counts = {name: sorted(line.split()[1:] for line in out.splitlines() if line.startswith("CAPTIONED "))
+              for name, out in outputs.items()}
+    assert counts == {"one": [["0", "20"]], "two": [["0", "12"], ["1", "8"]]}
     one, two = (json.loads((tmp_path / n / "eval" / "results.json").read_text()) for n in ("one", "two"))
     assert one == two  # every column, row and interval identical
     assert any("ci" in row for row in one["rows"]) and len(one["rows"]) == 2 * (1 + 1 + 3)  # coco, nocaps + 3 domains
