@@ -284,7 +284,11 @@ class StageRunner:
         record = self.record(name)
         if record is None or "fingerprint" not in record:
             present = [str(p) for p in outputs if p.exists() and not (p.is_dir() and not any(p.iterdir()))]
-            if present and resumable:
+            reran = [u for u in parts.get("upstream", {}) if u in self.ran + self.resumed]
+            if present and resumable and reran:
+                self._info("stage %s: output without a stage record below re-run stage %s, starting over",
+                           name, reran[0])
+            elif present and resumable:
                 raise InputError(f"stage {name}: {present[0]} holds output but no stage record (written by an "
                                  f"older pacs or by hand), so its settings are unknown; pass --force {name} to "
                                  "replace it, or use another run directory")

@@ -158,6 +158,10 @@ def test_output_without_a_record_is_refused_for_resumable_stages(tmp_path):
     (tmp_path / "run" / "xe" / "checkpoints").mkdir(parents=True)
     with pytest.raises(InputError, match=r"stage xe: .*xe holds output but no stage record.*--force xe"):
         runner.run("xe", lambda: None, {"lr": 1}, resumable=True)
+    # below a stage that re-ran in this run, such output is certainly stale: it starts over
+    runner.run("vocab", lambda: None, {"size": 1})
+    runner.run("xe", lambda: None, {"lr": 1}, upstream=["vocab"], resumable=True)
+    assert runner.ran == ["vocab", "xe"] and not (tmp_path / "run" / "xe" / "checkpoints").exists()
 
 
 def test_unknown_force_name_lists_the_stages():
