@@ -67,7 +67,7 @@ class RewardResources:
     def image_cache(self, scorer: Any, image_loader: ImageLoader | None = None,
                     image_paths: Mapping[str, Any] | None = None,
                     embeddings: Mapping[str, torch.Tensor] | None = None) -> ImageEmbeddingCache:
-        """The cache of `scorer` for these image sources (the terms of one mix share it; other sources get their own)."""
+        """The cache of `scorer` for these image sources (the terms of one mix share it; others get their own)."""
         sources = {"image_loader": image_loader, "image_paths": image_paths, "embeddings": embeddings}
         key = (id(scorer), id(image_loader), id(image_paths), id(embeddings))
         if key not in self.image_caches:

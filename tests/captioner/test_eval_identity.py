@@ -53,7 +53,8 @@ def test_colliding_ids_of_two_test_sets_do_not_share_image_embeddings(inputs, tm
 
 @pytest.mark.slow
 def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     outputs = {}
     for name, launcher in (("one", [sys.executable]), ("two", LAUNCH_2)):
         run_env = dict(env, ACCELERATE_USE_CPU="1") if name == "two" else env
