@@ -258,6 +258,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     vocab_path = run.dir / "vocab.json"
 
     def make_vocab() -> dict[str, Any]:
+        """Stage `vocab` (main process)."""
         v = config.vocab
         vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
                             v.vocab_size, v.max_length)
@@ -290,6 +291,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
                                           micro_batch_size=scst_micro), "scst")
 
         def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+            """Stage `scst-<reward>` (every process)."""
             reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions
                                                                              for i in train_items},
                                            image_paths=images)
@@ -408,7 +410,7 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
 
 
 def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
-    """Load every test set and its features (stage `features/<set>`, split over all processes): [(name, items, cache)]."""
+    """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)]."""
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():

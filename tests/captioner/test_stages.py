@@ -1,4 +1,5 @@
-"""The stage mechanism (captioner/stages.py): skip, re-run with a log line, downstream, inputs, resume, refuse, force."""
+"""The stage mechanism (captioner/stages.py): skip, re-run with a log line, downstream, inputs, resume, refuse,
+force."""
 from __future__ import annotations
 
 import hashlib
