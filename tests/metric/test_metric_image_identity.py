@@ -41,6 +41,19 @@ def test_a_file_changed_at_the_same_path_is_encoded_again(tiny_backbone, flickr,
     assert scorer.images_encoded == 2
 
 
+def test_disk_cache_rehashes_a_file_changed_at_the_same_path(tiny_backbone, flickr, tmp_path):
+    path = tmp_path / "1.jpg"
+    shutil.copy(flickr[0], path)
+    scorer = Scorer(tiny_backbone, progress=False, cache_dir=tmp_path / "cache")
+    scorer.embed_images([str(path)])
+    shutil.copy(flickr[1], path)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    # before: the file hash was memoised by path, so the first image's disk entry was returned
+    assert torch.equal(scorer.embed_images([str(path)])[0], _encode_alone(tiny_backbone, flickr[1]))
+    assert len(scorer.disk_cache) == 2
+
+
 def test_keys_no_longer_decide_the_cache_entry(tiny_backbone, flickr):
     scorer = Scorer(tiny_backbone, progress=False)
     a = scorer.embed_images([str(flickr[0])], keys=["1"])[0]
