@@ -55,7 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
         "train-metric", help="train PAC-S++ (LoRA) or PAC-S (projections) on positive-augmented pairs",
         description="Train the metric. Every MetricTrainConfig key can be set in --config YAML or as key=value "
-                    "(e.g. mode=projection loss.lambda_v=0.05 batch_size=64 micro_batch_size=16).")
+                    "(e.g. mode=projection loss.lambda_v=0.05 batch_size=64 micro_batch_size=16). batch_size is "
+                    "the global batch of every step and loss, whatever the number of processes; micro_batch_size "
+                    "(pairs a process encodes at once) only trades memory for time.")
     train.add_argument("--config", help="YAML config (recipes/configs/train_metric*.yaml); _base_ inheritance")
     train.add_argument("--manifest", help="positives manifest JSONL (sets data.manifest)")
     train.add_argument("--image-root", help="folder that relative manifest paths start from (data.image_root)")
