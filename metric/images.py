@@ -144,7 +144,7 @@ def ids_for_files(files: list[Path], mode: str) -> dict[Any, Path]:
         names = {path.name for path in files}
         unknown = [name for name in mapping if name not in names]
         if unknown:
-            raise InputError(f"{mode}: {len(unknown)} entr(y/ies) name no image of the folder, e.g. {unknown[0]!r}")
+            raise InputError(f"{mode}: {len(unknown)} map entries name no image of the folder, e.g. {unknown[0]!r}")
         missing = [path.name for path in files if path.name not in mapping]
         if missing:
             raise InputError(f"{mode}: no id for {len(missing)} image(s) of the folder, e.g. {missing[0]!r}")
