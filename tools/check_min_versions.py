@@ -50,6 +50,7 @@ LOG = logging.getLogger("check_min_versions")
 REPO = Path(__file__).resolve().parents[1]
 PINNED = ("torch", "torchvision", "pillow")  # pinned in .ci/constraints.txt: never lowered here
 COMPILED = "numpy,scipy,matplotlib,safetensors,regex,pyyaml,tokenizers,contourpy,kiwisolver,pandas"
+UNAVAILABLE = "Could not find a version that satisfies the requirement"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CI": "true"}
 
 
@@ -70,6 +71,7 @@ class Outcome:
     passed: bool
     reason: str = ""
     seconds: float = 0.0
+    installed: str = ""  # the release that actually ran (a later patch when `version` had no usable file)
 
 
 @dataclasses.dataclass
@@ -288,11 +290,20 @@ def failure_line(output: str) -> str:
 
 
 def try_release(check: DepCheck, version: str, companions: Sequence[str], config: CheckConfig,
-                deselect: Sequence[str] = ()) -> Outcome:
-    """Install `check.name==version` into a fresh venv and run its tests."""
+                deselect: Sequence[str] = (), same_minor: Sequence[str] = ()) -> Outcome:
+    """Install `check.name==version` into a fresh venv and run its tests.
+
+    When the release has no installable file here (e.g. no wheel for this Python), the next releases of the
+    same minor version (`same_minor`, oldest first) are tried instead; `Outcome.installed` says which one ran.
+    """
     start = time.monotonic()
     python = fresh_venv(config.venv)
     error = install(python, [f"{check.name}=={version}"], companions, config.install_timeout_s)
+    if error and UNAVAILABLE in error and same_minor:
+        LOG.info("%s %s: not installable here, trying %s", check.name, version, same_minor[0])
+        outcome = try_release(check, same_minor[0], companions, config, deselect, same_minor[1:])
+        outcome.version = version
+        return outcome
     if error:
         outcome = Outcome(version, False, error, time.monotonic() - start)
     else:
@@ -303,6 +314,7 @@ def try_release(check: DepCheck, version: str, companions: Sequence[str], config
             passed, reason = run_tests(python, check.tests, config, deselect)
             outcome = Outcome(version, passed, reason)
         outcome.seconds = time.monotonic() - start
+    outcome.installed = version
     LOG.info("%s %s: %s%s (%.0fs)", check.name, version, "pass" if outcome.passed else "FAIL",
              f" - {outcome.reason}" if outcome.reason else "", outcome.seconds)
     return outcome
@@ -316,11 +328,11 @@ def check_dependency(check: DepCheck, declared: dict[str, Requirement], config: 
     companions = sorted(r.name for key, r in declared.items()
                         if key != canonical(check.name) and key not in PINNED)
     newest = installed_version(check.name)
+    releases = available_versions(check.name)
     if explicit:
         candidates = [*sorted(explicit, key=Version), str(newest)]
     else:
-        candidates = [str(v) for v in first_of_each_minor(available_versions(check.name), Version(check.floor),
-                                                          newest)]
+        candidates = [str(v) for v in first_of_each_minor(releases, Version(check.floor), newest)]
         if not candidates or Version(candidates[-1]) != newest:
             candidates.append(str(newest))
     LOG.info("%s: %d candidates %s .. %s (installed %s)", check.name, len(candidates), candidates[0],
@@ -329,13 +341,18 @@ def check_dependency(check: DepCheck, declared: dict[str, Requirement], config: 
     if deselect:
         LOG.warning("%s: %d test(s) already fail with the installed releases, left out: %s", check.name,
                     len(deselect), " ".join(deselect))
-    index, tried = bisect_oldest(candidates, lambda v: try_release(check, v, companions, config, deselect))
-    result = DepResult(check.name, declared_text, candidates[index], tried=tried, deselected=deselect)
+    later = {c: [str(v) for v in releases if Version(c) < v < newest and v.release[:2] == Version(c).release[:2]]
+             for c in candidates}
+    index, tried = bisect_oldest(candidates,
+                                 lambda v: try_release(check, v, companions, config, deselect, later[v]))
+    ran = {o.version: o.installed for o in tried}
+    result = DepResult(check.name, declared_text, ran.get(candidates[index]) or candidates[index], tried=tried,
+                       deselected=deselect)
     older = [o for o in tried if not o.passed and Version(o.version) < Version(candidates[index])]
     if index > 0:
         below = candidates[index - 1]
         match = [o for o in older if o.version == below]
-        result.next_older = below
+        result.next_older = (match[0].installed if match else "") or below
         result.next_older_failure = match[0].reason if match else "(not tried)"
     else:
         result.next_older_failure = f"(floor {check.floor}: older releases not tried)"
