@@ -107,8 +107,8 @@ CHECKS: tuple[DepCheck, ...] = (
     DepCheck("accelerate", ("tests/metric_train/test_metric_train_trainer.py", "tests/captioner/test_launching.py",
                             "-k", "projection_mode or early_stopping or resume_reproduces or launcher or count"),
              floor="0.20.0"),
-    DepCheck("transformers", ("tests/metric_train/test_metric_train_positives.py", "tests/rewards/test_rewards_dropin.py",
-                              "-k", "blip_captioner or generation_resumes or vision_encoder_decoder"),
+    DepCheck("transformers", ("tests/metric_train/test_metric_train_positives.py",
+                              "tests/rewards/test_rewards_dropin.py", "-k", "blip_captioner or generation_resumes or vision_encoder_decoder"),
              floor="4.30.0"),
     DepCheck("pycocoevalcap", ("tests/eval/test_eval_cider.py", "tests/eval/test_eval_text_metrics.py",
                                "tests/rewards/test_rewards_cider.py")),
@@ -125,7 +125,8 @@ CHECKS: tuple[DepCheck, ...] = (
     DepCheck("ftfy", ("tests/metric/test_metric_tokenizer.py",), floor="5.0"),
     DepCheck("regex", ("tests/metric/test_metric_tokenizer.py",), floor="2020.1.8"),
     DepCheck("lemminflect", ("tests/eval/test_eval_benchmarks_cli.py", "-k", "robustness")),
-    DepCheck("pydantic", ("tests/common/test_common_config.py",), floor="2.0"),
+    DepCheck("pydantic", ("tests/common",), floor="2.0"),
+    DepCheck("annotated-types", ("tests/common",), floor="0.4.0"),
     DepCheck("omegaconf", ("tests/common/test_common_config.py",), floor="2.1.0"),
 )
 
@@ -209,8 +210,9 @@ def snapshot_tree(repo: Path, dest: Path, worktree: bool = False) -> None:
         tar.extractall(dest, filter="data")
 
 
-def baseline_failures(check: DepCheck, config: CheckConfig) -> list[str]:
-    """Node ids of the subset's tests that already fail with the installed releases (the code is in flux)."""
+def baseline_failures(check: DepCheck, config: CheckConfig) -> tuple[list[str], int]:
+    """Node ids of the subset's tests that already fail with the installed releases (the code is in flux),
+    and how many tests the subset skips there."""
     proc = subprocess.run(["nice", "-n", str(config.nice), sys.executable, "-m", "pytest", "-q", "-rfE",
                            "-p", "no:cacheprovider", *check.tests], cwd=config.snapshot, env=test_env(),
                           capture_output=True, text=True, timeout=config.test_timeout_s, check=False)
@@ -220,7 +222,13 @@ def baseline_failures(check: DepCheck, config: CheckConfig) -> list[str]:
     if proc.returncode != 0 and not failed:
         raise RuntimeError(f"{check.name}: the subset fails with the installed releases: "
                            f"{failure_line(proc.stdout + proc.stderr)}")
-    return sorted(set(failed))
+    return sorted(set(failed)), skipped_count(proc.stdout)
+
+
+def skipped_count(output: str) -> int:
+    """The number of skipped tests in a pytest summary line."""
+    match = re.search(r"(\d+) skipped", output)
+    return int(match.group(1)) if match else 0
 
 
 def test_env() -> dict[str, str]:
@@ -246,7 +254,7 @@ def install(python: Path, pins: Sequence[str], companions: Sequence[str], timeou
         return f"install timed out after {timeout_s}s"
     if proc.returncode != 0:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-        return "install failed: " + (errors[0] if errors else proc.stderr.strip()[-200:])
+        return "install failed: " + (errors[0] if errors else proc.stderr.strip()[-200:])[:200]
     return ""
 
 
@@ -260,15 +268,22 @@ def environment_versions(python: Path, names: Sequence[str]) -> dict[str, str]:
 
 
 def run_tests(python: Path, tests: Sequence[str], config: CheckConfig,
-              deselect: Sequence[str] = ()) -> tuple[bool, str]:
-    """Run the test subset from the snapshot with `python`; (passed, one-line reason when not)."""
-    cmd = ["nice", "-n", str(config.nice), str(python), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+              deselect: Sequence[str] = (), allowed_skips: int = 0) -> tuple[bool, str]:
+    """Run the test subset from the snapshot with `python`; (passed, one-line reason when not).
+
+    More skipped tests than with the installed releases count as a failure (an import that an older
+    release breaks would otherwise hide behind `pytest.importorskip`).
+    """
+    cmd = ["nice", "-n", str(config.nice), str(python), "-m", "pytest", "-q", "-x", "-rs", "-p", "no:cacheprovider",
            *tests, *(f"--deselect={node}" for node in deselect)]
     try:
         proc = subprocess.run(cmd, cwd=config.snapshot, env=test_env(), capture_output=True, text=True,
                               timeout=config.test_timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return False, f"tests timed out after {config.test_timeout_s}s"
+    if proc.returncode == 0 and skipped_count(proc.stdout) > allowed_skips:
+        skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+        return False, f"{skipped_count(proc.stdout)} skipped (not {allowed_skips}): {skips[0] if skips else ''}"[:300]
     if proc.returncode == 0:
         return True, ""
     if proc.returncode == 5:
@@ -290,7 +305,7 @@ def failure_line(output: str) -> str:
 
 
 def try_release(check: DepCheck, version: str, companions: Sequence[str], config: CheckConfig,
-                deselect: Sequence[str] = (), same_minor: Sequence[str] = ()) -> Outcome:
+                deselect: Sequence[str] = (), same_minor: Sequence[str] = (), allowed_skips: int = 0) -> Outcome:
     """Install `check.name==version` into a fresh venv and run its tests.
 
     When the release has no installable file here (e.g. no wheel for this Python), the next releases of the
@@ -301,7 +316,7 @@ def try_release(check: DepCheck, version: str, companions: Sequence[str], config
     error = install(python, [f"{check.name}=={version}"], companions, config.install_timeout_s)
     if error and UNAVAILABLE in error and same_minor:
         LOG.info("%s %s: not installable here, trying %s", check.name, version, same_minor[0])
-        outcome = try_release(check, same_minor[0], companions, config, deselect, same_minor[1:])
+        outcome = try_release(check, same_minor[0], companions, config, deselect, same_minor[1:], allowed_skips)
         outcome.version = version
         return outcome
     if error:
@@ -311,7 +326,7 @@ def try_release(check: DepCheck, version: str, companions: Sequence[str], config
         if Version(got) != Version(version):
             outcome = Outcome(version, False, f"environment imports {check.name} {got}, not {version}")
         else:
-            passed, reason = run_tests(python, check.tests, config, deselect)
+            passed, reason = run_tests(python, check.tests, config, deselect, allowed_skips)
             outcome = Outcome(version, passed, reason)
         outcome.seconds = time.monotonic() - start
     outcome.installed = version
@@ -337,14 +352,14 @@ def check_dependency(check: DepCheck, declared: dict[str, Requirement], config: 
             candidates.append(str(newest))
     LOG.info("%s: %d candidates %s .. %s (installed %s)", check.name, len(candidates), candidates[0],
              candidates[-1], newest)
-    deselect = baseline_failures(check, config)
+    deselect, skips = baseline_failures(check, config)
     if deselect:
         LOG.warning("%s: %d test(s) already fail with the installed releases, left out: %s", check.name,
                     len(deselect), " ".join(deselect))
     later = {c: [str(v) for v in releases if Version(c) < v < newest and v.release[:2] == Version(c).release[:2]]
              for c in candidates}
     index, tried = bisect_oldest(candidates,
-                                 lambda v: try_release(check, v, companions, config, deselect, later[v]))
+                                 lambda v: try_release(check, v, companions, config, deselect, later[v], skips))
     ran = {o.version: o.installed for o in tried}
     result = DepResult(check.name, declared_text, ran.get(candidates[index]) or candidates[index], tried=tried,
                        deselected=deselect)
@@ -373,7 +388,7 @@ def check_combined(checks: Sequence[DepCheck], declared: dict[str, Requirement],
         return Outcome(" ".join(pins), False, error, time.monotonic() - start)
     LOG.info("combined environment: %s", environment_versions(python, [c.name for c in checks]))
     for check in checks:
-        passed, reason = run_tests(python, check.tests, config, baseline_failures(check, config))
+        passed, reason = run_tests(python, check.tests, config, *baseline_failures(check, config))
         if not passed:
             return Outcome(" ".join(pins), False, f"{check.name} subset: {reason}", time.monotonic() - start)
     return Outcome(" ".join(pins), True, "", time.monotonic() - start)

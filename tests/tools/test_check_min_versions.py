@@ -66,3 +66,8 @@ def test_failure_line_prefers_the_first_error(tool):
               "=========================== 1 failed, 4 passed in 2.00s ===\n")
     assert tool.failure_line(output) == ("ImportError: cannot import name 'x' from 'open_clip' "
                                          "[1 failed, 4 passed in 2.00s]")
+
+
+def test_skipped_count_reads_the_summary_line(tool):
+    assert tool.skipped_count("===== 3 passed, 2 skipped, 1 warning in 1.00s =====") == 2
+    assert tool.skipped_count("===== 3 passed in 1.00s =====") == 0
