@@ -5,10 +5,11 @@ dependencies change, not in CI. For each dependency it:
 
 1. lists the releases with ``pip index versions`` and keeps the first release of every minor version
    (a bound ``>=X.Y`` admits ``X.Y.0``, so that is the release the bound must work with);
-2. bisects over those candidates (newest = the installed release, assumed to pass): a candidate is
+2. bisects over those candidates (newest = the installed release, checked first): a candidate is
    installed into a private virtual environment made with ``--system-site-packages`` (so the pinned
-   torch is reused, not re-installed), together with the names of the project's other base dependencies
-   so that pip's resolver downgrades whatever the candidate needs downgraded;
+   torch is reused, not re-installed), together with the project's other base dependencies within their
+   declared ranges, so that pip's resolver downgrades whatever the candidate needs downgraded, and a
+   candidate that cannot be installed with the other declared bounds fails;
 3. runs the dependency's test subset with that environment's Python, from an extract of the last commit
    (``--worktree``: a copy of the working tree). Tests of the subset that already fail with the installed
    releases (work in progress elsewhere) are found first, left out of every candidate's run, and counted.
@@ -340,8 +341,8 @@ def check_dependency(check: DepCheck, declared: dict[str, Requirement], config: 
     """Bisect the oldest passing release of one dependency."""
     requirement = declared.get(canonical(check.name))
     declared_text = str(requirement.specifier) if requirement and requirement.specifier else "(none)"
-    companions = sorted(r.name for key, r in declared.items()
-                        if key != canonical(check.name) and key not in PINNED)
+    # the other dependencies within their declared ranges: a bound is only true if it can be installed with them
+    companions = sorted(str(r) for key, r in declared.items() if key != canonical(check.name) and key not in PINNED)
     newest = installed_version(check.name)
     releases = available_versions(check.name)
     if explicit:
