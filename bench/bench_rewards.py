@@ -5,7 +5,7 @@ One SCST-sized batch (B=32 images x k=5 real Flickr8k captions, 5 references eac
 - `cider`, steady state (tokenized references and their n-gram statistics cached, Python PTB-style
   tokenizer) vs the baseline that re-tokenizes the references and recomputes their statistics every call;
   and vs the same reward with pycocoevalcap's Java tokenizer (`cider_tokenizer="ptb"`);
-- `clip-s` with a tiny random backbone, steady state (image embeddings cached by image id) vs a baseline
+- `clip-s` with a tiny random backbone, steady state (image embeddings cached by image file) vs a baseline
   that encodes the 32 images again on every call (the text cache is emptied before every call in both, as
   SCST captions are new at every step).
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
 
     clip_rows = [("clip-s (tiny), re-encode the images every call (baseline)",
                   median_time(clip_uncached, repeats, warmup=1)),
-                 ("clip-s (tiny), image embeddings cached by id", median_time(clip_cached, repeats, warmup=1))]
+                 ("clip-s (tiny), image embeddings cached by file", median_time(clip_cached, repeats, warmup=1))]
     print(f"reward call on B=32 x k=5 Flickr8k captions, median of {args.repeats} (CPU, 1 thread)")
     print(f"{'configuration':64} {'ms/call':>9} {'ratio':>7}")
     for group in (rows, clip_rows):
