@@ -16,6 +16,7 @@ from PIL import Image
 from captioner.checkpoints import load_captioner
 from captioner.features import FeatureCache
 from captioner.pipeline import run_from_config
+from captioner_testkit import tiny_pipeline_sections
 from metric.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
@@ -31,12 +32,7 @@ def _config(tmp_path, shared_data) -> dict:
                  "max_train_images": 16, "max_val_images": 4},
         "vocab": {"kind": "word", "min_count": 2, "max_length": 12},
         "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
-        "model": {"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
-                  "dropout": 0.1},
-        "xe": {"max_steps": 6, "batch_size": 40, "micro_batch_size": 20, "val_every": 6, "val_beam_size": 2,
-               "checkpoint_every": 6, "log_every": 1, "tensorboard": False,
-               "schedule": {"warmup_steps": 2, "constant_until": 4, "decay_until": 6, "peak_lr": 2e-3,
-                            "final_lr": 1e-4}},
+        **tiny_pipeline_sections(40, 20, val_every=6, checkpoint_every=6),
         "scst": {"batch_size": 8, "micro_batch_size": 8, "max_steps": 2, "k": 2, "lr": 1e-4,
                  "checkpoint_every": 2, "tensorboard": False},
         "rewards": REWARDS,

@@ -22,6 +22,7 @@ import yaml
 from captioner.data import load_dataset
 from captioner.pipeline import reward_slug
 from metric.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from captioner_testkit import tiny_pipeline_sections
 from rehearsal_data import build_rehearsal_sets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,12 +39,7 @@ def _config(root: Path, sets: dict, models: dict) -> dict:
         "data": {**sets["train"], "max_train_images": 24, "max_val_images": 4},
         "vocab": {"kind": "word", "min_count": 2, "max_length": 12},
         "features": {"source": tiny, "batch_size": 8, "dtype": "float32"},
-        "model": {"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
-                  "dropout": 0.1},
-        "xe": {"max_steps": 6, "batch_size": 16, "micro_batch_size": 8, "val_every": 3, "val_beam_size": 2,
-               "checkpoint_every": 2, "log_every": 1, "tensorboard": False,
-               "schedule": {"warmup_steps": 2, "constant_until": 4, "decay_until": 6, "peak_lr": 2e-3,
-                            "final_lr": 1e-4}},
+        **tiny_pipeline_sections(16, 8, val_every=3, checkpoint_every=2),
         "scst": {"batch_size": 4, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-4,
                  "checkpoint_every": 2, "tensorboard": False},
         "reward_models": {"clip": {"backbone": "", "checkpoint": str(models["clip"])},

@@ -14,8 +14,9 @@ from metric.common.errors import InputError
 from metric.train import MetricTrainConfig, train_metric
 from metric.train_data import TensorPositivesDataset, read_manifest
 
+from .metric_train_driver import WORDS, positives
+
 torch.set_num_threads(1)
-WORDS = "dog cat man woman red blue ball grass water snow runs sits".split()
 
 
 def _backbone(seed=0, vision=None):
@@ -24,13 +25,7 @@ def _backbone(seed=0, vision=None):
     return build_backbone_from_config(config, seed=seed, name="tiny-test")
 
 
-def _data(n, seed):
-    generator = torch.Generator().manual_seed(seed)
-    images = torch.randn(n, 3, 32, 32, generator=generator)
-    words = torch.randint(0, len(WORDS), (n, 3), generator=generator).tolist()
-    captions = [" ".join(WORDS[i] for i in row) for row in words]
-    return TensorPositivesDataset(images, captions, images + 0.1 * torch.randn(images.shape, generator=generator),
-                                  [c.upper() for c in captions])
+_data = positives  # `n` random positives from a seed (shared with the equivalence driver)
 
 
 def _config(tmp_path, name="run", **kwargs):
