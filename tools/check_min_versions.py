@@ -5,7 +5,7 @@ dependencies change, not in CI. For each dependency it:
 
 1. lists the releases with ``pip index versions`` and keeps the first release of every minor version
    (a bound ``>=X.Y`` admits ``X.Y.0``, so that is the release the bound must work with);
-2. bisects over those candidates (newest = the installed release, checked first): a candidate is
+2. bisects over those candidates (newest = the installed release, run first as it is): a candidate is
    installed into a private virtual environment made with ``--system-site-packages`` (so the pinned
    torch is reused, not re-installed), together with the project's other base dependencies within their
    declared ranges, so that pip's resolver downgrades whatever the candidate needs downgraded, and a
@@ -254,8 +254,9 @@ def install(python: Path, pins: Sequence[str], companions: Sequence[str], timeou
     except subprocess.TimeoutExpired:
         return f"install timed out after {timeout_s}s"
     if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-        return "install failed: " + (errors[0] if errors else proc.stderr.strip()[-200:])[:200]
+        lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+        errors = [line for line in lines if line.startswith("ERROR")] or lines[-1:] or ["(no message)"]
+        return "install failed: " + errors[0][:200]
     return ""
 
 
