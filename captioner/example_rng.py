@@ -10,6 +10,7 @@ captioner's decoder holds the `k` captions of an image next to each other).
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -19,6 +20,7 @@ from metric.common.errors import PacsError
 
 DROPOUT = 0
 SAMPLING = 1
+POOL_BLOCK = 1 << 15  # values drawn per example and refill (at least 4 calls' worth)
 
 
 def example_seed(seed: int, step: int, index: int, purpose: int) -> int:
@@ -41,6 +43,8 @@ class ExampleRNG:
         if not generators:
             raise PacsError("ExampleRNG needs at least one generator")
         self.generators = list(generators)
+        self._pool: torch.Tensor | None = None  # [examples, values]: the next values of each generator's stream
+        self._used = 0
 
     def rows_per_example(self, rows: int) -> int:
         """How many consecutive rows of a `rows`-row tensor belong to each example."""
@@ -49,11 +53,34 @@ class ExampleRNG:
         return rows // len(self.generators)
 
     def rand(self, shape: Sequence[int], device: torch.device | str) -> torch.Tensor:
-        """Uniform [0, 1) float32 values of `shape`; rows of example `e` drawn from generator `e`."""
+        """Uniform [0, 1) float32 values of `shape`; rows of example `e` drawn from generator `e`.
+
+        Each example's values are the next ones of its generator's stream, served from a pool refilled in
+        blocks (one `torch.rand` per example and block, not per call), so a dropout site costs a slice of
+        the pool instead of one draw per example. Refills happen at the same points for every example (all
+        consume the same count per call), so an example's values depend only on its generator.
+        """
         per = self.rows_per_example(int(shape[0]))
         rest = tuple(int(s) for s in shape[1:])
-        return torch.cat([torch.rand((per, *rest), generator=g, device=device, dtype=torch.float32)
-                          for g in self.generators])
+        count = per * math.prod(rest)
+        device = torch.device(device)
+        if self._pool is None or self._pool.device != device or self._used + count > self._pool.shape[1]:
+            self._refill(count, device)
+        values = self._pool[:, self._used:self._used + count]
+        self._used += count
+        return values.reshape(len(self.generators) * per, *rest)
+
+    def _refill(self, count: int, device: torch.device) -> None:
+        """Move what is left of the pool to the front and fill the rest with the next block of each stream."""
+        block = max(POOL_BLOCK, 4 * count)
+        pool = self._pool if self._pool is not None and self._pool.device == device else None
+        left = pool.shape[1] - self._used if pool is not None else 0
+        fresh = torch.empty((len(self.generators), left + block), dtype=torch.float32, device=device)
+        if left:
+            fresh[:, :left] = pool[:, self._used:]
+        for row, generator in zip(fresh, self.generators):
+            row[left:].uniform_(generator=generator)  # a row of a contiguous tensor: one call per example
+        self._pool, self._used = fresh, 0
 
     def multinomial(self, probs: torch.Tensor) -> torch.Tensor:
         """One index per row of `probs [N, V]`; rows of example `e` sampled with generator `e`."""
