@@ -26,6 +26,8 @@ def _perturb_lora(backbone, seed=0):
         for name, param in backbone.model.named_parameters():
             if "lora_B" in name:  # B starts at zero (identity adapter); make the adapter do something
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+            elif "lora_A" in name:  # peft draws A from the global generator: fix it, whatever ran before
+                param.copy_(torch.randn(param.shape, generator=generator) * param.shape[-1] ** -0.5)
 
 
 def _inputs():
