@@ -33,7 +33,17 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
         assert f"| {model} |" in out
     results = json.loads((run_dir / "results.json").read_text())
     assert [r["model"] for r in results["rows"]][0] == "xe" and len(results["rows"]) == 5
-    assert all(0.0 <= r["Judge-acc"] <= 100.0 and r["Length"] > 0 for r in results["rows"])
+    # Judge-acc and Length recomputed from the captions the run wrote, against the world's scenes
+    from captioner.demo.data import DemoData
+    from captioner.demo.judge import judge_caption
+
+    scenes = DemoData.build(load_demo_config(config, []).world, tmp_path / "unused").scenes()
+    written_captions = json.loads((run_dir / "evaluate" / "captions.json").read_text())
+    for row in results["rows"]:
+        captions = written_captions[row["model"]]
+        correct = sum(judge_caption(caption, scenes[image_id]).is_correct for image_id, caption in captions.items())
+        assert row["Judge-acc"] == pytest.approx(100.0 * correct / len(captions)), row["model"]
+        assert row["Length"] == pytest.approx(sum(len(c.split()) for c in captions.values()) / len(captions))
     # every training stage logged curves; the metric stages really trained (validation loss fell)
     for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++"):
         assert (run_dir / "logs" / f"{name}.csv").is_file(), name
