@@ -30,6 +30,7 @@ class ClipStageConfig:
     context_length: int = 32
     steps: PositiveInt = 600
     batch_size: PositiveInt = 128
+    micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
     weight_decay: float = 0.1
     eval_every: int = 50
@@ -43,6 +44,7 @@ class PacsStageConfig:
     alpha: float = 4.0
     steps: PositiveInt = 300
     batch_size: PositiveInt = 64
+    micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 2e-3
     lambda_v: float = 0.1
     lambda_t: float = 0.001

@@ -57,9 +57,11 @@ def history_to_csv(train_log: Path, out: Path) -> None:
 
 
 def _trainer_config(mode: str, folder: Path, seed: int, steps: int, batch_size: int, lr: float, weight_decay: float,
-                    eval_every: int, loss: LossOptions, lora: LoraOptions | None = None) -> MetricTrainConfig:
+                    eval_every: int, loss: LossOptions, lora: LoraOptions | None = None,
+                    micro_batch_size: int = 0) -> MetricTrainConfig:
     return MetricTrainConfig(mode=mode, backbone=None, random_init=True, lora=lora or LoraOptions(), loss=loss,
-                             lr=lr, weight_decay=weight_decay, batch_size=batch_size, max_steps=steps,
+                             lr=lr, weight_decay=weight_decay, batch_size=batch_size,
+                             micro_batch_size=micro_batch_size, max_steps=steps,
                              max_epochs=10_000, eval_every=eval_every, patience=10**9, log_every=10, cpu=True,
                              seed=seed, output_dir=str(folder))
 
@@ -83,7 +85,8 @@ def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) 
             [pixels[i] for i, _ in rows], [config.prompt + web[i][(k + 1) % per_image] for i, k in rows],
             image_ids=[items[i].image_id for i, _ in rows])
     trainer = _trainer_config("full", folder, config.seed, stage.steps, stage.batch_size, stage.lr,
-                              stage.weight_decay, stage.eval_every, LossOptions(lambda_v=0.0, lambda_t=0.0))
+                              stage.weight_decay, stage.eval_every, LossOptions(lambda_v=0.0, lambda_t=0.0),
+                              micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
     if process_state().is_main_process:
         history_to_csv(folder / "train_log.json", logs / "clip.csv")
@@ -112,7 +115,7 @@ def train_pacs(config: DemoConfig, data: DemoData, clip_folder: Path, folder: Pa
         datasets[split] = TensorPositivesDataset(images, captions, gen_images, gen_captions, image_ids=ids)
     trainer = _trainer_config("lora", folder, config.seed, stage.steps, stage.batch_size, stage.lr, 0.0,
                               stage.eval_every, LossOptions(lambda_v=stage.lambda_v, lambda_t=stage.lambda_t),
-                              LoraOptions(rank=stage.rank, alpha=stage.alpha))
+                              LoraOptions(rank=stage.rank, alpha=stage.alpha), micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
     if process_state().is_main_process:
         history_to_csv(folder / "train_log.json", logs / "pacs.csv")
