@@ -27,7 +27,7 @@ from captioner.train_xe import XEConfig
 from captioner.training import process_state
 from captioner.vocab import DEFAULT_MAX_LENGTH
 from metric.common.config import (NonNegativeInt, PositiveInt, deep_merge, dump_yaml, from_dict, load_yaml,
-                                  parse_overrides)
+                                  parse_overrides, to_dict)
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
 
@@ -273,7 +273,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     source = config.features.source.to_record()
 
     xe_dir = run.dir / "xe"
-    xe_config = from_dict(XEConfig, dict(_asdict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
+    xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
                           "xe")
     stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
                                                [(i.image_id, c) for i in train_items for c in i.captions],
@@ -287,7 +287,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     for spec in config.rewards:
         name = f"scst-{reward_slug(spec)}"
         out = run.dir / name
-        scst = from_dict(SCSTConfig, dict(_asdict(config.scst), output_dir=str(out), reward=spec,
+        scst = from_dict(SCSTConfig, dict(to_dict(config.scst), output_dir=str(out), reward=spec,
                                           micro_batch_size=scst_micro), "scst")
 
         def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
@@ -332,12 +332,6 @@ def _summary(result: Any) -> dict[str, Any]:
     """What a stage record keeps of an XE / SCST result (steps and last loss)."""
     losses = list(getattr(result, "losses", []) or [])
     return {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
-
-
-def _asdict(config: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(config)
 
 
 def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
@@ -411,14 +405,14 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
 
 def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
     """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)]."""
+    from captioner.recipe_stages import data_inputs
+
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():
         split = set_config.get("split", "test")
         dataset = run.dataset(set_config)
         items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
-        from captioner.recipe_stages import data_inputs
-
         selection = {"test_set": set_config, "max_images": config.evaluation.max_images}
         prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
                                                              selection, data_inputs(set_config))))

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
+from metric.common.provenance import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -74,14 +75,10 @@ class HashCache:
         entry = self.known.get(str(path))
         if entry and entry["size"] == stat["size"] and entry["mtime_ns"] == stat["mtime_ns"]:
             return entry["sha256"]
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        self.known[str(path)] = {**stat, "sha256": digest.hexdigest()}
+        self.known[str(path)] = {**stat, "sha256": sha256_file(path)}
         if self.writer:
             write_json_atomic(self.path, self.known)
-        return digest.hexdigest()
+        return self.known[str(path)]["sha256"]
 
     def checkpoint_input(self, path: str | os.PathLike) -> dict[str, Any]:
         """A model checkpoint input: sha256 of the file (a folder: of every file below it, by relative path)."""

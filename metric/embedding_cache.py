@@ -37,9 +37,7 @@ class EmbeddingCache:
 
     def file_hash(self, path: str | os.PathLike) -> str:
         """sha256 of an image file, memoised by resolved path + size + mtime (a changed file is hashed again)."""
-        resolved = os.path.realpath(path)
-        stat = os.stat(resolved)
-        key = f"{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
+        key = image_identity(path)
         if key not in self._file_hashes:
             self._file_hashes[key] = sha256_file(path)
         return self._file_hashes[key]
@@ -79,3 +77,16 @@ class EmbeddingCache:
     def read_model_info(folder: str | os.PathLike) -> dict:
         """Read the `model.json` of a cache folder."""
         return json.loads((Path(folder) / "model.json").read_text(encoding="utf-8"))
+
+
+def image_identity(path: str | os.PathLike) -> str:
+    """`path:<realpath>|<size>|<mtime_ns>`: the in-memory cache key of an image file (a changed file gets a new key).
+
+    A missing file keeps its resolved path as key (loading it then fails with an error naming it).
+    """
+    resolved = os.path.realpath(path)
+    try:
+        stat = os.stat(resolved)
+    except OSError:
+        return f"path:{resolved}"
+    return f"path:{resolved}|{stat.st_size}|{stat.st_mtime_ns}"

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from metric.backbones import Backbone
 from metric.common.errors import InputError
-from metric.embedding_cache import EmbeddingCache
+from metric.embedding_cache import EmbeddingCache, image_identity
 from metric.preprocess import open_image
 from metric.pruned_forward import common_prefix_length, prefix_states
 from metric.registry import default_w
@@ -325,19 +325,6 @@ class Scorer:
         _check_texts(list(candidates), "candidate")
         image_embs = self.embed_images(images, keys=keys, names=names)
         return self.score_embeddings(image_embs, candidates, references, w)
-
-
-def image_identity(path: str | os.PathLike) -> str:
-    """`path:<realpath>|<size>|<mtime_ns>`: the in-memory cache key of an image file (a changed file gets a new key).
-
-    A missing file keeps its resolved path as key (loading it then fails with an error naming it).
-    """
-    resolved = os.path.realpath(path)
-    try:
-        stat = os.stat(resolved)
-    except OSError:
-        return f"path:{resolved}"
-    return f"path:{resolved}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
 def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:
