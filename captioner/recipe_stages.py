@@ -1,10 +1,11 @@
 """The fingerprints of the recipe pipeline's stages (`captioner.pipeline`): which settings and inputs
 determine vocab, features/<set>, xe, scst-<reward> and eval/<model>/<set> (rules in `captioner.stages`).
 
-Settings that cannot change a stage's result are left out, so changing them never re-runs anything: where a
-stage writes (`output_dir`, `resume_from`), how work is cut (`micro_batch_size`, feature `batch_size` /
-`shard_size`, evaluation `batch_size`), logging (`log_every`, `tensorboard`) and checkpoint cadence
-(`checkpoint_every`, `keep_checkpoints`), and devices.
+Settings that do not change what a stage computes are left out, so changing them never re-runs anything: where
+a stage writes (`output_dir`, `resume_from`), how work is cut (`micro_batch_size`, feature `batch_size` /
+`shard_size`, evaluation `batch_size`; these change only the order of floating-point sums), logging
+(`log_every`, `tensorboard`) and checkpoint cadence (`checkpoint_every`, `keep_checkpoints`), and devices.
+Shared by the recipe pipeline and the demo.
 """
 from __future__ import annotations
 

@@ -79,6 +79,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     """
     from captioner.demo import captioning, correlation, metric_stages
     from captioner.demo.data import DemoData, write_images
+    from captioner.recipe_stages import NOT_DETERMINING, settings_of
     from captioner.stages import StageRunner, check_force
     from captioner.training import micro_batch_for, process_state
     from eval.report import write_report
@@ -113,10 +114,10 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     common = {"seed": config.seed, "prompt": config.prompt}
     runner.run("data", lambda: write_images(data, runner.folder("data")), {"world": to_dict(config.world)})
     runner.run("clip", lambda: metric_stages.pretrain_clip(config, data, runner.folder("clip"), logs),
-               {**common, "clip": to_dict(config.clip)}, upstream=["data"], distributed=True)
+               {**common, "clip": settings_of(config.clip)}, upstream=["data"], distributed=True)
     runner.run("pacs", lambda: metric_stages.train_pacs(config, data, runner.folder("clip"), runner.folder("pacs"),
                                                         logs),
-               {**common, "pacs": to_dict(config.pacs)}, upstream=["clip"], distributed=True)
+               {**common, "pacs": settings_of(config.pacs)}, upstream=["clip"], distributed=True)
     runner.run("correlation", lambda: correlation.run_correlation(config, data, scorers(),
                                                                   runner.folder("correlation")),
                {**common, "correlation": to_dict(config.correlation)}, upstream=["pacs"])
@@ -128,13 +129,12 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
         return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
 
     runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
-    xe_settings = {k: v for k, v in to_dict(config.xe).items() if k not in ("micro_batch_size", "log_every")}
+    xe_settings = settings_of(config.xe)
     runner.run("xe", lambda: captioning.run_xe(config, data, features(), runner.folder("xe"), logs,
                                                runner.folder("clip") / "checkpoint.safetensors", xe_micro),
                {"seed": config.seed, "xe": xe_settings}, upstream=["features"], distributed=True)
     models = {"xe": runner.folder("xe") / "best"}
-    scst_settings = {k: v for k, v in to_dict(config.scst).items()
-                     if k not in ("rewards", "micro_batch_size", "log_every")}
+    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards"})
     for spec in config.scst.rewards:
         name = f"scst-{captioning.reward_slug(spec)}"
         runner.run(name, lambda spec=spec, name=name: captioning.run_scst(
