@@ -3,11 +3,48 @@
 `build_reward("cider:1,pac-s++:0.5", **context)` returns a callable
 `reward(image_ids, captions[B][k], references[B][*]) -> torch.FloatTensor[B, k]`; new rewards are one
 function decorated with `@register_reward("name")`.
-"""
-from rewards.base import Reward, WeightedReward, check_batch
-from rewards.registry import REWARDS, build_reward, parse_reward_spec, register_reward, reward_names
-from rewards.resources import ImageEmbeddingCache, RewardResources
-from rewards import cider, contrastive  # noqa: F401,E402  (register the built-in rewards)
 
-__all__ = ["REWARDS", "ImageEmbeddingCache", "Reward", "RewardResources", "WeightedReward", "build_reward",
-           "check_batch", "parse_reward_spec", "register_reward", "reward_names"]
+Every name is imported on first access (PEP 562), so `import rewards` loads neither torch nor a model; the
+built-in rewards register themselves on first use of the registry (`rewards.registry.load_builtin_rewards`).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
+_PUBLIC = {
+    "build_reward": "rewards.registry",
+    "register_reward": "rewards.registry",
+    "reward_names": "rewards.registry",
+    "parse_reward_spec": "rewards.registry",
+}
+#: also importable from the package root (kept for existing code)
+_OTHERS = {
+    "REWARDS": "rewards.registry",
+    "Reward": "rewards.base",
+    "WeightedReward": "rewards.base",
+    "check_batch": "rewards.base",
+    "ImageEmbeddingCache": "rewards.resources",
+    "RewardResources": "rewards.resources",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a root-level name on first access."""
+    module = _PUBLIC.get(name) or _OTHERS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rewards' has no attribute {name!r}")
+    if name == "REWARDS":
+        value = importlib.import_module(module).load_builtin_rewards()  # the table with the built-ins in it
+    else:
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus the lazily imported names."""
+    return sorted(set(globals()) | set(_PUBLIC) | set(_OTHERS))

@@ -4,9 +4,12 @@ A factory is one function `factory(**context) -> reward`, where `reward(image_id
 returns a float tensor `[B, k]`; `context` carries whatever the factories need (a scorer or backbone, an image
 loader, the training references, ...); each factory reads the keys it knows and ignores the others.
 A spec is one registered name or a weighted mix `"cider:1,pac-s++:0.5"`.
+The built-in rewards (`rewards.cider`, `rewards.contrastive`) register themselves the first time the registry is
+used (any function below), so importing `rewards` stays cheap.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable
 
@@ -16,15 +19,43 @@ from rewards.resources import RewardResources
 
 RewardFactory = Callable[..., RewardFn]
 REWARDS: dict[str, RewardFactory] = {}
+#: modules whose import registers the built-in rewards (imported on first use of the registry)
+BUILTIN_MODULES = ("rewards.cider", "rewards.contrastive")
+
+
+def load_builtin_rewards() -> dict[str, RewardFactory]:
+    """Import the built-in reward modules (once; they register themselves) and return `REWARDS`."""
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)  # a no-op once imported (or while it is being imported)
+    return REWARDS
 
 
 def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
-    """Decorator registering `factory(**context) -> reward` under `name` (case-insensitive)."""
+    """Decorator registering `factory(**context) -> reward` under `name` (case-insensitive).
+
+    A name already taken (a built-in one included) is a ValueError. Example (the factory receives the whole
+    `build_reward` context as keyword arguments):
+
+    >>> import torch
+    >>> from rewards import build_reward, register_reward
+    >>> @register_reward("doc-word-count")
+    ... def word_count(**context):
+    ...     def reward(image_ids, captions, references):
+    ...         return torch.tensor([[float(len(c.split())) for c in row] for row in captions])
+    ...     return reward
+    >>> build_reward("doc-word-count")(["img1"], [["a dog", "a dog runs"]], [["a dog runs on grass"]])
+    tensor([[2., 3.]])
+    >>> register_reward("cider")(word_count)
+    Traceback (most recent call last):
+    ...
+    ValueError: reward 'cider' is already registered (by cider_reward)
+    """
     key = name.strip().lower()
     if not key or any(ch in key for ch in ",:"):
         raise ValueError(f"reward name {name!r} must be non-empty and contain no ',' or ':'")
 
     def decorate(factory: RewardFactory) -> RewardFactory:
+        load_builtin_rewards()  # a user reward must not take a built-in's name
         if key in REWARDS:
             raise ValueError(f"reward {name!r} is already registered (by {REWARDS[key].__qualname__})")
         REWARDS[key] = factory
@@ -34,12 +65,22 @@ def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
 
 
 def reward_names() -> list[str]:
-    """The registered reward names, sorted."""
-    return sorted(REWARDS)
+    """The registered reward names, sorted.
+
+    >>> from rewards import reward_names
+    >>> reward_names()  # doctest: +ELLIPSIS
+    ['cider', 'clip-s', ..., 'ref-pac-s++']
+    """
+    return sorted(load_builtin_rewards())
 
 
 def parse_reward_spec(spec: str) -> list[tuple[str, float]]:
-    """Split `"name"` or `"a:1,b:0.5"` into (lower-cased name, weight) pairs; bad syntax is an InputError."""
+    """Split `"name"` or `"a:1,b:0.5"` into (lower-cased name, weight) pairs; bad syntax is an InputError.
+
+    >>> from rewards import parse_reward_spec
+    >>> parse_reward_spec("CIDEr:1, pac-s++:0.5")
+    [('cider', 1.0), ('pac-s++', 0.5)]
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"empty reward spec {spec!r} (known rewards: {', '.join(reward_names())})")
     parts = [part.strip() for part in spec.split(",")]
@@ -67,7 +108,7 @@ def parse_reward_spec(spec: str) -> list[tuple[str, float]]:
 
 def _known_name(name: str, spec: str) -> str:
     key = name.strip().lower()
-    if key not in REWARDS:
+    if key not in load_builtin_rewards():
         raise InputError(f"unknown reward {name.strip()!r} in spec {spec!r} (known: {', '.join(reward_names())})")
     return key
 
@@ -76,7 +117,23 @@ def build_reward(spec: str, **context: Any) -> Reward:
     """Build the reward named by `spec` ("cider", "pac-s++", "cider:1,pac-s++:0.5", ...) from `context`.
 
     The rewards of one mix share a `RewardResources` (scorers and image-embedding caches); pass
-    `resources=` to share them with other rewards too.
+    `resources=` to share them with other rewards too. Example on a tiny random CLIP (use
+    `checkpoint="PAC++_clip_ViT-B-32.pth"` or `backbone="ViT-B-32/openai"` for real rewards):
+
+    >>> import torch
+    >>> from PIL import Image
+    >>> from metric.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from rewards import build_reward
+    >>> reward = build_reward("cider:1,clip-s:0.5",
+    ...                       backbone=build_backbone_from_config(tiny_clip_config(), seed=0),
+    ...                       image_paths={"img1": Image.new("RGB", (64, 64), "red")},  # or file paths
+    ...                       train_references=[["a dog runs on the grass"], ["a man rides a horse"]])
+    >>> values = reward(["img1"], [["a dog runs", "a red square"]], [["a dog runs on the grass"]])
+    >>> values.shape  # [B images, k captions each]
+    torch.Size([1, 2])
+    >>> parts = reward.last_components
+    >>> sorted(parts), torch.allclose(values, parts["cider"] + 0.5 * parts["clip-s"])
+    (['cider', 'clip-s'], True)
     """
     terms = parse_reward_spec(spec)
     context.setdefault("resources", RewardResources())
