@@ -1,4 +1,4 @@
-"""One registry of every metric name pacs knows (text, contrastive, fluency, baseline), as in DESIGN.md."""
+"""One registry of every metric name pacs knows (text, contrastive, fluency, baseline): docs/data_layouts.md."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,6 @@
 """Positive-augmented contrastive losses for training PAC-S / PAC-S++ (plus optional RCA-NOC and UMIC-style terms).
 
-Decisions the papers leave open (REFERENCE.md §7.1), fixed here:
+Decisions the papers leave open (docs/formulas.md), fixed here:
 - the symmetric InfoNCE *averages* its two directions (image→text and text→image), as PAC-S++ §3.1 says;
   ``directions="sum"`` gives the PAC-S Eq. 2 form (exactly twice the value);
 - the temperature is the model's own ``logit_scale`` (``exp`` of CLIP's learned log-scale); whether it is
@@ -60,7 +60,7 @@ def relative_infonce(anchors: torch.Tensor, candidates: torch.Tensor, positive_m
     For anchor i with positives P_i and negatives N_i (every candidate that is not a positive):
     ``L_i = -(1/|P_i|) Σ_{p∈P_i} q_ip · log( e^{s_ip} / (e^{s_ip} + Σ_{n∈N_i} e^{s_in}) )`` with
     ``s = logit_scale · cos``; the loss is the mean of ``L_i`` over anchors having at least one positive.
-    `weights` (``[N, M]``, default 1) are the per-positive re-weightings ``q`` (REFERENCE.md §6.3).
+    `weights` (``[N, M]``, default 1) are the per-positive re-weightings ``q`` (RCA-NOC Eq. 14).
     """
     if anchors.ndim != 2 or candidates.ndim != 2 or anchors.shape[1] != candidates.shape[1]:
         raise ValueError("relative_infonce: anchors [N, E] and candidates [M, E] must share E")

@@ -1,6 +1,6 @@
 """Import state-dict checkpoints in the OpenAI CLIP key layout: official PAC-S / PAC-S++ files, open_clip files.
 
-Rules (see `../shared/fixtures/pacscore/FORMAT.md`):
+Rules (see docs/official_format.md):
 - the file is a `torch.save`d dict; the state dict is its `state_dict` entry (or the dict itself); a common
   `module.` prefix is stripped; tensors are cast to fp32;
 - the architecture is inferred from the shapes with the official `build_model` rules (heads = width // 64 for

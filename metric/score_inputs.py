@@ -1,4 +1,4 @@
-"""Readers for `pacs score` inputs: candidates, references, image lookup (formats of DESIGN.md)."""
+"""Readers for `pacs score` inputs: candidates, references, image lookup (docs/data_layouts.md)."""
 from __future__ import annotations
 
 import json

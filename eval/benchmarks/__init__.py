@@ -11,7 +11,7 @@ Registering a benchmark (e.g. from `eval/benchmarks/vatex_eval.py`)::
         def add_arguments(self, parser):          # optional: benchmark-specific CLI options
             parser.add_argument("--num-refs", type=int, default=9)
 
-        def run(self, context: RunContext) -> dict:  # {metric: {...}} exactly as DESIGN.md lists the keys
+        def run(self, context: RunContext) -> dict:  # {metric: {...}} as docs/data_layouts.md lists the keys
             ...
 
 Built-in modules are imported lazily by `get_benchmark` (see `_MODULES`); a module added later only needs
