@@ -1,1 +1,44 @@
-"""pacs.metric: CLIP-family dual encoders, CLIP-S / PAC-S / PAC-S++ scores, checkpoints, and PAC-S++ training."""
+"""pacs.metric: CLIP-family dual encoders, CLIP-S / PAC-S / PAC-S++ scores, checkpoints, and PAC-S++ training.
+
+The public API, in one import (each name is imported on first access, PEP 562, so `import metric` and
+`import metric.common.errors` load neither torch nor open_clip):
+
+- `score(images, captions, references, metric="ref-pac-s++", checkpoint=...)`: per-caption scores + mean;
+- `load_backbone`, `Scorer`: a model from any source, and the batched, cached scorer;
+- `clip_score`, `reference_term`, `ref_score`: the score formulas on embeddings;
+- `CLIPScore`, `PACScore`, `PACScorePlusPlus`: torchmetrics metrics (optional extra `torchmetrics`).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
+_PUBLIC = {
+    "score": "metric.api",
+    "MetricScores": "metric.api",
+    "load_backbone": "metric.backbones",
+    "Scorer": "metric.scorer",
+    "clip_score": "metric.scores",
+    "reference_term": "metric.scores",
+    "ref_score": "metric.scores",
+    "CLIPScore": "metric.tm_metrics",
+    "PACScore": "metric.tm_metrics",
+    "PACScorePlusPlus": "metric.tm_metrics",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first access (the torchmetrics classes need the `torchmetrics` extra)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'metric' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus the lazily imported public names."""
+    return sorted(set(globals()) | set(_PUBLIC))

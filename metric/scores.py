@@ -33,7 +33,15 @@ def cosine(a: ArrayLike, b: ArrayLike) -> ArrayLike:
 
 
 def clip_score(image_emb: ArrayLike, text_emb: ArrayLike, w: float) -> ArrayLike:
-    """w * max(cos(image, text), 0) per row (CLIP-S with w = 2.5, PAC-S with w = 2.0)."""
+    """w * max(cos(image, text), 0) per row (CLIP-S with w = 2.5, PAC-S with w = 2.0).
+
+    >>> import numpy as np
+    >>> from metric import clip_score
+    >>> image = np.array([[1.0, 0.0], [1.0, 0.0]])
+    >>> text = np.array([[3.0, 4.0], [-1.0, 0.0]])       # cosines 0.6 and -1 (inputs need not be unit length)
+    >>> clip_score(image, text, w=2.5).astype(float).round(4).tolist()  # 2.5 * 0.6; a negative cosine gives 0
+    [1.5, 0.0]
+    """
     cos = cosine(image_emb, text_emb)
     if isinstance(cos, torch.Tensor):
         return w * torch.clamp(cos, min=0)
@@ -45,6 +53,15 @@ def reference_term(candidate_emb: ArrayLike, reference_embs: ArrayLike | Sequenc
 
     `candidate_emb` is `[E]` with `reference_embs` `[R, E]` (returns a scalar), or `[N, E]` with a list of N
     `[R_i, E]` arrays (returns `[N]`).
+
+    >>> import numpy as np
+    >>> from metric import reference_term
+    >>> candidate = np.array([1.0, 0.0])
+    >>> references = np.array([[0.0, 1.0], [3.0, 4.0], [-1.0, 0.0]])  # cosines 0, 0.6, -1
+    >>> round(float(reference_term(candidate, references)), 4)
+    0.6
+    >>> reference_term(np.array([[1.0, 0.0], [0.0, 1.0]]), [references, references[2:]]).astype(float).round(4).tolist()
+    [0.6, 0.0]
     """
     if isinstance(reference_embs, (list, tuple)):
         values = [reference_term(candidate_emb[i], refs) for i, refs in enumerate(reference_embs)]
@@ -60,7 +77,12 @@ def reference_term(candidate_emb: ArrayLike, reference_embs: ArrayLike | Sequenc
 
 
 def ref_score(score: ArrayLike, ref_term: ArrayLike) -> ArrayLike:
-    """Harmonic mean 2ab / (a + b) of the reference-free score and the reference term; 0 where a + b == 0."""
+    """Harmonic mean 2ab / (a + b) of the reference-free score and the reference term; 0 where a + b == 0.
+
+    >>> from metric import ref_score
+    >>> ref_score([1.5, 0.0, 0.5], [0.6, 0.0, -0.5]).astype(float).round(4).tolist()  # 2*1.5*0.6/2.1; 0 if a+b=0
+    [0.8571, 0.0, 0.0]
+    """
     if isinstance(score, torch.Tensor) or isinstance(ref_term, torch.Tensor):
         a, b = torch.as_tensor(score, dtype=torch.float32), torch.as_tensor(ref_term, dtype=torch.float32)
         total = a + b
