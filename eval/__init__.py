@@ -1,4 +1,39 @@
-"""pacs.eval: text metrics (pycocoevalcap, fast CIDEr-D), fluency measures and human-correlation benchmarks."""
-from eval.cider import CiderD, DocumentFrequency, cider_d, cider_df
+"""pacs.eval: text metrics (pycocoevalcap, fast CIDEr-D), fluency measures and human-correlation benchmarks.
 
-__all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df"]
+The public API, in one import (each name is imported on first access, PEP 562, so `import eval` stays
+cheap). Write `from eval import cider_d`: `import eval` would shadow Python's built-in `eval`.
+
+- `cider_d`, `cider_df`, `CiderD`, `DocumentFrequency`: fast CIDEr-D (= pycocoevalcap's `Cider`);
+- `compute_text_metrics`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE through pycocoevalcap, corpus + per caption;
+- `correlate`: a human-judgment benchmark, the table `pacs correlate --json` writes.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
+_PUBLIC = {
+    "CiderD": "eval.cider",
+    "DocumentFrequency": "eval.cider",
+    "cider_d": "eval.cider",
+    "cider_df": "eval.cider",
+    "compute_text_metrics": "eval.text_metrics",
+    "correlate": "eval.api",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first access."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'eval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus the lazily imported public names."""
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -56,7 +56,20 @@ def _text_to_gram(text: str) -> str | tuple:
 
 @dataclass
 class DocumentFrequency:
-    """Document frequencies of n-grams over a corpus of reference sets, plus the number of documents."""
+    """Document frequencies of n-grams over a corpus of reference sets, plus the number of documents.
+
+    Built by `cider_df`; `save` / `load` keep it on disk (gzipped JSON with a `.gz` suffix):
+
+    >>> import os, tempfile
+    >>> from eval import DocumentFrequency, cider_df
+    >>> table = cider_df([["a dog running on grass", "the dog is in a field"], ["a man on a horse"]])
+    >>> table.num_documents, table.counts["dog"], table.counts[("a", "man")]
+    (2.0, 1.0, 1.0)
+    >>> path = os.path.join(tempfile.mkdtemp(), "df.json.gz")
+    >>> table.save(path)
+    >>> DocumentFrequency.load(path) == table
+    True
+    """
 
     counts: dict  # n-gram key (str for unigrams, tuple of words otherwise) -> number of documents
     num_documents: float
@@ -127,7 +140,17 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
     """Document frequencies over `reference_corpus` (one document = one image's list of references).
 
     With `cache_path`, a table previously saved for the same corpus (sha256 match) is loaded instead of
-    recomputed, and a freshly computed table is saved there.
+    recomputed, and a freshly computed table is saved there. Inputs are tokenized, space-joined strings.
+
+    >>> from eval import cider_d, cider_df
+    >>> train = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"],
+    ...          ["two cats sleep on a sofa"]]
+    >>> df = cider_df(train)  # cider_df(train, cache_path="df.json.gz") also caches it on disk
+    >>> df.num_documents
+    3.0
+    >>> cider_d(["a man rides a horse"], [["a man on a horse", "a rider and his horse"]],
+    ...         document_frequency=df).round(4).tolist()  # fixed frequencies (the SCST reward's)
+    [2.0873]
     """
     _check_reference_sets(reference_corpus, "reference_corpus")
     sha = _corpus_sha256(reference_corpus)
@@ -163,6 +186,12 @@ class CiderD:
 
     `document_frequency=None` takes document frequencies from the references of each call (pycocoevalcap);
     a `DocumentFrequency` (or a path to a saved one) fixes them for every call.
+
+    >>> from eval import CiderD, cider_df
+    >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
+    >>> scorer = CiderD(document_frequency=cider_df(refs + [["two cats sleep on a sofa"]]))
+    >>> scorer(["a dog runs on the grass", "a man rides a horse"], refs).round(4).tolist()
+    [1.5464, 2.0873]
     """
 
     document_frequency: DocumentFrequency | None = None
@@ -337,6 +366,17 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
 
     With a `DocumentFrequency`, one `CiderD` is kept on that table across calls (reference statistics cached);
     for other repeated uses keep a `CiderD` object yourself.
+
+    >>> from eval import cider_d
+    >>> cands = ["a dog runs on the grass", "a man rides a horse"]
+    >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
+    >>> scores = cider_d(cands, refs)
+    >>> scores.round(4).tolist()
+    [1.5464, 2.0065]
+    >>> from pycocoevalcap.cider.cider import Cider  # the reference implementation
+    >>> _, official = Cider().compute_score(dict(enumerate(refs)), {i: [c] for i, c in enumerate(cands)})
+    >>> bool(abs(scores - official).max() < 1e-6)
+    True
     """
     if isinstance(document_frequency, (str, os.PathLike)):
         document_frequency = DocumentFrequency.load(document_frequency)

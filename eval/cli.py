@@ -96,36 +96,15 @@ def print_table(results: dict[str, Any]) -> None:
 
 def run_correlate(args: argparse.Namespace) -> int:
     """`pacs correlate`: run a benchmark for every metric and print (and optionally save) the table."""
-    seed_everything(args.seed)
-    benchmark = bench.get_benchmark(args.benchmark)
-    metrics = parse_metric_list(args.metrics)
-    if args.bootstrap < 0:
-        raise InputError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    data = Path(args.data)
-    if not data.exists():
-        raise InputError(f"--data {data} does not exist")
-    models: dict[str, Any] = {}
-    suite = MetricSuite(metrics, _scorer_factory(args, models), getattr(args, "spice_corenlp", None))
-    context = bench.RunContext(data=data, suite=suite, images=_images_dir(args), image_map=_image_map(args),
-                               skip_missing_images=args.skip_missing_images, bootstrap=args.bootstrap,
-                               seed=args.seed, args=args)
-    results = benchmark.run(context)
-    print(f"{benchmark.name}: {benchmark.description}")
-    print_table(results)
-    for key, value in context.notes.items():
+    from eval.api import run_correlation  # the library's implementation (eval.correlate returns the same table)
+
+    run = run_correlation(args)
+    print(f"{run.benchmark.name}: {run.benchmark.description}")
+    print_table(run.results)
+    for key, value in run.notes.items():
         print(f"{key}: {value}")
     if args.json:
-        output = dict(results)
-        output.update({
-            "benchmark": benchmark.name,
-            "counts": dict(context.notes),
-            "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
-                "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": args.images,
-                "bootstrap": args.bootstrap, "skip_missing_images": args.skip_missing_images,
-                "checkpoint": getattr(args, "checkpoint", None), "backbone": getattr(args, "backbone", None)},
-                models=models),
-        })
-        write_json_atomic(args.json, _json_safe(output))
+        write_json_atomic(args.json, run.table)
         print(f"-> {args.json}")
     return 0
 

@@ -87,6 +87,16 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
     Inputs are raw captions (PTB-tokenized here) unless `tokenized`. Corpus values are pycocoevalcap's
     (corpus BLEU, METEOR's aggregate, mean ROUGE-L / CIDEr-D / SPICE) over the distinct pairs. When the CoreNLP
     jars are missing, SPICE comes back with `available=False` and the reason instead of failing the run.
+    Needs Java (the PTB tokenizer; METEOR and SPICE are jars too).
+
+    >>> from eval import compute_text_metrics
+    >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
+    >>> values = compute_text_metrics(["A dog runs on the grass.", "A man rides a horse."], refs,
+    ...                               ["bleu1", "rouge", "cider"])
+    >>> {name: round(value.corpus, 4) for name, value in values.items()}  # pycocoevalcap's corpus values
+    {'bleu1': 0.8182, 'rouge': 0.7697, 'cider': 1.7764}
+    >>> values["cider"].per_caption.round(4).tolist()
+    [1.5464, 2.0065]
     """
     names = [get_metric(name).name for name in metrics]
     for name in names:
