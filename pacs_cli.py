@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "metric.cli",  # score
     "metric.train_cli",  # train-metric, generate-positives
     "metric.video_cli",  # score-video
+    "metric.export_cli",  # export
     "eval.cli",  # correlate, evaluate
     "eval.report_cli",  # report
     "captioner.cli",  # caption, train

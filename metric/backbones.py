@@ -2,7 +2,8 @@
 
 One way in: `load_backbone(backbone=..., checkpoint=..., arch=...)` handles an open_clip `NAME[/PRETRAINED]`,
 a local open_clip checkpoint, an official PAC-S / PAC-S++ file (see `metric.official`), a pacs checkpoint
-written by `save_backbone`, and a pacs peft adapter folder (delegated to `metric.lora`).
+written by `save_backbone`, a pacs peft adapter folder (delegated to `metric.lora`) and a `pacs export`
+folder (`metric.export`).
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 PACS_FORMAT = "open_clip"
 TINY_RANDOM_NAME = "tiny-random"
+# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.export).
+EXPORT_CONFIG_FILE = "open_clip_config.json"
+EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
 
 
 @dataclass
@@ -410,7 +414,11 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
             adapter = load_adapter_backbone(str(path), device=device)
             check_declared_family(adapter.family, adapter.family_source, family, str(path))
             return adapter
-        raise InputError(f"checkpoint {path} is a folder without pacs_base.json (not a pacs adapter folder)")
+        if (path / EXPORT_WEIGHTS_FILE).is_file():  # a `pacs export` folder: its weights are a pacs checkpoint
+            path = path / EXPORT_WEIGHTS_FILE
+        else:
+            raise InputError(f"checkpoint {path} is a folder without pacs_base.json or {EXPORT_WEIGHTS_FILE} "
+                             "(not a pacs adapter or export folder)")
     if path.suffix == ".safetensors":
         loaded = _load_pacs_safetensors(path, device, family)
         if loaded is not None:
