@@ -5,7 +5,6 @@ import logging
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
@@ -13,6 +12,8 @@ log = logging.getLogger(__name__)
 
 def kendall(scores: Sequence[float], human: Sequence[float], variant: str = "b") -> float:
     """100 × Kendall τ (`variant` 'b' or 'c') between metric scores and human ratings, as in the papers."""
+    from scipy import stats  # imported on use: scipy.stats takes seconds to import
+
     return float(100.0 * stats.kendalltau(np.asarray(scores), np.asarray(human), variant=variant).statistic)
 
 
@@ -28,6 +29,8 @@ def pairwise_accuracy(score_a: Sequence[float], score_b: Sequence[float], a_pref
 
 def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
     """Area under the ROC curve of `scores` for the `positive` class (ties count half); NaN if one class is empty."""
+    from scipy import stats
+
     s = np.asarray(scores, dtype=np.float64)
     pos = np.asarray(positive, dtype=bool)
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())

@@ -4,16 +4,14 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metric.backbones import Backbone, load_backbone
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.images import ImageFinder
-from metric.families import ARCH_PRESETS, FAMILIES, check_metric_family
-from metric.official import LORA_MODES
+from metric.families import ARCH_PRESETS, FAMILIES, LORA_MODES, check_metric_family
 from metric.registry import default_w, metric_spec
 from metric.score_inputs import (
     load_candidates,
@@ -21,7 +19,10 @@ from metric.score_inputs import (
     load_references,
     references_for,
 )
-from metric.scorer import Scorer
+
+if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
+    from metric.backbones import Backbone
+    from metric.scorer import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> B
     With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
     `FamilyMismatchError` (exit 2) unless `--allow-family-mismatch`.
     """
+    from metric.backbones import load_backbone
+
     backbone, checkpoint = getattr(args, "backbone", None), getattr(args, "checkpoint", None)
     if backbone is None and checkpoint is None:
         family = metric_spec(metric).family if metric else "clip"
@@ -82,6 +85,8 @@ def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> B
 
 def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
     """Build a Scorer from the model options; w = --w, else the metric's default for this backbone."""
+    from metric.scorer import Scorer
+
     metric = metric or (getattr(args, "metric", None) if isinstance(getattr(args, "metric", None), str) else None)
     if metric is not None:
         metric_spec(metric)  # unknown names fail before any model is loaded

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from metric.common.errors import InputError
-from metric.preprocess import OPENAI_MEAN, OPENAI_STD
+from metric.normalisation import OPENAI_MEAN, OPENAI_STD
 
 logger = logging.getLogger(__name__)
 
 FAMILIES = ("clip", "pac-s", "pac-s++")
+# How PAC-S++ LoRA deltas are applied (`--lora-mode`): as the official inference does, all of them, or none.
+LORA_MODES = ("official", "all", "none")
 # How a family was established (Backbone.family_source); official names read "official-name:<file>".
 SOURCE_METADATA = "pacs-metadata"
 SOURCE_LORA = "lora-keys"

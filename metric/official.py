@@ -41,6 +41,7 @@ from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
 from metric.families import (
     ARCH_PRESETS,
+    LORA_MODES,
     OFFICIAL_CHECKPOINTS,
     ArchPreset,
     architecture_name,
@@ -54,7 +55,6 @@ from metric.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
 logger = logging.getLogger(__name__)
 
 LORA_ALPHA = 1.0  # not stored in the files: the official constructor default
-LORA_MODES = ("official", "all", "none")
 OPENAI_VIT_REQUIRED_KEYS = (
     "visual.conv1.weight", "visual.class_embedding", "visual.positional_embedding", "visual.proj",
     "token_embedding.weight", "positional_embedding", "ln_final.weight", "text_projection",

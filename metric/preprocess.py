@@ -20,9 +20,7 @@ from torchvision import transforms
 from torchvision.transforms import InterpolationMode
 
 from metric.common.errors import InputError
-
-OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+from metric.normalisation import OPENAI_MEAN, OPENAI_STD  # noqa: F401 (also re-exported here)
 
 _INTERPOLATIONS = {
     "bicubic": InterpolationMode.BICUBIC,

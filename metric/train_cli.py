@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from metric.common.config import load_config
-
 
 def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[str]:
     """Turn set shortcut options into ``key=value`` overrides (they win over the config file)."""
@@ -22,6 +20,7 @@ def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> li
 
 def run_train_metric(args: argparse.Namespace) -> int:
     """Train PAC-S++ / PAC-S from a positives manifest; print where the checkpoint went."""
+    from metric.common.config import load_config
     from metric.train import MetricTrainConfig, train_metric
 
     overrides = list(args.overrides) + _shortcuts(args, [
@@ -38,6 +37,7 @@ def run_train_metric(args: argparse.Namespace) -> int:
 
 def run_generate_positives(args: argparse.Namespace) -> int:
     """Generate synthetic positives and write the manifest; print its path."""
+    from metric.common.config import load_config
     from metric.positives import PositivesConfig, generate_positives
 
     overrides = list(args.overrides) + _shortcuts(args, [

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metric.cli import add_model_options, backbone_from_args, model_provenance
 from metric.common.errors import InputError
@@ -14,8 +14,10 @@ from metric.common.seeding import seed_everything
 from metric.registry import metric_spec
 from metric.score_inputs import (Candidate, load_candidates, load_image_map, load_references, read_json,
                                  references_for)
-from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, find_videos
+
+if TYPE_CHECKING:  # torch loads only when a command reads videos
+    from metric.video import VideoScorer
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None =
 def video_scorer_from_args(args: argparse.Namespace, metric: str, sampling: FrameSampling | None = None,
                            progress: bool = True) -> VideoScorer:
     """Build a VideoScorer from the model and video options (`--w` defaults to 1: Eqs. 6-14 have no scale)."""
+    from metric.video import VideoScorer
+
     backbone = backbone_from_args(args, metric)
     return VideoScorer(backbone, sampling or sampling_from_args(args),
                        batch_size=getattr(args, "batch_size", 64) or 64, device=getattr(args, "device", None),

@@ -26,7 +26,6 @@ import numpy as np
 from PIL import Image
 
 from metric.common.errors import InputError, MissingResourceError
-from metric.preprocess import open_image
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +128,8 @@ def cap_indices(count: int, max_frames: int | None) -> list[int]:
 
 def iter_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
     """Yield the sampled frames of a frame folder (all images, or `num_frames` uniformly), before the cap."""
+    from metric.preprocess import open_image  # torch/torchvision only when frames are read
+
     files = frame_files(folder)
     indices = list(range(len(files)))
     if sampling.num_frames is not None:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import io as sio
 
 from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images
 from eval.registry import get_metric
@@ -47,6 +46,8 @@ def _load_mat(path: Path) -> dict[str, Any]:
     """loadmat with a clear error naming the file."""
     if not path.is_file():
         raise InputError(f"{path} not found (--data must hold pair_pascal.mat and pascal50S.mat)")
+    from scipy import io as sio
+
     try:
         return sio.loadmat(str(path))
     except Exception as error:  # scipy raises several types for corrupt files

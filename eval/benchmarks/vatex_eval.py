@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from eval import correlation
 from eval.benchmarks import Benchmark, register_benchmark
@@ -174,6 +173,8 @@ def correlations(metric_scores: np.ndarray, human_scores: np.ndarray,
         human_scores = human_scores[:, None]
     if len(predictions) != len(human_scores):
         raise InputError(f"{len(predictions)} metric scores for {len(human_scores)} judged pairs")
+    from scipy import stats  # imported on use: scipy.stats takes seconds to import
+
     tau_b, tau_c, rho = [], [], []
     for column in human_scores.T:
         tau_b.append(stats.kendalltau(predictions, column, variant="b").statistic)
