@@ -395,6 +395,21 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     `arch` (a FILE or a preset name, `metric.families.ARCH_PRESETS`) overrides the architecture, activation and
     normalisation of a state-dict file; `family` (--family) declares the family where nothing else establishes
     it, and must agree with pacs metadata, LoRA keys or an official file name where they do.
+
+    >>> import os, tempfile
+    >>> from metric import load_backbone
+    >>> from metric.backbones import save_backbone
+    >>> tiny = load_backbone("tiny-random")  # a tiny random CLIP built in code; real: load_backbone("ViT-B-32/openai")
+    >>> tiny.name, tiny.family
+    ('tiny-random', 'clip')
+    >>> path = save_backbone(tiny, os.path.join(tempfile.mkdtemp(), "tiny.safetensors"))
+    >>> load_backbone(checkpoint=str(path)).fingerprint == tiny.fingerprint  # pacs' own format reloads exactly
+    True
+    >>> fixture = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore", "A")  # an official-format file
+    >>> pacs = load_backbone(checkpoint=os.path.join(fixture, "PAC++_tiny_A.pth"),
+    ...                      arch=os.path.join(fixture, "arch.json"))
+    >>> pacs.family, pacs.family_source
+    ('pac-s++', 'lora-keys')
     """
     if checkpoint is None and backbone is None:
         raise InputError("no model given: pass --checkpoint PATH or --backbone NAME[/PRETRAINED]")

@@ -86,6 +86,16 @@ class Scorer:
 
     The in-memory caches (images by key, texts, the prompt prefix) assume the model's weights do not change:
     call `clear_caches()` (or build a new Scorer) after changing them.
+
+    >>> from PIL import Image
+    >>> from metric import Scorer, load_backbone, ref_score
+    >>> scorer = Scorer(load_backbone("tiny-random"))  # w=None: the family's default (CLIP-S: 2.5)
+    >>> red = Image.new("RGB", (64, 64), "red")  # or image file paths
+    >>> result = scorer.score([red, red], ["a red square", "a dog"], references=[["a red image"]] * 2)
+    >>> result.scores.shape, result.w, scorer.images_encoded  # the repeated image is encoded once
+    ((2,), 2.5, 1)
+    >>> bool((result.scores == ref_score(result.clip_scores, result.ref_terms)).all())  # RefCLIP-S
+    True
     """
 
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
