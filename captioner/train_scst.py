@@ -151,11 +151,14 @@ def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
 
 
 def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache,
-               train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn) -> SCSTResult:
+               train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
+               on_step: Callable[[int, Any], None] | None = None) -> SCSTResult:
     """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
 
     Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or `resume_from`); writes
-    `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`.
+    `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`. `on_step(step, model)`, when given, is
+    called on every process with the unwrapped captioner before the first update (step 0, or the resumed step)
+    and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
     """
     if config.samples not in SAMPLINGS:
         raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
@@ -186,6 +189,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     losses: list[float] = []
     progress = tqdm(total=total_steps, initial=state["step"], desc=f"scst[{config.reward}]",
                     disable=not accelerator.is_main_process)
+    if on_step is not None:
+        on_step(state["step"], accelerator.unwrap_model(model))
     while state["step"] < total_steps:
         micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
         stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
@@ -207,6 +212,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         loss = reduce_mean(accelerator, stats["loss"])
         losses.append(loss)
         progress.update(1)
+        if on_step is not None:
+            on_step(step, accelerator.unwrap_model(model))
         if step % config.log_every == 0 or step == total_steps:
             accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
         if nonfinite:

@@ -6,10 +6,18 @@ The run-directory layout it reads (every part optional; a missing part is shown 
     logs/<stage>.csv          training curves: a `step` column (else the row number) and any numeric columns;
                               stages named `<group>-<variant>.csv` (e.g. `scst-cider.csv`) are drawn together,
                               one line per variant, one panel per column
+    logs/<group>.reference.json   optional {"label": "xe", "values": {column: value}}: a dashed reference line
+                              in that group's panels (e.g. the XE model's value in the SCST curves)
     correlation/correlation.json  {metric: {"tau_b": ..., "tau_c": ..., "n": ...}}
     correlation/scores.csv    one row per judged caption: a `judge` column (the ground truth) and one column per metric
     gallery.json              [{"image_id", "image": path relative to the run dir, "references": [...],
-                                "captions": {model: {"caption", "scores": {metric: value}, "verdict"}}}]
+                                "captions": {model: {"caption", "scores": {metric: value}, "verdict",
+                                                     "highlights": [[start, end, kind], ...]}}}]
+                              highlights mark character spans of the caption (kind `absent`: a shape that is
+                              not in the image; `dangling`: a cut-off ending); a filter shows only the images
+                              whose models' verdicts disagree
+    results.json may also hold per row "delta"/"ci" ({column: value} / {column: [low, high]}: the change
+    against the baseline row and its 95% interval), "reward_gains" and "findings" (sentences): all shown.
 
 Images and plots are embedded as base64 PNG, so the page is one file with no external resources.
 """
@@ -44,12 +52,15 @@ STYLE = """
 body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #bbb;padding:3px 6px;text-align:right;font-size:13px}th{background:#eee}
-td.name,th.name{text-align:left;white-space:nowrap}.absent{color:#888;font-style:italic}
+td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dcfce7}td.ci-down{background:#fee2e2}.absent{color:#888;font-style:italic}
 .gallery{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #ccc;padding:8px;width:360px}
 .card img{image-rendering:pixelated;width:128px;height:128px}.verdict-correct{color:#080}
 .verdict-wrong{color:#b00}.verdict-incomplete{color:#b70}.card td{text-align:left;font-size:90%}
-.plot{max-width:100%}
+.plot{max-width:100%}mark.hl-absent{background:#f8b4b4}mark.hl-dangling{background:#fde68a}
+.findings li{margin:3px 0}
 """
+FILTER_SCRIPT = """<script>function pacsFilter(box){document.querySelectorAll('.gallery .card').forEach(c=>{
+c.style.display=(box.checked&&c.dataset.disagree!=='1')?'none':'';});}</script>"""
 
 
 def _read_json(path: Path) -> Any:
@@ -107,6 +118,19 @@ def load_curves(run_dir: Path) -> dict[str, dict[str, dict[str, tuple[list[float
     return curves
 
 
+def load_references(run_dir: Path) -> dict[str, tuple[str, dict[str, float]]]:
+    """Reference lines per curve group: group -> (label, {column: value}), from logs/<group>.reference.json."""
+    out: dict[str, tuple[str, dict[str, float]]] = {}
+    logs = run_dir / "logs"
+    for path in sorted(logs.glob("*.reference.json")) if logs.is_dir() else []:
+        data = _read_json(path)
+        if not isinstance(data, dict) or not isinstance(data.get("values"), dict):
+            raise InputError(f"{path}: expected {{'label': ..., 'values': {{column: value}}}}")
+        values = {str(k): v for k, v in ((k, _number(v)) for k, v in data["values"].items()) if v is not None}
+        out[path.name[:-len(".reference.json")]] = (str(data.get("label", "reference")), values)
+    return out
+
+
 def load_correlation(run_dir: Path) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
     """(summary per metric, scores per column incl. `judge`) from correlation/, or None when absent."""
     folder = run_dir / "correlation"
@@ -146,8 +170,10 @@ def _png_data_uri(figure_or_bytes: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
 
 
-def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list[float]]]]) -> str:
-    """One figure per log group: a panel per column, a line per variant; returned as a data URI."""
+def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list[float]]]],
+                reference: tuple[str, dict[str, float]] | None = None) -> str:
+    """One figure per log group: a panel per column, a line per variant, a dashed line for the reference value
+    of a column when given; returned as a data URI."""
     names = list(columns)
     n_cols = min(3, len(names))
     n_rows = math.ceil(len(names) / n_cols)
@@ -155,9 +181,11 @@ def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list
     for axis, name in zip(axes.flat, names):
         for variant, (xs, ys) in sorted(columns[name].items()):
             axis.plot(xs, ys, label=variant, linewidth=1.2)
+        if reference is not None and name in reference[1]:
+            axis.axhline(reference[1][name], color="black", linestyle="--", linewidth=1.0, label=reference[0])
         axis.set_title(name)
         axis.set_xlabel("step")
-        if len(columns[name]) > 1:
+        if len(columns[name]) > 1 or (reference is not None and name in reference[1]):
             axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(names):]:
         axis.axis("off")
@@ -197,14 +225,46 @@ def _format(value: Any) -> str:
     return f"{number:.2f}" if abs(number) < 1000 else f"{number:.0f}"
 
 
-def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None) -> str:
+def _interval_cell(delta: Any, interval: Any) -> str:
+    if _number(delta) is None or not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return "<td></td>"
+    low, high = (_number(v) for v in interval)
+    if low is None or high is None:
+        return "<td></td>"
+    kind = "up" if low > 0 else "down" if high < 0 else "noise"
+    return (f'<td class="ci-{kind}">{float(delta):+.2f}<br><small>[{low:+.2f}, {high:+.2f}]</small></td>')
+
+
+def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra: dict[str, Any] | None = None) -> str:
     if results is None:
         return '<p class="absent">No results.json in this run.</p>'
     columns, rows = results
     head = '<th class="name">model</th>' + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join('<tr><td class="name">' + html.escape(str(r["model"])) + "</td>"
                    + "".join(f"<td>{_format(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
-    return f'<table class="results" id="results-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    parts = [f'<table class="results" id="results-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>']
+    extra = extra or {}
+    gains = extra.get("reward_gains")
+    if isinstance(gains, list) and gains:
+        lines = "".join(f'<tr><td class="name">{html.escape(str(g.get("reward")))}</td><td>{_format(g.get("xe"))}</td>'
+                        f'<td>{_format(g.get("scst"))}</td>{_interval_cell(g.get("delta"), g.get("ci"))}</tr>'
+                        for g in gains if isinstance(g, dict))
+        parts.append("<h3>Each reward's own value on the test split</h3>"
+                     '<table id="reward-gains"><thead><tr><th class="name">reward</th><th>xe</th><th>scst</th>'
+                     f"<th>Δ [95% interval]</th></tr></thead><tbody>{lines}</tbody></table>")
+    with_ci = [r for r in rows if isinstance(r.get("ci"), dict)]
+    if with_ci:
+        baseline = html.escape(str(extra.get("baseline", "baseline")))
+        lines = "".join('<tr><td class="name">' + html.escape(str(r["model"])) + "</td>"
+                        + "".join(_interval_cell((r.get("delta") or {}).get(c), r["ci"].get(c)) for c in columns)
+                        + "</tr>" for r in with_ci)
+        parts.append(f"<h3>Change against {baseline} (paired bootstrap 95% interval; coloured when it excludes 0)</h3>"
+                     f'<table id="delta-table"><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>')
+    found = extra.get("findings")
+    if isinstance(found, list) and found:
+        items = "".join(f"<li>{html.escape(str(line))}</li>" for line in found)
+        parts.append(f'<h3>What the run found</h3><ul class="findings" id="findings">{items}</ul>')
+    return "".join(parts)
 
 
 def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]] | None) -> str:
@@ -218,11 +278,25 @@ def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]]
         body = "".join('<tr><td class="name">' + html.escape(m) + "</td>"
                        + "".join(f"<td>{_format(v.get(k, ''))}</td>" for k in keys) + "</tr>"
                        for m, v in summary.items() if isinstance(v, dict))
-        parts.append(f'<table class="correlation"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        parts.append(f'<table class="correlation" id="correlation-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
     scatter = plot_correlation(summary, columns)
     if scatter:
         parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')
     return "".join(parts)
+
+
+def highlight_caption(caption: str, spans: Any) -> str:
+    """The caption as HTML with each `(start, end, kind)` character span wrapped in `<mark class="hl-KIND">`."""
+    out, position = [], 0
+    valid = sorted((int(a), int(b), str(k)) for a, b, k in (spans or []) if 0 <= int(a) < int(b) <= len(caption))
+    for start, end, kind in valid:
+        if start < position:  # overlapping spans: keep the first
+            continue
+        out.append(html.escape(caption[position:start]))
+        out.append(f'<mark class="hl-{html.escape(kind)}">{html.escape(caption[start:end])}</mark>')
+        position = end
+    out.append(html.escape(caption[position:]))
+    return "".join(out)
 
 
 def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
@@ -240,14 +314,21 @@ def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
                 logger.warning("gallery image %s is missing", image_path)
         refs = "".join(f"<li>{html.escape(r)}</li>" for r in entry.get("references", [])[:3])
         rows = []
-        for model, info in (entry.get("captions") or {}).items():
+        captions = entry.get("captions") or {}
+        for model, info in captions.items():
             verdict = html.escape(str(info.get("verdict", "")))
             scores = ", ".join(f"{html.escape(k)} {_format(v)}" for k, v in (info.get("scores") or {}).items())
-            rows.append(f"<tr><td><b>{html.escape(model)}</b></td><td>{html.escape(str(info.get('caption', '')))}"
+            text = highlight_caption(str(info.get("caption", "")), info.get("highlights"))
+            rows.append(f'<tr><td><b>{html.escape(model)}</b></td><td class="caption">{text}'
                         f'<br><small>{scores}</small> <span class="verdict-{verdict}">{verdict}</span></td></tr>')
-        cards.append(f'<div class="card"><div>{image_html} <b>{image_id}</b></div>'
+        disagree = int(len({str(info.get("verdict", "")) for info in captions.values()}) > 1)
+        cards.append(f'<div class="card" data-disagree="{disagree}"><div>{image_html} <b>{image_id}</b></div>'
                      f"<small>references:</small><ul>{refs}</ul><table>{''.join(rows)}</table></div>")
-    return f'<div class="gallery">{"".join(cards)}</div>'
+    n_disagree = sum('data-disagree="1"' in card for card in cards)
+    controls = (f'<p><label><input type="checkbox" id="disagree-filter" onchange="pacsFilter(this)"> only the '
+                f"{n_disagree} image(s) where the models' verdicts disagree</label> &nbsp; "
+                '<mark class="hl-absent">absent shape</mark> <mark class="hl-dangling">dangling ending</mark></p>')
+    return f'{FILTER_SCRIPT}{controls}<div class="gallery">{"".join(cards)}</div>'
 
 
 def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
@@ -256,10 +337,12 @@ def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
     curves = load_curves(run_dir)
+    references = load_references(run_dir)
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
-                         f'src="{plot_curves(g, cols)}">' for g, cols in curves.items())
+                         f'src="{plot_curves(g, cols, references.get(g))}">' for g, cols in curves.items())
+    extra = _read_json(run_dir / "results.json") if (run_dir / "results.json").is_file() else {}
     sections = [
-        ("Results", _results_html(load_results(run_dir))),
+        ("Results", _results_html(load_results(run_dir), extra if isinstance(extra, dict) else {})),
         ("Training curves", curve_html or '<p class="absent">No logs/*.csv in this run.</p>'),
         ("Metric vs ground truth", _correlation_html(load_correlation(run_dir))),
         ("Gallery", _gallery_html(run_dir, load_gallery(run_dir))),

@@ -11,14 +11,14 @@ import numpy as np
 from captioner.demo.config import DemoConfig
 from captioner.demo.correlation import per_caption_text_metrics
 from captioner.demo.data import DemoData
-from captioner.demo.judge import judge_caption
+from captioner.demo.judge import highlight_spans, judge_caption
 from captioner.features import FeatureCache, extract_features
 from captioner.model import CaptionerConfig
 from captioner.train_scst import SCSTConfig, train_scst
 from captioner.train_xe import XEConfig, generate_captions, train_xe
 from captioner.training import ScheduleConfig, process_state
 from captioner.vocab import build_vocab, load_vocab
-from metric.common.io import write_json_atomic
+from metric.common.io import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -80,21 +80,63 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
             "best_val_cider": result.best_score, "best_step": result.best_step}
 
 
+MONITOR_COLUMNS = ("Judge-acc", "C", "CLIP-S", "PAC-S++", "RefPAC-S++", "Length")
+
+
+class ScstMonitor:
+    """`train_scst`'s `on_step`: every `every` steps (and at step 0, the XE model), greedy captions of the first
+    validation images scored by the judge, CIDEr-D and the contrastive metrics, appended to a curve CSV."""
+
+    def __init__(self, data: DemoData, features: FeatureCache, scorers: Mapping[str, Any], vocab: Any, out: Path,
+                 every: int, n_images: int, last_step: int) -> None:
+        self.data, self.features, self.scorers, self.vocab, self.out = data, features, scorers, vocab, out
+        self.every, self.last_step = every, last_step
+        self.ids = [item.image_id for item in data.splits["val"][:n_images]]
+        self.rows: list[dict[str, float]] = []
+
+    def __call__(self, step: int, model: Any) -> None:
+        """Score the model at `step` when it is due (main process only; the others go on)."""
+        if not process_state().is_main_process or not self.ids or (step % self.every and step != self.last_step):
+            return
+        captions = generate_captions(model, self.vocab, self.features, self.ids, beam_size=1, batch_size=100)
+        self.rows.append({"step": step, **monitor_scores(captions, self.data, self.scorers)})
+        columns = ["step", *MONITOR_COLUMNS]
+        lines = [",".join(columns)] + [",".join(f"{row[c]:.6g}" for c in columns) for row in self.rows]
+        write_text_atomic(self.out, "\n".join(lines) + "\n")
+
+
+def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]) -> dict[str, float]:
+    """The monitored columns (means over the captions) of a set of validation captions."""
+    row, _, _ = evaluate_model(captions, data, scorers)
+    return {column: row[column] for column in MONITOR_COLUMNS}
+
+
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
-             folder: Path, logs: Path, micro_batch_size: int) -> dict:
+             folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None) -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
-    Runs on every process (`micro_batch_size` per process); only the main process writes files.
+    Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
+    the model is also scored on held-out validation images every `scst.monitor_every` steps
+    (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     """
     stage = config.scst
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
-                      micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples="beam",
-                      k=stage.beam_size, max_length=config.xe.max_length, baseline="mean", checkpoint_every=BIG,
-                      log_every=stage.log_every, seed=config.seed, tensorboard=False)
+                      micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
+                      k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
+                      checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+    monitor = None
+    if scorers is not None and stage.monitor_every:
+        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"), folder / "monitor.csv", stage.monitor_every,
+                              stage.monitor_images, stage.steps)
     result = train_scst(scst, xe_folder / "best", features,
-                        [(item.image_id, item.references) for item in data.splits["train"]], reward)
+                        [(item.image_id, item.references) for item in data.splits["train"]], reward,
+                        on_step=monitor)
     if process_state().is_main_process:
         shutil.copyfile(folder / "log.csv", logs / f"scst-{reward_slug(spec)}.csv")
+        if monitor is not None and monitor.rows:
+            shutil.copyfile(folder / "monitor.csv", logs / f"scst_val-{reward_slug(spec)}.csv")
+            reference = {c: monitor.rows[0][c] for c in MONITOR_COLUMNS} if monitor.rows[0]["step"] == 0 else {}
+            write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": reference})
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     return {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
 
@@ -108,26 +150,34 @@ def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache,
     return generate_captions(model, vocab, features, ids, beam_size=beam_size, batch_size=100, progress=True)
 
 
-def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]) -> tuple[dict, dict]:
-    """The table row of one model (B-4, C, CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge) and per-caption scores."""
-    from captioner.evaluation import contrastive_scores, fluency_scores
+def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]
+                   ) -> tuple[dict, dict, dict[str, np.ndarray]]:
+    """The table row of one model (B-4, C, CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge), per-caption
+    details for the gallery, and the per-image values (caption order) of every column: each column is their mean."""
+    from captioner.evaluation import contrastive_per_image
+    from eval.fluency import ends_incorrectly, repetitions
 
     ids = list(captions)
     references = data.references()
     scenes = data.scenes()
-    text = per_caption_text_metrics([captions[i] for i in ids], [references[i] for i in ids])
+    texts = [captions[i] for i in ids]
+    text = per_caption_text_metrics(texts, [references[i] for i in ids])
     judgements = [judge_caption(captions[i], scenes[i]) for i in ids]
-    row: dict[str, float] = {"B-4": 100 * float(text["bleu4"].mean()), "C": 100 * float(text["cider"].mean())}
     paths = {i: str(data.image_path(i)) for i in ids}
-    row.update(contrastive_scores(captions, references, paths, scorers))
-    row.update(fluency_scores([captions[i] for i in ids]))
-    row["Judge-acc"] = 100.0 * float(np.mean([j.is_correct for j in judgements]))
-    row["Judge"] = 100.0 * float(np.mean([j.score for j in judgements]))
-    row["Halluc."] = 100.0 * float(np.mean([j.hallucinated > 0 for j in judgements]))
-    row["Length"] = float(np.mean([len(captions[i].split()) for i in ids]))
-    per_caption = {i: {"judge": j.score, "verdict": j.verdict, "cider": float(c)}
+    values: dict[str, np.ndarray] = {"B-4": 100 * text["bleu4"], "C": 100 * text["cider"]}
+    values.update(contrastive_per_image(captions, references, paths, scorers))
+    for n in range(1, 5):
+        values[f"Rep-{n}"] = np.asarray([repetitions(c, n) for c in texts], dtype=float)
+    values["%Incorrect"] = 100.0 * np.asarray([ends_incorrectly(c) for c in texts], dtype=float)
+    values["Judge-acc"] = 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float)
+    values["Judge"] = 100.0 * np.asarray([j.score for j in judgements], dtype=float)
+    values["Halluc."] = 100.0 * np.asarray([j.hallucinated > 0 for j in judgements], dtype=float)
+    values["Length"] = np.asarray([len(c.split()) for c in texts], dtype=float)
+    row = {column: float(np.mean(v)) for column, v in values.items()}
+    per_caption = {i: {"judge": j.score, "verdict": j.verdict, "cider": float(c),
+                       "highlights": [list(span) for span in highlight_spans(captions[i], scenes[i])]}
                    for i, j, c in zip(ids, judgements, text["cider"])}
-    return row, per_caption
+    return row, per_caption, values
 
 
 def write_gallery(run_dir: Path, data: DemoData, captions: Mapping[str, Mapping[str, str]],
@@ -149,6 +199,7 @@ def write_gallery(run_dir: Path, data: DemoData, captions: Mapping[str, Mapping[
                 result = scorers[family].score([str(data.image_path(image_id))], [caption], keys=[image_id])
                 scores[name] = float(result.scores[0])
             entry["captions"][model] = {"caption": caption, "scores": scores,
-                                        "verdict": per_caption[model][image_id]["verdict"]}
+                                        "verdict": per_caption[model][image_id]["verdict"],
+                                        "highlights": per_caption[model][image_id]["highlights"]}
         entries.append(entry)
     write_json_atomic(run_dir / "gallery.json", entries)

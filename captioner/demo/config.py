@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from captioner.demo.world import WorldConfig
+from metric.common.errors import InputError
 from metric.common.config import NonNegativeInt, PositiveFloat, PositiveInt
 
 
@@ -91,6 +92,19 @@ class ScstStageConfig:
     beam_size: PositiveInt = 5
     lr: PositiveFloat = 5e-5
     log_every: PositiveInt = 5
+    samples: str = "beam"  # or "multinomial" (captioner.train_scst.SAMPLINGS)
+    baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
+    monitor_every: NonNegativeInt = 10  # held-out validation scores every N steps (0: off)
+    monitor_images: NonNegativeInt = 100
+
+    def validate(self) -> None:
+        """Sampling and baseline names are checked when the config is loaded, before any stage runs."""
+        from captioner.train_scst import BASELINES, SAMPLINGS
+
+        if self.samples not in SAMPLINGS:
+            raise InputError(f"scst.samples={self.samples!r}: unknown (known: {', '.join(SAMPLINGS)})")
+        if self.baseline not in BASELINES:
+            raise InputError(f"scst.baseline={self.baseline!r}: unknown (known: {', '.join(BASELINES)})")
 
 
 @dataclass
@@ -99,6 +113,7 @@ class EvaluateStageConfig:
 
     beam_size: PositiveInt = 3
     gallery_size: int = 12
+    bootstrap_resamples: PositiveInt = 1000  # paired bootstrap of (SCST − XE) over the test images
 
 
 @dataclass

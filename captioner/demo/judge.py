@@ -61,17 +61,29 @@ def tokenize(caption: str) -> list[str]:
     return re.findall(r"[a-z]+", caption.lower())
 
 
-def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int]], list[int], int, int]:
-    """Parse into (mentions, relations (i, predicate, j), stated counts, immediate word repeats, dangling attributes)."""
+@dataclass
+class _Parse:
+    """The judge's parse of one caption, with the token index of every mention and dangling word."""
+
+    tokens: list[str]
+    mentions: list[Mention] = field(default_factory=list)
+    mention_tokens: list[int] = field(default_factory=list)  # index of each mention's shape word
+    relations: list[tuple[int, str, int]] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    repeats: int = 0
+    dangling_tokens: list[int] = field(default_factory=list)  # attribute words without a shape, a cut-off end
+
+
+def _parse(caption: str) -> _Parse:
     tokens = tokenize(caption)
-    mentions: list[Mention] = []
-    relations: list[tuple[int, str, int]] = []
-    counts: list[int] = []
+    parse = _Parse(tokens)
+    mentions, relations = parse.mentions, parse.relations
     pending_colours: list[str] = []
     pending_sizes: list[str] = []
+    pending_indices: list[int] = []
     pending_relation: str | None = None
     trailing = False  # after "that is" / "which is": attributes belong to the previous mention
-    repeats = sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+    parse.repeats = sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
     for i, token in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         if token in _COLOUR_OF or token in _SIZE_OF:
@@ -79,10 +91,12 @@ def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int
                 target = mentions[-1].colours if token in _COLOUR_OF else mentions[-1].sizes
             else:
                 target = pending_colours if token in _COLOUR_OF else pending_sizes
+                pending_indices.append(i)
             target.append(_COLOUR_OF.get(token) or _SIZE_OF[token])
         elif token in _SHAPE_OF:
             mentions.append(Mention(_SHAPE_OF[token], pending_colours, pending_sizes))
-            pending_colours, pending_sizes, trailing = [], [], False
+            parse.mention_tokens.append(i)
+            pending_colours, pending_sizes, pending_indices, trailing = [], [], [], False
             if pending_relation is not None and len(mentions) >= 2:
                 relations.append((len(mentions) - 2, pending_relation, len(mentions) - 1))
             pending_relation = None
@@ -96,11 +110,31 @@ def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int
             if mentions:
                 mentions[-1].positions.append(_POSITION_PHRASES[tuple(tokens[i - 2:i + 1])])
         elif token in _COUNT_OF and nxt in ("shapes", "objects", "shape", "object"):
-            counts.append(_COUNT_OF[token])
+            parse.counts.append(_COUNT_OF[token])
         elif token == "and":
             trailing = False
-    dangling = len(pending_colours) + len(pending_sizes) + int(bool(tokens) and tokens[-1] in _DANGLING_ENDS)
-    return mentions, relations, counts, repeats, dangling
+    parse.dangling_tokens = list(pending_indices)
+    if tokens and tokens[-1] in _DANGLING_ENDS:
+        parse.dangling_tokens.append(len(tokens) - 1)
+    return parse
+
+
+def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int]], list[int], int, int]:
+    """Parse into (mentions, relations (i, predicate, j), stated counts, immediate word repeats, dangling attributes)."""
+    parse = _parse(caption)
+    return parse.mentions, parse.relations, parse.counts, parse.repeats, len(parse.dangling_tokens)
+
+
+def highlight_spans(caption: str, scene: Scene) -> list[tuple[int, int, str]]:
+    """Character spans `(start, end, kind)` of the words the judge faults: `absent` (a shape not in `scene`) and
+    `dangling` (attribute words left without a shape, a cut-off last word), from the judge's own parse."""
+    parse = _parse(caption)
+    present = {o.shape for o in scene.objects}
+    kinds = {index: "absent" for index, mention in zip(parse.mention_tokens, parse.mentions)
+             if mention.shape not in present}
+    kinds.update({index: "dangling" for index in parse.dangling_tokens})
+    words = list(re.finditer(r"[a-z]+", caption.lower()))
+    return [(words[i].start(), words[i].end(), kind) for i, kind in sorted(kinds.items())]
 
 
 def _holds(scene: Scene, subject: int, predicate: str, obj: int) -> bool:

@@ -139,7 +139,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
         name = f"scst-{captioning.reward_slug(spec)}"
         runner.run(name, lambda spec=spec, name=name: captioning.run_scst(
                        config, data, features(), _reward(spec, data, scorers()), spec, runner.folder("xe"),
-                       runner.folder(name), logs, scst_micro),
+                       runner.folder(name), logs, scst_micro, scorers()),
                    {"seed": config.seed, "scst": scst_settings, "reward": spec}, upstream=["xe", "pacs"],
                    distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
@@ -151,7 +151,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     if state.is_main_process:
         rows = _publish(run_dir, runner, config)
         report = write_report(run_dir)
-        print(_markdown(rows))
+        print(results_markdown(json.loads((run_dir / "results.json").read_text(encoding="utf-8"))))
         print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
               f"cached: {', '.join(runner.skipped) or 'none'}")
         print(f"report: {report}")
@@ -180,17 +180,23 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
 
 def _evaluate(config: DemoConfig, data: Any, models: dict[str, Path], features: Any, scorers: dict[str, Any],
               run_dir: Path, out: Path) -> dict:
-    from captioner.demo import captioning
+    from captioner.demo import captioning, findings
 
-    rows, all_captions, per_caption = [], {}, {}
+    rows, all_captions, per_caption, per_image = [], {}, {}, {}
     for name, folder in models.items():
         captions = captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
-        row, details = captioning.evaluate_model(captions, data, scorers)
+        row, details, values = captioning.evaluate_model(captions, data, scorers)
         rows.append({"model": name, **row})
-        all_captions[name], per_caption[name] = captions, details
+        all_captions[name], per_caption[name], per_image[name] = captions, details, values
+    image_ids = list(next(iter(all_captions.values()))) if all_captions else []
+    resamples = config.evaluate.bootstrap_resamples
+    findings.add_row_intervals(rows, per_image, image_ids, resamples, config.seed)
+    gains = findings.reward_gains(config.scst.rewards, per_image, resamples, config.seed)
     write_json_atomic(out / "captions.json", all_captions)
-    write_json_atomic(out / "results.json", {"columns": TABLE_COLUMNS, "rows": rows,
-                                             "provenance": provenance(config=to_dict(config), seed=config.seed)})
+    write_json_atomic(out / "results.json", {
+        "columns": TABLE_COLUMNS, "rows": rows, "baseline": findings.BASELINE, "bootstrap_resamples": resamples,
+        "reward_gains": gains, "findings": findings.findings(rows, gains),
+        "provenance": provenance(config=to_dict(config), seed=config.seed)})
     captioning.write_gallery(run_dir, data, all_captions, per_caption, scorers, config.evaluate.gallery_size)
     return {"models": list(models)}
 
@@ -205,11 +211,28 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(run_dir / "results.csv", buffer.getvalue())
-    write_text_atomic(run_dir / "results.md", _markdown(rows))
+    write_text_atomic(run_dir / "results.md", results_markdown(results))
     write_json_atomic(run_dir / "stages.json", {"ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped,
                                                 "seconds": {k: round(v, 1) for k, v in runner.seconds.items()},
                                                 "keys": runner.ids})
     return rows
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    """The printed results: the table, each reward's own gain, every column's change against XE, the findings."""
+    from captioner.demo import findings
+
+    parts = [_markdown(results["rows"])]
+    if results.get("reward_gains"):
+        parts.append(f"Each reward's own value on the test split (paired bootstrap, "
+                     f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
+                     + findings.gains_table(results["reward_gains"]))
+    if any(row.get("ci") for row in results["rows"]):
+        parts.append("Change of every column against XE (95% interval):\n\n"
+                     + findings.delta_table(results["rows"], TABLE_COLUMNS))
+    if results.get("findings"):
+        parts.append("What the run found:\n\n" + "".join(f"* {line}\n" for line in results["findings"]))
+    return "\n".join(parts)
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:

@@ -76,3 +76,21 @@ def test_demo_judge_counts_a_repeated_position_phrase() -> None:
 def test_demo_judge_counts_a_cut_off_ending() -> None:
     judgement = judge_caption("a red circle and a blue square on the", _scene())
     assert judgement.dangling == 1 and judgement.verdict == "wrong" and judgement.score == 0.5
+
+
+def test_demo_judge_highlights_absent_shapes_and_dangling_endings() -> None:
+    from captioner.demo.judge import highlight_spans
+
+    scene = _scene()  # a red circle and a blue square: a triangle is absent
+    caption = "a red circle and a green triangle and a"
+    # by hand: "triangle" is characters 25..33, the cut-off final "a" is 38..39
+    assert highlight_spans(caption, scene) == [(25, 33, "absent"), (38, 39, "dangling")]
+    assert caption[25:33] == "triangle" and caption[38:39] == "a"
+    # attribute words with no shape after them dangle (the judge counts two)
+    assert highlight_spans("a large blue", scene) == [(2, 7, "dangling"), (8, 12, "dangling")]
+    assert judge_caption("a large blue", scene).dangling == 2
+    # attributes after "that is" belong to the previous shape: nothing dangles; a correct caption has no mark
+    assert highlight_spans("a circle that is red", scene) == []
+    assert highlight_spans("a large red circle and a small blue square", scene) == []
+    # upper case and punctuation keep the original character positions
+    assert highlight_spans("A Diamond, and", scene) == [(2, 9, "absent"), (11, 14, "dangling")]

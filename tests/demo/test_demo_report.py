@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from eval.report import build_report, load_curves, write_report
+from eval.report import build_report, highlight_caption, load_curves, load_references, write_report
 from metric.common.errors import InputError
 from pacs_cli import main as pacs_main
 
@@ -45,10 +45,15 @@ def make_run_dir(root: Path) -> Path:
     (run / "logs").mkdir(parents=True)
     (run / "correlation").mkdir()
     (run / "gallery").mkdir()
-    json.dump({"columns": ["bleu4", "cider", "rep1"],
+    json.dump({"columns": ["bleu4", "cider", "rep1"], "baseline": "xe",
                "rows": [{"model": "xe", "bleu4": 0.31, "cider": 1.2, "rep1": 0.5},
-                        {"model": "scst-cider", "bleu4": 0.35, "cider": 1.5, "rep1": 0.7}]},
+                        {"model": "scst-cider", "bleu4": 0.35, "cider": 1.5, "rep1": 0.7,
+                         "delta": {"bleu4": 0.04, "cider": 0.3, "rep1": 0.2},
+                         "ci": {"bleu4": [-0.01, 0.09], "cider": [0.1, 0.5], "rep1": [0.05, 0.3]}}],
+               "reward_gains": [{"reward": "cider", "xe": 1.2, "scst": 1.5, "delta": 0.3, "ci": [0.1, 0.5]}],
+               "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."]},
               open(run / "results.json", "w"))
+    json.dump({"label": "xe", "values": {"reward": 0.25}}, open(run / "logs" / "scst.reference.json", "w"))
     for name in ("scst-cider", "scst-pac-s++"):
         with open(run / "logs" / f"{name}.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
@@ -61,9 +66,14 @@ def make_run_dir(root: Path) -> Path:
     with open(run / "correlation" / "scores.csv", "w", newline="") as handle:
         handle.write("caption,judge,cider,pac-s++\na,0.0,0.1,0.2\nb,0.5,0.4,0.3\nc,1.0,0.9,0.8\nd,0.2,0.3,0.1\n")
     Image.new("RGB", (32, 32), (200, 30, 30)).save(run / "gallery" / "img-1.png")
+    Image.new("RGB", (32, 32), (30, 30, 200)).save(run / "gallery" / "img-2.png")
     json.dump([{"image_id": "img-1", "image": "gallery/img-1.png", "references": ["a red square"],
                 "captions": {"xe": {"caption": "a red square", "scores": {"judge": 1.0}, "verdict": "correct"},
-                             "scst-cider": {"caption": "a red square a", "scores": {"judge": 0.5}, "verdict": "wrong"}}}],
+                             "scst-cider": {"caption": "a red circle a", "scores": {"judge": 0.5}, "verdict": "wrong",
+                                            "highlights": [[6, 12, "absent"], [13, 14, "dangling"]]}}},
+               {"image_id": "img-2", "image": "gallery/img-2.png", "references": ["a blue square"],
+                "captions": {"xe": {"caption": "a blue square", "verdict": "correct", "highlights": []},
+                             "scst-cider": {"caption": "a blue square", "verdict": "correct"}}}],
               open(run / "gallery.json", "w"))
     return run
 
@@ -74,13 +84,23 @@ def test_demo_report_contains_every_section(tmp_path: Path) -> None:
     assert page.count("<tr>") >= 3 and 'id="results-table"' in page
     assert ">scst-cider<" in page and ">1.50<" in page
     images = re.findall(r'<img [^>]*src="data:image/png;base64,', page)
-    assert len(images) == 4  # xe curves, scst curves, correlation scatter, one gallery image
+    assert len(images) == 5  # xe curves, scst curves, correlation scatter, two gallery images
     assert 'class="absent"' not in page
     assert "verdict-wrong" in page
     curves = load_curves(run)
     assert set(curves) == {"scst", "xe"}
     assert set(curves["scst"]["reward"]) == {"cider", "pac-s++"}
     assert "note" not in curves["xe"]  # non-numeric columns are not curves
+    assert load_references(run) == {"scst": ("xe", {"reward": 0.25})}
+    assert 'data-disagree="1"' in page and 'data-disagree="0"' in page
+    assert 'only the 1 image(s)' in page
+
+
+def test_demo_report_highlights_the_given_spans() -> None:
+    assert highlight_caption("a red circle a", [[6, 12, "absent"], [13, 14, "dangling"]]) == (
+        'a red <mark class="hl-absent">circle</mark> <mark class="hl-dangling">a</mark>')
+    assert highlight_caption("a <b> & c", []) == "a &lt;b&gt; &amp; c"
+    assert highlight_caption("abc", [[1, 9, "absent"]]) == "abc"  # a span past the end is ignored
 
 
 def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: Path) -> None:
@@ -88,6 +108,7 @@ def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: 
     empty.mkdir()
     page = build_report(empty)
     assert page.count('class="absent"') == 4
+    assert 'id="delta-table"' not in page and 'id="findings"' not in page
     with pytest.raises(InputError, match="not found"):
         build_report(tmp_path / "missing")
     (empty / "results.json").write_text("{broken")
@@ -114,13 +135,31 @@ def test_demo_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     probe.write_text(report.read_text().replace(
         "</body>", "<script>window.addEventListener('load',()=>{const ok=[...document.images].filter("
                    "i=>i.complete&&i.naturalWidth>0).length;document.body.setAttribute('data-decoded',ok);"
-                   "document.body.setAttribute('data-rows',document.querySelectorAll('#results-table tbody tr')"
-                   ".length);});</script></body>"))
+                   "const n=s=>document.querySelectorAll(s).length;const b=document.body;"
+                   "b.setAttribute('data-rows',n('#results-table tbody tr'));"
+                   "b.setAttribute('data-delta-rows',n('#delta-table tbody tr'));"
+                   "b.setAttribute('data-delta-up',n('#delta-table td.ci-up'));"
+                   "b.setAttribute('data-gain-rows',n('#reward-gains tbody tr'));"
+                   "b.setAttribute('data-corr-rows',n('#correlation-table tbody tr'));"
+                   "b.setAttribute('data-findings',n('#findings li'));"
+                   "b.setAttribute('data-absent',[...document.querySelectorAll('mark.hl-absent')].map(m=>m.textContent)"
+                   ".join('|'));"
+                   "b.setAttribute('data-dangling',n('.card mark.hl-dangling'));"
+                   "const f=document.getElementById('disagree-filter');f.click();"
+                   "b.setAttribute('data-visible',[...document.querySelectorAll('.gallery .card')]"
+                   ".filter(c=>c.offsetParent!==null).length);f.click();"
+                   "b.setAttribute('data-visible-after',[...document.querySelectorAll('.gallery .card')]"
+                   ".filter(c=>c.offsetParent!==null).length);});</script></body>"))
     result = run_chromium(binary, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
     dom = result.stdout
-    assert 'data-decoded="4"' in dom, dom[:500]
+    assert 'data-decoded="5"' in dom, dom[:500]
     assert 'data-rows="2"' in dom
+    assert 'data-delta-rows="1"' in dom and 'data-delta-up="2"' in dom  # cider and rep1 intervals exclude 0
+    assert 'data-gain-rows="1"' in dom and 'data-corr-rows="1"' in dom and 'data-findings="2"' in dom
+    assert 'data-absent="absent shape|circle"' in dom  # the legend's mark, then the gallery's
+    assert 'data-dangling="1"' in dom
+    assert 'data-visible="1"' in dom and 'data-visible-after="2"' in dom  # the filter hides the agreeing image
     shot = tmp_path / "shot.png"
     result = run_chromium(binary, tmp_path, "--window-size=1200,900", f"--screenshot={shot}", report.as_uri())
     assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]

@@ -17,7 +17,8 @@ from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_confi
 from metric.common.errors import InputError
 
 STAGES = {"data", "clip", "pacs", "correlation", "features", "xe", "scst-cider", "scst-clip-s", "scst-pac-s++",
-          "scst-ref-pac-s++", "evaluate"}
+          "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5", "evaluate"}
+REWARDS = ["cider", "clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5"]
 
 
 @pytest.mark.slow
@@ -29,10 +30,23 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert set(first["ran"]) == STAGES and first["skipped"] == []
     # the printed table has one row per model and every column
     assert "| model | " + " | ".join(TABLE_COLUMNS) + " |" in out
-    for model in ("xe", "scst cider", "scst clip-s", "scst pac-s++", "scst ref-pac-s++"):
+    for model in ("xe", *(f"scst {spec}" for spec in REWARDS)):
         assert f"| {model} |" in out
     results = json.loads((run_dir / "results.json").read_text())
-    assert [r["model"] for r in results["rows"]][0] == "xe" and len(results["rows"]) == 5
+    assert [r["model"] for r in results["rows"]][0] == "xe" and len(results["rows"]) == 6
+    # every SCST row carries (row - XE) and its interval for every column; each reward its own gain
+    for row in results["rows"][1:]:
+        assert set(row["ci"]) == set(TABLE_COLUMNS) == set(row["delta"])
+        for column in TABLE_COLUMNS:
+            low, high = row["ci"][column]
+            assert low <= row["delta"][column] + 1e-9 and row["delta"][column] <= high + 1e-9, (row["model"], column)
+            assert row["delta"][column] == pytest.approx(row[column] - results["rows"][0][column])
+    assert [g["reward"] for g in results["reward_gains"]] == REWARDS and results["findings"]
+    mix = results["reward_gains"][-1]  # the weighted sum of its terms, from the table's columns
+    by_model = {r["model"]: r for r in results["rows"]}
+    assert mix["scst"] == pytest.approx(by_model["scst cider:1,pac-s++:0.5"]["C"] / 100
+                                        + 0.5 * by_model["scst cider:1,pac-s++:0.5"]["PAC-S++"], rel=1e-5)
+    assert "What the run found:" in out and "Δ vs xe" in out
     # Judge-acc and Length recomputed from the captions the run wrote, against the world's scenes
     from captioner.demo.data import DemoData
     from captioner.demo.judge import judge_caption
@@ -56,6 +70,8 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert len(gallery) == 4 and all((run_dir / g["image"]).is_file() for g in gallery)
     page = (run_dir / "report.html").read_text()
     assert 'id="results-table"' in page and page.count("<tr>") >= 6
+    assert 'id="delta-table"' in page and 'id="reward-gains"' in page and 'id="findings"' in page
+    assert (run_dir / "logs" / "scst_val-cider.csv").is_file() and (run_dir / "logs" / "scst_val.reference.json").is_file()
     assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
     assert "class=\"absent\"" not in page
     marker = (run_dir / "stages" / "clip.json").stat().st_mtime
