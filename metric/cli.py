@@ -56,6 +56,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lora-mode", choices=LORA_MODES, default="official",
                        help="PAC-S++ LoRA deltas: as the official inference applies them (conv1 + attention), "
                             "all of them, or none")
+    group.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                       help="compute precision of the towers (torch.autocast for bf16/fp16; default fp32, as the "
+                            "official code)")
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
@@ -94,7 +97,7 @@ def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Sco
     w = args.w if getattr(args, "w", None) is not None else (default_w(metric, backbone) if metric else None)
     batch_size = getattr(args, "batch_size", 64) or 64
     return Scorer(backbone, w=w, batch_size=batch_size, device=getattr(args, "device", "cpu") or "cpu",
-                  cache_dir=getattr(args, "cache_dir", None))
+                  cache_dir=getattr(args, "cache_dir", None), dtype=getattr(args, "dtype", None) or "fp32")
 
 
 def model_identity(backbone: Backbone) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def run_score(args: argparse.Namespace) -> int:
                         "images": args.images, "image_map": args.image_map, "batch_size": scorer.batch_size,
                         "prompt": scorer.prompt, "lora_mode": args.lora_mode, "arch": args.arch,
                         "family": args.family, "allow_family_mismatch": args.allow_family_mismatch,
-                        "device": args.device}),
+                        "device": args.device, "dtype": scorer.dtype}),
         }
         write_json_atomic(args.out, output)
         summary += f" -> {args.out}"

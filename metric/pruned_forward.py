@@ -112,8 +112,9 @@ def _packed_attention(block: ResidualAttentionBlock, h: torch.Tensor, valid: tor
     """
     width = h.shape[-1]
     n_heads = block.attn.num_heads
-    qkv = h.new_zeros(batch, n_query, 3 * width)
-    qkv[valid] = F.linear(h, block.attn.in_proj_weight, block.attn.in_proj_bias)
+    projected = F.linear(h, block.attn.in_proj_weight, block.attn.in_proj_bias)
+    qkv = projected.new_zeros(batch, n_query, 3 * width)  # the projection's dtype (bf16/fp16 under autocast)
+    qkv[valid] = projected
     q, k, v = (_heads(part, n_heads) for part in qkv.split(width, dim=-1))
     if prefix_kv is not None:
         pk, pv = prefix_kv

@@ -8,9 +8,14 @@
   each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
   (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.pruned_forward`).
 - Results do not depend on the batch size or on the order of the inputs (up to float rounding, <= 1e-5).
+- `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
+  convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
+  backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
+  (bit-identical to before). The disk cache of a non-fp32 scorer is keyed by fingerprint + dtype.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,6 +41,34 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "A photo depicts "
 _FAMILY_METRIC = {"clip": "clip-s", "pac-s": "pac-s", "pac-s++": "pac-s++"}
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_dtype(dtype: str | torch.dtype | None) -> str:
+    """The canonical name ("fp32", "bf16", "fp16") of a compute dtype given by name or torch dtype; None is fp32."""
+    if dtype is None:
+        return "fp32"
+    if isinstance(dtype, torch.dtype):
+        for name, value in DTYPES.items():
+            if value == dtype:
+                return name
+    elif str(dtype).strip().lower() in DTYPES:
+        return str(dtype).strip().lower()
+    raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+
+
+def precision_context(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    """`torch.autocast(device.type, dtype)` for bf16/fp16; no context at all for fp32."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
+
+
+def dtype_fingerprint(fingerprint: str, dtype: str) -> str:
+    """The model fingerprint of embeddings computed in `dtype`: unchanged for fp32, sha256(fp|dtype) otherwise."""
+    if dtype == "fp32":
+        return fingerprint
+    return hashlib.sha256(f"{fingerprint}|dtype={dtype}".encode()).hexdigest()
 
 
 @dataclass
@@ -100,7 +133,8 @@ class Scorer:
 
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
-                 text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True) -> None:
+                 text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True,
+                 dtype: str | torch.dtype = "fp32") -> None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
@@ -112,7 +146,9 @@ class Scorer:
         self.prompt = prompt
         self.progress = progress
         self.warn_empty = warn_empty
-        self.disk_cache = (EmbeddingCache(cache_dir, backbone.fingerprint, backbone.name)
+        self.dtype = check_dtype(dtype)
+        self.disk_cache = (EmbeddingCache(cache_dir, dtype_fingerprint(backbone.fingerprint, self.dtype),
+                                          backbone.name if self.dtype == "fp32" else f"{backbone.name} ({self.dtype})")
                            if cache_dir is not None else None)
         self._image_cache: dict[str, torch.Tensor] = {}
         self._text_cache: OrderedDict[str, tuple[torch.Tensor, bool]] = OrderedDict()
@@ -120,6 +156,9 @@ class Scorer:
         self._prefix_cache: dict[tuple[int, ...], list] = {}
         self.images_encoded = 0
         self.texts_encoded = 0
+
+    def _precision(self) -> contextlib.AbstractContextManager:
+        return precision_context(self.device, self.dtype)
 
     def clear_caches(self) -> None:
         """Forget every in-memory embedding (images, texts, prompt prefix); the disk cache is keyed by weights."""
@@ -205,7 +244,9 @@ class Scorer:
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
             pixels = torch.stack([self._load_pixels_for(key, image, labels) for key, image in chunk]).to(self.device)
-            embeddings = torch.nn.functional.normalize(self.backbone.encode_image(pixels).float(), dim=-1).cpu()
+            with self._precision():
+                raw = self.backbone.encode_image(pixels)
+            embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
             self.images_encoded += len(chunk)
             for (key, _), embedding in zip(chunk, embeddings):
                 self._image_cache[key] = embedding.clone()
@@ -227,7 +268,8 @@ class Scorer:
             return 0, None
         key = tuple(ids[0][:length])
         if key not in self._prefix_cache:
-            self._prefix_cache[key] = prefix_states(self.backbone.model, key)
+            with self._precision():
+                self._prefix_cache[key] = prefix_states(self.backbone.model, key)
         return length, self._prefix_cache[key]
 
     @torch.no_grad()
@@ -246,7 +288,8 @@ class Scorer:
             ids = [tokenized.ids[i] for i in index]
             length = max(len(sequence) for sequence in ids)
             tokens = _pad(ids, length).to(self.device)
-            raw = self.backbone.encode_text(tokens, prefix_length, prefix_kv)
+            with self._precision():
+                raw = self.backbone.encode_text(tokens, prefix_length, prefix_kv)
             embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
             for i, embedding in zip(index, embeddings):
                 output[i] = embedding

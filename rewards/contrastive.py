@@ -3,7 +3,8 @@
 Each is `metric.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
 cached by the image itself — resolved path or pixel hash — never by its id alone) and the sampled captions (plus the image's references for the `ref-` variants), with the
 metric's default w (`metric.registry.default_w`) unless the context gives `w`. The reward model is frozen
-(eval mode, no gradients).
+(eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `metric.scorer`) sets the compute
+precision of a scorer the reward builds itself; a given `scorer=` keeps its own.
 """
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ class ContrastiveReward:
 
 def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any] | None = None,
                         backbone: Any = None, checkpoint: str | None = None, arch: str | None = None,
-                        device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None) -> Any:
-    """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint`."""
+                        device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None,
+                        dtype: str = "fp32") -> Any:
+    """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint` in `dtype`."""
     from metric.backbones import Backbone, load_backbone
-    from metric.scorer import Scorer
+    from metric.scorer import Scorer, check_dtype
 
     if scorers and name in scorers:
         chosen = scorers[name]
@@ -60,14 +62,15 @@ def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any
             raise InputError(f"the {name} reward needs a model: give scorer=, backbone= (a Backbone or an open_clip "
                              "NAME[/PRETRAINED]) or checkpoint=")
         resources = resources if resources is not None else RewardResources()
+        dtype = check_dtype(dtype)
         if isinstance(backbone, Backbone):
-            key = ("backbone", id(backbone), device)
+            key = ("backbone", id(backbone), device, dtype)
         else:
-            key = ("spec", backbone, checkpoint, arch, device)
+            key = ("spec", backbone, checkpoint, arch, device, dtype)
         if key not in resources.scorers:
             model = backbone if isinstance(backbone, Backbone) else load_backbone(
                 backbone=backbone, checkpoint=checkpoint, arch=arch, device=device)
-            resources.scorers[key] = Scorer(model, batch_size=batch_size, device=device, progress=False)
+            resources.scorers[key] = Scorer(model, batch_size=batch_size, device=device, progress=False, dtype=dtype)
         chosen = resources.scorers[key]
     model = chosen.backbone.model
     model.eval()
@@ -83,9 +86,10 @@ def contrastive_factory(name: str):
                 checkpoint: str | None = None, arch: str | None = None, device: str = "cpu", batch_size: int = 64,
                 w: float | None = None, image_loader: ImageLoader | None = None,
                 image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
-                resources: RewardResources | None = None, **_: Any) -> ContrastiveReward:
+                resources: RewardResources | None = None, dtype: str = "fp32", **_: Any) -> ContrastiveReward:
         resources = resources if resources is not None else RewardResources()
-        chosen = scorer_from_context(name, scorer, scorers, backbone, checkpoint, arch, device, batch_size, resources)
+        chosen = scorer_from_context(name, scorer, scorers, backbone, checkpoint, arch, device, batch_size, resources,
+                                     dtype)
         family = chosen.backbone.family
         if family is not None and family != spec.family:  # None: family not established
             logger.warning("%s reward computed with a %r-family model (%s)", name, family, chosen.backbone.name)

@@ -59,7 +59,11 @@ class ImageEmbeddingCache:
 
 @dataclass
 class RewardResources:
-    """Scorers keyed by model source, and one image-embedding cache per (scorer, image sources), shared in a run."""
+    """Scorers keyed by model source, and one image-embedding cache per (scorer, image sources), shared in a run.
+
+    A scorer's key includes its device and compute dtype (`("spec", backbone, checkpoint, arch, device, dtype)`
+    or `("backbone", id(backbone), device, dtype)`): rewards asking for another precision get their own scorer.
+    """
 
     scorers: dict[tuple, Any] = field(default_factory=dict)
     image_caches: dict[tuple, ImageEmbeddingCache] = field(default_factory=dict)
