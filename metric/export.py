@@ -3,7 +3,7 @@
 Two formats (`EXPORT_FORMATS`):
 
 - ``official``: a ``torch.save``d ``{"state_dict": ...}`` in the layout of the official PAC-S / PAC-S++ files
-  (OpenAI CLIP key names; PAC-S++ adds LoRA tensors of rank 4, see ``../shared/fixtures/pacscore/FORMAT.md``).
+  (OpenAI CLIP key names; PAC-S++ adds LoRA tensors of rank 4, see ``docs/official_format.md``).
   The official inference path applies only the ``visual.conv1`` and attention LoRA deltas and uses the stored MLP
   weights as they are, so every trained delta is merged into the base weights and the LoRA tensors are written
   as zeros: whichever deltas the official code applies (or a fresh model merges), it adds zero.
@@ -26,8 +26,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 
@@ -76,12 +77,12 @@ class ExportResult:
 
 
 def _is_pacs_safetensors(path: Path) -> bool:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as handle:
             return (handle.metadata() or {}).get("pacs_format") == PACS_FORMAT
-    except Exception:  # safetensors raises its own error types for non-safetensors files
+    except (SafetensorError, OSError):  # not a safetensors file
         return False
 
 
@@ -93,8 +94,10 @@ def load_trained_model(checkpoint: str | os.PathLike, device: str = "cpu") -> Ba
     path = Path(checkpoint)
     if not path.exists():
         raise MissingResourceError(f"model to export not found: {path}")
-    pacs_written = ((path / BASE_FILE).is_file() or (path / EXPORT_WEIGHTS_FILE).is_file()) if path.is_dir() \
-        else path.suffix == ".safetensors" and _is_pacs_safetensors(path)
+    weights = path / EXPORT_WEIGHTS_FILE if path.is_dir() else path
+    pacs_written = (path / BASE_FILE).is_file() if path.is_dir() else False
+    pacs_written = pacs_written or (weights.suffix == ".safetensors" and weights.is_file()
+                                    and _is_pacs_safetensors(weights))
     if not pacs_written:
         raise InputError(f"{path}: not a model pacs trained: export takes the checkpoint.safetensors or adapter/ "
                          f"folder that `pacs train-metric` writes (or a folder `pacs export` wrote)")
@@ -106,7 +109,7 @@ def load_trained_model(checkpoint: str | os.PathLike, device: str = "cpu") -> Ba
 
 
 def official_key_shapes(config: Mapping[str, Any], lora_rank: int | None) -> dict[str, tuple[int, ...]]:
-    """Every key of an official checkpoint for an open_clip ViT config, with its shape (FORMAT.md section 3).
+    """Every key of an official checkpoint for an open_clip ViT config, with its shape (docs/official_format.md §3).
 
     `lora_rank` adds the PAC-S++ LoRA tensors (None: a PAC-S / OpenAI CLIP file).
     """
@@ -273,19 +276,20 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
     family, metric, w = pacs_section["family"], pacs_section["metric"], pacs_section["w"]
     source = pacs_section["provenance"]["exported_from"]
     training = pacs_section["provenance"].get("training") or {}
+    config = backbone.open_clip_config
     lines = [
         "---", "library_name: open_clip", "tags:", "- pacs", f"- {family}", "- clip",
         "- image-captioning-evaluation", "---", "",
         f"# {backbone.name} ({family.upper()})", "",
-        f"A {family} captioning metric trained with pacs, exported by `pacs export`. Score with "
-        f"`{metric}` (reference-free) or `ref-{metric}`, w = {w}: score = w·max(cos(image, caption), 0).", "",
+        (f"A {family} captioning metric trained with pacs, exported by `pacs export`. Score with `{metric}` "
+         f"(reference-free) or `ref-{metric}`, w = {w}: score = w·max(cos(image, caption), 0)."), "",
         "| | |", "|---|---|",
-        f"| vision tower | ViT, patch {vision.get('patch_size')}, {vision.get('image_size')} px, width "
-        f"{vision.get('width')}, {vision.get('layers')} layers |",
-        f"| text tower | width {text.get('width')}, {text.get('layers')} layers, heads {text.get('heads')}, "
-        f"context {text.get('context_length')} |",
-        f"| embedding | {backbone.open_clip_config.get('embed_dim')} |",
-        f"| activation | {'QuickGELU' if backbone.open_clip_config.get('quick_gelu') else 'GELU'} |",
+        (f"| vision tower | ViT, patch {vision.get('patch_size')}, {vision.get('image_size')} px, "
+         f"width {vision.get('width')}, {vision.get('layers')} layers |"),
+        (f"| text tower | width {text.get('width')}, {text.get('layers')} layers, heads {text.get('heads')}, "
+         f"context {text.get('context_length')} |"),
+        f"| embedding | {config.get('embed_dim')} |",
+        f"| activation | {'QuickGELU' if config.get('quick_gelu') else 'GELU'} |",
         f"| fingerprint | `{pacs_section['fingerprint']}` |",
         f"| exported from | `{source['path']}` (sha256 `{source['sha256']}`) |",
     ]
@@ -297,11 +301,12 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
         f"pacs score --metric {metric} --checkpoint THIS_FOLDER --images DIR --candidates captions.json", "```", "",
         "```python", "from metric.backbones import load_backbone", "from metric.scorer import Scorer", "",
         'backbone = load_backbone(checkpoint="THIS_FOLDER")  # bit-identical to the trained model',
-        f"scores = Scorer(backbone, w={w}).score(images, captions).scores", "```", "",
-        "open_clip reads the same weights: `open_clip.create_model(\"local-dir:THIS_FOLDER\")` (tokenize with the "
-        "OpenAI CLIP tokenizer and prefix captions with \"A photo depicts \" to reproduce pacs' scores).", "",
-        "Files: `open_clip_model.safetensors` (weights, pacs metadata in the header), `open_clip_config.json` "
-        "(open_clip `model_cfg` + `preprocess_cfg`; the `pacs` section holds family, metric, w and provenance).", "",
+        f'print(Scorer(backbone, w={w}).score(["image.jpg"], ["a dog runs on the grass"]).scores)', "```", "",
+        ('open_clip reads the same weights: `open_clip.create_model("local-dir:THIS_FOLDER")` (tokenize with the '
+         'OpenAI CLIP tokenizer and prefix captions with "A photo depicts " to reproduce pacs\' scores).'), "",
+        ("Files: `open_clip_model.safetensors` (weights, pacs metadata in the header), `open_clip_config.json` "
+         "(open_clip `model_cfg` + `preprocess_cfg`; its `pacs` section holds family, metric, w and provenance)."),
+        "",
     ]
     return "\n".join(lines)
 

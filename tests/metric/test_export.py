@@ -18,7 +18,12 @@ import open_clip
 import pytest
 import torch
 
-from metric.backbones import build_backbone_from_config, load_backbone, model_fingerprint, save_backbone
+from metric.backbones import (
+    build_backbone_from_config,
+    load_backbone,
+    model_fingerprint,
+    save_backbone,
+)
 from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
 from metric.export import export_model
@@ -250,7 +255,7 @@ def test_bad_inputs_exit_2_without_output(lora_run, pacscore_fixtures, tiny_back
 
 
 def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
-    import metric.export as export
+    from metric import export
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
