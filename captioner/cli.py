@@ -25,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     caption.add_argument("--device", default="cpu")
     caption.set_defaults(func=run_caption)
     train = subparsers.add_parser("train", help="run the XE -> SCST -> evaluation recipe from a YAML config")
-    train.add_argument("--config", default=None, help="recipe YAML (default: the embedded demo)")
+    train.add_argument("--config", default=None,
+                       help="recipe YAML file or packaged config name (e.g. demo_smoke, coco_vitb32_pac-spp: "
+                            "recipes/configs/; default: demo, the embedded demo)")
     train.add_argument("--force", action="append", default=[], metavar="STAGE",
                        help="re-run STAGE (and every stage below it) from scratch; repeatable "
                             "(e.g. xe, scst-pac-spp, features/train, eval for every evaluation)")

@@ -28,12 +28,11 @@ from captioner.training import process_state
 from captioner.vocab import DEFAULT_MAX_LENGTH
 from metric.common.config import (NonNegativeInt, PositiveInt, deep_merge, dump_yaml, from_dict, load_yaml,
                                   parse_overrides, to_dict)
+from metric.common.config_files import packaged_config, resolve_config
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
-
-REPO_CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 
 
 @dataclass
@@ -130,8 +129,8 @@ class PipelineConfig:
 
 
 def default_config_path() -> Path:
-    """recipes/configs/demo.yaml of the source tree (the embedded default)."""
-    return REPO_CONFIGS / "demo.yaml"
+    """The packaged config `demo` (recipes/configs/demo.yaml; the embedded default, installed or not)."""
+    return packaged_config("demo")
 
 
 def reward_slug(spec: str) -> str:
@@ -144,7 +143,7 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
 
     `force` names stages to re-run from scratch (added to the config's `force` list).
     """
-    path = Path(config_path) if config_path else default_config_path()
+    path = resolve_config(config_path) if config_path else default_config_path()
     data = deep_merge(load_yaml(path), parse_overrides(overrides))
     if "demo" in data:
         from captioner.demo import run_demo

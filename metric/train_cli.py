@@ -58,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(e.g. mode=projection loss.lambda_v=0.05 batch_size=64 micro_batch_size=16). batch_size is "
                     "the global batch of every step and loss, whatever the number of processes; micro_batch_size "
                     "(pairs a process encodes at once) only trades memory for time.")
-    train.add_argument("--config", help="YAML config (recipes/configs/train_metric*.yaml); _base_ inheritance")
+    train.add_argument("--config", help="YAML file or packaged config name (e.g. train_metric, train_metric_pacs: "
+                                        "recipes/configs/); _base_ inheritance")
     train.add_argument("--manifest", help="positives manifest JSONL (sets data.manifest)")
     train.add_argument("--image-root", help="folder that relative manifest paths start from (data.image_root)")
     train.add_argument("--skip-missing", action="store_true",
@@ -74,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write gen_images/ and manifest.jsonl for a Karpathy-split or COCO captions dataset. Every "
                     "PositivesConfig key can be set in --config YAML or as key=value (e.g. captioner=PATH "
                     "text_to_image=PATH num_inference_steps=30 limit=100).")
-    generate.add_argument("--config", help="YAML config (recipes/configs/generate_positives*.yaml)")
+    generate.add_argument("--config",
+                          help="YAML file or packaged config name (e.g. generate_positives: recipes/configs/)")
     generate.add_argument("--dataset", help="dataset_coco.json (Karpathy) or COCO captions JSON")
     generate.add_argument("--image-root", help="folder holding the dataset's images")
     generate.add_argument("--output-dir", help="where gen_images/ and manifest.jsonl go")

@@ -128,7 +128,8 @@ def cap_indices(count: int, max_frames: int | None) -> list[int]:
 
 def iter_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
     """Yield the sampled frames of a frame folder (all images, or `num_frames` uniformly), before the cap."""
-    from metric.preprocess import open_image  # torch/torchvision only when frames are read
+    # imported here: torch/torchvision load only when frames are read
+    from metric.preprocess import open_image
 
     files = frame_files(folder)
     indices = list(range(len(files)))

@@ -40,7 +40,9 @@ def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="a recipe YAML (e.g. recipes/configs/coco_vitb32_base.yaml)")
+    parser.add_argument("--config", required=True,
+                        help="a recipe YAML file or packaged config name (e.g. coco_vitb32_base = "
+                             "recipes/configs/coco_vitb32_base.yaml)")
     parser.add_argument("--reward", action="append", dest="rewards",
                         help="a reward spec, repeatable (default: cider, clip-s, ref-clip-s, pac-s++, ref-pac-s++; "
                              "mixes like 'cider:1,pac-s++:0.5' are one spec)")

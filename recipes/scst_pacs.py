@@ -20,7 +20,8 @@ from metric.common.errors import PacsError
 def main(argv: list[str] | None = None) -> int:
     """Parse `--config` and overrides, then run the pipeline."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=None, help="recipe YAML (default: recipes/configs/demo.yaml)")
+    parser.add_argument("--config", default=None,
+                        help="recipe YAML file or packaged config name (default: demo = recipes/configs/demo.yaml)")
     parser.add_argument("--force", action="append", default=[], metavar="STAGE",
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. xe.max_steps=100")

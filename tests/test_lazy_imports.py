@@ -39,7 +39,7 @@ def _run(argv: list[str], cwd: Path, preload: tuple[str, ...] = ()) -> dict:
     """Run `pacs argv` in a fresh interpreter (after importing `preload`); the probe's JSON line."""
     done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv), json.dumps([*HEAVY, "torch"]),
                            json.dumps(list(preload))],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+                          cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

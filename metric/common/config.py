@@ -25,6 +25,7 @@ import pydantic
 import yaml
 from annotated_types import Ge, Gt, Le, Lt
 
+from metric.common.config_files import resolve_config
 from metric.common.errors import InputError
 
 T = TypeVar("T")
@@ -85,7 +86,12 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 
 def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Load a YAML config, resolving `_base_` files recursively (cycles are an error)."""
+    """Load a YAML config, resolving `_base_` files recursively (cycles are an error).
+
+    `path` may also name a packaged config (`demo_smoke`; see `metric.common.config_files.resolve_config`).
+    """
+    if not _seen:
+        path = resolve_config(path)
     path = Path(path).resolve()
     if path in _seen:
         raise InputError(f"{path}: _base_ cycle through {' -> '.join(map(str, _seen))}")

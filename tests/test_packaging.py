@@ -1,0 +1,123 @@
+"""The wheel works outside the repository: it ships every default config, and `pacs train --config demo_smoke`
+runs from a temporary folder in a venv where the installed wheel, not the checkout, provides pacs.
+
+Also the config-name resolution itself (`metric.common.config_files`) on the checkout's configs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import pacs_cli
+from metric.common.config import load_yaml
+from metric.common.config_files import (
+    available_configs,
+    packaged_configs_dir,
+    resolve_config,
+)
+from metric.common.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "recipes" / "configs"
+SOURCE_ROOTS = ("captioner", "eval", "metric", "rewards")
+
+
+def _source_files() -> list[str]:
+    """The checkout's files that a build reads (tracked and untracked, not ignored), relative to REPO."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    return [name for name in listed if (REPO / name).is_file()]
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    """Build the wheel from a copy of the checkout (so no build/ or egg-info lands in the repository)."""
+    source = tmp_path / "source"
+    for name in _source_files():
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((REPO / name).read_bytes())
+    out = tmp_path / "dist"
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check",
+                           "--outdir", str(out), str(source)], capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_wheel_ships_configs_and_runs_outside_the_repository(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # every default config, under the package the resolver reads
+    yamls = sorted(path.name for path in CONFIGS.glob("*.yaml"))
+    assert yamls and {f"pacs_configs/{name}" for name in yamls} <= names
+    # every package of the source tree (setup.cfg lists them by hand) and the console script's module
+    packages = sorted(str(init.parent.relative_to(REPO)) for root in SOURCE_ROOTS
+                      for init in (REPO / root).rglob("__init__.py") if "__pycache__" not in init.parts)
+    assert {f"{package}/__init__.py" for package in packages} <= names, "a package is missing from setup.cfg"
+    assert "pacs_cli.py" in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": ""}
+    # the venv's own copy wins over the checkout's editable install
+    probe = "import metric, pacs_configs; print(metric.__file__); print(pacs_configs.__file__)"
+    where = subprocess.run([str(python), "-c", probe], cwd=elsewhere, env=env, capture_output=True,
+                           text=True, check=True).stdout.split()
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    assert [Path(p) for p in where] == [site / "metric" / "__init__.py", site / "pacs_configs" / "__init__.py"]
+
+    runs = tmp_path / "runs"
+    done = subprocess.run([str(venv / "bin" / "pacs"), "--log-level", "WARNING", "train", "--config", "demo_smoke",
+                           f"runs_dir={runs}", "threads=1"], cwd=elsewhere, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((runs / "demo_smoke" / "results.json").read_text())
+    assert results["rows"] and results["rows"][0]["model"] == "xe"
+    assert (runs / "demo_smoke" / "results.md").is_file()
+    assert not list(elsewhere.iterdir())  # nothing written to the working folder
+
+
+def test_a_name_resolves_to_the_packaged_config_and_its_base() -> None:
+    assert packaged_configs_dir().resolve() == CONFIGS.resolve()  # one source: the checkout's folder itself
+    assert available_configs() == sorted(path.stem for path in CONFIGS.glob("*.yaml"))
+    assert resolve_config("demo_smoke").resolve() == (CONFIGS / "demo_smoke.yaml").resolve()
+    # `_base_: demo.yaml` is followed inside the package: a key only demo.yaml sets arrives
+    by_name = load_yaml("demo_smoke")
+    assert by_name == load_yaml(CONFIGS / "demo_smoke.yaml")
+    assert by_name["demo"]["name"] == "demo_smoke" and "prompt" in by_name["demo"]
+
+
+def test_a_path_wins_over_a_name_and_readme_paths_work_from_anywhere(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    local = tmp_path / "demo_smoke"
+    local.write_text("demo: {name: mine}\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_yaml("demo_smoke") == {"demo": {"name": "mine"}}  # an existing file is used as given
+    # a README path run outside the checkout falls back to the packaged file of that name
+    assert resolve_config("recipes/configs/train_metric.yaml").resolve() == (CONFIGS / "train_metric.yaml").resolve()
+    with pytest.raises(InputError, match="config file not found"):
+        load_yaml("other/train_metric.yaml")
+
+
+def test_an_unknown_name_lists_the_available_ones(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(InputError, match=r"unknown config 'demo_smok'.*available: .*demo_smoke"):
+        resolve_config("demo_smok")
+    # every --config command: exit 2 and one line naming the choices
+    for argv in (["train", "--config", "demo_smok"], ["train-metric", "--config", "demo_smok"],
+                 ["generate-positives", "--config", "demo_smok"]):
+        assert pacs_cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "unknown config 'demo_smok'" in err and "train_metric" in err, argv
