@@ -118,7 +118,8 @@ def official_key_shapes(config: Mapping[str, Any], lora_rank: int | None) -> dic
     grid = int(vision["image_size"]) // patch
     shapes: dict[str, tuple[int, ...]] = {
         "visual.conv1.weight": (dv, 3, patch, patch), "visual.class_embedding": (dv,),
-        "visual.positional_embedding": (grid * grid + 1, dv), "visual.ln_pre.weight": (dv,), "visual.ln_pre.bias": (dv,),
+        "visual.positional_embedding": (grid * grid + 1, dv),
+        "visual.ln_pre.weight": (dv,), "visual.ln_pre.bias": (dv,),
     }
     if lora_rank:
         shapes["visual.conv1.lora_A"] = (lora_rank * patch, 3 * patch)
@@ -131,7 +132,8 @@ def official_key_shapes(config: Mapping[str, Any], lora_rank: int | None) -> dic
             block = f"{prefix}transformer.resblocks.{index}."
             linear = {"attn.out_proj": (width, width), "mlp.c_fc": (4 * width, width), "mlp.c_proj": (width, 4 * width)}
             shapes.update({f"{block}ln_1.weight": (width,), f"{block}ln_1.bias": (width,),
-                           f"{block}attn.in_proj_weight": (3 * width, width), f"{block}attn.in_proj_bias": (3 * width,)})
+                           f"{block}attn.in_proj_weight": (3 * width, width),
+                           f"{block}attn.in_proj_bias": (3 * width,)})
             for name, (rows, cols) in linear.items():
                 shapes[f"{block}{name}.weight"] = (rows, cols)
                 shapes[f"{block}{name}.bias"] = (rows,)
@@ -174,6 +176,9 @@ def official_differences(backbone: Backbone) -> list[str]:
     if int(text.get("heads", 8)) != int(text.get("width", 512)) // 64:
         problems.append(f"{text.get('heads', 8)} text heads for width {text.get('width', 512)} (the official code "
                         f"uses width // 64 = {int(text.get('width', 512)) // 64})")
+    for name, tower in (("vision", vision), ("text", text)):
+        if float(tower.get("mlp_ratio", 4.0)) != 4.0:
+            problems.append(f"{name} MLP ratio {tower.get('mlp_ratio')} (the official code builds 4)")
     for key, value in OFFICIAL_TOKENIZER.items():
         if int(text.get(key, value)) != value:
             problems.append(f"text {key} {text.get(key)} (the official tokenizer has {value})")
@@ -184,7 +189,8 @@ def official_differences(backbone: Backbone) -> list[str]:
         problems.append("activation + normalisation match no official preset "
                         f"({'; '.join(f'{p.name}: {p.description}' for p in ARCH_PRESETS.values())})")
     preprocess = getattr(backbone.preprocess, "config", dict)()
-    if preprocess.get("interpolation", "bicubic") != "bicubic" or preprocess.get("resize_mode", "shortest") != "shortest":
+    resize = (preprocess.get("interpolation", "bicubic"), preprocess.get("resize_mode", "shortest"))
+    if resize != ("bicubic", "shortest"):
         problems.append(f"image preprocessing {preprocess.get('interpolation')}/{preprocess.get('resize_mode')} "
                         "(the official one resizes the shorter side, bicubic, then centre-crops)")
     if not problems:
@@ -214,7 +220,10 @@ def official_state_dict(backbone: Backbone, dtype: str = "fp32",
     rank = OFFICIAL_LORA_RANK if backbone.family == "pac-s++" else None
     ordered: dict[str, torch.Tensor] = {}
     for key, shape in official_key_shapes(backbone.open_clip_config, rank).items():
-        ordered[key] = state.pop(key) if key in state else torch.zeros(shape, dtype=torch_dtype)
+        if key in state:
+            ordered[key] = state.pop(key)
+        elif "lora_" in key:  # every delta is merged into the weights: zero LoRA tensors
+            ordered[key] = torch.zeros(shape, dtype=torch_dtype)
     ordered.update(state)  # only with allow_nonstandard_arch: keys the official layout has no place for
     return ordered, _official_preset(backbone)
 
@@ -323,7 +332,8 @@ def export_folder(backbone: Backbone, out: Path, overwrite: bool = False, w: flo
                     "provenance": provenance(**dict(provenance_fields or {}))}
     with _atomic_folder(out, overwrite) as tmp:
         save_backbone(backbone, tmp / EXPORT_WEIGHTS_FILE)
-        write_json_atomic(tmp / EXPORT_CONFIG_FILE, {"model_cfg": config, "preprocess_cfg": backbone.preprocess.config(),
+        write_json_atomic(tmp / EXPORT_CONFIG_FILE, {"model_cfg": config,
+                                                     "preprocess_cfg": backbone.preprocess.config(),
                                                      "pacs": pacs_section})
         write_text_atomic(tmp / CARD_FILE, model_card(backbone, pacs_section))
     return ExportResult(path=out, format="folder", family=str(backbone.family), fingerprint=fingerprint,

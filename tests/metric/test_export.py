@@ -84,10 +84,11 @@ def score_inputs(pacscore_fixtures, tmp_path_factory) -> dict:
     instances = json.loads((pacscore_fixtures / "inputs" / "inputs.json").read_text())
     instances = (instances["instances"] if isinstance(instances, dict) else instances)[:N_INSTANCES]
     ids = [f"i{index}" for index in range(len(instances))]
+    images = pacscore_fixtures / "inputs" / "images"
     files = {
         "candidates": [{"image_id": i, "caption": inst["candidate"]} for i, inst in zip(ids, instances)],
         "references": {i: inst["references"] for i, inst in zip(ids, instances)},
-        "image-map": {i: str(pacscore_fixtures / "inputs" / "images" / inst["image"]) for i, inst in zip(ids, instances)},
+        "image-map": {i: str(images / inst["image"]) for i, inst in zip(ids, instances)},
     }
     for name, data in files.items():
         (folder / f"{name}.json").write_text(json.dumps(data))
@@ -264,3 +265,23 @@ def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         export_model(lora_run / "checkpoint.safetensors", tmp_path / "folder")
     assert _listing(tmp_path) == []
+
+
+def test_official_differences_name_each_difference():
+    """tiny_clip_config differs from what the official build_model rebuilds in four ways, each named."""
+    from metric.backbones import tiny_clip_config
+    from metric.export import official_differences
+
+    tiny = build_backbone_from_config(tiny_clip_config(), family="pac-s++")
+    assert official_differences(tiny) == [
+        "vision heads of width 32 (the official code uses width // 64 heads)",
+        "2 text heads for width 32 (the official code uses width // 64 = 0)",
+        "vision MLP ratio 2.0 (the official code builds 4)",
+        "text MLP ratio 2.0 (the official code builds 4)",
+    ]
+    official_like = tiny_clip_config(vision_cfg={"head_width": 64, "mlp_ratio": 4.0},
+                                     text_cfg={"width": 64, "heads": 1, "mlp_ratio": 4.0})
+    assert official_differences(build_backbone_from_config(official_like, family="pac-s++")) == []
+    gelu = build_backbone_from_config({**official_like, "quick_gelu": False}, quick_gelu=False, family="pac-s++")
+    assert official_differences(gelu) == [
+        "PAC-S++ needs QuickGELU and the OpenAI mean/std (the official clip_lora model)"]
