@@ -208,6 +208,11 @@ def official_state_dict(backbone: Backbone, dtype: str = "fp32",
     """The official-layout state dict of a merged pacs model (zero LoRA tensors for PAC-S++) and its preset."""
     if dtype not in OFFICIAL_DTYPES:
         raise InputError(f"unknown export dtype {dtype!r} (known: {', '.join(OFFICIAL_DTYPES)})")
+    vision = backbone.open_clip_config.get("vision_cfg", {})
+    if "patch_size" not in vision or not isinstance(vision.get("layers"), int) or "text_cfg" not in \
+            backbone.open_clip_config:
+        raise InputError(f"{backbone.name}: the official checkpoint layout holds ViT CLIP models only "
+                         f"(this vision tower: {json.dumps(vision, sort_keys=True)})")
     problems = official_differences(backbone)
     if problems and not allow_nonstandard_arch:
         raise InputError(f"{backbone.name}: the official PAC-S code cannot reproduce this model: "
@@ -250,7 +255,13 @@ def _atomic_folder(target: Path, overwrite: bool) -> Iterator[Path]:
                 raise InputError(f"{target} exists (pass --overwrite to replace it)")
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
             os.replace(target, old / target.name)
-        os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                os.replace(old / target.name, target)  # put the old output back
+                raise
+        else:
+            os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
