@@ -105,7 +105,12 @@ def build_processor(tokenizer: Any, image_size: int, patch_size: int) -> Any:
 
 def build_vlm(tokenizer: Any, image_size: int, patch_size: int, seed: int) -> Any:
     """A tiny random `LlavaForConditionalGeneration`: 2-layer CLIP vision tower, 2-layer Llama decoder."""
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
 
     vision = CLIPVisionConfig(image_size=image_size, patch_size=patch_size, hidden_size=32, intermediate_size=64,
                               num_hidden_layers=2, num_attention_heads=2, projection_dim=32)

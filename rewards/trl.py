@@ -41,8 +41,8 @@ def completion_text(completion: Any, row: int) -> str:
         if isinstance(content, str):
             return content
         if isinstance(content, (list, tuple)):
-            return " ".join(part["text"] for part in content
-                            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
+            return " ".join(part["text"] for part in content if isinstance(part, dict)
+                            and part.get("type") == "text" and isinstance(part.get("text"), str))
         if content is None:
             return ""
     raise InputError(f"completions[{row}]: expected a string or a list of message dicts with 'content', "

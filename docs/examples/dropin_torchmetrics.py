@@ -13,13 +13,13 @@ backbone = build_backbone_from_config(tiny_clip_config(), seed=0, family="pac-s+
 class Captioned(Dataset):
     """Four images (uint8 tensors [3, H, W], 0..255 like torchmetrics' CLIPScore), a caption and references each."""
 
-    colours = {"red": (220, 20, 20), "green": (20, 200, 40), "blue": (20, 40, 220), "grey": (128, 128, 128)}
+    colours = (("red", (220, 20, 20)), ("green", (20, 200, 40)), ("blue", (20, 40, 220)), ("grey", (128, 128, 128)))
 
     def __len__(self):
         return len(self.colours)
 
     def __getitem__(self, index):
-        name, rgb = list(self.colours.items())[index]
+        name, rgb = self.colours[index]
         image = torch.tensor(rgb, dtype=torch.uint8).view(3, 1, 1).expand(3, 64, 64).clone()
         return image, f"a {name} square", [f"a {name} image", f"a square in {name}"]
 

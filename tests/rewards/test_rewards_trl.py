@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from metric.common.errors import InputError
@@ -135,7 +134,7 @@ def test_missing_columns_are_named(tiny_backbone, flickr):
 def test_bad_rows_are_named_and_none_rows_are_skipped(tiny_backbone, flickr):
     paths, references = flickr
     fn = reward_function("clip-s", backbone=tiny_backbone)
-    kwargs, rows = grpo_batch(paths, references)
+    kwargs, _ = grpo_batch(paths, references)
     with pytest.raises(InputError, match=r"column 'images', row 0: 2 images"):
         fn(**{**{k: v for k, v in kwargs.items() if k != "image"}, "images": [[paths[0], paths[1]]] * 6})
     with pytest.raises(InputError, match=r"completions\[2\]"):
@@ -154,3 +153,12 @@ def test_trl_sees_the_name_and_a_synchronous_callable(tiny_backbone):
     assert not utils.is_async_callable(fn)
     with pytest.raises(InputError, match="image_paths= is not used"):
         reward_function("pac-s++", backbone=tiny_backbone, image_paths={})
+
+
+def test_docstring_example_runs():
+    import doctest
+
+    import rewards.trl
+
+    failures, tried = doctest.testmod(rewards.trl, optionflags=doctest.ELLIPSIS)
+    assert tried > 0 and failures == 0
