@@ -22,7 +22,7 @@ _PUBLIC = {
     "correlate": "eval.api",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_metrics", "correlate"]
 
 
 def __getattr__(name: str) -> Any:

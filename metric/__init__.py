@@ -27,7 +27,8 @@ _PUBLIC = {
     "PACScorePlusPlus": "metric.tm_metrics",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = ["CLIPScore", "MetricScores", "PACScore", "PACScorePlusPlus", "Scorer", "clip_score", "load_backbone",
+           "ref_score", "reference_term", "score"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,8 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
     if backbone is not None and not isinstance(backbone, str):
         raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
                          f"got {type(backbone).__name__}")
-    from metric.cli import scorer_from_args  # the CLI's rules: default CLIP backbone, family checks, w
+    # the CLI's rules for names and files: default CLIP backbone, family checks, w
+    from metric.cli import scorer_from_args
 
     options = argparse.Namespace(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                                  backbone=backbone, arch=arch, family=family,

@@ -29,7 +29,7 @@ _OTHERS = {
     "RewardResources": "rewards.resources",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = ["build_reward", "parse_reward_spec", "register_reward", "reward_names"]
 
 
 def __getattr__(name: str) -> Any:
