@@ -214,19 +214,53 @@ class CLIPScore(_ContrastiveMetric):
     """CLIP-S = w·max(cos, 0) (w = 2.5), or RefCLIP-S with `reference_based=True`.
 
     Without `checkpoint`/`backbone` it uses `ViT-B-32/openai`, like `pacs score --metric clip-s`.
+
+    >>> from PIL import Image
+    >>> from metric import CLIPScore, load_backbone, score
+    >>> tiny = load_backbone("tiny-random")  # a tiny random CLIP built in code
+    >>> images, captions = [Image.new("RGB", (64, 64), "red")] * 2, ["a red square", "a blue circle"]
+    >>> clip_s = CLIPScore(backbone=tiny, return_per_sample=True)
+    >>> clip_s.update(images, captions)
+    >>> result = clip_s.compute()
+    >>> result["per_sample"].tolist() == score(images, captions, metric="clip-s", backbone=tiny).scores.tolist()
+    True
     """
 
     base_metric = "clip-s"
 
 
 class PACScore(_ContrastiveMetric):
-    """PAC-S = w·max(cos, 0) on a PAC-S checkpoint (w = 2.0), or RefPAC-S with `reference_based=True`."""
+    """PAC-S = w·max(cos, 0) on a PAC-S checkpoint (w = 2.0), or RefPAC-S with `reference_based=True`.
+
+    >>> import os
+    >>> from metric import PACScore
+    >>> fixtures = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore")  # C: a tiny PAC-S file
+    >>> pac_s = PACScore(checkpoint=os.path.join(fixtures, "C", "clip_tiny_C.pth"),
+    ...                  arch=os.path.join(fixtures, "C", "arch.json"))
+    >>> pac_s.update([os.path.join(fixtures, "inputs", "images", "pacscore_example_image1.jpg")],
+    ...              ["A white dog is laying on the ground with its head on its paws ."])
+    >>> round(float(pac_s.compute()), 3)  # the official code: 1.02995
+    1.03
+    """
 
     base_metric = "pac-s"
 
 
 class PACScorePlusPlus(_ContrastiveMetric):
-    """PAC-S++ (w = 2.5 on ViT-B/32, 3.0 on ViT-L/14), or RefPAC-S++ with `reference_based=True`."""
+    """PAC-S++ (w = 2.5 on ViT-B/32, 3.0 on ViT-L/14), or RefPAC-S++ with `reference_based=True`.
+
+    >>> import os
+    >>> from metric import PACScorePlusPlus
+    >>> fixtures = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore")  # A: a tiny PAC-S++ file
+    >>> ref_pacs = PACScorePlusPlus(checkpoint=os.path.join(fixtures, "A", "PAC++_tiny_A.pth"),
+    ...                             arch=os.path.join(fixtures, "A", "arch.json"), reference_based=True)
+    >>> ref_pacs.update([os.path.join(fixtures, "inputs", "images", "pacscore_example_image1.jpg")],
+    ...                 ["A white dog is laying on the ground with its head on its paws ."],
+    ...                 references=[["A closeup of a white dog that is laying its head on its paws .",
+    ...                              "a large white dog lying on the floor ."]])
+    >>> ref_pacs.metric_name, ref_pacs.w, round(float(ref_pacs.compute()), 3)
+    ('ref-pac-s++', 2.5, 0.988)
+    """
 
     base_metric = "pac-s++"
 
