@@ -167,3 +167,64 @@ def test_two_gloo_processes_equal_one(pacscore_fixtures, tmp_path):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert torch.equal(result["per_sample"], expected["per_sample"])
         assert abs(float(result["score"]) - float(expected["score"])) <= TOLERANCE
+
+
+class _PacsAsHfClip(torch.nn.Module):
+    """A pacs backbone behind the two methods torchmetrics' CLIPScore calls on a transformers CLIPModel."""
+
+    def __init__(self, backbone) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.config = object()  # no text_config: torchmetrics then does no truncation of its own
+
+    def get_image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.backbone.model.encode_image(pixel_values)
+
+    def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.backbone.model.encode_text(input_ids)
+
+
+def _pacs_as_hf_processor(backbone):
+    """A processor callable as torchmetrics calls CLIPProcessor: images -> pixel_values, text -> input_ids."""
+    from metric.tm_metrics import to_image_inputs
+
+    def processor(images=None, text=None, return_tensors="pt", padding=True):
+        if images is not None:
+            return {"pixel_values": torch.stack([backbone.preprocess(image) for image in to_image_inputs(images)])}
+        ids = backbone.tokenize(list(text))  # [N, 77], no prompt (torchmetrics adds none)
+        return {"input_ids": ids, "attention_mask": (ids != 0).long()}
+
+    return processor
+
+
+@pytest.mark.parametrize("name", ["C", "tiny-seed10", "tiny-seed6"])
+def test_torchmetrics_clipscore_is_100_times_the_clamped_mean_cosine(pacscore_fixtures, name):
+    """torchmetrics' CLIPScore on the same model = max(100 · mean(cos), 0) with no prompt; = 40 · pacs CLIP-S
+    (w = 2.5, prompt "") only when no cosine is negative (pacs clamps each sample, torchmetrics the mean)."""
+    from torchmetrics.multimodal import CLIPScore as TorchmetricsCLIPScore
+
+    from metric.scorer import Scorer
+
+    from metric.backbones import build_backbone_from_config, load_backbone, tiny_clip_config
+
+    fixture = _fixture(pacscore_fixtures, "C")
+    if name == "C":
+        backbone = load_backbone(checkpoint=fixture["checkpoint"], arch=fixture["arch"])
+    else:  # random tiny models whose cosines on these pairs have both signs (mean > 0 for seed 10, < 0 for 6)
+        backbone = build_backbone_from_config(tiny_clip_config(), seed=int(name.removeprefix("tiny-seed")))
+    jpegs = [path for path in fixture["images"] if path.endswith(".jpg")][:4]
+    captions = ["a dog runs on the grass", "two people on a street", "a red car", "a child in a pool"]
+    pixels = [torch.from_numpy(np.array(Image.open(path))).permute(2, 0, 1) for path in jpegs]  # uint8 [3, H, W]
+    theirs = TorchmetricsCLIPScore(model_name_or_path=lambda: (_PacsAsHfClip(backbone),
+                                                               _pacs_as_hf_processor(backbone)))
+    theirs.update(pixels, captions)
+    ours = Scorer(backbone, w=2.5, prompt="").score(jpegs, captions)
+    cosines = ours.cosines.astype(np.float64)
+    assert abs(float(theirs.compute()) - max(100 * cosines.mean(), 0.0)) <= 1e-3
+    forty_times_pacs = 40 * float(np.mean(ours.scores, dtype=np.float64))
+    if name == "C":  # every cosine positive: the two scales differ by 100 / w only
+        assert cosines.min() > 0
+        assert abs(float(theirs.compute()) - forty_times_pacs) <= 1e-3
+    else:  # negative cosines count in torchmetrics' mean; pacs clamps them to 0 first, so it is above 40x
+        assert cosines.min() < 0 < cosines.max()
+        assert forty_times_pacs - float(theirs.compute()) > 1e-2
