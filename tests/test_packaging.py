@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,20 +29,15 @@ CONFIGS = REPO / "recipes" / "configs"
 SOURCE_ROOTS = ("captioner", "eval", "metric", "rewards")
 
 
-def _source_files() -> list[str]:
-    """The checkout's files that a build reads (tracked and untracked, not ignored), relative to REPO."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.splitlines()
-    return [name for name in listed if (REPO / name).is_file()]
+# Build outputs and caches of the checkout (.gitignore), which a fresh clone would not have.
+IGNORED = ("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", "runs", ".cache", "*.tmp", ".git",
+           ".ruff_cache")
 
 
 def _build_wheel(tmp_path: Path) -> Path:
     """Build the wheel from a copy of the checkout (so no build/ or egg-info lands in the repository)."""
     source = tmp_path / "source"
-    for name in _source_files():
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((REPO / name).read_bytes())
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*IGNORED))
     out = tmp_path / "dist"
     done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check",
                            "--outdir", str(out), str(source)], capture_output=True, text=True, timeout=600,
