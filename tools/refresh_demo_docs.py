@@ -1,0 +1,77 @@
+"""Rewrite the demo's printed results in README.md and docs/demo.md from the files of a finished run.
+
+    python tools/refresh_demo_docs.py [RUN_DIR]      # default runs/demo
+
+Runs nothing: it reads RUN_DIR/results.json (the table, each reward's gain, the changes against XE with their
+intervals and the findings, exactly as the run printed them), RUN_DIR/correlation/correlation.json and
+RUN_DIR/stages.json, and replaces the text between `<!-- demo-results:begin -->` and `<!-- demo-results:end -->`
+in both files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from captioner.demo.pipeline import results_markdown
+from metric.common.errors import InputError
+from metric.common.io import write_text_atomic
+
+BEGIN, END = "<!-- demo-results:begin -->", "<!-- demo-results:end -->"
+ROOT = Path(__file__).resolve().parents[1]
+METRIC_NAMES = {"clip-s": "CLIP-S", "ref-clip-s": "RefCLIP-S", "pac-s++": "PAC-S++", "ref-pac-s++": "RefPAC-S++",
+                "bleu4": "BLEU-4", "cider": "CIDEr-D", "length": "length"}
+
+
+def block(run_dir: Path) -> str:
+    """The generated markdown: results as printed, stage seconds, correlation with the judge."""
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    parts = [results_markdown(results)]
+    stages_path = run_dir / "stages.json"
+    if stages_path.is_file():
+        seconds = json.loads(stages_path.read_text(encoding="utf-8")).get("seconds", {})
+        if seconds:
+            parts.append("Stage wall seconds (`stages.json`): "
+                         + ", ".join(f"{name} {value:.1f}" for name, value in seconds.items()) + ".\n")
+    correlation_path = run_dir / "correlation" / "correlation.json"
+    if correlation_path.is_file():
+        correlation = json.loads(correlation_path.read_text(encoding="utf-8"))
+        lines = ["| metric | τb | τc |", "|---|---|---|"]
+        lines += [f"| {METRIC_NAMES.get(name, name)} | {value['tau_b']:.1f} | {value['tau_c']:.1f} |"
+                  for name, value in correlation.items() if isinstance(value, dict) and "tau_b" in value]
+        parts.append("Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
+                     + "\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def replace_block(text: str, content: str, name: str) -> str:
+    """`text` with the part between the markers replaced by `content`."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise InputError(f"{name}: expected one {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n{content}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Refresh both files; exit 2 on a missing run or markers."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", nargs="?", default=str(ROOT / "runs" / "demo"))
+    args = parser.parse_args(argv)
+    try:
+        run_dir = Path(args.run_dir)
+        if not (run_dir / "results.json").is_file():
+            raise InputError(f"{run_dir}: no results.json (run `accelerate launch recipes/scst_pacs.py` first)")
+        content = block(run_dir)
+        for path in (ROOT / "README.md", ROOT / "docs" / "demo.md"):
+            write_text_atomic(path, replace_block(path.read_text(encoding="utf-8"), content, str(path)))
+            print(f"refreshed {path}")
+    except InputError as error:
+        print(f"refresh_demo_docs: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
