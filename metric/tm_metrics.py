@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, ClassVar, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -56,7 +57,7 @@ except ImportError as _error:  # the optional extra is not installed
     raise MissingResourceError(
         f"metric.tm_metrics needs torchmetrics ({_error}): pip install \"pacs-captioning[torchmetrics]\"") from None
 
-ImageInput = Union[str, os.PathLike, Image.Image, torch.Tensor]
+ImageInput = str | os.PathLike | Image.Image | torch.Tensor
 
 __all__ = ["CLIPScore", "PACScore", "PACScorePlusPlus", "build_scorer", "clip_score", "pac_score",
            "pac_score_plus_plus", "to_image_inputs"]

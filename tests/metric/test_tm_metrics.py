@@ -12,10 +12,16 @@ from PIL import Image
 
 pytest.importorskip("torchmetrics")
 
-from metric.common.errors import InputError  # noqa: E402
-from metric.families import FamilyMismatchError  # noqa: E402
-from metric.tm_metrics import CLIPScore, PACScore, PACScorePlusPlus, pac_score, pac_score_plus_plus  # noqa: E402
-from pacs_cli import main  # noqa: E402
+from metric.common.errors import InputError
+from metric.families import FamilyMismatchError
+from metric.tm_metrics import (
+    CLIPScore,
+    PACScore,
+    PACScorePlusPlus,
+    pac_score,
+    pac_score_plus_plus,
+)
+from pacs_cli import main
 
 TOLERANCE = 1e-6
 # fixture folder -> (metric class, family metric name)
@@ -203,9 +209,12 @@ def test_torchmetrics_clipscore_is_100_times_the_clamped_mean_cosine(pacscore_fi
     (w = 2.5, prompt "") only when no cosine is negative (pacs clamps each sample, torchmetrics the mean)."""
     from torchmetrics.multimodal import CLIPScore as TorchmetricsCLIPScore
 
+    from metric.backbones import (
+        build_backbone_from_config,
+        load_backbone,
+        tiny_clip_config,
+    )
     from metric.scorer import Scorer
-
-    from metric.backbones import build_backbone_from_config, load_backbone, tiny_clip_config
 
     fixture = _fixture(pacscore_fixtures, "C")
     if name == "C":
