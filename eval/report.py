@@ -52,7 +52,7 @@ STYLE = """
 body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #bbb;padding:3px 6px;text-align:right;font-size:13px}th{background:#eee}
-td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dcfce7}td.ci-down{background:#fee2e2}.absent{color:#888;font-style:italic}
+td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dbeafe}td.ci-down{background:#ffedd5}.absent{color:#888;font-style:italic}
 .gallery{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #ccc;padding:8px;width:360px}
 .card img{image-rendering:pixelated;width:128px;height:128px}.verdict-correct{color:#080}
 .verdict-wrong{color:#b00}.verdict-incomplete{color:#b70}.card td{text-align:left;font-size:90%}

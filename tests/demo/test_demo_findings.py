@@ -30,14 +30,14 @@ def test_demo_intervals_of_a_constant_shift_are_that_shift() -> None:
 
 def test_demo_findings_follow_the_rules() -> None:
     assert (direction([0.1, 0.5]), direction([-0.5, -0.1]), direction([-0.1, 0.2])) == (1, -1, 0)
-    columns = ("Judge-acc", "Length", "Rep-1", "%Incorrect", "Halluc.")
+    columns = ("Judge-acc", "Length", "Rep-2", "%Incorrect", "Halluc.")
     rows = [{"model": "xe"},
             {"model": scst_model_name("cider"), "delta": dict.fromkeys(columns, 5.0),
-             "ci": {"Judge-acc": [2.0, 8.0], "Length": [-1.0, 1.0], "Rep-1": [-1.0, 1.0], "%Incorrect": [-1.0, 1.0],
+             "ci": {"Judge-acc": [2.0, 8.0], "Length": [-1.0, 1.0], "Rep-2": [-1.0, 1.0], "%Incorrect": [-1.0, 1.0],
                     "Halluc.": [-9.0, -1.0]}},
-            {"model": scst_model_name("clip-s"), "delta": {"Judge-acc": -6.0, "Length": -2.0, "Rep-1": 0.1,
+            {"model": scst_model_name("clip-s"), "delta": {"Judge-acc": -6.0, "Length": -2.0, "Rep-2": 0.1,
                                                           "%Incorrect": 0.0, "Halluc.": 1.0},
-             "ci": {"Judge-acc": [-10.0, -2.0], "Length": [-3.0, -1.0], "Rep-1": [-0.1, 0.3],
+             "ci": {"Judge-acc": [-10.0, -2.0], "Length": [-3.0, -1.0], "Rep-2": [-0.1, 0.3],
                     "%Incorrect": [0.0, 0.0], "Halluc.": [-1.0, 3.0]}}]
     gains = [{"reward": "cider", "delta": 0.2, "ci": [0.1, 0.3]}, {"reward": "clip-s", "delta": 0.1, "ci": [0.05, 0.2]}]
     text = findings(rows, gains)
@@ -47,6 +47,6 @@ def test_demo_findings_follow_the_rules() -> None:
     # clip-s raised its reward, lost judge accuracy and shortened the captions: gamed; cider is not
     assert text[3] == ("clip-s was gamed: its reward rose (+0.100 [+0.050, +0.200]) while judge accuracy did not, "
                        "with shorter captions (-2.00 [-3.00, -1.00] Length).")
-    assert text[4] == "scst cider: within noise against XE: Length, Rep-1, %Incorrect."
-    assert text[5] == "scst clip-s: within noise against XE: Rep-1, %Incorrect, Halluc."  # one full stop
+    assert text[4] == "scst cider: within noise against XE: Length, Rep-2, %Incorrect."
+    assert text[5] == "scst clip-s: within noise against XE: Rep-2, %Incorrect, Halluc."  # one full stop
     assert len(text) == 6
