@@ -6,9 +6,11 @@
     token length, encoded in batches trimmed to their longest sequence.
 Same randomly initialised open_clip ViT-B-32 (no pretrained weights), same real images and captions (Flickr8k
 from PACS_SHARED), same run. Prints both times (median of repeats, interleaved), the ratio, the max |score
-difference|, and the Scorer's images/s and captions/s at batch sizes 32 and 64.
+difference|, the Scorer's images/s and captions/s at batch sizes 32 and 64, and one row per compute dtype
+(`Scorer(dtype=...)`, `--dtype`: fp32, and bf16 / fp16 under torch.autocast) with its max |Δ score| from fp32.
 
 Run: HF_HUB_OFFLINE=1 PACS_SHARED=/work/shared python bench/bench_metric.py [--repeats 3] [--threads 2]
+     [--device cuda] [--dtypes fp32,bf16,fp16]
 """
 from __future__ import annotations
 
@@ -52,20 +54,25 @@ def official_scores(backbone: Backbone, images: list[str], captions: list[str]) 
     image_features = []
     for start in range(0, len(images), 64):
         pixels = torch.stack([backbone.preprocess(open_image(path)) for path in images[start:start + 64]])
-        image_features.append(backbone.model.encode_image(pixels))
+        image_features.append(backbone.model.encode_image(pixels.to(backbone.device)).cpu())
     text_features = []
     for start in range(0, len(captions), 256):
         tokens = backbone.tokenize([DEFAULT_PROMPT + c for c in captions[start:start + 256]])  # [N, 77]
-        text_features.append(backbone.model.encode_text(tokens))
+        text_features.append(backbone.model.encode_text(tokens.to(backbone.device)).cpu())
     image = torch.cat(image_features).numpy()
     text = torch.cat(text_features).numpy()
     return clip_score(image, text, W)
 
 
-def pacs_scores(backbone: Backbone, images: list[str], captions: list[str], batch_size: int) -> np.ndarray:
-    """pacs: a fresh Scorer (cold caches), one call."""
-    scorer = Scorer(backbone, w=W, batch_size=batch_size, progress=False, warn_empty=False)
-    return scorer.score(images, captions).scores
+def pacs_scores(backbone: Backbone, images: list[str], captions: list[str], batch_size: int,
+                dtype: str = "fp32") -> np.ndarray:
+    """pacs: a fresh Scorer (cold caches) in `dtype`, one call."""
+    scorer = Scorer(backbone, w=W, batch_size=batch_size, progress=False, warn_empty=False, dtype=dtype,
+                    device=str(backbone.device))
+    scores = scorer.score(images, captions).scores
+    if backbone.device.type == "cuda":
+        torch.cuda.synchronize()
+    return scores
 
 
 def timed(function, *args) -> tuple[float, np.ndarray]:
@@ -82,11 +89,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--captions-per-image", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtypes", default="fp32,bf16,fp16", help="compute dtypes of the per-dtype rows")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    backbone = load_backbone("ViT-B-32")  # open_clip architecture, random weights, nothing downloaded
+    backbone = load_backbone("ViT-B-32", device=args.device)  # open_clip architecture, random weights
     images, captions = flickr8k_inputs(args.images, args.captions_per_image)
     n_images = len(set(images))
 
@@ -114,6 +123,17 @@ def main() -> None:
         times = [timed(pacs_scores, backbone, images, captions, batch_size)[0] for _ in range(args.repeats)]
         elapsed = statistics.median(times)
         print(f"{'':<28}{batch_size:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}{len(captions) / elapsed:>12.1f}")
+    print()
+    print(f"{'pacs Scorer per dtype':<22}{'device':>8}{'batch':>6}{'time (s)':>10}{'images/s':>10}{'captions/s':>12}"
+          f"{'max |Δ| vs fp32':>17}")
+    fp32 = pacs_scores(backbone, images, captions, 64)
+    for dtype in args.dtypes.split(","):
+        pacs_scores(backbone, images[:8], captions[:8], 64, dtype)  # warm-up (autocast kernels)
+        runs = [timed(pacs_scores, backbone, images, captions, 64, dtype) for _ in range(args.repeats)]
+        elapsed = statistics.median(elapsed for elapsed, _ in runs)
+        diff = float(np.abs(runs[-1][1].astype(np.float64) - fp32).max())
+        print(f"{'':<22}{args.device:>8}{64:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}"
+              f"{len(captions) / elapsed:>12.1f}{diff:>17.2e}")
 
 
 if __name__ == "__main__":
