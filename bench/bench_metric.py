@@ -124,15 +124,15 @@ def main() -> None:
         elapsed = statistics.median(times)
         print(f"{'':<28}{batch_size:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}{len(captions) / elapsed:>12.1f}")
     print()
-    print(f"{'pacs Scorer per dtype':<22}{'device':>8}{'batch':>6}{'time (s)':>10}{'images/s':>10}{'captions/s':>12}"
-          f"{'max |Δ| vs fp32':>17}")
+    print(f"{'pacs Scorer per dtype':<22}{'dtype':>6}{'device':>8}{'batch':>6}{'time (s)':>10}{'images/s':>10}"
+          f"{'captions/s':>12}{'max |Δ| vs fp32':>17}")
     fp32 = pacs_scores(backbone, images, captions, 64)
     for dtype in args.dtypes.split(","):
         pacs_scores(backbone, images[:8], captions[:8], 64, dtype)  # warm-up (autocast kernels)
         runs = [timed(pacs_scores, backbone, images, captions, 64, dtype) for _ in range(args.repeats)]
         elapsed = statistics.median(elapsed for elapsed, _ in runs)
         diff = float(np.abs(runs[-1][1].astype(np.float64) - fp32).max())
-        print(f"{'':<22}{args.device:>8}{64:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}"
+        print(f"{'':<22}{dtype:>6}{args.device:>8}{64:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}"
               f"{len(captions) / elapsed:>12.1f}{diff:>17.2e}")
 
 

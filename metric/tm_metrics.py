@@ -70,8 +70,8 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
     """The Scorer of `metric` from the CLI's model options (`metric.cli.scorer_from_args`) or a loaded Backbone."""
     spec = metric_spec(metric)
     if isinstance(backbone, Backbone):
-        if checkpoint is not None or arch is not None:
-            raise InputError("pass either a loaded Backbone or checkpoint=/arch=, not both")
+        if checkpoint is not None or arch is not None or family is not None:
+            raise InputError("pass either a loaded Backbone or checkpoint= / arch= / family=, not both")
         check_metric_family(spec.name, backbone, allow_family_mismatch, option="allow_family_mismatch=True")
         scorer = Scorer(backbone, w=w if w is not None else default_w(spec.name, backbone), batch_size=batch_size,
                         device=device, cache_dir=cache_dir, dtype=dtype)
@@ -277,7 +277,10 @@ def _functional(metric_class: type[_ContrastiveMetric], images: Any, captions: A
 
 def clip_score(images: Any, captions: Any, references: Sequence[Sequence[str]] | None = None,
                return_per_sample: bool = False, **options: Any) -> torch.Tensor | dict[str, torch.Tensor]:
-    """Functional CLIPScore: CLIP-S, or RefCLIP-S when `references` are given; `options` as the metric's."""
+    """Functional CLIPScore: CLIP-S, or RefCLIP-S when `references` are given; `options` as the metric's.
+
+    Each call builds its scorer: pass `backbone=` a loaded `Backbone` to load the model once.
+    """
     return _functional(CLIPScore, images, captions, references, return_per_sample, options)
 
 

@@ -139,6 +139,8 @@ def test_bad_input_is_one_clear_error(pacscore_fixtures):
         ref.update(fixture["images"][:1], fixture["captions"][:1], ["a single string"])
     with pytest.raises(FamilyMismatchError, match="pac-s needs a pac-s model"):
         PACScore(checkpoint=fixture["checkpoint"], arch=fixture["arch"])  # a PAC-S++ file (LoRA keys)
+    with pytest.raises(InputError, match="either a loaded Backbone or checkpoint="):
+        PACScorePlusPlus(backbone=free.scorer.backbone, checkpoint=fixture["checkpoint"])
     assert free.scores == []  # nothing was kept from the refused updates
     assert torch.isnan(free.compute())
 
