@@ -57,7 +57,7 @@ td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dbeafe}t
 .card img{image-rendering:pixelated;width:128px;height:128px}.verdict-correct{color:#080}
 .verdict-wrong{color:#b00}.verdict-incomplete{color:#b70}.card td{text-align:left;font-size:90%}
 .plot{max-width:100%}mark.hl-absent{background:#f8b4b4}mark.hl-dangling{background:#fde68a}
-.findings li{margin:3px 0}
+.findings li{margin:3px 0}#delta-table td,#delta-table th{font-size:11px;padding:2px 4px}
 """
 FILTER_SCRIPT = """<script>function pacsFilter(box){document.querySelectorAll('.gallery .card').forEach(c=>{
 c.style.display=(box.checked&&c.dataset.disagree!=='1')?'none':'';});}</script>"""
@@ -225,6 +225,11 @@ def _format(value: Any) -> str:
     return f"{number:.2f}" if abs(number) < 1000 else f"{number:.0f}"
 
 
+def _signed(value: float) -> str:
+    size = abs(value)
+    return f"{value:+.1f}" if size >= 10 else f"{value:+.2f}" if size >= 1 else f"{value:+.3f}"
+
+
 def _interval_cell(delta: Any, interval: Any) -> str:
     if _number(delta) is None or not isinstance(interval, (list, tuple)) or len(interval) != 2:
         return "<td></td>"
@@ -232,7 +237,7 @@ def _interval_cell(delta: Any, interval: Any) -> str:
     if low is None or high is None:
         return "<td></td>"
     kind = "up" if low > 0 else "down" if high < 0 else "noise"
-    return (f'<td class="ci-{kind}">{float(delta):+.2f}<br><small>[{low:+.2f}, {high:+.2f}]</small></td>')
+    return (f'<td class="ci-{kind}">{_signed(float(delta))}<br><small>[{_signed(low)}, {_signed(high)}]</small></td>')
 
 
 def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra: dict[str, Any] | None = None) -> str:

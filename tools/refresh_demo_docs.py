@@ -4,7 +4,7 @@
 
 Runs nothing: it reads RUN_DIR/results.json (the table, each reward's gain, the changes against XE with their
 intervals and the findings, exactly as the run printed them), RUN_DIR/correlation/correlation.json and
-RUN_DIR/stages.json, and replaces the text between `<!-- demo-results:begin -->` and `<!-- demo-results:end -->`
+RUN_DIR/stages/*.json, and replaces the text between `<!-- demo-results:begin -->` and `<!-- demo-results:end -->`
 in both files.
 """
 from __future__ import annotations
@@ -28,12 +28,15 @@ def block(run_dir: Path) -> str:
     """The generated markdown: results as printed, stage seconds, correlation with the judge."""
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     parts = [results_markdown(results)]
-    stages_path = run_dir / "stages.json"
-    if stages_path.is_file():
-        seconds = json.loads(stages_path.read_text(encoding="utf-8")).get("seconds", {})
-        if seconds:
-            parts.append("Stage wall seconds (`stages.json`): "
-                         + ", ".join(f"{name} {value:.1f}" for name, value in seconds.items()) + ".\n")
+    seconds = {}
+    for record in sorted((run_dir / "stages").glob("*.json"), key=lambda path: path.stat().st_mtime):
+        data = json.loads(record.read_text(encoding="utf-8"))
+        if isinstance(data.get("seconds"), (int, float)):
+            seconds[data.get("stage", record.stem)] = float(data["seconds"])
+    if seconds:  # each stage's record keeps the seconds of the run that computed it (a cached re-run: 0)
+        parts.append("Stage wall seconds of the run that computed each stage (`stages/<stage>.json`): "
+                     + ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
+                     + f"; total {sum(seconds.values()):.0f} s.\n")
     correlation_path = run_dir / "correlation" / "correlation.json"
     if correlation_path.is_file():
         correlation = json.loads(correlation_path.read_text(encoding="utf-8"))
