@@ -28,9 +28,10 @@ import torch
 from scipy.stats import kendalltau
 
 from eval.benchmarks.flickr8k import load_raw
-from metric.backbones import Backbone, load_backbone
+from metric.models.backbones import Backbone
+from metric.models.factory import load_backbone
 from metric.common.paths import shared_dir
-from metric.scorer import Scorer, ScoreResult
+from metric.scoring.scorer import Scorer, ScoreResult
 
 LOW = ("bf16", "fp16")
 Inputs = tuple[list[str], list[str], list[list[str]]]

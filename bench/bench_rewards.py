@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
             ("cider, cached references, Java PTB tokenizer",
              median_time(lambda: java(ids, captions, refs), repeats, warmup=1))]
 
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     paths = data.image_paths()

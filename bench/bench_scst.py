@@ -18,8 +18,8 @@ from PIL import Image
 from captioner.decoding import beam_search, decode_texts
 from captioner.model import Captioner, CaptionerConfig, shift_right, token_log_probs
 from captioner.vocab import WordVocab
-from metric.backbones import build_backbone_from_config, tiny_clip_config
-from metric.scorer import Scorer
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from metric.scoring.scorer import Scorer
 from rewards import build_reward
 
 WORDS = "a an the man woman dog cat red blue green on in with of sitting standing running street field".split()

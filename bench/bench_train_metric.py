@@ -24,13 +24,13 @@ def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads:
              queue: "multiprocessing.Queue") -> None:
     import torch
 
-    from metric.grad_cache import grad_cache_step
-    from metric.train import encode_positives, loss_on_embeddings
-    from metric.train_data import split_micro_batches
+    from metric.training.grad_cache import grad_cache_step
+    from metric.training.trainer import encode_positives, loss_on_embeddings
+    from metric.training.data import split_micro_batches
 
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.train import DualEncoder, LossOptions, MetricTrainConfig, compute_loss, prepare_trainable
-    from metric.train import trainable_parameters
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.training.trainer import DualEncoder, LossOptions, MetricTrainConfig, compute_loss, prepare_trainable
+    from metric.training.trainer import trainable_parameters
 
     torch.set_num_threads(threads)
     if size == "tiny":

@@ -22,9 +22,9 @@ import av
 import numpy as np
 import torch
 
-from metric.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.video import VideoScorer
-from metric.video_frames import FrameSampling, read_frames
+from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from metric.video.scorer import VideoScorer
+from metric.video.frames import FrameSampling, read_frames
 from timing import best_time
 
 

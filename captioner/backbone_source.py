@@ -43,11 +43,12 @@ def resolve_device(device: str | None) -> str:
 
 
 def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str | None = None) -> Any:
-    """Build the `metric.backbones.Backbone` a source describes (a random one has the family `source.family`)."""
+    """Build the `metric.models.backbones.Backbone` a source describes (a random one has the family `source.family`)."""
     import dataclasses
 
-    from metric.backbones import build_backbone_from_config, load_backbone
-    from metric.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
+    from metric.models.backbones import build_backbone_from_config
+    from metric.models.factory import load_backbone
+    from metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
 
     if not isinstance(source, BackboneSource):
         known = {key: source[key] for key in ("backbone", "checkpoint", "arch", "random_config", "random_seed",

@@ -36,12 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
-    """{image id: path} of the images in `folder` (`metric.images`): ids by `stem`, `coco` or a JSON file.
+    """{image id: path} of the images in `folder` (`metric.scoring.images`): ids by `stem`, `coco` or a JSON file.
 
     InputError when there is no image, two images get one id, or an image has no id.
     """
-    from metric.images import id_mode, ids_for_files
-    from metric.images import list_images as image_files
+    from metric.scoring.images import id_mode, ids_for_files
+    from metric.scoring.images import list_images as image_files
 
     if not Path(folder).is_dir():
         raise InputError(f"--images {folder} is not a folder")
@@ -58,7 +58,7 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
     from captioner.checkpoints import load_captioner
     from captioner.decoding import beam_search
     from captioner.features import load_pixels
-    from metric.grid import visual_grid_features
+    from metric.models.grid import visual_grid_features
 
     model, vocab, info = load_captioner(checkpoint, device)
     backbone = load_source_backbone(info.get("features", {}), device)

@@ -148,11 +148,11 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
                      accelerator: Any = None) -> FeatureCache:
     """Extract grid features of `images` ({image_id: path}) into `cache_dir`, skipping ids already cached.
 
-    `backbone` is a `metric.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
+    `backbone` is a `metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
     each process handles `ids[rank::world]`; the returned cache is complete on every process.
     """
 
-    from metric.grid import grid_feature_dim, visual_grid_features
+    from metric.models.grid import grid_feature_dim, visual_grid_features
 
     if dtype not in _DTYPES:
         raise InputError(f"feature dtype {dtype!r} unknown (known: {', '.join(_DTYPES)})")

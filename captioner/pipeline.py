@@ -338,7 +338,7 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
     """The `build_reward` context of a pipeline: training references, image paths and reward models."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device)}
-    from metric.registry import METRICS
+    from metric.scoring.registry import METRICS
 
     scorers = reward_scorers(config)
     if scorers:  # each contrastive reward gets the model of its own family's slot
@@ -352,7 +352,7 @@ def _source_given(source: BackboneSource) -> bool:
 
 def check_reward_models(config: PipelineConfig) -> None:
     """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
-    from metric.registry import METRICS
+    from metric.scoring.registry import METRICS
     from rewards.registry import parse_reward_spec
 
     slots = dict(REWARD_MODEL_SLOTS)
@@ -380,8 +380,8 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
     A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
     (unless `reward_models.allow_family_mismatch`).
     """
-    from metric.families import FamilyMismatchError
-    from metric.scorer import Scorer
+    from metric.models.families import FamilyMismatchError
+    from metric.scoring.scorer import Scorer
 
     scorers = {}
     models = config.reward_models

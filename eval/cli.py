@@ -24,10 +24,10 @@ DEFAULT_EVALUATE_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge
 
 
 def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
-    """A factory building a contrastive Scorer from the model options (metric.cli); records each model's
+    """A factory building a contrastive Scorer from the model options (metric.commands.score); records each model's
     identity (family and how it was established) in `models`, by metric, for the provenance."""
     def factory(metric: str):
-        from metric.cli import model_identity, scorer_from_args
+        from metric.commands.score import model_identity, scorer_from_args
 
         scorer = scorer_from_args(args, metric)
         if models is not None:
@@ -40,7 +40,7 @@ def _image_map(args: argparse.Namespace) -> dict[str, str] | None:
     """The `--image-map` file, when given."""
     if not getattr(args, "image_map", None):
         return None
-    from metric.score_inputs import load_image_map
+    from metric.scoring.inputs import load_image_map
 
     return {key: str(path) for key, path in load_image_map(args.image_map).items()}
 
@@ -114,7 +114,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from eval import fluency
     from eval.grammar import build_grammar_checker, grammar_error_rate
     from eval.text_metrics import compute_text_metrics
-    from metric.score_inputs import load_candidates, load_references, references_for
+    from metric.scoring.inputs import load_candidates, load_references, references_for
 
     seed_everything(args.seed)
     candidates = load_candidates(args.candidates)
@@ -207,7 +207,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spice-corenlp", metavar="DIR",
                         help="folder with stanford-corenlp-3.6.0.jar and -models.jar for SPICE "
                              "(or $PACS_SPICE_CORENLP)")
-    from metric.cli import add_model_options
+    from metric.commands.score import add_model_options
 
     add_model_options(parser)
 

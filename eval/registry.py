@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from metric.common.errors import InputError
-from metric.registry import METRICS as CONTRASTIVE_METRICS
+from metric.scoring.registry import METRICS as CONTRASTIVE_METRICS
 
 
 @dataclass(frozen=True)

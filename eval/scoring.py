@@ -24,7 +24,7 @@ def caption_length(caption: str) -> int:
 class MetricSuite:
     """Per-caption scoring for a list of metrics.
 
-    `scorer_factory(metric_name)` returns a `metric.scorer.Scorer` for contrastive metrics (built lazily, once
+    `scorer_factory(metric_name)` returns a `metric.scoring.scorer.Scorer` for contrastive metrics (built lazily, once
     per name); text metrics go through `compute_text_metrics`; `length` counts words. `failed` holds, per metric,
     the rows of the last `score` call it could not score (NaN there; SPICE only).
     """

@@ -15,16 +15,16 @@ from typing import Any
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
-    "score": "metric.api",
-    "MetricScores": "metric.api",
-    "load_backbone": "metric.backbones",
-    "Scorer": "metric.scorer",
-    "clip_score": "metric.scores",
-    "reference_term": "metric.scores",
-    "ref_score": "metric.scores",
-    "CLIPScore": "metric.tm_metrics",
-    "PACScore": "metric.tm_metrics",
-    "PACScorePlusPlus": "metric.tm_metrics",
+    "score": "metric.scoring.api",
+    "MetricScores": "metric.scoring.api",
+    "load_backbone": "metric.models.factory",
+    "Scorer": "metric.scoring.scorer",
+    "clip_score": "metric.scoring.scores",
+    "reference_term": "metric.scoring.scores",
+    "ref_score": "metric.scoring.scores",
+    "CLIPScore": "metric.scoring.tm_metrics",
+    "PACScore": "metric.scoring.tm_metrics",
+    "PACScorePlusPlus": "metric.scoring.tm_metrics",
 }
 
 __all__ = ["CLIPScore", "MetricScores", "PACScore", "PACScorePlusPlus", "Scorer", "clip_score", "load_backbone",

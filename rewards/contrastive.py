@@ -1,9 +1,9 @@
 """Contrastive rewards from metric/: clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++.
 
-Each is `metric.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
+Each is `metric.scoring.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
 cached by the image itself — resolved path or pixel hash — never by its id alone) and the sampled captions (plus the image's references for the `ref-` variants), with the
-metric's default w (`metric.registry.default_w`) unless the context gives `w`. The reward model is frozen
-(eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `metric.scorer`) sets the compute
+metric's default w (`metric.scoring.registry.default_w`) unless the context gives `w`. The reward model is frozen
+(eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `metric.scoring.scorer`) sets the compute
 precision of a scorer the reward builds itself; a given `scorer=` keeps its own.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from metric.common.errors import InputError
-from metric.registry import METRICS, MetricSpec, default_w
+from metric.scoring.registry import METRICS, MetricSpec, default_w
 from rewards.registry import register_reward
 from rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
 
@@ -50,8 +50,9 @@ def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any
                         device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None,
                         dtype: str = "fp32") -> Any:
     """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint` in `dtype`."""
-    from metric.backbones import Backbone, load_backbone
-    from metric.scorer import Scorer, check_dtype
+    from metric.models.backbones import Backbone
+    from metric.models.factory import load_backbone
+    from metric.scoring.scorer import Scorer, check_dtype
 
     if scorers and name in scorers:
         chosen = scorers[name]

@@ -122,7 +122,7 @@ def build_reward(spec: str, **context: Any) -> Reward:
 
     >>> import torch
     >>> from PIL import Image
-    >>> from metric.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
     >>> from rewards import build_reward
     >>> reward = build_reward("cider:1,clip-s:0.5",
     ...                       backbone=build_backbone_from_config(tiny_clip_config(), seed=0),

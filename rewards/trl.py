@@ -17,7 +17,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from metric.common.errors import InputError
-from metric.registry import METRICS
+from metric.scoring.registry import METRICS
 from rewards.base import Reward, WeightedReward
 from rewards.registry import build_reward, parse_reward_spec
 from rewards.resources import RewardResources
@@ -129,7 +129,7 @@ class PacsRewardFunction:
 
     def _image_ids(self, images: list[Any], column: str) -> list[str | None]:
         """The id of each row's image (the scorer's identity of it: resolved path or pixel hash); None: no image."""
-        from metric.scorer import Scorer
+        from metric.scoring.scorer import Scorer
 
         ids: list[str | None] = []
         by_object: dict[int, str] = {}
@@ -189,7 +189,7 @@ def reward_function(spec: str, *, image_column: str | None = None, references_co
     (default: `image`, else `images`), references from `references_column`; `name` is the name TRL logs
     (`rewards/<name>/mean`; default: the spec).
 
-    >>> from metric.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
     >>> from PIL import Image
     >>> fn = reward_function("clip-s", backbone=build_backbone_from_config(tiny_clip_config(), seed=0))
     >>> red = Image.new("RGB", (64, 64), (255, 0, 0))

@@ -3,7 +3,7 @@ import torch
 from PIL import Image
 
 from metric import score
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from rewards import build_reward
 
 torch.manual_seed(0)

@@ -3,7 +3,7 @@ import os
 from pathlib import Path
 
 from captioner.data import load_dataset
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from rewards.trl import reward_function
 
 items = load_dataset("flickr8k", Path(os.environ["PACS_SHARED"]) / "data" / "flickr8k").split("train").items[:2]

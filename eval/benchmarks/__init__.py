@@ -35,8 +35,8 @@ import numpy as np
 from eval import correlation
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
-from metric.images import ImageFinder
-from metric.images import find_image as _find_image
+from metric.scoring.images import ImageFinder
+from metric.scoring.images import find_image as _find_image
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class RunContext:
 
 def find_image(image_id: str, images: Path | None, image_map: dict[str, str] | None = None,
                relative_path: str | None = None) -> Path | None:
-    """Path of an image (`metric.images.find_image`: `--image-map`, then DIR/<relative path>, DIR/<id>,
+    """Path of an image (`metric.scoring.images.find_image`: `--image-map`, then DIR/<relative path>, DIR/<id>,
     DIR/<id>.{jpg,jpeg,png} in any case); None when there is none."""
     return _find_image(image_id, images, image_map, relative_path)
 
@@ -153,7 +153,7 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
         raise InputError("contrastive metrics need images: pass --images DIR (or --image-map FILE)")
     paths: list[Path | None] = []
     cache: dict[tuple[str, str | None], Path | None] = {}
-    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (metric.images)
+    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (metric.scoring.images)
     for index, image_id in enumerate(image_ids):
         relative = relative_paths[index] if relative_paths else None
         key = (image_id, relative)

@@ -30,9 +30,9 @@ from eval.benchmarks import Benchmark, register_benchmark
 from eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
 from eval.registry import get_metric
 from metric.common.errors import InputError
-from metric.registry import metric_spec
-from metric.video_cli import add_video_benchmark_options, idf_corpus_from_args, sampling_from_args
-from metric.video_frames import FrameSampling
+from metric.scoring.registry import metric_spec
+from metric.commands.score_video import add_video_benchmark_options, idf_corpus_from_args, sampling_from_args
+from metric.video.frames import FrameSampling
 
 RIGHT_FILE = "final_right_video_sentences.json"
 FOIL_FILE = "final_foil_video_sentences.json"

@@ -32,10 +32,10 @@ from eval.benchmarks import Benchmark, register_benchmark
 from eval.registry import get_metric
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
-from metric.registry import metric_spec
-from metric.video_cli import (add_video_benchmark_options, idf_corpus_from_args, sampling_from_args,
+from metric.scoring.registry import metric_spec
+from metric.commands.score_video import (add_video_benchmark_options, idf_corpus_from_args, sampling_from_args,
                               video_scorer_from_args)
-from metric.video_frames import FrameSampling, find_videos
+from metric.video.frames import FrameSampling, find_videos
 
 REFERENCE_SETTINGS = (0, 1, 9)
 N_ANNOTATORS = 3

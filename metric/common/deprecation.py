@@ -19,6 +19,8 @@ class _ModuleAlias(types.ModuleType):
         return [importlib.import_module(target) for target in object.__getattribute__(self, "_alias_targets")]
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):  # module machinery (inspect, pickle) reads these
+            raise AttributeError(name)
         for module in self._modules():
             if hasattr(module, name):
                 return getattr(module, name)
@@ -45,4 +47,6 @@ def alias_module(old: str, *new: str) -> None:
     if len(new) == 1:
         sys.modules[old] = importlib.import_module(new[0])
     else:
-        sys.modules[old] = _ModuleAlias(old, new)
+        alias = _ModuleAlias(old, new)
+        alias._modules()  # import them now, as importing the old module did
+        sys.modules[old] = alias

@@ -28,13 +28,13 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
-from metric.backbones import Backbone
+from metric.models.backbones import Backbone
 from metric.common.errors import InputError
-from metric.embedding_cache import EmbeddingCache
-from metric.scorer import image_identity
-from metric.video_frames import (Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video,
+from metric.scoring.embedding_cache import EmbeddingCache
+from metric.scoring.scorer import image_identity
+from metric.video.frames import (Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video,
                                  source_digest)
-from metric.video_idf import IdfTable, cached_idf
+from metric.video.idf import IdfTable, cached_idf
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,191 @@
+"""`pacs score`, and the model options shared by every command that embeds images or text."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from metric.common.errors import InputError, MissingResourceError
+from metric.common.io import write_json_atomic
+from metric.common.provenance import provenance
+from metric.common.seeding import seed_everything
+from metric.scoring.images import ImageFinder
+from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES, check_metric_family
+from metric.scoring.registry import default_w, metric_spec
+from metric.scoring.inputs import (
+    load_candidates,
+    load_image_map,
+    load_references,
+    references_for,
+)
+
+if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
+    from metric.models.backbones import Backbone
+    from metric.scoring.scorer import Scorer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CLIP_BACKBONE = "ViT-B-32/openai"
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Add `--checkpoint --backbone --arch --w --device --batch-size --cache-dir` (and `--lora-mode`)."""
+    group = parser.add_argument_group("model options")
+    group.add_argument("--checkpoint", metavar="PATH",
+                       help="official PAC-S / PAC-S++ file, open_clip state dict, pacs checkpoint or adapter folder")
+    group.add_argument("--backbone", metavar="NAME[/PRETRAINED]",
+                       help="open_clip model name with an optional pretrained tag or local weights file "
+                            f"(default for clip-s: {DEFAULT_CLIP_BACKBONE})")
+    group.add_argument("--arch", metavar="FILE|PRESET",
+                       help="architecture override for --checkpoint: an open_clip model-config JSON or an arch.json "
+                            "with 'open_clip_equivalent'; or a preset on the shapes' architecture: "
+                            + "; ".join(f"{p.name} = {p.description}" for p in ARCH_PRESETS.values()))
+    group.add_argument("--family", choices=FAMILIES, default=None,
+                       help="the checkpoint's family where its metadata, LoRA keys or official file name do not "
+                            "establish it (it must agree with them where they do)")
+    group.add_argument("--allow-family-mismatch", action="store_true",
+                       help="score even when the metric contradicts the checkpoint's established family "
+                            "(otherwise exit 2)")
+    group.add_argument("--w", type=float, default=None,
+                       help="score weight w (default: clip-s 2.5, pac-s 2.0, pac-s++ 2.5 for ViT-B/32, 3.0 for L/14)")
+    group.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    group.add_argument("--batch-size", type=int, default=64, help="images / texts per forward pass")
+    group.add_argument("--cache-dir", metavar="DIR",
+                       help="persistent image-embedding cache (keyed by model fingerprint + image file hash)")
+    group.add_argument("--lora-mode", choices=LORA_MODES, default="official",
+                       help="PAC-S++ LoRA deltas: as the official inference applies them (conv1 + attention), "
+                            "all of them, or none")
+    group.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                       help="compute precision of the towers (torch.autocast for bf16/fp16; default fp32, as the "
+                            "official code)")
+
+
+def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
+    """Load the backbone named by the model options (CLIP-S falls back to ViT-B-32/openai).
+
+    With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
+    `FamilyMismatchError` (exit 2) unless `--allow-family-mismatch`.
+    """
+    from metric.models.factory import load_backbone
+
+    backbone, checkpoint = getattr(args, "backbone", None), getattr(args, "checkpoint", None)
+    if backbone is None and checkpoint is None:
+        family = metric_spec(metric).family if metric else "clip"
+        if family != "clip":
+            raise MissingResourceError(
+                f"{metric} needs its checkpoint: pass --checkpoint PATH (an official PAC-S / PAC-S++ file or a "
+                f"pacs checkpoint)")
+        backbone = DEFAULT_CLIP_BACKBONE
+    loaded = load_backbone(backbone=backbone, checkpoint=checkpoint, arch=getattr(args, "arch", None),
+                           device=getattr(args, "device", "cpu") or "cpu",
+                           lora_mode=getattr(args, "lora_mode", "official") or "official",
+                           family=getattr(args, "family", None))
+    if metric is not None:
+        check_metric_family(metric, loaded, bool(getattr(args, "allow_family_mismatch", False)))
+    return loaded
+
+
+def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
+    """Build a Scorer from the model options; w = --w, else the metric's default for this backbone."""
+    from metric.scoring.scorer import Scorer
+
+    metric = metric or (getattr(args, "metric", None) if isinstance(getattr(args, "metric", None), str) else None)
+    if metric is not None:
+        metric_spec(metric)  # unknown names fail before any model is loaded
+    backbone = backbone_from_args(args, metric)
+    w = args.w if getattr(args, "w", None) is not None else (default_w(metric, backbone) if metric else None)
+    batch_size = getattr(args, "batch_size", 64) or 64
+    return Scorer(backbone, w=w, batch_size=batch_size, device=getattr(args, "device", "cpu") or "cpu",
+                  cache_dir=getattr(args, "cache_dir", None), dtype=getattr(args, "dtype", None) or "fp32")
+
+
+def model_identity(backbone: Backbone) -> dict[str, Any]:
+    """A model's identity for provenance: name, family, how the family was established, checkpoint sha256."""
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint, "checkpoint_sha256": backbone.source.get("sha256")}
+
+
+def model_provenance(scorer: Scorer) -> dict[str, Any]:
+    """Provenance fields describing the scorer's model: name, family, fingerprint, checkpoint sha256."""
+    backbone = scorer.backbone
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint,
+            "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
+            "open_clip_config": backbone.open_clip_config}
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """`pacs score`: score candidates, write the per-instance JSON (atomically) and print a summary line."""
+    seed_everything(args.seed)
+    spec = metric_spec(args.metric)
+    candidates = load_candidates(args.candidates)
+    references = None
+    if spec.reference_based:
+        if not args.references:
+            raise InputError(f"{spec.name} is reference-based: pass --references FILE")
+        references = references_for(candidates, load_references(args.references), args.references)
+    elif args.references:
+        logger.info("--references ignored: %s is reference-free", spec.name)
+    images_dir = Path(args.images) if args.images else None
+    if images_dir is not None and not images_dir.is_dir():
+        raise InputError(f"--images folder not found: {images_dir}")
+    image_map = load_image_map(args.image_map) if args.image_map else None
+    if images_dir is None and image_map is None:
+        raise InputError("pass --images DIR (or --image-map FILE) to locate the images")
+    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (metric.scoring.images)
+    paths = {}
+    for candidate in candidates:
+        if candidate.key not in paths:
+            paths[candidate.key] = finder.resolve(candidate.key)
+    scorer = scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
+    result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
+                          references, names=[c.key for c in candidates])  # keyed by path: each file encoded once
+    if result.n_truncated:
+        logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
+                       scorer.backbone.context_length)
+    summary = (f"{spec.name} (w={result.w:g}, {scorer.backbone.name}): mean {result.mean:.4f} over "
+               f"{len(candidates)} captions, {len(paths)} images; {result.n_truncated} truncated, "
+               f"{result.n_empty} empty")
+    if args.out:
+        output = {
+            "metric": spec.name,
+            "w": result.w,
+            "backbone": scorer.backbone.name,
+            "mean": result.mean,
+            "n": len(candidates),
+            "n_images": len(paths),
+            "n_truncated": result.n_truncated,
+            "n_empty": result.n_empty,
+            "per_instance": [{"image_id": c.image_id, "caption": c.caption, "score": float(score)}
+                             for c, score in zip(candidates, result.scores)],
+            "provenance": provenance(
+                **model_provenance(scorer), w=result.w, seed=args.seed,
+                config={"metric": spec.name, "candidates": str(args.candidates), "references": args.references,
+                        "images": args.images, "image_map": args.image_map, "batch_size": scorer.batch_size,
+                        "prompt": scorer.prompt, "lora_mode": args.lora_mode, "arch": args.arch,
+                        "family": args.family, "allow_family_mismatch": args.allow_family_mismatch,
+                        "device": args.device, "dtype": scorer.dtype}),
+        }
+        write_json_atomic(args.out, output)
+        summary += f" -> {args.out}"
+    print(summary)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add this package's sub-commands to the `pacs` parser."""
+    parser = subparsers.add_parser("score", help="score captions with CLIP-S / PAC-S / PAC-S++ (and Ref- variants)",
+                                   description="Score candidate captions against their images (and references).")
+    parser.add_argument("--metric", required=True,
+                        help="clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++ or ref-pac-s++ (case-insensitive)")
+    parser.add_argument("--images", metavar="DIR", help="image folder: DIR/<image_id> or DIR/<image_id>.{jpg,jpeg,png} (extensions in any case)")
+    parser.add_argument("--candidates", metavar="FILE", required=True,
+                        help='{"image_id": "caption"} or [{"image_id": ..., "caption": ...}]')
+    parser.add_argument("--references", metavar="FILE",
+                        help='{"image_id": ["ref", ...]} or {"annotations": [{"image_id", "caption"}]}')
+    parser.add_argument("--image-map", metavar="FILE", help='{"image_id": "path"} (overrides --images)')
+    parser.add_argument("--out", metavar="FILE", help="output JSON (written atomically)")
+    parser.add_argument("--seed", type=int, default=0, help="seed recorded in the provenance (and set globally)")
+    add_model_options(parser)
+    parser.set_defaults(func=run_score)

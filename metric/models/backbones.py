@@ -1,0 +1,387 @@
+"""Dual encoders built through open_clip: by name (+ pretrained tag or file), from a config dict, from files.
+
+The `Backbone` record, open_clip model construction and pacs' own checkpoint format (`save_backbone` and its
+reader). The one way in for every source, `load_backbone`, is the factory on top (`metric.models.factory`): it
+imports this module, `metric.models.official` and `metric.models.lora`, none of which import it back.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import open_clip
+import torch
+from open_clip.model import CLIP, CustomTextCLIP
+
+from metric.common.errors import InputError, MissingResourceError
+from metric.common.io import atomic_path
+from metric.common.provenance import sha256_file
+from metric.models.families import (
+    FAMILIES,
+    NOT_ESTABLISHED,
+    SOURCE_BUILT,
+    SOURCE_METADATA,
+    SOURCE_OPEN_CLIP,
+    SOURCE_USER,
+    check_declared_family,
+    check_family_name,
+)
+from metric.models.pruned_forward import (
+    encode_image_pruned,
+    encode_text_pruned,
+    supports_pruned_image,
+    supports_pruned_text,
+)
+from metric.models.preprocess import ImagePreprocess
+from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
+
+logger = logging.getLogger(__name__)
+
+PACS_FORMAT = "open_clip"
+TINY_RANDOM_NAME = "tiny-random"
+# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.models.export).
+EXPORT_CONFIG_FILE = "open_clip_config.json"
+EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
+
+
+@dataclass
+class Backbone:
+    """A CLIP-like dual encoder (eval mode, fp32) with its preprocessing, tokenizer and identity.
+
+    `family` is None when nothing established it (see `metric.models.families`); `family_source` says how it was
+    established ("pacs-metadata", "lora-keys", "official-name:<file>", "user --family", ...).
+    """
+
+    model: torch.nn.Module
+    preprocess: Callable[[Any], torch.Tensor]
+    tokenize: Callable[..., torch.Tensor]
+    name: str
+    fingerprint: str
+    family: str | None = "clip"
+    open_clip_config: dict = field(default_factory=dict)
+    context_length: int = 77
+    source: dict = field(default_factory=dict)
+    family_source: str = SOURCE_BUILT
+
+    @property
+    def device(self) -> torch.device:
+        """The device holding the model's parameters."""
+        return next(self.model.parameters()).device
+
+    @property
+    def supports_trimmed_text(self) -> bool:
+        """True when the text tower is open_clip's causal CLIP text transformer (trimming is exact)."""
+        return supports_pruned_text(self.model) and isinstance(self.tokenize, ClipTokenizer)
+
+    def tokenize_batch(self, texts: list[str]) -> TokenizedBatch:
+        """Tokenize texts into id lists (with the truncation count); needs the CLIP BPE tokenizer."""
+        if not isinstance(self.tokenize, ClipTokenizer):
+            tokens = self.tokenize(texts)
+            return TokenizedBatch(ids=[row.tolist() for row in tokens], n_truncated=0, truncated=[False] * len(texts))
+        return self.tokenize.encode(texts)
+
+    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Unnormalised image embeddings of preprocessed pixels `[N, 3, H, W]` (class-token-only last block)."""
+        if supports_pruned_image(self.model):
+            return encode_image_pruned(self.model, pixels)
+        return self.model.encode_image(pixels)
+
+    def encode_text(self, tokens: torch.Tensor, prefix_length: int = 0,
+                    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+        """Unnormalised text embeddings of ids `[N, L]` with L <= context length (trailing padding may be cut).
+
+        The text tower is causal and pools at the first EOT (argmax of the ids), so the padding after the
+        longest sequence never influences any output: running at length L is exactly the 77-token result.
+        `prefix_kv` (from `metric.models.pruned_forward.prefix_states`) holds the per-layer keys/values of the first
+        `prefix_length` ids, shared by every row, which are then not recomputed.
+        """
+        length = tokens.shape[1]
+        if not self.supports_trimmed_text:
+            if length != self.context_length:
+                tokens = torch.nn.functional.pad(tokens, (0, self.context_length - length))
+            return self.model.encode_text(tokens)
+        return encode_text_pruned(self.model, tokens, prefix_length if prefix_kv else 0, prefix_kv)
+
+
+def tiny_clip_config(**overrides: Any) -> dict:
+    """An open_clip model config for a tiny ViT CLIP (built in code, for tests); keys are deep-merged."""
+    config: dict[str, Any] = {
+        "embed_dim": 32,
+        "quick_gelu": True,
+        "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16,
+                       "mlp_ratio": 2.0},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2,
+                     "mlp_ratio": 2.0},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(config.get(key), Mapping):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+def state_dict_fingerprint(state_dict: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> str:
+    """sha256 over the model config (JSON) and every tensor's name, dtype, shape and bytes (sorted by name)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    for key in sorted(state_dict):
+        tensor = state_dict[key].detach().to("cpu").contiguous()
+        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def model_fingerprint(model: torch.nn.Module, config: Mapping[str, Any], preprocess: Any = None) -> str:
+    """Fingerprint of a model's weights + architecture (+ preprocessing settings when given)."""
+    full = {key: value for key, value in config.items() if key != "preprocess_cfg"}
+    if preprocess is not None and hasattr(preprocess, "config"):
+        full["_preprocess"] = preprocess.config()
+    return state_dict_fingerprint(model.state_dict(), full)
+
+
+def model_class_for_config(config: Mapping[str, Any]) -> type:
+    """open_clip's model class for a config dict (CLIP, or CustomTextCLIP for custom/HF text towers)."""
+    text_cfg = config.get("text_cfg", {})
+    if config.get("custom_text") or "hf_model_name" in text_cfg:
+        return CustomTextCLIP
+    return CLIP
+
+
+def instantiate_open_clip(config: Mapping[str, Any]) -> torch.nn.Module:
+    """Instantiate an open_clip model (random weights, fp32) from a model config dict."""
+    kwargs = copy.deepcopy(dict(config))
+    kwargs.pop("custom_text", None)
+    kwargs.pop("preprocess_cfg", None)
+    model_class = model_class_for_config(config)
+    try:
+        return model_class(**kwargs)
+    except TypeError as error:
+        raise InputError(f"invalid open_clip model config: {error}") from None
+
+
+def _default_tokenizer(config: Mapping[str, Any], name: str) -> Callable[..., torch.Tensor]:
+    text_cfg = config.get("text_cfg", {})
+    context_length = int(text_cfg.get("context_length", 77))
+    if text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name"):
+        return open_clip.get_tokenizer(name, context_length=context_length)
+    return ClipTokenizer(context_length=context_length)
+
+
+def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preprocess: ImagePreprocess | None = None,
+                      name: str = "custom", family: str | None = "clip", source: Mapping[str, Any] | None = None,
+                      device: str = "cpu", tokenizer: Callable[..., torch.Tensor] | None = None,
+                      family_source: str = SOURCE_BUILT) -> Backbone:
+    """Wrap a model into a `Backbone` (fp32, eval mode, on `device`) with its preprocessing and tokenizer."""
+    if family is not None and family not in FAMILIES:
+        raise InputError(f"unknown backbone family {family!r} (known: {', '.join(FAMILIES)})")
+    config = copy.deepcopy(dict(config))
+    model = model.float().eval().requires_grad_(False)
+    if preprocess is None:
+        preprocess = ImagePreprocess.from_open_clip_cfg(
+            {"size": config.get("vision_cfg", {}).get("image_size", 224), **config.get("preprocess_cfg", {})})
+    config.pop("preprocess_cfg", None)
+    fingerprint = model_fingerprint(model, config, preprocess)
+    try:
+        model = model.to(device)
+    except (RuntimeError, AssertionError) as error:
+        raise InputError(f"cannot move the model to device {device!r}: {error}") from None
+    return Backbone(
+        model=model,
+        preprocess=preprocess,
+        tokenize=tokenizer or _default_tokenizer(config, name),
+        name=name,
+        fingerprint=fingerprint,
+        family=family,
+        open_clip_config=config,
+        context_length=int(config.get("text_cfg", {}).get("context_length", 77)),
+        source=dict(source or {}),
+        family_source=family_source if family is not None else NOT_ESTABLISHED,
+    )
+
+
+def build_backbone_from_config(config: dict, seed: int = 0, quick_gelu: bool = True, name: str = "custom",
+                               family: str = "clip", device: str = "cpu") -> Backbone:
+    """Build a randomly initialised backbone from an open_clip model config (seeded, no download)."""
+    config = copy.deepcopy(config)
+    config["quick_gelu"] = bool(config.get("quick_gelu", False) or quick_gelu)
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = instantiate_open_clip(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return assemble_backbone(model, config, name=name, family=family, device=device,
+                             source={"kind": "random", "seed": seed})
+
+
+def parse_backbone_spec(spec: str) -> tuple[str, str | None]:
+    """Split `NAME[/PRETRAINED]`; `hf-hub:org/repo` and `local-dir:PATH` are names on their own."""
+    if spec.startswith(("hf-hub:", "local-dir:")):
+        return spec, None
+    name, _, pretrained = spec.partition("/")
+    return name, (pretrained or None)
+
+
+def open_clip_name_config(name: str) -> dict:
+    """A copy of open_clip's built-in model config for `name`; InputError for an unknown name."""
+    config = open_clip.get_model_config(name)
+    if config is None:
+        known = ", ".join(open_clip.list_models()[:20])
+        raise InputError(f"unknown open_clip model {name!r} (e.g. {known}, ...; see open_clip.list_models())")
+    return copy.deepcopy(config)
+
+
+def _missing_pretrained_message(name: str, tag: str, error: Exception) -> str:
+    cfg = open_clip.get_pretrained_cfg(name, tag)
+    hub = cfg.get("hf_hub") or ""
+    if hub:
+        repo, _, filename = hub.rstrip("/").rpartition("/") if not hub.endswith("/") else (hub.rstrip("/"), "", "")
+        where = f"file {filename or 'open_clip_pytorch_model.bin'} of the Hugging Face repo {repo or hub}"
+    else:
+        url = cfg.get("url") or "the open_clip pretrained registry"
+        where = f"file {os.path.basename(url)} from {url}"
+    return (f"pretrained weights {name}/{tag} are not available locally: missing {where} "
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it once, then point at the local "
+            f"copy with --backbone {name}/PATH_TO_FILE (or --backbone {name} --checkpoint PATH_TO_FILE)")
+
+
+@contextlib.contextmanager
+def _open_clip_errors_silenced() -> Iterator[None]:
+    """Drop open_clip's root-logger INFO chatter and ERROR records while it runs (pacs reports failures itself)."""
+    root = logging.getLogger()
+
+    def not_open_clip(record: logging.LogRecord) -> bool:
+        return "open_clip" not in record.pathname or record.levelno == logging.WARNING
+
+    root.addFilter(not_open_clip)
+    try:
+        yield
+    finally:
+        root.removeFilter(not_open_clip)
+
+
+def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None = None) -> Backbone:
+    """Build an open_clip model `NAME[/PRETRAINED]` (tag or local file); random weights without PRETRAINED.
+
+    A pretrained tag (or no weights) is family CLIP; a local weights file has the family `family` (--family)
+    or none established.
+    """
+    name, pretrained = parse_backbone_spec(spec)
+    family = check_family_name(family)
+    if pretrained and os.path.isfile(pretrained) and not open_clip.get_pretrained_cfg(name, pretrained):
+        own_family, own_source = (family, SOURCE_USER) if family else (None, NOT_ESTABLISHED)
+    else:
+        own_family, own_source = "clip", (f"{SOURCE_OPEN_CLIP} {spec}" if pretrained else SOURCE_BUILT)
+        check_declared_family(own_family, own_source, family, spec)
+    if name == TINY_RANDOM_NAME:
+        seed = int(pretrained) if pretrained and pretrained.isdigit() else 0
+        return build_backbone_from_config(tiny_clip_config(), seed=seed, name=spec, device=device or "cpu")
+    if not name.startswith(("hf-hub:", "local-dir:")):
+        config = open_clip_name_config(name)
+    else:
+        config = {}
+    if pretrained and not open_clip.get_pretrained_cfg(name, pretrained) and not os.path.isfile(pretrained):
+        tags = ", ".join(open_clip.list_pretrained_tags_by_model(name)) or "none"
+        raise InputError(f"--backbone {spec}: {pretrained!r} is neither a pretrained tag of {name} "
+                         f"(known: {tags}) nor an existing file")
+    try:
+        with _open_clip_errors_silenced():  # its download failures become one MissingResourceError below
+            model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
+                                           weights_only=True)
+    except RuntimeError as error:
+        if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
+            raise MissingResourceError(_missing_pretrained_message(name, pretrained, error)) from None
+        raise InputError(f"--backbone {spec}: cannot build the model: {str(error).splitlines()[0]}") from None
+    except (FileNotFoundError, OSError, ValueError) as error:
+        raise MissingResourceError(f"--backbone {spec}: {str(error).splitlines()[0]}") from None
+    preprocess_cfg = open_clip.get_model_preprocess_cfg(model)
+    if not config:  # hf-hub / local-dir: the config came with the weights
+        config = {"model_name": name}
+    else:
+        config = {**config, "preprocess_cfg": {k: list(v) if isinstance(v, tuple) else v
+                                               for k, v in preprocess_cfg.items()}}
+    preprocess = ImagePreprocess.from_open_clip_cfg(preprocess_cfg)
+    source = {"kind": "open_clip", "name": name, "pretrained": pretrained,
+              "sha256": sha256_file(pretrained) if pretrained and os.path.isfile(pretrained) else None,
+              "family_source": own_source}
+    return assemble_backbone(model, config, preprocess=preprocess, name=spec, family=own_family, source=source,
+                             device=device, tokenizer=None if config.get("text_cfg") else
+                             open_clip.get_tokenizer(name), family_source=own_source)
+
+
+def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
+    """Write the backbone as one `.safetensors` file (open_clip state dict + metadata), atomically."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    if not {"embed_dim", "vision_cfg", "text_cfg"} <= set(backbone.open_clip_config):
+        raise InputError(f"cannot save {backbone.name}: its open_clip config is not a full model config")
+    state = {key: tensor.detach().to("cpu").contiguous()
+             for key, tensor in backbone.model.state_dict().items()}
+    config = dict(backbone.open_clip_config)
+    if hasattr(backbone.preprocess, "config"):
+        config["preprocess_cfg"] = backbone.preprocess.config()
+    metadata = {"pacs_format": PACS_FORMAT, "open_clip_config": json.dumps(config), "family": backbone.family or "",
+                "name": backbone.name}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata=metadata)
+    return path
+
+
+def load_pacs_safetensors(path: Path, device: str, family: str | None = None) -> Backbone | None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+    except Exception as error:  # safetensors raises its own error types
+        raise InputError(f"{path}: not a readable safetensors file: {error}") from None
+    if metadata.get("pacs_format") != PACS_FORMAT:
+        return None
+    try:
+        config = json.loads(metadata["open_clip_config"])
+    except (KeyError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: broken pacs metadata (open_clip_config): {error}") from None
+    stored = metadata.get("family") or None
+    if stored is not None and stored not in FAMILIES:
+        raise InputError(f"{path}: broken pacs metadata: family {stored!r} (known: {', '.join(FAMILIES)})")
+    own_family, own_source = (stored, SOURCE_METADATA) if stored else (None, NOT_ESTABLISHED)
+    check_declared_family(own_family, own_source, family, str(path))
+    if own_family is None and check_family_name(family):
+        own_family, own_source = check_family_name(family), SOURCE_USER
+    state = load_file(str(path))
+    model = instantiate_open_clip(config)
+    load_state_strict(model, state, path)
+    preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
+    return assemble_backbone(model, config, preprocess=preprocess, name=metadata.get("name", path.stem),
+                             family=own_family, family_source=own_source, device=device,
+                             source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path),
+                                     "family_source": own_source})
+
+
+def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:
+    """Load `state` (cast to fp32) with exactly matching keys and shapes; InputError naming the keys otherwise."""
+    expected = model.state_dict()
+    unexpected = sorted(set(state) - set(expected))
+    missing = sorted(set(expected) - set(state))
+    if unexpected or missing:
+        parts = []
+        if unexpected:
+            parts.append(f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        if missing:
+            parts.append(f"missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        raise InputError(f"{path}: state dict does not match the architecture: {'; '.join(parts)}")
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[key].shape):
+            raise InputError(f"{path}: key {key!r} has shape {tuple(tensor.shape)}, the architecture expects "
+                             f"{tuple(expected[key].shape)} (check --arch)")
+    model.load_state_dict({key: tensor.float() for key, tensor in state.items()}, strict=True)

@@ -1,0 +1,169 @@
+"""One call for the common case: `score(images, captions, references, metric=..., checkpoint=...)`.
+
+In the style of pacscore's `PACScore` / `RefPACScore`: load the model named by the same options as the CLI
+(`pacs score`), score caption i against image i (and its references), return the per-caption scores and their
+mean. Pass an already-loaded `Backbone` (or a `Scorer`, which also keeps its image embeddings) as `backbone=`
+so that repeated calls do not reload the model.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from metric.common.errors import InputError
+from metric.scoring.registry import default_w, metric_spec
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MetricScores:
+    """Per-caption scores (float32, input order) and their mean, with the metric, w and model that produced them.
+
+    `details` is the scorer's full `metric.scoring.scorer.ScoreResult` (reference-free scores, reference terms, cosines).
+
+    >>> import numpy as np
+    >>> from metric import MetricScores
+    >>> result = MetricScores("clip-s", np.array([0.5, 0.25], dtype=np.float32), 0.375, 2.5, "tiny-random")
+    >>> result.mean, len(result)
+    (0.375, 2)
+    """
+
+    metric: str
+    scores: np.ndarray
+    mean: float
+    w: float
+    backbone: str
+    n_truncated: int = 0
+    n_empty: int = 0
+    details: Any = field(default=None, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        """The number of scored captions."""
+        return len(self.scores)
+
+
+def _check_inputs(images: Sequence[Any], captions: Sequence[str],
+                  references: Sequence[Sequence[str]] | None) -> None:
+    """One clear InputError for inputs of the wrong shape (named by position)."""
+    if isinstance(captions, str):
+        raise InputError("captions must be a list of strings, not a single string")
+    if isinstance(images, (str, os.PathLike)):
+        raise InputError("images must be a list (of paths or PIL images), not a single path")
+    if len(images) != len(captions):
+        raise InputError(f"{len(images)} images but {len(captions)} captions")
+    if references is not None:
+        if len(references) != len(captions):
+            raise InputError(f"{len(captions)} captions but {len(references)} reference lists")
+        for index, refs in enumerate(references):
+            if isinstance(refs, str):
+                raise InputError(f"references of caption #{index} must be a list of strings, not a string")
+
+
+def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLike | None = None,
+                 arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
+                 w: float | None = None, device: str = "cpu", batch_size: int = 64,
+                 cache_dir: str | os.PathLike | None = None, lora_mode: str = "official",
+                 dtype: str = "fp32") -> Any:
+    """The `metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`metric.commands.score.scorer_from_args`).
+
+    `backbone` may also be an already-loaded `Backbone` (wrapped in a new Scorer) or a `Scorer` (returned as it
+    is, keeping its caches); either way the metric's family is checked against the model's.
+    """
+    from metric.models.backbones import Backbone
+    from metric.models.families import check_metric_family
+    from metric.scoring.scorer import Scorer
+
+    spec = metric_spec(metric)
+    if int(batch_size) < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(backbone, (Backbone, Scorer)):
+        if checkpoint is not None or arch is not None or family is not None:
+            raise InputError("checkpoint=, arch= and family= load a model: they cannot be combined with an "
+                             f"already-loaded {type(backbone).__name__} given as backbone=")
+        loaded = backbone.backbone if isinstance(backbone, Scorer) else backbone
+        check_metric_family(spec.name, loaded, allow_family_mismatch, option="allow_family_mismatch=True")
+        if isinstance(backbone, Scorer):
+            return backbone
+        return Scorer(loaded, w=w if w is not None else default_w(spec.name, loaded), batch_size=batch_size,
+                      device=device, cache_dir=cache_dir, progress=False, dtype=dtype)
+    if backbone is not None and not isinstance(backbone, str):
+        raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
+                         f"got {type(backbone).__name__}")
+    # the CLI's rules for names and files: default CLIP backbone, family checks, w
+    from metric.commands.score import scorer_from_args
+
+    options = argparse.Namespace(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+                                 backbone=backbone, arch=arch, family=family,
+                                 allow_family_mismatch=allow_family_mismatch, w=w, device=device,
+                                 batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+    scorer = scorer_from_args(options, spec.name)
+    scorer.progress = False
+    return scorer
+
+
+def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[Sequence[str]] | None = None,
+          metric: str = "ref-pac-s++", checkpoint: str | os.PathLike | None = None, backbone: Any = None, *,
+          arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
+          w: float | None = None, device: str = "cpu", batch_size: int = 64, lora_mode: str = "official",
+          cache_dir: str | os.PathLike | None = None, dtype: str = "fp32") -> MetricScores:
+    """Score caption i against image i (paths or PIL images) and its references: per-caption scores + mean.
+
+    `metric` is one of clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++; the model options are the
+    CLI's (`pacs score --help`): `checkpoint` (an official PAC-S / PAC-S++ file, an open_clip state dict, a pacs
+    checkpoint or adapter folder), `backbone` (an open_clip `NAME[/PRETRAINED]`, or an already-loaded
+    `Backbone` / `Scorer`), `arch`, `family`, `allow_family_mismatch`, `w` (default: the metric's),
+    `device`, `batch_size`, `lora_mode`, `cache_dir`, `dtype` (fp32, bf16, fp16). Reference-based metrics
+    need `references` (a list of strings per caption); reference-free ones ignore them. Bad input raises
+    `metric.common.errors.InputError`.
+
+    A tiny random model (built in code) standing in for a real PAC-S++ checkpoint:
+
+    >>> from PIL import Image
+    >>> from metric import score
+    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    >>> tiny = build_backbone_from_config(tiny_clip_config(), seed=0, family="pac-s++")
+    >>> images = [Image.new("RGB", (64, 64), "red"), Image.new("RGB", (64, 64), "blue")]
+    >>> result = score(images, ["a red square", "a blue square"], [["a red image"], ["a blue image"]],
+    ...                backbone=tiny)
+    >>> result.metric, result.w, result.scores.shape
+    ('ref-pac-s++', 2.5, (2,))
+    >>> bool(abs(result.mean - result.scores.mean()) < 1e-6)
+    True
+
+    An official-format checkpoint (the shared fixture A, a tiny PAC-S++ file) scored as the official code does:
+
+    >>> import os
+    >>> fixtures = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore")
+    >>> result = score([os.path.join(fixtures, "inputs", "images", "pacscore_example_image1.jpg")],
+    ...                ["A white dog is laying on the ground with its head on its paws ."], metric="pac-s++",
+    ...                checkpoint=os.path.join(fixtures, "A", "PAC++_tiny_A.pth"),
+    ...                arch=os.path.join(fixtures, "A", "arch.json"), w=2.0)
+    >>> round(result.mean, 4)  # the official code gives 0.81278 (fixture A's expected.json)
+    0.8128
+    """
+    spec = metric_spec(metric)
+    images, captions = list(images), list(captions) if not isinstance(captions, str) else captions
+    if spec.reference_based and references is None:
+        raise InputError(f"{spec.name} is reference-based: pass references= (a list of strings per caption)")
+    if not spec.reference_based and references is not None:
+        logger.info("references ignored: %s is reference-free", spec.name)
+        references = None
+    _check_inputs(images, captions, references)
+    scorer = build_scorer(spec.name, backbone=backbone, checkpoint=checkpoint, arch=arch, family=family,
+                          allow_family_mismatch=allow_family_mismatch, w=w, device=device, batch_size=batch_size,
+                          cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+    chosen_w = float(w) if w is not None else default_w(spec.name, scorer.backbone)
+    result = scorer.score(images, captions, references, w=chosen_w)
+    if result.n_truncated:
+        logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
+                       scorer.backbone.context_length)
+    return MetricScores(metric=spec.name, scores=result.scores, mean=result.mean, w=result.w,
+                        backbone=scorer.backbone.name, n_truncated=result.n_truncated, n_empty=result.n_empty,
+                        details=result)

@@ -1,0 +1,169 @@
+"""Image lookup shared by every command (`pacs score`, `pacs correlate`, `pacs caption`), and image ids from names.
+
+Lookup of an id: the id→file map first (`--image-map`), then in the image folder `DIR/<relative path>`,
+`DIR/<id>` as given, then `DIR/<name>.<ext>` for the extensions `.jpg .jpeg .png` in any case (`.JPG`,
+`.Jpeg`). Two files that both match (`1.jpg` and `1.png`) are ambiguous: an InputError naming the id and both
+files, never a silent choice.
+
+Ids of `pacs caption` come from the file names (`ids_for_files`): `stem` (the file name without extension),
+`coco` (`COCO_val2014_000000391895.jpg` -> the integer 391895) or a JSON file mapping file names to ids.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from metric.common.errors import InputError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+COCO_NAME = re.compile(r"^COCO_[A-Za-z0-9]+_(\d{12})$")
+ID_MODES = ("stem", "coco")
+
+
+def is_image_file(path: Path) -> bool:
+    """True for a file whose extension is .jpg, .jpeg or .png in any case."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+
+
+class ImageFinder:
+    """Finds the file of an image id in an id→file map and/or an image folder (folder listings are cached)."""
+
+    def __init__(self, images_dir: str | os.PathLike | None = None,
+                 image_map: Mapping[str, str | os.PathLike] | None = None) -> None:
+        self.images_dir = Path(images_dir) if images_dir is not None else None
+        self.image_map = {str(k): Path(v) for k, v in (image_map or {}).items()}
+        self._listings: dict[Path, dict[str, list[Path]]] = {}
+
+    def _by_stem(self, folder: Path) -> dict[str, list[Path]]:
+        """{stem: [image files]} of one folder (read once)."""
+        if folder not in self._listings:
+            listing: dict[str, list[Path]] = {}
+            if folder.is_dir():
+                for path in sorted(folder.iterdir()):
+                    if path.suffix.lower() in IMAGE_SUFFIXES:
+                        listing.setdefault(path.stem, []).append(path)
+            self._listings[folder] = listing
+        return self._listings[folder]
+
+    def _in_folder(self, image_id: str, name: str) -> Path | None:
+        assert self.images_dir is not None
+        direct = self.images_dir / name
+        if direct.is_file():
+            return direct
+        matches = [p for p in self._by_stem(direct.parent).get(direct.name, []) if p.is_file()]
+        if len(matches) > 1:
+            raise InputError(f"image id {image_id!r} is ambiguous: {', '.join(str(p) for p in matches)} all match "
+                             f"(rename one, or pass an image map)")
+        return matches[0] if matches else None
+
+    def find(self, image_id: Any, relative_path: str | None = None) -> Path | None:
+        """The file of `image_id` (see the module docstring), or None when there is none."""
+        key = str(image_id)
+        if key in self.image_map:
+            path = self.image_map[key]
+            return path if path.is_file() else None
+        if self.images_dir is None:
+            return None
+        names = [relative_path, Path(relative_path).name if relative_path else None, key]
+        for name in dict.fromkeys(filter(None, names)):
+            found = self._in_folder(key, name)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, image_id: Any, relative_path: str | None = None) -> Path:
+        """Like `find`, but an InputError naming the id (and where it looked) when there is no file."""
+        found = self.find(image_id, relative_path)
+        if found is not None:
+            return found
+        key = str(image_id)
+        if key in self.image_map:
+            where = f"its image map entry {self.image_map[key]} is not a file"
+        elif self.images_dir is not None:
+            where = (f"no {self.images_dir}/{relative_path or key} or {key}.{{jpg,jpeg,png}} in any case "
+                     "(and no image map entry)")
+        else:
+            where = "no image map entry and no image folder: pass --images DIR or an --image-map entry"
+        raise InputError(f"no image file for image id {key!r}: {where}")
+
+
+def find_image(image_id: Any, images_dir: str | os.PathLike | None = None,
+               image_map: Mapping[str, str | os.PathLike] | None = None,
+               relative_path: str | None = None) -> Path | None:
+    """One-off `ImageFinder(images_dir, image_map).find(image_id, relative_path)` (use a finder for many ids)."""
+    return ImageFinder(images_dir, image_map).find(image_id, relative_path)
+
+
+def list_images(folder: str | os.PathLike) -> list[Path]:
+    """The .jpg/.jpeg/.png files (any case) of `folder`, sorted by name (InputError when none or no folder)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"image folder not found: {folder}")
+    files = sorted(path for path in folder.iterdir() if is_image_file(path))
+    if not files:
+        raise InputError(f"no .jpg/.jpeg/.png images in {folder}")
+    return files
+
+
+def coco_image_id(name: str) -> int:
+    """The integer id of a COCO file name: `COCO_val2014_000000391895.jpg` -> 391895 (InputError otherwise)."""
+    match = COCO_NAME.match(Path(name).stem)
+    if match is None:
+        raise InputError(f"{name}: not a COCO file name COCO_<split>_<12 digits>.<ext> (use --ids stem or a JSON "
+                         "file mapping file names to ids)")
+    return int(match.group(1))
+
+
+def read_id_map(path: str | os.PathLike) -> dict[str, Any]:
+    """Read `{file name: image id}` (ids are strings or integers)."""
+    from metric.scoring.inputs import read_json
+
+    data = read_json(path, "image id map")
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"{path}: an image id map must be a non-empty JSON object {{file name: image id}}")
+    for name, image_id in data.items():
+        if isinstance(image_id, bool) or not isinstance(image_id, (str, int)):
+            raise InputError(f"{path}: the id of {name!r} is not a string or integer: {image_id!r}")
+    return dict(data)
+
+
+def ids_for_files(files: list[Path], mode: str) -> dict[Any, Path]:
+    """{image id: file} with ids from the file names: `stem`, `coco` or a JSON file {file name: id}.
+
+    Every file needs an id and every id one file: a file missing from the JSON map, a map entry naming no file,
+    or two files with one id is an InputError naming them.
+    """
+    if mode == "stem":
+        ids: list[Any] = [path.stem for path in files]
+    elif mode == "coco":
+        ids = [coco_image_id(path.name) for path in files]
+    else:
+        mapping = read_id_map(mode)
+        names = {path.name for path in files}
+        unknown = [name for name in mapping if name not in names]
+        if unknown:
+            raise InputError(f"{mode}: {len(unknown)} map entries name no image of the folder, e.g. {unknown[0]!r}")
+        missing = [path.name for path in files if path.name not in mapping]
+        if missing:
+            raise InputError(f"{mode}: no id for {len(missing)} image(s) of the folder, e.g. {missing[0]!r}")
+        ids = [mapping[path.name] for path in files]
+    result: dict[Any, Path] = {}
+    for image_id, path in zip(ids, files):
+        if image_id in result:
+            raise InputError(f"two images get the id {image_id!r}: {result[image_id].name} and {path.name}")
+        result[image_id] = path
+    return result
+
+
+def id_mode(value: str) -> str:
+    """Check a `--ids` value: `stem`, `coco` or an existing JSON file."""
+    if value in ID_MODES:
+        return value
+    if not value.lower().endswith(".json"):
+        raise InputError(f"--ids must be stem, coco or a JSON file mapping file names to ids, got {value!r}")
+    if not Path(value).is_file():
+        raise InputError(f"--ids file not found: {value}")
+    return value
+

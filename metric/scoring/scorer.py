@@ -1,0 +1,387 @@
+"""The Scorer: embeds images and texts in batches with caches and computes CLIP-S / PAC-S / PAC-S++ scores.
+
+- Image embeddings are cached in memory by what the image is — its resolved path with the file's size and
+  mtime, or the sha256 of a PIL image's pixels; never by an id alone (ids of different data sets collide) — for
+  the scorer's lifetime, and optionally on disk (`cache_dir`, keyed by model fingerprint + image file hash):
+  an image is encoded once.
+- Texts are deduplicated, sorted by token length and encoded in batches trimmed to the longest sequence of
+  each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
+  (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.models.pruned_forward`).
+- Results do not depend on the batch size or on the order of the inputs (up to float rounding, <= 1e-5).
+- `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
+  convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
+  backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
+  (bit-identical to before). The disk cache of a non-fp32 scorer is keyed by fingerprint + dtype.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from metric.models.backbones import Backbone
+from metric.common.errors import InputError
+from metric.scoring.embedding_cache import EmbeddingCache, image_identity
+from metric.models.preprocess import open_image
+from metric.models.pruned_forward import common_prefix_length, prefix_states
+from metric.scoring.registry import default_w
+from metric.scoring.scores import clip_score, ref_score
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PROMPT = "A photo depicts "
+_FAMILY_METRIC = {"clip": "clip-s", "pac-s": "pac-s", "pac-s++": "pac-s++"}
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_dtype(dtype: str | torch.dtype | None) -> str:
+    """The canonical name ("fp32", "bf16", "fp16") of a compute dtype given by name or torch dtype; None is fp32."""
+    if dtype is None:
+        return "fp32"
+    if isinstance(dtype, torch.dtype):
+        for name, value in DTYPES.items():
+            if value == dtype:
+                return name
+    elif str(dtype).strip().lower() in DTYPES:
+        return str(dtype).strip().lower()
+    raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+
+
+def precision_context(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    """`torch.autocast(device.type, dtype)` for bf16/fp16; no context at all for fp32."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
+
+
+def dtype_fingerprint(fingerprint: str, dtype: str) -> str:
+    """The model fingerprint of embeddings computed in `dtype`: unchanged for fp32, sha256(fp|dtype) otherwise."""
+    if dtype == "fp32":
+        return fingerprint
+    return hashlib.sha256(f"{fingerprint}|dtype={dtype}".encode()).hexdigest()
+
+
+@dataclass
+class ScoreResult:
+    """Per-instance scores (float32 arrays in input order) and counts."""
+
+    scores: np.ndarray
+    clip_scores: np.ndarray
+    ref_terms: np.ndarray | None
+    cosines: np.ndarray
+    n_truncated: int
+    n_empty: int
+    w: float
+    n_truncated_references: int = 0
+
+    @property
+    def mean(self) -> float:
+        """Mean of `scores` (NaN for an empty result)."""
+        return float(np.mean(self.scores)) if len(self.scores) else float("nan")
+
+
+@dataclass
+class TextEmbeddings:
+    """L2-normalised text embeddings with tokenization facts."""
+
+    embeddings: torch.Tensor
+    truncated: list[bool]
+
+    @property
+    def n_truncated(self) -> int:
+        """How many of the texts were longer than the context and truncated."""
+        return sum(self.truncated)
+
+
+def is_empty_caption(caption: str) -> bool:
+    """True for a caption that is empty after whitespace stripping (scored as the prompt alone)."""
+    return not caption.strip()
+
+
+def _check_texts(texts: Sequence[Any], what: str) -> None:
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"{what} #{index} is not a string: {text!r}")
+
+
+class Scorer:
+    """Embeds and scores with one backbone; owns the image-embedding caches.
+
+    The in-memory caches (images by key, texts, the prompt prefix) assume the model's weights do not change:
+    call `clear_caches()` (or build a new Scorer) after changing them.
+
+    >>> from PIL import Image
+    >>> from metric import Scorer, load_backbone, ref_score
+    >>> scorer = Scorer(load_backbone("tiny-random"))  # w=None: the family's default (CLIP-S: 2.5)
+    >>> red = Image.new("RGB", (64, 64), "red")  # or image file paths
+    >>> result = scorer.score([red, red], ["a red square", "a dog"], references=[["a red image"]] * 2)
+    >>> result.scores.shape, result.w, scorer.images_encoded  # the repeated image is encoded once
+    ((2,), 2.5, 1)
+    >>> bool((result.scores == ref_score(result.clip_scores, result.ref_terms)).all())  # RefCLIP-S
+    True
+    """
+
+    def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
+                 cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
+                 text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True,
+                 dtype: str | torch.dtype = "fp32") -> None:
+        if batch_size < 1:
+            raise InputError(f"batch size must be >= 1, got {batch_size}")
+        self.backbone = backbone
+        self.device = torch.device(device)
+        if backbone.device != self.device:
+            backbone.model.to(self.device)
+        self.w = float(w) if w is not None else default_w(_FAMILY_METRIC.get(backbone.family, "clip-s"), backbone)
+        self.batch_size = int(batch_size)
+        self.prompt = prompt
+        self.progress = progress
+        self.warn_empty = warn_empty
+        self.dtype = check_dtype(dtype)
+        self.disk_cache = (EmbeddingCache(cache_dir, dtype_fingerprint(backbone.fingerprint, self.dtype),
+                                          backbone.name if self.dtype == "fp32" else f"{backbone.name} ({self.dtype})")
+                           if cache_dir is not None else None)
+        self._image_cache: dict[str, torch.Tensor] = {}
+        self._text_cache: OrderedDict[str, tuple[torch.Tensor, bool]] = OrderedDict()
+        self._text_cache_size = int(text_cache_size)
+        self._prefix_cache: dict[tuple[int, ...], list] = {}
+        self.images_encoded = 0
+        self.texts_encoded = 0
+
+    def _precision(self) -> contextlib.AbstractContextManager:
+        return precision_context(self.device, self.dtype)
+
+    def clear_caches(self) -> None:
+        """Forget every in-memory embedding (images, texts, prompt prefix); the disk cache is keyed by weights."""
+        self._image_cache.clear()
+        self._text_cache.clear()
+        self._prefix_cache.clear()
+
+    def clear_text_cache(self) -> None:
+        """Forget the cached text embeddings only (the next texts are embedded in fresh batches)."""
+        self._text_cache.clear()
+
+    # ------------------------------------------------------------------ images
+    @staticmethod
+    def _image_key(image: Any) -> str:
+        """The identity of an image: `path:<realpath>|<size>|<mtime_ns>` of a file, `pil:<sha256 of pixels>`."""
+        if isinstance(image, (str, os.PathLike)):
+            return image_identity(image)
+        if isinstance(image, Image.Image):
+            digest = hashlib.sha256(f"{image.mode}|{image.size}".encode())
+            digest.update(image.tobytes())
+            return f"pil:{digest.hexdigest()}"
+        raise InputError(f"an image must be a path or a PIL image, got {type(image).__name__}")
+
+    def _load_pixels(self, image: Any) -> torch.Tensor:
+        pil = image if isinstance(image, Image.Image) else open_image(image)
+        try:
+            return self.backbone.preprocess(pil)
+        except (OSError, ValueError) as error:
+            where = image if not isinstance(image, Image.Image) else "a PIL image"
+            raise InputError(f"cannot preprocess image {where}: {error}") from None
+
+    def _load_pixels_for(self, key: str, image: Any, names: dict[str, str]) -> torch.Tensor:
+        try:
+            return self._load_pixels(image)
+        except InputError as error:
+            name = names.get(key, key)
+            if isinstance(image, Image.Image) or name == str(image):
+                raise
+            raise InputError(f"image id {name}: {error}") from None
+
+    @torch.no_grad()
+    def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None,
+                     names: Sequence[str] | None = None) -> torch.Tensor:
+        """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct image is encoded at most once.
+
+        Images are cached by what they are (`_image_key`: resolved path + size + mtime, or pixel hash), so
+        equal ids of different data sets never share an embedding. `names` (e.g. image ids) only label the
+        images in error messages; `keys` is accepted for compatibility and used as `names` when none are given
+        — it no longer decides the cache entry.
+        """
+        images = list(images)
+        if keys is not None:
+            keys = [str(k) for k in keys]
+            if len(keys) != len(images):
+                raise InputError(f"{len(images)} images but {len(keys)} keys")
+            names = keys if names is None else names
+        keys = [self._image_key(image) for image in images]
+        named: dict[str, list[str]] = {}
+        for key, name in zip(keys, names or ()):
+            if name not in named.setdefault(key, []):
+                named[key].append(name)
+        labels = {key: ", ".join(map(repr, values)) for key, values in named.items()}
+        todo: dict[str, Any] = {}
+        for key, image in zip(keys, images):
+            if key not in self._image_cache and key not in todo:
+                todo[key] = image
+        file_hashes: dict[str, str] = {}
+        if self.disk_cache is not None and todo:
+            for key in list(todo):
+                image = todo[key]
+                if isinstance(image, Image.Image):
+                    continue
+                if not Path(image).is_file():
+                    raise InputError(f"image file not found: {image}")
+                file_hashes[key] = self.disk_cache.file_hash(image)
+                cached = self.disk_cache.get(file_hashes[key])
+                if cached is not None:
+                    self._image_cache[key] = torch.from_numpy(cached)
+                    del todo[key]
+        pending = list(todo.items())
+        batches = range(0, len(pending), self.batch_size)
+        for start in tqdm(batches, desc="images", unit="batch", leave=False,
+                          disable=not self.progress or len(batches) < 2):
+            chunk = pending[start:start + self.batch_size]
+            pixels = torch.stack([self._load_pixels_for(key, image, labels) for key, image in chunk]).to(self.device)
+            with self._precision():
+                raw = self.backbone.encode_image(pixels)
+            embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
+            self.images_encoded += len(chunk)
+            for (key, _), embedding in zip(chunk, embeddings):
+                self._image_cache[key] = embedding.clone()
+                if key in file_hashes:
+                    self.disk_cache.put(file_hashes[key], embedding.numpy())
+        if not keys:
+            return torch.zeros(0, 0)
+        return torch.stack([self._image_cache[key] for key in keys])
+
+    # ------------------------------------------------------------------ texts
+    def _text_batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices sorted by token length, in chunks of batch_size: each chunk is padded only to its own longest."""
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        return [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+
+    def _prefix(self, ids: list[list[int]]) -> tuple[int, list | None]:
+        length = common_prefix_length(ids)
+        if length == 0:
+            return 0, None
+        key = tuple(ids[0][:length])
+        if key not in self._prefix_cache:
+            with self._precision():
+                self._prefix_cache[key] = prefix_states(self.backbone.model, key)
+        return length, self._prefix_cache[key]
+
+    @torch.no_grad()
+    def _embed_text_batch(self, texts: list[str]) -> tuple[torch.Tensor, list[bool]]:
+        tokenized = self.backbone.tokenize_batch(texts)
+        if not self.backbone.supports_trimmed_text:  # fixed-length fallback (e.g. non-CLIP tokenizers)
+            batches = [list(range(i, min(i + self.batch_size, len(texts))))
+                       for i in range(0, len(texts), self.batch_size)]
+            prefix_length, prefix_kv = 0, None
+        else:
+            batches = self._text_batches(tokenized.lengths())
+            prefix_length, prefix_kv = self._prefix(tokenized.ids)
+        output: list[torch.Tensor | None] = [None] * len(texts)
+        for index in tqdm(batches, desc="texts", unit="batch", leave=False,
+                          disable=not self.progress or len(batches) < 2):
+            ids = [tokenized.ids[i] for i in index]
+            length = max(len(sequence) for sequence in ids)
+            tokens = _pad(ids, length).to(self.device)
+            with self._precision():
+                raw = self.backbone.encode_text(tokens, prefix_length, prefix_kv)
+            embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
+            for i, embedding in zip(index, embeddings):
+                output[i] = embedding
+        self.texts_encoded += len(texts)
+        return torch.stack(output), tokenized.truncated  # type: ignore[arg-type]
+
+    def embed_texts_detailed(self, texts: Sequence[str], prompt: bool = True) -> TextEmbeddings:
+        """Like `embed_texts`, also reporting which texts were truncated."""
+        texts = list(texts)
+        _check_texts(texts, "text")
+        full = [(self.prompt + text) if prompt else text for text in texts]
+        missing = list(dict.fromkeys(text for text in full if text not in self._text_cache))
+        if missing:
+            embeddings, truncated = self._embed_text_batch(missing)
+            for text, embedding, cut in zip(missing, embeddings, truncated):
+                self._text_cache[text] = (embedding, cut)
+        results = []
+        for text in full:
+            self._text_cache.move_to_end(text)
+            results.append(self._text_cache[text])
+        while len(self._text_cache) > self._text_cache_size:
+            self._text_cache.popitem(last=False)
+        if not results:
+            return TextEmbeddings(torch.zeros(0, 0), [])
+        return TextEmbeddings(torch.stack([r[0] for r in results]), [r[1] for r in results])
+
+    def embed_texts(self, texts: Sequence[str], prompt: bool = True) -> torch.Tensor:
+        """L2-normalised text embeddings `[N, E]` of `prompt + text`, encoded at each batch's longest length."""
+        return self.embed_texts_detailed(texts, prompt=prompt).embeddings
+
+    # ------------------------------------------------------------------ scores
+    def score_embeddings(self, image_embs: torch.Tensor, candidates: Sequence[str],
+                         references: Sequence[Sequence[str]] | None = None, w: float | None = None) -> ScoreResult:
+        """Score candidates against precomputed image embeddings `[N, E]` (and references, one list each)."""
+        candidates = list(candidates)
+        _check_texts(candidates, "candidate")
+        w = self.w if w is None else float(w)
+        image_embs = torch.as_tensor(image_embs).float().cpu()
+        if image_embs.shape[0] != len(candidates):
+            raise InputError(f"{image_embs.shape[0]} image embeddings but {len(candidates)} candidates")
+        image_embs = torch.nn.functional.normalize(image_embs, dim=-1) if len(candidates) else image_embs
+        text = self.embed_texts_detailed(candidates)
+        n_empty = sum(is_empty_caption(c) for c in candidates)
+        if not candidates:
+            empty = np.zeros(0, dtype=np.float32)
+            return ScoreResult(empty, empty, None if references is None else empty, empty, 0, 0, w)
+        cosines = (image_embs * text.embeddings).sum(-1)
+        clip = clip_score(image_embs, text.embeddings, w).numpy().astype(np.float32)
+        ref_terms = None
+        n_trunc_refs = 0
+        scores = clip
+        if references is not None:
+            references = [list(refs) for refs in references]
+            if len(references) != len(candidates):
+                raise InputError(f"{len(candidates)} candidates but {len(references)} reference lists")
+            for index, refs in enumerate(references):
+                if not refs:
+                    raise InputError(f"candidate #{index} has no references")
+                _check_texts(refs, f"reference of candidate #{index}:")
+            flat = list(dict.fromkeys(ref for refs in references for ref in refs))
+            ref_text = self.embed_texts_detailed(flat)
+            n_trunc_refs = ref_text.n_truncated
+            position = {ref: i for i, ref in enumerate(flat)}
+            terms = []
+            for index, refs in enumerate(references):
+                rows = ref_text.embeddings[[position[ref] for ref in refs]]
+                terms.append((rows @ text.embeddings[index]).max())
+            ref_terms = torch.stack(terms).numpy().astype(np.float32)
+            scores = ref_score(clip, ref_terms)
+        if n_empty and self.warn_empty:
+            logger.warning("%d empty caption(s) scored as the prompt %r alone", n_empty, self.prompt)
+        return ScoreResult(scores=np.asarray(scores, dtype=np.float32), clip_scores=clip, ref_terms=ref_terms,
+                           cosines=cosines.numpy().astype(np.float32), n_truncated=text.n_truncated,
+                           n_empty=n_empty, w=w, n_truncated_references=n_trunc_refs)
+
+    def score(self, images: Sequence[Any], candidates: Sequence[str],
+              references: Sequence[Sequence[str]] | None = None, w: float | None = None,
+              keys: Sequence[str] | None = None, names: Sequence[str] | None = None) -> ScoreResult:
+        """Score candidate i against image i (paths or PIL images; repeated images are encoded once).
+
+        `names`/`keys` only label images in error messages (see `embed_images`).
+        """
+        images = list(images)
+        if len(images) != len(candidates):
+            raise InputError(f"{len(images)} images but {len(candidates)} candidates")
+        _check_texts(list(candidates), "candidate")
+        image_embs = self.embed_images(images, keys=keys, names=names)
+        return self.score_embeddings(image_embs, candidates, references, w)
+
+
+def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:
+    tokens = torch.zeros(len(ids), length, dtype=torch.long)
+    for row, sequence in enumerate(ids):
+        tokens[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    return tokens
