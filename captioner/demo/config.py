@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from captioner.demo.world import WorldConfig
-from metric.common.errors import InputError
 from metric.common.config import NonNegativeInt, PositiveFloat, PositiveInt
+from metric.common.errors import InputError
 
 
 @dataclass

@@ -7,7 +7,8 @@ otherwise it is "within noise". The findings are generated from these rules only
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

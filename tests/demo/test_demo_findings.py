@@ -4,8 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from captioner.demo.findings import (add_row_intervals, direction, findings, reward_gains, reward_values,
-                                     scst_model_name)
+from captioner.demo.findings import (
+    add_row_intervals,
+    direction,
+    findings,
+    reward_gains,
+    reward_values,
+    scst_model_name,
+)
 from metric.common.errors import InputError
 
 
