@@ -12,12 +12,12 @@ from metric.common.errors import PacsError
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
 COMMAND_MODULES = (
-    "metric.cli",  # score
-    "metric.train_cli",  # train-metric, generate-positives
-    "metric.video_cli",  # score-video
-    "metric.export_cli",  # export
-    "eval.cli",  # correlate, evaluate
-    "eval.report_cli",  # report
+    "metric.commands.score",  # score
+    "metric.commands.train",  # train-metric, generate-positives
+    "metric.commands.score_video",  # score-video
+    "metric.commands.export",  # export
+    "eval.commands.correlate",  # correlate, evaluate
+    "eval.commands.report",  # report
     "captioner.cli",  # caption, train
 )
 # Sub-commands that run process groups: `accelerate launch --cpu --num_processes N` re-executes them as N processes.

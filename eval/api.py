@@ -39,7 +39,7 @@ class CorrelationRun:
 def run_correlation(args: argparse.Namespace) -> CorrelationRun:
     """Run the benchmark named by parsed `pacs correlate` options; the table is what `--json` writes."""
     from eval import benchmarks as bench
-    from eval.cli import _image_map, _images_dir, _json_safe, _scorer_factory
+    from eval.commands.correlate import _image_map, _images_dir, _json_safe, _scorer_factory
     from eval.registry import parse_metric_list
     from eval.scoring import MetricSuite
     from metric.common.provenance import provenance
@@ -89,7 +89,7 @@ def correlation_options(benchmark: str, data: str | os.PathLike, metrics: str | 
 
     An option the command does not have is an InputError listing the known ones.
     """
-    from eval.cli import register
+    from eval.commands.correlate import register
 
     parser = argparse.ArgumentParser(prog="pacs", add_help=False)
     register(parser.add_subparsers(dest="command"))

@@ -146,7 +146,7 @@ def reward_context(config: DropInConfig, dataset: CaptionDataset) -> dict[str, A
     if config.checkpoint:
         context["checkpoint"] = config.checkpoint
     elif config.backbone == "tiny":
-        from metric.backbones import build_backbone_from_config, tiny_clip_config
+        from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
         context["backbone"] = build_backbone_from_config(tiny_clip_config(), seed=config.seed)
     else:

@@ -6,7 +6,7 @@ vision tower + 2-layer Llama decoder). The dataset holds one row per Flickr8k tr
 conversational `prompt`, the `image` (decoded by `datasets` to a PIL image, which the VLM sees and the reward
 scores) and its `references` (read by reference-based rewards and CIDEr). `trl.GRPOTrainer` samples
 `num_generations` captions per image, scores them with the pacs reward and takes a GRPO step; the reward
-model is the tiny random CLIP of `metric.backbones` unless `--backbone NAME[/PRETRAINED]` or `--checkpoint`
+model is the tiny random CLIP of `metric.models.backbones` unless `--backbone NAME[/PRETRAINED]` or `--checkpoint`
 names a real one.
 
     HF_HUB_OFFLINE=1 PACS_SHARED=/path/to/shared python recipes/grpo_vlm_example.py --steps 3 --reward pac-s++
@@ -150,7 +150,7 @@ def reward_model_options(config: GRPOExampleConfig) -> dict[str, Any]:
     if config.checkpoint:
         return {"checkpoint": config.checkpoint}
     if config.backbone == "tiny":
-        from metric.backbones import build_backbone_from_config, tiny_clip_config
+        from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
         return {"backbone": build_backbone_from_config(tiny_clip_config(), seed=config.seed)}
     return {"backbone": config.backbone}

@@ -1,0 +1,1 @@
+"""The `pacs` sub-commands of the eval package (correlate, evaluate, report)."""
