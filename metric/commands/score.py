@@ -6,12 +6,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metric.common.errors import InputError, MissingResourceError
+from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.scoring.images import ImageFinder
-from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES, check_metric_family
+from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
+from metric.scoring.registry import check_metric_family
 from metric.scoring.registry import default_w, metric_spec
 from metric.scoring.inputs import (
     load_candidates,
@@ -26,7 +27,8 @@ if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CLIP_BACKBONE = "ViT-B-32/openai"
+__all__ = ["DEFAULT_CLIP_BACKBONE", "add_model_options", "backbone_from_args", "model_identity",
+           "model_provenance", "register", "run_score", "scorer_from_args"]
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -62,57 +64,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
-    """Load the backbone named by the model options (CLIP-S falls back to ViT-B-32/openai).
-
-    With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
-    `FamilyMismatchError` (exit 2) unless `--allow-family-mismatch`.
-    """
-    from metric.models.factory import load_backbone
-
-    backbone, checkpoint = getattr(args, "backbone", None), getattr(args, "checkpoint", None)
-    if backbone is None and checkpoint is None:
-        family = metric_spec(metric).family if metric else "clip"
-        if family != "clip":
-            raise MissingResourceError(
-                f"{metric} needs its checkpoint: pass --checkpoint PATH (an official PAC-S / PAC-S++ file or a "
-                f"pacs checkpoint)")
-        backbone = DEFAULT_CLIP_BACKBONE
-    loaded = load_backbone(backbone=backbone, checkpoint=checkpoint, arch=getattr(args, "arch", None),
-                           device=getattr(args, "device", "cpu") or "cpu",
-                           lora_mode=getattr(args, "lora_mode", "official") or "official",
-                           family=getattr(args, "family", None))
-    if metric is not None:
-        check_metric_family(metric, loaded, bool(getattr(args, "allow_family_mismatch", False)))
-    return loaded
+    """Load the backbone named by the model options (`metric.scoring.model_options.load_model`)."""
+    return load_model(ModelOptions.from_mapping(args), metric)
 
 
 def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
-    """Build a Scorer from the model options; w = --w, else the metric's default for this backbone."""
-    from metric.scoring.scorer import Scorer
-
+    """Build a Scorer from the model options (`metric.scoring.model_options.build_scorer`)."""
     metric = metric or (getattr(args, "metric", None) if isinstance(getattr(args, "metric", None), str) else None)
-    if metric is not None:
-        metric_spec(metric)  # unknown names fail before any model is loaded
-    backbone = backbone_from_args(args, metric)
-    w = args.w if getattr(args, "w", None) is not None else (default_w(metric, backbone) if metric else None)
-    batch_size = getattr(args, "batch_size", 64) or 64
-    return Scorer(backbone, w=w, batch_size=batch_size, device=getattr(args, "device", "cpu") or "cpu",
-                  cache_dir=getattr(args, "cache_dir", None), dtype=getattr(args, "dtype", None) or "fp32")
-
-
-def model_identity(backbone: Backbone) -> dict[str, Any]:
-    """A model's identity for provenance: name, family, how the family was established, checkpoint sha256."""
-    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
-            "model_fingerprint": backbone.fingerprint, "checkpoint_sha256": backbone.source.get("sha256")}
-
-
-def model_provenance(scorer: Scorer) -> dict[str, Any]:
-    """Provenance fields describing the scorer's model: name, family, fingerprint, checkpoint sha256."""
-    backbone = scorer.backbone
-    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
-            "model_fingerprint": backbone.fingerprint,
-            "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
-            "open_clip_config": backbone.open_clip_config}
+    return build_scorer(ModelOptions.from_mapping(args), metric)
 
 
 def run_score(args: argparse.Namespace) -> int:

@@ -155,22 +155,3 @@ def check_declared_family(family: str | None, family_source: str, user_family: s
     if user_family is not None and family is not None and user_family != family:
         raise FamilyMismatchError(f"--family {user_family} contradicts {name}: it is a {family} model "
                                   f"({family_source})")
-
-
-def check_metric_family(metric: str, backbone: Any, allow_mismatch: bool = False,
-                        option: str = "--allow-family-mismatch") -> None:
-    """Refuse (FamilyMismatchError) a metric whose family contradicts the backbone's established family.
-
-    An unestablished family (None) contradicts nothing. With `allow_mismatch` the contradiction is logged.
-    """
-    from metric.scoring.registry import metric_spec
-
-    spec = metric_spec(metric)
-    family = getattr(backbone, "family", None)
-    if family is None or family == spec.family:
-        return
-    message = (f"{spec.name} needs a {spec.family} model but {backbone.name} is a {family} checkpoint "
-               f"(established by {getattr(backbone, 'family_source', '?')})")
-    if not allow_mismatch:
-        raise FamilyMismatchError(f"{message}; pass {option} to score it anyway")
-    logger.warning("%s (%s given)", message, option)

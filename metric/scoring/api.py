@@ -77,7 +77,7 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
     is, keeping its caches); either way the metric's family is checked against the model's.
     """
     from metric.models.backbones import Backbone
-    from metric.models.families import check_metric_family
+    from metric.scoring.registry import check_metric_family
     from metric.scoring.scorer import Scorer
 
     spec = metric_spec(metric)

@@ -1,10 +1,14 @@
 """The contrastive metrics: one registry, name -> MetricSpec (family, reference-based, default w)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from metric.common.errors import InputError
+from metric.models.families import FamilyMismatchError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,3 +63,20 @@ def default_w(name: str, backbone: Any = None) -> float:
         if is_vit_large_14(config):
             return PAC_S_PLUS_PLUS_W_LARGE
     return spec.default_w
+
+
+def check_metric_family(metric: str, backbone: Any, allow_mismatch: bool = False,
+                        option: str = "--allow-family-mismatch") -> None:
+    """Refuse (FamilyMismatchError) a metric whose family contradicts the backbone's established family.
+
+    An unestablished family (None) contradicts nothing. With `allow_mismatch` the contradiction is logged.
+    """
+    spec = metric_spec(metric)
+    family = getattr(backbone, "family", None)
+    if family is None or family == spec.family:
+        return
+    message = (f"{spec.name} needs a {spec.family} model but {backbone.name} is a {family} checkpoint "
+               f"(established by {getattr(backbone, 'family_source', '?')})")
+    if not allow_mismatch:
+        raise FamilyMismatchError(f"{message}; pass {option} to score it anyway")
+    logger.warning("%s (%s given)", message, option)

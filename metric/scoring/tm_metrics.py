@@ -46,7 +46,7 @@ from PIL import Image
 
 from metric.models.backbones import Backbone
 from metric.common.errors import InputError, MissingResourceError
-from metric.models.families import check_metric_family
+from metric.scoring.registry import check_metric_family
 from metric.scoring.registry import default_w, metric_spec
 from metric.scoring.scorer import Scorer
 
