@@ -1,0 +1,113 @@
+"""The metric trainer's configuration: `MetricTrainConfig` and its option groups (LoRA, loss, data, correlation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metric.common.config import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
+from metric.common.errors import InputError
+
+MODES = ("lora", "projection", "full")
+FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
+
+
+@dataclass
+class LoraOptions:
+    """peft LoRA settings (PAC-S++: rank 4, alpha 1 as the official code, both towers + patch embedding)."""
+
+    rank: PositiveInt = 4
+    alpha: float = 1.0
+    dropout: float = 0.0
+    patch_embedding: bool = True
+    targets: list[str] = field(default_factory=lambda: ["attn", "mlp.c_fc", "mlp.c_proj"])
+
+
+@dataclass
+class LossOptions:
+    """Loss weights: PAC-S++ defaults λv = 0.1, λt = 0.001 (PAC-S: 0.05, 0.1); extra terms off."""
+
+    lambda_v: float = 0.1
+    lambda_t: float = 0.001
+    directions: str = "mean"
+    relative_weight: float = 0.0
+    relative_weighting: str = "uniform"
+    margin_weight: float = 0.0
+    margin: float = 0.2
+
+
+@dataclass
+class DataOptions:
+    """Where the positives come from: a manifest (+ image root), split names, what to do with missing files."""
+
+    manifest: str | None = None
+    image_root: str | None = None
+    val_manifest: str | None = None
+    train_split: str = "train"
+    val_split: str = "val"
+    skip_missing: bool = False
+    num_workers: int = 0
+    max_val_pairs: int = 5000
+
+
+@dataclass
+class CorrelationOptions:
+    """Optional periodic correlation on an eval benchmark (lazy import of eval.benchmarks)."""
+
+    benchmark: str | None = None
+    data: str | None = None
+    images: str | None = None
+    every: int = 0
+
+
+@dataclass
+class MetricTrainConfig:
+    """Everything a metric training run needs (YAML + key=value overrides through metric.common.config)."""
+
+    mode: str = "lora"
+    backbone: str | None = "ViT-B-32/openai"
+    checkpoint: str | None = None
+    arch: str | None = None
+    random_init: bool = False
+    lora: LoraOptions = field(default_factory=LoraOptions)
+    loss: LossOptions = field(default_factory=LossOptions)
+    data: DataOptions = field(default_factory=DataOptions)
+    correlation: CorrelationOptions = field(default_factory=CorrelationOptions)
+    train_logit_scale: bool = False
+    lr: PositiveFloat = 1e-4
+    weight_decay: NonNegativeFloat = 0.0
+    batch_size: int = 256  # the global batch: pairs per optimizer step (and per contrastive loss), all processes
+    micro_batch_size: int = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
+    max_steps: NonNegativeInt = 0
+    max_epochs: PositiveInt = 50
+    eval_every: NonNegativeInt = 100
+    patience: PositiveInt = 1500
+    save_every: NonNegativeInt = 0
+    log_every: NonNegativeInt = 10
+    mixed_precision: str = "no"
+    cpu: bool = False
+    seed: int = 0
+    output_dir: str = "runs/metric"
+    resume: str | None = None
+
+    def validate(self) -> None:
+        """Check values that would otherwise fail late; InputError names the key."""
+        if self.mode not in MODES:
+            raise InputError(f"mode: unknown training mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.batch_size < 2:
+            raise InputError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        micro = self.micro_batch_size or self.batch_size
+        if micro < 1 or self.batch_size % micro:
+            raise InputError(f"micro_batch_size ({micro}) must be >= 1 and divide batch_size ({self.batch_size})")
+        if self.loss.directions not in ("mean", "sum"):
+            raise InputError(f"loss.directions must be 'mean' or 'sum', got {self.loss.directions!r}")
+        if self.loss.relative_weighting not in ("uniform", "similarity"):
+            raise InputError(f"loss.relative_weighting must be 'uniform' or 'similarity', "
+                             f"got {self.loss.relative_weighting!r}")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise InputError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        if not (self.backbone or self.checkpoint or self.random_init):
+            raise InputError("name a base: backbone, checkpoint, or random_init=true")
