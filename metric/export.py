@@ -1,4 +1,4 @@
-"""Deprecated import path (removed in pacs 0.4): use `metric.models.export`."""
+"""Deprecated import path (removed in pacs 0.4): use `metric.training.export`."""
 from metric.common.deprecation import alias_module
 
-alias_module(__name__, "metric.models.export")
+alias_module(__name__, "metric.training.export")

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 PACS_FORMAT = "open_clip"
 TINY_RANDOM_NAME = "tiny-random"
-# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.models.export).
+# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.training.export).
 EXPORT_CONFIG_FILE = "open_clip_config.json"
 EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
 

@@ -2,7 +2,7 @@
 
 It handles an open_clip `NAME[/PRETRAINED]`, a local open_clip checkpoint, an official PAC-S / PAC-S++ file
 (`metric.models.official`), a pacs checkpoint written by `save_backbone`, a pacs peft adapter folder
-(`metric.models.lora`) and a `pacs export` folder (`metric.models.export`). Sitting on top of those modules, it
+(`metric.models.lora`) and a `pacs export` folder (`metric.training.export`). Sitting on top of those modules, it
 keeps them free of import cycles.
 """
 from __future__ import annotations
