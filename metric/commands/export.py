@@ -1,18 +1,18 @@
 """`pacs export`: write a PAC-S / PAC-S++ model that pacs trained in the official layout or as a folder.
 
-Only argparse is imported here; the library (`metric.models.export`, open_clip, torch) loads when the command runs.
+Only argparse is imported here; the library (`metric.training.export`, open_clip, torch) loads when the command runs.
 """
 from __future__ import annotations
 
 import argparse
 
-FORMATS = ("folder", "official")  # metric.models.export.EXPORT_FORMATS (kept here so `--help` imports nothing heavy)
-DTYPES = ("fp32", "fp16")  # metric.models.export.OFFICIAL_DTYPES
+FORMATS = ("folder", "official")  # metric.training.export.EXPORT_FORMATS (kept here so `--help` imports nothing heavy)
+DTYPES = ("fp32", "fp16")  # metric.training.export.OFFICIAL_DTYPES
 
 
 def run_export(args: argparse.Namespace) -> int:
     """Run `pacs export` with parsed arguments; print what was written."""
-    from metric.models.export import export_model
+    from metric.training.export import export_model
 
     result = export_model(args.checkpoint, args.out, fmt=args.format, overwrite=args.overwrite, dtype=args.dtype,
                           w=args.w, allow_nonstandard_arch=args.allow_nonstandard_arch, device=args.device)
