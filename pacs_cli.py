@@ -48,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             relaunch_cpu_processes()
         return int(args.func(args) or 0)
     except PacsError as error:
-        print(f"pacs {args.command}: error: {error}", file=sys.stderr)
+        from metric.commands.flags import cli_message  # library errors name parameters; the CLI prints flags
+
+        print(f"pacs {args.command}: error: {cli_message(error)}", file=sys.stderr)
         return 2
 
 

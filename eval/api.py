@@ -1,19 +1,24 @@
 """`correlate(benchmark, data, metrics, **options)`: the table `pacs correlate BENCHMARK --json` writes.
 
-One implementation for the CLI and the library: `run_correlation(args)` runs a benchmark from the parsed
-`pacs correlate` options and builds the JSON table; `pacs correlate` prints it (and writes it with `--json`),
-`correlate` returns it. Options not given take the CLI's defaults (they come from the same parser).
+One implementation for the CLI and the library: `run_correlation(request)` runs a benchmark from a typed
+`CorrelationRequest` (common options, `ModelOptions`, the benchmark's own options dataclass) and builds the
+JSON table; `pacs correlate` builds the request from its flags (`eval.commands.correlate`), prints the table
+and writes it with `--json`; `correlate` builds it from keyword arguments and returns the table.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from metric.common.errors import InputError
+from metric.scoring.model_options import ModelOptions
 
 #: where `data=None` points, under $PACS_SHARED, for the benchmarks whose data the shared folder holds
 SHARED_DATA = {
@@ -24,6 +29,27 @@ SHARED_DATA = {
     "nocaps-foil": "data/hallucination",
     "hat": "data/hallucination/hat-trainval.json",
 }
+
+#: the options of every benchmark run besides the model's and the benchmark's own
+COMMON_OPTIONS = ("images", "image_map", "skip_missing_images", "bootstrap", "seed", "spice_corenlp")
+
+
+@dataclass
+class CorrelationRequest:
+    """One benchmark run to do: the benchmark, its data, the metrics and every option, typed."""
+
+    benchmark: str
+    data: Path
+    metrics: list[str]
+    images: str | None = None
+    image_map: str | None = None
+    skip_missing_images: bool = False
+    bootstrap: int = 0
+    seed: int = 0
+    spice_corenlp: str | None = None
+    model: ModelOptions = field(default_factory=ModelOptions)
+    #: the benchmark's options (an instance of its `options_class`; None: its defaults)
+    options: Any = None
 
 
 @dataclass
@@ -36,40 +62,87 @@ class CorrelationRun:
     table: dict[str, Any] = field(default_factory=dict)
 
 
-def run_correlation(args: argparse.Namespace) -> CorrelationRun:
-    """Run the benchmark named by parsed `pacs correlate` options; the table is what `--json` writes."""
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None, numpy scalars -> Python, recursively."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def images_folder(images: str | os.PathLike | None) -> Path | None:
+    """The image folder (checked); None when not given."""
+    if not images:
+        return None
+    folder = Path(images)
+    if not folder.is_dir():
+        raise InputError(f"images= folder not found: {folder}", parameter="images")
+    return folder
+
+
+def image_map_table(image_map: str | os.PathLike | None) -> dict[str, str] | None:
+    """The `{image_id: path}` table of an image-map file, when given."""
+    if not image_map:
+        return None
+    from metric.scoring.inputs import load_image_map
+
+    return {key: str(path) for key, path in load_image_map(image_map).items()}
+
+
+def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) -> Callable[[str], Any]:
+    """A factory building a contrastive Scorer per metric from the model options; records each model's
+    identity (family and how it was established) in `models`, by metric, for the provenance."""
+    def factory(metric: str) -> Any:
+        from metric.scoring.model_options import build_scorer, model_identity
+
+        scorer = build_scorer(model, metric)
+        if models is not None:
+            models[metric] = model_identity(scorer.backbone)
+        return scorer
+    return factory
+
+
+def run_correlation(request: CorrelationRequest) -> CorrelationRun:
+    """Run the benchmark of `request`; the table is what `pacs correlate --json` writes."""
     from eval import benchmarks as bench
-    from eval.commands.correlate import _image_map, _images_dir, _json_safe, _scorer_factory
     from eval.registry import parse_metric_list
     from eval.scoring import MetricSuite
     from metric.common.provenance import provenance
     from metric.common.seeding import seed_everything
 
-    seed_everything(args.seed)
-    benchmark = bench.get_benchmark(args.benchmark)
-    metrics = parse_metric_list(args.metrics)
-    if args.bootstrap < 0:
-        raise InputError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    data = Path(args.data)
+    seed_everything(request.seed)
+    benchmark = bench.get_benchmark(request.benchmark)
+    metrics = parse_metric_list(",".join(request.metrics))
+    if request.bootstrap < 0:
+        raise InputError(f"bootstrap= must be >= 0, got {request.bootstrap}", parameter="bootstrap")
+    data = Path(request.data)
     if not data.exists():
-        raise InputError(f"--data {data} does not exist")
+        raise InputError(f"data= {data} does not exist", parameter="data")
     models: dict[str, Any] = {}
-    suite = MetricSuite(metrics, _scorer_factory(args, models), getattr(args, "spice_corenlp", None))
-    context = bench.RunContext(data=data, suite=suite, images=_images_dir(args), image_map=_image_map(args),
-                               skip_missing_images=args.skip_missing_images, bootstrap=args.bootstrap,
-                               seed=args.seed, args=args)
+    model = request.model
+    suite = MetricSuite(metrics, scorer_factory(model, models), request.spice_corenlp)
+    context = bench.RunContext(data=data, suite=suite, images=images_folder(request.images),
+                               image_map=image_map_table(request.image_map),
+                               skip_missing_images=request.skip_missing_images, bootstrap=request.bootstrap,
+                               seed=request.seed, options=request.options, model=model)
     results = benchmark.run(context)
     table = dict(results)
     table.update({
         "benchmark": benchmark.name,
         "counts": dict(context.notes),
-        "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
-            "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": args.images,
-            "bootstrap": args.bootstrap, "skip_missing_images": args.skip_missing_images,
-            "checkpoint": getattr(args, "checkpoint", None), "backbone": getattr(args, "backbone", None)},
+        "provenance": provenance(seed=request.seed, w=model.w, config={
+            "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": request.images,
+            "bootstrap": request.bootstrap, "skip_missing_images": request.skip_missing_images,
+            "checkpoint": model.checkpoint, "backbone": model.backbone},
             models=models),
     })
-    return CorrelationRun(benchmark, results, dict(context.notes), _json_safe(table))
+    return CorrelationRun(benchmark, results, dict(context.notes), json_safe(table))
 
 
 def _shared_data(benchmark: str) -> str:
@@ -79,28 +152,33 @@ def _shared_data(benchmark: str) -> str:
     key = str(benchmark).strip().lower()
     if key not in SHARED_DATA:
         raise InputError(f"pass data= for {benchmark!r}: the shared folder holds data for "
-                         f"{', '.join(sorted(SHARED_DATA))} only")
+                         f"{', '.join(sorted(SHARED_DATA))} only", parameter="data")
     return str(shared_dir() / SHARED_DATA[key])
 
 
 def correlation_options(benchmark: str, data: str | os.PathLike, metrics: str | Sequence[str],
-                        **options: Any) -> argparse.Namespace:
-    """The parsed `pacs correlate` options: the CLI's defaults, overridden by `options` (Python names).
+                        **options: Any) -> CorrelationRequest:
+    """The request of a run: the defaults, overridden by `options` (common, model and benchmark options).
 
-    An option the command does not have is an InputError listing the known ones.
+    An option neither common, nor a model option, nor one of the benchmark's own is an InputError listing
+    the known ones.
     """
-    from eval.commands.correlate import register
+    from eval.benchmarks import get_benchmark
 
-    parser = argparse.ArgumentParser(prog="pacs", add_help=False)
-    register(parser.add_subparsers(dest="command"))
-    names = ",".join(metrics) if not isinstance(metrics, str) else metrics
-    args = parser.parse_args(["correlate", str(benchmark), "--data", os.fspath(data), "--metrics", names])
-    known = sorted(set(vars(args)) - {"command", "func", "benchmark", "data", "metrics"})
-    for key, value in options.items():
+    bench = get_benchmark(benchmark)
+    model_fields = [f.name for f in dataclasses.fields(ModelOptions)]
+    own = bench.option_names()
+    known = sorted(set(COMMON_OPTIONS) | set(model_fields) | set(own))
+    values = {key: os.fspath(value) if isinstance(value, os.PathLike) else value for key, value in options.items()}
+    for key in values:
         if key not in known:
-            raise InputError(f"unknown correlate option {key!r} (known: {', '.join(known)})")
-        setattr(args, key, os.fspath(value) if isinstance(value, os.PathLike) else value)
-    return args
+            raise InputError(f"unknown correlate option {key!r} (known: {', '.join(known)})", parameter=key)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    return CorrelationRequest(
+        benchmark=str(benchmark), data=Path(os.fspath(data)), metrics=names,
+        model=ModelOptions(**{k: v for k, v in values.items() if k in model_fields}),
+        options=bench.make_options(**{k: v for k, v in values.items() if k in own}),
+        **{k: v for k, v in values.items() if k in COMMON_OPTIONS})
 
 
 def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: str | Sequence[str] | None = None,
@@ -112,8 +190,9 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     copy under $PACS_SHARED, where there is one); `metrics` a list or comma-separated string of metric names.
     `options` are the command's other options with Python names and the CLI's defaults: `images`,
     `image_map`, `skip_missing_images`, `bootstrap`, `seed`, `spice_corenlp`, the model options
-    (`checkpoint`, `backbone`, `arch`, `family`, `allow_family_mismatch`, `w`, `device`, `batch_size`,
-    `cache_dir`, `lora_mode`, ...) and the benchmark's own (`num_refs`, `draws`, `num_images`, ...).
+    (`ModelOptions`: `checkpoint`, `backbone`, `arch`, `family`, `allow_family_mismatch`, `w`, `device`,
+    `batch_size`, `cache_dir`, `lora_mode`, `dtype`) and the benchmark's own (the fields of its
+    `options_class`: `num_refs`, `draws`, `num_images`, `videos`, ...).
     The table maps each metric to its row (e.g. `tau_b`, `tau_c`, `n`), plus `benchmark`, `counts` and
     `provenance`.
 
@@ -125,7 +204,7 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     (0.666, 0.493)
     """
     if metrics is None:
-        raise InputError("pass metrics= (e.g. 'bleu4,cider' or ['clip-s', 'cider'])")
+        raise InputError("pass metrics= (e.g. 'bleu4,cider' or ['clip-s', 'cider'])", parameter="metrics")
     if data is None:
         data = _shared_data(benchmark)
     return run_correlation(correlation_options(benchmark, data, metrics, **options)).table

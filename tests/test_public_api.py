@@ -165,8 +165,11 @@ def test_correlate_options_are_the_cli_options(shared_data):
     from eval import correlate
     from eval.api import correlation_options
 
-    args = correlation_options("pascal50s", shared_data / "pascal50s", "length", draws=2, seed=3)
-    assert (args.draws, args.num_refs, args.seed, args.bootstrap, args.lora_mode) == (2, 5, 3, 0, "official")
+    request = correlation_options("pascal50s", shared_data / "pascal50s", "length", draws=2, seed=3)
+    assert (request.options.draws, request.options.num_refs, request.seed, request.bootstrap,
+            request.model.lora_mode) == (2, 5, 3, 0, "official")
+    with pytest.raises(InputError, match="unknown correlate option 'num_refs'"):  # pascal50s's, not hat's
+        correlate("hat", metrics="cider", num_refs=3)
     with pytest.raises(InputError, match="unknown correlate option 'bootstraps' \\(known: .*bootstrap"):
         correlate("hat", metrics="cider", bootstraps=10)
     with pytest.raises(InputError, match="pass data= for 'foil'"):

@@ -8,21 +8,25 @@ Registering a benchmark (e.g. from `eval/benchmarks/vatex_eval.py`)::
     class VatexEval(Benchmark):
         description = "VATEX-EVAL: Kendall tau-b and Spearman rho, 0/1/9 references"
 
-        def add_arguments(self, parser):          # optional: benchmark-specific CLI options
-            parser.add_argument("--num-refs", type=int, default=9)
+        options_class = VatexEvalOptions          # optional: a dataclass of the benchmark's own options
 
         def run(self, context: RunContext) -> dict:  # {metric: {...}} as docs/data_layouts.md lists the keys
+            options = self.options_of(context)       # context.options, else the dataclass defaults
             ...
 
+The options dataclass is the one source of truth for the benchmark's options: its fields (type hints,
+defaults, a one-line `metadata["help"]`) become `pacs correlate` flags (`eval.commands.correlate`) and the
+keyword arguments of `eval.correlate(benchmark, ..., **options)`.
+
 Built-in modules are imported lazily by `get_benchmark` (see `_MODULES`); a module added later only needs
-an entry there (or to be imported before use). `RunContext` carries `--data`, the metric names, a
-`MetricSuite` (per-caption scoring of any registered metric), `--images`, `--skip-missing-images`,
-`--bootstrap`, the seed and the parsed arguments; `resolve_images` applies the missing-image rule and
-`kendall_table` / `accuracy_table` / `auroc_table` produce the standard outputs.
+an entry there (or to be imported before use). `RunContext` carries the data path, the metric names, a
+`MetricSuite` (per-caption scoring of any registered metric), the images, the missing-image rule, the
+bootstrap count, the seed, the model options and the benchmark's options; `resolve_images` applies the
+missing-image rule and `kendall_table` / `accuracy_table` / `auroc_table` produce the standard outputs.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -36,6 +40,7 @@ from eval import correlation
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
 from metric.scoring.images import ImageFinder
+from metric.scoring.model_options import ModelOptions
 from metric.scoring.images import find_image as _find_image
 
 log = logging.getLogger(__name__)
@@ -58,13 +63,31 @@ BENCHMARKS: dict[str, type["Benchmark"]] = {}
 
 
 class Benchmark:
-    """A human-judgment benchmark: loads its data from `--data` and returns `{metric: results}`."""
+    """A human-judgment benchmark: loads its data from `context.data` and returns `{metric: results}`."""
 
     name: str = ""
     description: str = ""
+    #: a dataclass of the benchmark's own options (None: it has none)
+    options_class: type | None = None
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """Add benchmark-specific options to the `pacs correlate` parser (default: none)."""
+    def option_names(self) -> list[str]:
+        """The names of the benchmark's own options (the fields of `options_class`)."""
+        return [f.name for f in dataclasses.fields(self.options_class)] if self.options_class else []
+
+    def make_options(self, **values: Any) -> Any:
+        """The benchmark's options from keyword arguments; an unknown one is an InputError listing the known."""
+        known = self.option_names()
+        for key in values:
+            if key not in known:
+                raise InputError(f"unknown option {key!r} of benchmark {self.name!r} "
+                                 f"(known: {', '.join(known) or 'none'})", parameter=key)
+        return self.options_class(**values) if self.options_class else None
+
+    def options_of(self, context: "RunContext") -> Any:
+        """The context's options for this benchmark, else the defaults of `options_class`."""
+        if context.options is not None:
+            return context.options
+        return self.options_class() if self.options_class else None
 
     def run(self, context: "RunContext") -> dict[str, Any]:
         """Compute the benchmark's table for every metric of `context`."""
@@ -110,7 +133,7 @@ def _importable(name: str) -> bool:
 
 @dataclass
 class RunContext:
-    """Everything a benchmark needs from `pacs correlate`."""
+    """Everything a benchmark needs to run: data, metrics, images, model options and its own options."""
 
     data: Path
     suite: MetricSuite
@@ -119,7 +142,10 @@ class RunContext:
     skip_missing_images: bool = False
     bootstrap: int = 0
     seed: int = 0
-    args: argparse.Namespace | None = None
+    #: the benchmark's options (an instance of its `options_class`; None: the defaults)
+    options: Any = None
+    #: the model options the contrastive metrics are built from (video benchmarks build their scorers)
+    model: ModelOptions = field(default_factory=ModelOptions)
     notes: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -134,7 +160,7 @@ class RunContext:
 
 def find_image(image_id: str, images: Path | None, image_map: dict[str, str] | None = None,
                relative_path: str | None = None) -> Path | None:
-    """Path of an image (`metric.scoring.images.find_image`: `--image-map`, then DIR/<relative path>, DIR/<id>,
+    """Path of an image (`metric.scoring.images.find_image`: `image_map`, then DIR/<relative path>, DIR/<id>,
     DIR/<id>.{jpg,jpeg,png} in any case); None when there is none."""
     return _find_image(image_id, images, image_map, relative_path)
 
@@ -144,13 +170,14 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
     """Locate the image of every item when a metric needs images.
 
     Returns a keep-mask and the paths. A missing image is an InputError naming it, unless
-    `--skip-missing-images`: then the item is dropped for every metric and counted.
+    `skip_missing_images`: then the item is dropped for every metric and counted.
     """
     keep = np.ones(len(image_ids), dtype=bool)
     if not context.suite.needs_images:
         return keep, [None] * len(image_ids)
     if context.images is None and not context.image_map:
-        raise InputError("contrastive metrics need images: pass --images DIR (or --image-map FILE)")
+        raise InputError("contrastive metrics need images: pass images= (or image_map=)",
+                         parameter=("images", "image_map"))
     paths: list[Path | None] = []
     cache: dict[tuple[str, str | None], Path | None] = {}
     finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (metric.scoring.images)
@@ -163,7 +190,8 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
         if path is None:
             if not context.skip_missing_images:
                 raise InputError(f"image {image_id!r} not found under {context.images} "
-                                 "(pass --skip-missing-images to skip its pairs for every metric)")
+                                 "(pass skip_missing_images= to skip its pairs for every metric)",
+                                 parameter="skip_missing_images")
             keep[index] = False
         paths.append(path)
     skipped = int((~keep).sum())

@@ -31,8 +31,8 @@ from eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_s
 from eval.registry import get_metric
 from metric.common.errors import InputError
 from metric.scoring.registry import metric_spec
-from metric.commands.score_video import add_video_benchmark_options, idf_corpus_from_args, sampling_from_args
 from metric.video.frames import FrameSampling
+from metric.video.options import VideoOptions, frame_sampling, idf_corpus
 
 RIGHT_FILE = "final_right_video_sentences.json"
 FOIL_FILE = "final_foil_video_sentences.json"
@@ -248,10 +248,7 @@ class ActivityNetFoil(Benchmark):
 
     description = "ActivityNet-FOIL (video): accuracy on 1,900 foil-correct paragraph pairs"
     default_sampling = FrameSampling(fps=1.0)
-
-    def add_arguments(self, parser: Any) -> None:
-        """`--videos` and the video options (sampling default: 1 frame per second)."""
-        add_video_benchmark_options(parser)
+    options_class = VideoOptions  # sampling default: 1 frame per second
 
     def run(self, context: Any) -> dict[str, Any]:
         """`{metric: {"1-ref": accuracy, "mean": accuracy, "n": videos}}`."""
@@ -262,8 +259,9 @@ class ActivityNetFoil(Benchmark):
             data = ActivityNetFoilData([v for v, k in zip(data.videos, keep) if k], data.idf_corpus)
         if len(data) == 0:
             raise InputError(f"{context.data}: no ActivityNet-FOIL video left to score")
-        scorers = video_scorers(context, sampling_from_args(context.args, self.default_sampling))
-        corpus, _ = idf_corpus_from_args(context.args, default_idf_corpus(data))
+        options = self.options_of(context)
+        scorers = video_scorers(context, frame_sampling(options, self.default_sampling))
+        corpus, _ = idf_corpus(options, default_idf_corpus(data))
         idf_tables = {family: scorer.idf(corpus) for family, scorer in scorers.items()}
         segments = [segment for video in data.videos for segment in video.segments]
         references = [segment.references for segment in segments]

@@ -23,5 +23,6 @@ class Composite(Benchmark):
         """Correlate every metric with the Composite ratings."""
         path = context.data / "composite.json" if context.data.is_dir() else context.data
         if not path.is_file():
-            raise InputError(f"{path} not found (--data is composite.json or a folder holding it)")
+            raise InputError(f"{path} not found (data= is composite.json or a folder holding it)",
+                             parameter="data")
         return correlate_rows(load_clipscore_json(path, context), context)

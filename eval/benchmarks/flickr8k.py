@@ -98,7 +98,8 @@ def load_raw(folder: Path, kind: str, context: RunContext | None = None) -> Judg
     tokens = folder / TOKEN_FILE
     for path in (annotation, tokens):
         if not path.is_file():
-            raise InputError(f"{path} not found (--data must hold {annotation.name} and {TOKEN_FILE})")
+            raise InputError(f"{path} not found (data= must hold {annotation.name} and {TOKEN_FILE})",
+                             parameter="data")
     captions = read_token_file(tokens)
     refs_of = image_references(captions)
     parsed = _parse_annotation(annotation, kind)
@@ -190,7 +191,7 @@ def load_rows(data: Path, kind: str, context: RunContext | None = None) -> Judge
         return load_raw(data, kind, context)
     if data.is_file():
         return load_clipscore_json(data, context)
-    raise InputError(f"--data {data} does not exist")
+    raise InputError(f"data= {data} does not exist", parameter="data")
 
 
 def correlate_rows(rows: JudgedRows, context: RunContext) -> dict[str, Any]:

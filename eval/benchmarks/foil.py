@@ -28,7 +28,7 @@ SETTINGS = ("1-ref", "4-ref")
 def _annotations(path: Path) -> list[dict]:
     """The `annotations` list of a COCO-style json, each checked for image_id and caption."""
     if not path.is_file():
-        raise InputError(f"{path} not found (--data must hold {FOIL_FILE} and {COCO_FILE})")
+        raise InputError(f"{path} not found (data= must hold {FOIL_FILE} and {COCO_FILE})", parameter="data")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:

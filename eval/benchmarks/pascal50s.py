@@ -15,8 +15,8 @@ by text, in either order); `pascal50S.mat` is then not needed.
 """
 from __future__ import annotations
 
-import argparse
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def _text(value: Any) -> str:
 def _load_mat(path: Path) -> dict[str, Any]:
     """loadmat with a clear error naming the file."""
     if not path.is_file():
-        raise InputError(f"{path} not found (--data must hold pair_pascal.mat and pascal50S.mat)")
+        raise InputError(f"{path} not found (data= must hold pair_pascal.mat and pascal50S.mat)", parameter="data")
     from scipy import io as sio
 
     try:
@@ -170,24 +170,28 @@ def load_pascal50s(folder: Path) -> dict[str, Any]:
     return data
 
 
+@dataclass
+class Pascal50SOptions:
+    """Pascal-50S options (defaults 5 and 5, as in PAC-S)."""
+
+    num_refs: int = field(default=5, metadata={"help": "Pascal-50S: references sampled per pair"})
+    draws: int = field(default=5, metadata={"help": "Pascal-50S: reference draws averaged"})
+
+
 @register_benchmark("pascal50s")
 class Pascal50S(Benchmark):
     """Pascal-50S pairwise accuracy per HC/HI/HM/MM and mean."""
 
     description = "Pascal-50S (accuracy per HC/HI/HM/MM; 5 refs sampled, 5 draws)"
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """`--num-refs` and `--draws` (defaults 5 and 5, as in PAC-S)."""
-        parser.add_argument("--num-refs", type=int, default=5, help="Pascal-50S: references sampled per pair")
-        parser.add_argument("--draws", type=int, default=5, help="Pascal-50S: reference draws averaged")
+    options_class = Pascal50SOptions
 
     def run(self, context: RunContext) -> dict[str, Any]:
         """Accuracy of every metric, averaged over reference draws."""
         data = load_pascal50s(context.data)
-        num_refs = getattr(context.args, "num_refs", 5) if context.args else 5
-        draws = getattr(context.args, "draws", 5) if context.args else 5
+        options = self.options_of(context)
+        num_refs, draws = options.num_refs, options.draws
         if num_refs < 1 or draws < 1:
-            raise InputError("--num-refs and --draws must be >= 1")
+            raise InputError("num_refs= and draws= must be >= 1", parameter=("num_refs", "draws"))
         rng = np.random.default_rng(context.seed)
         votes = data["votes"]
         context.notes["labels"] = data["labels"]

@@ -16,9 +16,9 @@ verbs; words without those tags are never substituted). `--data`: a Flickr8k fol
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -169,7 +169,8 @@ def load_pools(data: Path) -> dict[str, list[str]]:
     if data.is_dir():
         token = data / TOKEN_FILE
         if not token.is_file():
-            raise InputError(f"{token} not found (--data is a Flickr8k folder or a references json)")
+            raise InputError(f"{token} not found (data= is a Flickr8k folder or a references json)",
+                             parameter="data")
         return image_references(read_token_file(token))
     try:
         raw = json.loads(data.read_text(encoding="utf-8"))
@@ -183,24 +184,27 @@ def load_pools(data: Path) -> dict[str, list[str]]:
     return {str(k): v for k, v in raw.items()}
 
 
+@dataclass
+class RobustnessOptions:
+    """Robustness options: how many images are sampled and which perturbations are applied."""
+
+    num_images: int = field(default=500, metadata={"help": "robustness: images sampled (fixed seed)"})
+    perturbations: str = field(default=",".join(PERTURBATIONS), metadata={
+        "help": f"robustness: comma-separated subset of {','.join(PERTURBATIONS)}"})
+
+
 @register_benchmark("robustness")
 class Robustness(Benchmark):
     """Share of pairs where the metric prefers the original caption over each perturbation."""
 
     description = "robustness suite (accuracy of preferring the original over each perturbation)"
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """`--num-images` (default 500) and `--perturbations` (default all)."""
-        parser.add_argument("--num-images", type=int, default=500, help="robustness: images sampled (fixed seed)")
-        parser.add_argument("--perturbations", default=",".join(PERTURBATIONS),
-                            help=f"robustness: comma-separated subset of {','.join(PERTURBATIONS)}")
+    options_class = RobustnessOptions
 
     def run(self, context: RunContext) -> dict[str, Any]:
         """Accuracy per perturbation and mean."""
-        args = context.args
-        num_images = getattr(args, "num_images", 500) if args else 500
-        chosen = [p.strip() for p in (getattr(args, "perturbations", None) or ",".join(PERTURBATIONS)).split(",")
-                  if p.strip()]
+        options = self.options_of(context)
+        num_images = options.num_images
+        chosen = [p.strip() for p in (options.perturbations or ",".join(PERTURBATIONS)).split(",") if p.strip()]
         for name in chosen:
             if name not in PERTURBATIONS:
                 raise InputError(f"unknown perturbation {name!r} (known: {', '.join(PERTURBATIONS)})")

@@ -33,9 +33,8 @@ from eval.registry import get_metric
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
 from metric.scoring.registry import metric_spec
-from metric.commands.score_video import (add_video_benchmark_options, idf_corpus_from_args, sampling_from_args,
-                              video_scorer_from_args)
 from metric.video.frames import FrameSampling, find_videos
+from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
 
 REFERENCE_SETTINGS = (0, 1, 9)
 N_ANNOTATORS = 3
@@ -212,17 +211,18 @@ def setting_name(metric: str, n_refs: int) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 def locate_videos(context: Any, video_ids: list[str]) -> tuple[np.ndarray, dict[str, Path]]:
-    """Find every video (`--videos`, else `--images`); a missing one is an error unless `--skip-missing-images`."""
-    args = context.args
-    folder = getattr(args, "videos", None) or context.images
+    """Find every video (`videos`, else `images`); a missing one is an error unless `skip_missing_images`."""
+    options = context.options if isinstance(context.options, VideoOptions) else VideoOptions()
+    folder = options.videos or context.images
     if folder is None and not context.image_map:
-        raise InputError("video metrics need the videos: pass --videos DIR")
+        raise InputError("video metrics need the videos: pass videos=", parameter="videos")
     found, missing = find_videos(folder, video_ids, context.image_map)
     keep = np.array([v in found for v in video_ids], dtype=bool)
     if missing:
         if not context.skip_missing_images:
             raise InputError(f"video {missing[0]!r} not found under {folder} ({len(missing)} missing; pass "
-                             "--skip-missing-images to skip their pairs for every metric)")
+                             "skip_missing_images= to skip their pairs for every metric)",
+                             parameter="skip_missing_images")
         context.count("skipped_missing_video", len(missing))
         context.count("skipped_pairs", int((~keep).sum()))
     return keep, found
@@ -230,12 +230,13 @@ def locate_videos(context: Any, video_ids: list[str]) -> tuple[np.ndarray, dict[
 
 def video_scorers(context: Any, sampling: Any) -> dict[str, Any]:
     """One VideoScorer per backbone family among the requested contrastive metrics (built from the model options)."""
+    prompt = context.options.prompt if isinstance(context.options, VideoOptions) else ""
     scorers: dict[str, Any] = {}
     for name in context.metrics:
         if get_metric(name).kind == "contrastive":
             family = metric_spec(name).family
             if family not in scorers:
-                scorers[family] = video_scorer_from_args(context.args, name, sampling)
+                scorers[family] = build_video_scorer(context.model, name, sampling, prompt=prompt)
     return scorers
 
 
@@ -278,10 +279,7 @@ class VatexEval(Benchmark):
 
     description = "VATEX-EVAL (video): Kendall tau-b and Spearman rho with 0, 1 and 9 references"
     default_sampling = FrameSampling(fps=None, num_frames=10)  # EMScore: 10 frames uniformly over the video
-
-    def add_arguments(self, parser: Any) -> None:
-        """`--videos` and the video options (sampling default: 10 frames spread uniformly)."""
-        add_video_benchmark_options(parser)
+    options_class = VideoOptions  # sampling default: 10 frames spread uniformly
 
     def run(self, context: Any) -> dict[str, Any]:
         """`{metric: {...}}` for reference-free metrics, `{metric@k: {...}}` for k = 1, 9 references."""
@@ -292,8 +290,9 @@ class VatexEval(Benchmark):
             data = data.subset(keep) if not keep.all() else data
         if len(data) == 0:
             raise InputError(f"{context.data}: no VATEX-EVAL pair left to score")
-        scorers = video_scorers(context, sampling_from_args(context.args, self.default_sampling))
-        corpus, _ = idf_corpus_from_args(context.args, default_idf_corpus(data))
+        options = self.options_of(context)
+        scorers = video_scorers(context, frame_sampling(options, self.default_sampling))
+        corpus, _ = idf_corpus(options, default_idf_corpus(data))
         idf_tables = {family: scorer.idf(corpus) for family, scorer in scorers.items()}
         scores: dict[str, np.ndarray] = {}
         for name in context.metrics:

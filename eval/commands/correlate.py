@@ -10,12 +10,16 @@ from typing import Any
 import numpy as np
 
 from eval import benchmarks as bench
+from eval.api import (CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation,
+                      scorer_factory)
+from eval.commands.options import add_dataclass_options, dataclass_from_args
 from eval.registry import get_metric, parse_metric_list
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError, PacsError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
+from metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
 
@@ -23,50 +27,37 @@ DEFAULT_EVALUATE_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge
                             "rep1", "rep2", "rep3", "rep4", "incorrect", "grammar")
 
 
-def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
-    """A factory building a contrastive Scorer from the model options (metric.commands.score); records each model's
-    identity (family and how it was established) in `models`, by metric, for the provenance."""
-    def factory(metric: str):
-        from metric.commands.score import model_identity, scorer_from_args
+def _model_options(args: argparse.Namespace) -> ModelOptions:
+    """The model options of the parsed flags."""
+    return ModelOptions.from_mapping(args)
 
-        scorer = scorer_from_args(args, metric)
-        if models is not None:
-            models[metric] = model_identity(scorer.backbone)
-        return scorer
-    return factory
+
+def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
+    """A factory building a contrastive Scorer from the model flags (`eval.api.scorer_factory`)."""
+    return scorer_factory(_model_options(args), models)
 
 
 def _image_map(args: argparse.Namespace) -> dict[str, str] | None:
     """The `--image-map` file, when given."""
-    if not getattr(args, "image_map", None):
-        return None
-    from metric.scoring.inputs import load_image_map
-
-    return {key: str(path) for key, path in load_image_map(args.image_map).items()}
+    return image_map_table(getattr(args, "image_map", None))
 
 
 def _images_dir(args: argparse.Namespace) -> Path | None:
     """The `--images` folder (checked)."""
-    if not getattr(args, "images", None):
-        return None
-    folder = Path(args.images)
-    if not folder.is_dir():
-        raise InputError(f"--images folder not found: {folder}")
-    return folder
+    return images_folder(getattr(args, "images", None))
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN/inf -> None, numpy scalars -> Python, recursively."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+_json_safe = json_safe
+
+
+def correlation_request(args: argparse.Namespace) -> CorrelationRequest:
+    """The typed request of parsed `pacs correlate` flags (the benchmark's options dataclass from its flags)."""
+    benchmark = bench.get_benchmark(args.benchmark)
+    options = dataclass_from_args(benchmark.options_class, args) if benchmark.options_class else None
+    return CorrelationRequest(
+        benchmark=args.benchmark, data=Path(args.data), metrics=[args.metrics], images=args.images,
+        image_map=args.image_map, skip_missing_images=args.skip_missing_images, bootstrap=args.bootstrap,
+        seed=args.seed, spice_corenlp=args.spice_corenlp, model=_model_options(args), options=options)
 
 
 def _format(value: Any) -> str:
@@ -96,9 +87,7 @@ def print_table(results: dict[str, Any]) -> None:
 
 def run_correlate(args: argparse.Namespace) -> int:
     """`pacs correlate`: run a benchmark for every metric and print (and optionally save) the table."""
-    from eval.api import run_correlation  # the library's implementation (eval.correlate returns the same table)
-
-    run = run_correlation(args)
+    run = run_correlation(correlation_request(args))  # the library's implementation (eval.correlate's table)
     print(f"{run.benchmark.name}: {run.benchmark.description}")
     print_table(run.results)
     for key, value in run.notes.items():
@@ -229,10 +218,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             benchmark = bench.get_benchmark(name)
         except (InputError, ImportError):
             continue
-        try:
-            benchmark.add_arguments(group)
-        except argparse.ArgumentError as error:  # two benchmarks defining the same option: keep the first
-            log.debug("benchmark %s: option not added (%s)", name, error)
+        if benchmark.options_class is not None:  # the flags come from the options dataclass (one source)
+            add_dataclass_options(group, benchmark.options_class)
     correlate.set_defaults(func=run_correlate)
 
     evaluate = subparsers.add_parser(

@@ -12,8 +12,9 @@ from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.scoring.images import ImageFinder
 from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
-from metric.scoring.registry import check_metric_family
-from metric.scoring.registry import default_w, metric_spec
+from metric.scoring.model_options import (DEFAULT_CLIP_BACKBONE, ModelOptions, build_scorer, load_model,
+                                          model_identity, model_provenance)
+from metric.scoring.registry import metric_spec
 from metric.scoring.inputs import (
     load_candidates,
     load_image_map,

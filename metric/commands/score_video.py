@@ -6,20 +6,25 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metric.commands.score import add_model_options, backbone_from_args, model_provenance
+from metric.commands.score import add_model_options
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.scoring.registry import metric_spec
-from metric.scoring.inputs import (Candidate, load_candidates, load_image_map, load_references, read_json,
-                                 references_for)
+from metric.scoring.inputs import load_image_map, load_references, references_for
+from metric.scoring.model_options import ModelOptions, model_provenance
 from metric.video.frames import FrameSampling, find_videos
+from metric.video.inputs import load_sentences, load_video_candidates
+from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
 
 if TYPE_CHECKING:  # torch loads only when a command reads videos
     from metric.video.scorer import VideoScorer
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["add_sampling_options", "idf_corpus_from_args", "load_sentences", "load_video_candidates", "register",
+           "run_score_video", "sampling_from_args", "video_options_from_args", "video_scorer_from_args"]
 
 
 def _add_video_arguments(container: Any, fps_default: float | None) -> None:
@@ -41,73 +46,28 @@ def add_sampling_options(parser: argparse.ArgumentParser, fps_default: float | N
     _add_video_arguments(parser.add_argument_group("video options"), fps_default)
 
 
-def add_video_benchmark_options(container: Any) -> None:
-    """Add `--videos` and the video options to `pacs correlate` (a parser or group; once, whichever benchmark asks)."""
-    if "--videos" in container._option_string_actions:  # both video benchmarks share these options
-        return
-    container.add_argument("--videos", metavar="DIR",
-                           help="video benchmarks: folder of <video_id>.{mp4,...} files or <video_id>/ frame "
-                                "folders (default: --images)")
-    _add_video_arguments(container, fps_default=None)
+def video_options_from_args(args: argparse.Namespace) -> VideoOptions:
+    """The video options of a parsed command line (absent ones keep the dataclass defaults)."""
+    values = {name: getattr(args, name) for name in ("videos", "fps", "num_frames", "max_frames", "idf_corpus",
+                                                     "no_idf", "prompt") if getattr(args, name, None) is not None}
+    return VideoOptions(**values)
 
 
 def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None = None) -> FrameSampling:
     """The frame sampling named by `--fps --num-frames --max-frames` (`default` when neither rule is given)."""
-    fps, num_frames = getattr(args, "fps", None), getattr(args, "num_frames", None)
-    max_frames = getattr(args, "max_frames", None)
-    if fps is None and num_frames is None and default is not None:
-        return FrameSampling(fps=default.fps, num_frames=default.num_frames,
-                             max_frames=max_frames if max_frames is not None else default.max_frames)
-    return FrameSampling(fps=fps or None, num_frames=num_frames, max_frames=max_frames)
+    return frame_sampling(video_options_from_args(args), default)
 
 
 def video_scorer_from_args(args: argparse.Namespace, metric: str, sampling: FrameSampling | None = None,
                            progress: bool = True) -> VideoScorer:
-    """Build a VideoScorer from the model and video options (`--w` defaults to 1: Eqs. 6-14 have no scale)."""
-    from metric.video.scorer import VideoScorer
-
-    backbone = backbone_from_args(args, metric)
-    return VideoScorer(backbone, sampling or sampling_from_args(args),
-                       batch_size=getattr(args, "batch_size", 64) or 64, device=getattr(args, "device", None),
-                       cache_dir=getattr(args, "cache_dir", None), prompt=getattr(args, "prompt", "") or "",
-                       w=args.w if getattr(args, "w", None) else 1.0, progress=progress)
+    """Build a VideoScorer from the model and video options (`metric.video.options.build_video_scorer`)."""
+    return build_video_scorer(ModelOptions.from_mapping(args), metric, sampling or sampling_from_args(args),
+                              prompt=getattr(args, "prompt", "") or "", progress=progress)
 
 
 def idf_corpus_from_args(args: argparse.Namespace, default: list[str] | None) -> tuple[list[str] | None, str]:
     """The IDF corpus chosen by `--no-idf` / `--idf-corpus` (else `default`), and a name for provenance."""
-    if getattr(args, "no_idf", False):
-        return None, "none"
-    if getattr(args, "idf_corpus", None):
-        return load_sentences(args.idf_corpus), str(args.idf_corpus)
-    return default, "default"
-
-
-def load_sentences(path: str | Path) -> list[str]:
-    """An IDF corpus file: a JSON list of sentences, or any references file `pacs score` accepts."""
-    data = read_json(path, "IDF corpus")
-    if isinstance(data, list):
-        for index, sentence in enumerate(data):
-            if not isinstance(sentence, str):
-                raise InputError(f"{path}: IDF corpus entry #{index} is not a string: {sentence!r}")
-        return data
-    return [sentence for group in load_references(path).values() for sentence in group]
-
-
-def load_video_candidates(path: str | Path) -> list[Candidate]:
-    """The `pacs score` candidate formats, plus a results list keyed by `video_id` instead of `image_id`."""
-    data = read_json(path, "candidates")
-    if not (isinstance(data, list) and data and all(isinstance(item, dict) and "video_id" in item
-                                                    and "image_id" not in item for item in data)):
-        return load_candidates(path)
-    candidates = []
-    for index, item in enumerate(data):
-        video_id, caption = item["video_id"], item.get("caption")
-        if not isinstance(video_id, (str, int)) or isinstance(video_id, bool):
-            raise InputError(f"{path}: entry #{index} has a video_id that is not a string or integer: {video_id!r}")
-        if not isinstance(caption, str):
-            raise InputError(f"{path}: candidate #{index} (video id {video_id!r}) has no caption string")
-        candidates.append(Candidate(video_id, caption))
-    return candidates
+    return idf_corpus(video_options_from_args(args), default)
 
 
 def run_score_video(args: argparse.Namespace) -> int:

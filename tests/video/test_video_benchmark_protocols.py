@@ -1,8 +1,6 @@
 """The video metric on the VATEX-EVAL and ActivityNet-FOIL protocols, with real videos and frame folders."""
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 
@@ -14,8 +12,10 @@ from eval.benchmarks import RunContext, get_benchmark
 from eval.scoring import MetricSuite
 from metric.backbones import save_backbone
 from metric.common.errors import InputError
+from metric.scoring.model_options import ModelOptions
 from metric.video import VideoScorer
 from metric.video_frames import FrameSampling, find_videos
+from metric.video.options import VideoOptions
 
 from .video_support import (build_tiny_backbone, frame_array, pair_accuracy_by_hand, write_activitynet_foil,
                             write_frame_folder, write_vatex_eval)
@@ -75,20 +75,17 @@ def test_activitynet_foil_default_idf_corpus(tmp_path):
     assert default_idf_corpus(data) == ["a man picks up a ball", "he throws a ball far", "a dog runs", "the dog sleeps"]
 
 
-def correlate_args(checkpoint, videos, **overrides) -> argparse.Namespace:
-    """The options `pacs correlate` passes to a video benchmark (model options + video options)."""
-    values = dict(checkpoint=str(checkpoint), backbone=None, arch=None, w=None, device="cpu", batch_size=8,
-                  cache_dir=None, lora_mode="official", videos=str(videos), fps=None, num_frames=None,
-                  max_frames=None, idf_corpus=None, no_idf=False, prompt="")
-    values.update(overrides)
-    return argparse.Namespace(**values)
+def correlate_options(checkpoint, videos, **overrides) -> dict:
+    """The options `pacs correlate` passes to a video benchmark: `model=` ModelOptions, `options=` VideoOptions."""
+    return {"model": ModelOptions(checkpoint=str(checkpoint), batch_size=8),
+            "options": VideoOptions(videos=str(videos), **overrides)}
 
 
 def test_vatex_eval_benchmark_table(tmp_path):
     folder = write_vatex_eval(tmp_path / "vatex", n_videos=2, per_video=3, n_refs=10, videos_dir=tmp_path / "videos")
     checkpoint = save_backbone(build_tiny_backbone("pac-s++"), tmp_path / "tiny.safetensors")
     suite = MetricSuite(["pac-s++", "ref-pac-s++", "length", "bleu1"])
-    context = RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos"))
+    context = RunContext(data=folder, suite=suite, **correlate_options(checkpoint, tmp_path / "videos"))
     table = get_benchmark("vatex-eval").run(context)
     assert set(table) == {"pac-s++", "ref-pac-s++@1", "ref-pac-s++@9", "length", "bleu1@1", "bleu1@9"}
     for row in table.values():
@@ -106,7 +103,7 @@ def test_activitynet_foil_benchmark_table_and_missing_videos(tmp_path):
     folder = write_activitynet_foil(tmp_path / "anet", videos_dir=tmp_path / "videos")
     checkpoint = save_backbone(build_tiny_backbone("pac-s++"), tmp_path / "tiny.safetensors")
     suite = MetricSuite(["pac-s++", "ref-pac-s++", "length"])
-    context = RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos"))
+    context = RunContext(data=folder, suite=suite, **correlate_options(checkpoint, tmp_path / "videos"))
     table = get_benchmark("activitynet-foil").run(context)
     assert set(table) == {"pac-s++", "ref-pac-s++", "length"}
     for row in table.values():
@@ -125,8 +122,8 @@ def test_activitynet_foil_benchmark_table_and_missing_videos(tmp_path):
     (tmp_path / "videos" / "v_b.mp4").unlink()
     with pytest.raises(InputError, match="v_b"):
         get_benchmark("activitynet-foil").run(
-            RunContext(data=folder, suite=suite, args=correlate_args(checkpoint, tmp_path / "videos")))
+            RunContext(data=folder, suite=suite, **correlate_options(checkpoint, tmp_path / "videos")))
     skipping = RunContext(data=folder, suite=suite, skip_missing_images=True,
-                          args=correlate_args(checkpoint, tmp_path / "videos"))
+                          **correlate_options(checkpoint, tmp_path / "videos"))
     table = get_benchmark("activitynet-foil").run(skipping)
     assert table["pac-s++"]["n"] == 1 and skipping.notes["skipped_missing_video"] == 1

@@ -1,0 +1,99 @@
+"""The model options of every scoring entry point (checkpoint, backbone, w, device, ...) as one dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from metric.common.errors import MissingResourceError
+from metric.scoring.registry import check_metric_family
+from metric.scoring.registry import default_w, metric_spec
+
+if TYPE_CHECKING:  # torch and open_clip load only when a model is built
+    from metric.models.backbones import Backbone
+    from metric.scoring.scorer import Scorer
+
+DEFAULT_CLIP_BACKBONE = "ViT-B-32/openai"
+
+
+@dataclass
+class ModelOptions:
+    """Which model scores and how: what `pacs score --checkpoint/--backbone/...` and `correlate(...)` take."""
+
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "official PAC-S / PAC-S++ file, open_clip state dict, pacs checkpoint or adapter folder"})
+    backbone: str | None = field(default=None, metadata={
+        "help": f"open_clip model name with an optional pretrained tag or local weights file "
+                f"(default for clip-s: {DEFAULT_CLIP_BACKBONE})"})
+    arch: str | None = field(default=None, metadata={"help": "architecture override for checkpoint files"})
+    family: str | None = field(default=None, metadata={
+        "help": "the checkpoint's family where its metadata, LoRA keys or file name do not establish it"})
+    allow_family_mismatch: bool = field(default=False, metadata={
+        "help": "score even when the metric contradicts the checkpoint's established family"})
+    w: float | None = field(default=None, metadata={"help": "score weight w (default: the metric's)"})
+    device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda, cuda:1, ...)"})
+    batch_size: int = field(default=64, metadata={"help": "images / texts per forward pass"})
+    cache_dir: str | None = field(default=None, metadata={"help": "persistent image-embedding cache folder"})
+    lora_mode: str = field(default="official", metadata={"help": "PAC-S++ LoRA deltas: official, all or none"})
+    dtype: str = field(default="fp32", metadata={"help": "compute precision of the towers: fp32, bf16 or fp16"})
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> "ModelOptions":
+        """The options found (as attributes or keys) in `values`; absent or None ones keep their defaults."""
+        get = values.get if isinstance(values, dict) else (lambda name, default=None: getattr(values, name, default))
+        found = {}
+        for option in fields(cls):
+            value = get(option.name, None)
+            if value is not None:
+                found[option.name] = value
+        return cls(**found)
+
+
+def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
+    """Load the backbone the options name (CLIP-S falls back to ViT-B-32/openai).
+
+    With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
+    `FamilyMismatchError` unless `allow_family_mismatch`.
+    """
+    from metric.models.factory import load_backbone
+
+    backbone, checkpoint = options.backbone, options.checkpoint
+    if backbone is None and checkpoint is None:
+        family = metric_spec(metric).family if metric else "clip"
+        if family != "clip":
+            raise MissingResourceError(
+                f"{metric} needs its checkpoint: pass checkpoint= (an official PAC-S / PAC-S++ file or a "
+                f"pacs checkpoint)", parameter="checkpoint")
+        backbone = DEFAULT_CLIP_BACKBONE
+    loaded = load_backbone(backbone=backbone, checkpoint=checkpoint, arch=options.arch,
+                           device=options.device or "cpu", lora_mode=options.lora_mode or "official",
+                           family=options.family)
+    if metric is not None:
+        check_metric_family(metric, loaded, bool(options.allow_family_mismatch))
+    return loaded
+
+
+def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
+    """A Scorer for `metric` from the options; w = `options.w`, else the metric's default for this backbone."""
+    from metric.scoring.scorer import Scorer
+
+    if metric is not None:
+        metric_spec(metric)  # unknown names fail before any model is loaded
+    backbone = load_model(options, metric)
+    w = options.w if options.w is not None else (default_w(metric, backbone) if metric else None)
+    return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "cpu",
+                  cache_dir=options.cache_dir, dtype=options.dtype or "fp32")
+
+
+def model_identity(backbone: Backbone) -> dict[str, Any]:
+    """A model's identity for provenance: name, family, how the family was established, checkpoint sha256."""
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint, "checkpoint_sha256": backbone.source.get("sha256")}
+
+
+def model_provenance(scorer: Scorer) -> dict[str, Any]:
+    """Provenance fields describing the scorer's model: name, family, fingerprint, checkpoint sha256."""
+    backbone = scorer.backbone
+    return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
+            "model_fingerprint": backbone.fingerprint,
+            "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
+            "open_clip_config": backbone.open_clip_config}
