@@ -26,8 +26,8 @@ from captioner.train_scst import SCSTConfig
 from captioner.train_xe import XEConfig
 from captioner.training import process_state
 from captioner.vocab import DEFAULT_MAX_LENGTH
-from metric.common.config import (NonNegativeInt, PositiveInt, deep_merge, dump_yaml, from_dict, load_yaml,
-                                  parse_overrides, to_dict)
+from metric.common.config import (NonNegativeInt, PositiveInt, config_data, deep_merge, dump_yaml, from_dict,
+                                  load_yaml, parse_overrides, to_dict)
 from metric.common.config_files import packaged_config, resolve_config
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
@@ -149,7 +149,7 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
         from captioner.demo import run_demo
 
         return run_demo(str(path), list(overrides), force=list(force or []))
-    config = from_dict(PipelineConfig, data, str(path))
+    config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
     config.force = [*config.force, *(force or [])]
     return run_pipeline(config)
 
@@ -229,7 +229,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
-    from captioner.recipe_stages import data_inputs, reward_model_inputs, settings_of
+    from captioner.recipe_stages import data_inputs, reward_model_inputs, settings_of, trainer_settings
     from captioner.train_scst import train_scst
     from captioner.train_xe import train_xe
     from captioner.training import micro_batch_for, process_state
@@ -277,7 +277,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
                                                [(i.image_id, c) for i in train_items for c in i.captions],
                                                {i.image_id: i.captions for i in val_items}, feature_source=source)),
-               {"xe": settings_of(config.xe), "model": settings_of(config.model), "data": data_settings,
+               {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
                 "seed": config.seed},
                upstream=["vocab", "features/train"], resumable=True, distributed=True)
     models = {"xe": xe_dir / "best"}
@@ -297,7 +297,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
             return _summary(train_scst(scst, xe_dir / "best", features,
                                        [(i.image_id, i.captions) for i in train_items], reward))
 
-        stages.run(name, body, {"scst": settings_of(config.scst), "reward": spec, "reward_models": reward_settings,
+        stages.run(name, body, {"scst": trainer_settings(config.scst), "reward": spec, "reward_models": reward_settings,
                                 "data": data_settings, "seed": config.seed},
                    {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
                     **reward_model_inputs(stages, config.reward_models)},

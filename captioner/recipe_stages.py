@@ -2,9 +2,9 @@
 determine vocab, features/<set>, xe, scst-<reward> and eval/<model>/<set> (rules in `captioner.stages`).
 
 Settings that do not change what a stage computes are left out, so changing them never re-runs anything: where
-a stage writes (`output_dir`, `resume_from`), how work is cut (`micro_batch_size`, feature `batch_size` /
+a stage writes (`output_dir`, `resume`), how work is cut (`micro_batch_size`, feature `batch_size` /
 `shard_size`, evaluation `batch_size`; these change only the order of floating-point sums), logging
-(`log_every`, `tensorboard`) and checkpoint cadence (`checkpoint_every`, `keep_checkpoints`), and devices.
+(`log_every`, `tensorboard`) and checkpoint cadence (`save_every`, `keep_checkpoints`), and devices.
 Shared by the recipe pipeline and the demo.
 """
 from __future__ import annotations
@@ -15,14 +15,27 @@ from typing import Any, Mapping
 
 from captioner.stages import StageRunner, file_input
 
-NOT_DETERMINING = frozenset({"output_dir", "resume_from", "micro_batch_size", "log_every", "tensorboard",
-                             "checkpoint_every", "keep_checkpoints", "device"})
+NOT_DETERMINING = frozenset({"output_dir", "resume", "micro_batch_size", "log_every", "tensorboard",
+                             "save_every", "keep_checkpoints", "device"})
 
 
 def settings_of(config: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
     """A dataclass (or mapping) as a dict without the keys in `drop` (at any depth)."""
     data = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
     return _without(data, drop)
+
+
+def trainer_settings(config: Any) -> dict[str, Any]:
+    """`settings_of` an XE or SCST config, fingerprinted as before the shared trainer names (done runs stay done).
+
+    `eval_every` is fingerprinted under XE's former name `val_every`; SCST's (always 0: it does not validate
+    while training) is left out, as SCST had no such setting.
+    """
+    settings = settings_of(config)
+    every = settings.pop("eval_every", 0)
+    if every:
+        settings["val_every"] = every
+    return settings
 
 
 def _without(data: Any, drop: frozenset[str] | set[str]) -> Any:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list
@@ -29,10 +30,17 @@ from captioner.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generat
 from captioner.features import FeatureCache
 from captioner.model import shift_right, token_log_probs
 from captioner.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
-from metric.common.config import (NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_batch_split,
-                                  to_dict)
+from metric.common.config import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    check_batch_split,
+    to_dict,
+)
 from metric.common.errors import InputError, PacsError
 from metric.common.seeding import seed_everything
+from metric.common.trainer_config import TrainerConfig, is_due, resume_target
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +56,12 @@ class NonFiniteRewardError(PacsError):
 
 
 @dataclass
-class SCSTConfig:
-    """Stage-2 settings (defaults: PAC-S++ §5.1: Adam 1e-6, batch 32, one epoch, beam 5, mean baseline)."""
+class SCSTConfig(TrainerConfig):
+    """Stage-2 settings (defaults: PAC-S++ §5.1: Adam 1e-6, batch 32, one epoch, beam 5, mean baseline).
+
+    The shared trainer fields are `TrainerConfig`'s; SCST validates nothing while training (the pipeline's
+    evaluation stage scores it), so `eval_every` must stay 0.
+    """
 
     output_dir: str = "runs/scst"
     reward: str = "pac-s++"
@@ -67,16 +79,18 @@ class SCSTConfig:
     baseline: str = "mean"
     grad_clip: NonNegativeFloat = 0.0
     nonfinite_patience: PositiveInt = 3
-    checkpoint_every: PositiveInt = 100
+    save_every: NonNegativeInt = 100  # checkpoint every N steps (0: only after the last step)
     keep_checkpoints: NonNegativeInt = 2
-    log_every: PositiveInt = 1
+    log_every: NonNegativeInt = 1  # log every N steps (0: only the last step)
     seed: int = 42
-    mixed_precision: str = "no"
-    resume_from: str = ""
     tensorboard: bool = True
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        super().validate()
+        if self.eval_every:
+            raise InputError(f"eval_every={self.eval_every}: SCST does not validate while training (the "
+                             "pipeline's evaluation stage scores it); leave eval_every at 0")
         if self.micro_batch_size:
             check_batch_split("", self.batch_size, self.micro_batch_size)
         if self.samples not in SAMPLINGS:
@@ -155,7 +169,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
                on_step: Callable[[int, Any], None] | None = None) -> SCSTResult:
     """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
 
-    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or `resume_from`); writes
+    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names); writes
     `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`. `on_step(step, model)`, when given, is
     called on every process with the unwrapped captioner before the first update (step 0, or the resumed step)
     and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
@@ -182,7 +196,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(config.resume_from or None) or {
+    state = checkpoints.restore(resume_target(config.resume)) or {
         "step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
     start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
                    state["step"] if state["step"] else None)
@@ -214,7 +228,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         progress.update(1)
         if on_step is not None:
             on_step(step, accelerator.unwrap_model(model))
-        if step % config.log_every == 0 or step == total_steps:
+        if is_due(step, config.log_every) or step == total_steps:
             accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
         if nonfinite:
             logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
@@ -222,7 +236,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
             raise NonFiniteRewardError(
                 f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
                 f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
-        if step % config.checkpoint_every == 0 or step == total_steps:
+        if is_due(step, config.save_every) or step == total_steps:
             box = [state]
             broadcast_object_list(box, from_process=0)
             checkpoints.save(box[0])

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,13 +27,20 @@ from captioner.decoding import beam_search
 from captioner.example_rng import DROPOUT, ExampleRNG, example_generators
 from captioner.features import FeatureCache
 from captioner.model import Captioner, CaptionerConfig, sequence_mask, shift_right
-from captioner.training import (BatchPlan, ScheduleConfig, finish_trackers, make_accelerator, pacs_scheduler,
-                                reduce_mean, start_trackers)
+from captioner.training import (
+    BatchPlan,
+    ScheduleConfig,
+    finish_trackers,
+    make_accelerator,
+    pacs_scheduler,
+    reduce_mean,
+    start_trackers,
+)
 from captioner.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
-from metric.common.config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split,
-                                  to_dict)
+from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
 from metric.common.errors import InputError
 from metric.common.seeding import seed_everything
+from metric.common.trainer_config import TrainerConfig, is_due, resume_target
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +49,8 @@ XE_COLUMNS = ("loss", "lr", "tokens", "val_cider", "epoch")
 
 
 @dataclass
-class XEConfig:
-    """Stage-1 settings (defaults: PAC-S++ §5.1)."""
+class XEConfig(TrainerConfig):
+    """Stage-1 settings (defaults: PAC-S++ §5.1); the shared trainer fields are `TrainerConfig`'s."""
 
     output_dir: str = "runs/xe"
     max_steps: PositiveInt = 20000
@@ -53,20 +61,19 @@ class XEConfig:
     weight_decay: NonNegativeFloat = 0.0
     grad_clip: NonNegativeFloat = 1.0
     label_smoothing: Fraction = 0.0
-    val_every: PositiveInt = 1000
+    eval_every: NonNegativeInt = 1000  # validate every N steps (0: only after the last step)
     val_beam_size: PositiveInt = 5
     val_batch_size: PositiveInt = 50
     val_max_images: NonNegativeInt = 0
-    checkpoint_every: PositiveInt = 1000
+    save_every: NonNegativeInt = 1000  # checkpoint every N steps (0: only after the last step)
     keep_checkpoints: NonNegativeInt = 2
-    log_every: PositiveInt = 10
+    log_every: NonNegativeInt = 10  # log every N steps (0: only the last step)
     seed: int = 42
-    mixed_precision: str = "no"
-    resume_from: str = ""
     tensorboard: bool = True
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        super().validate()
         if self.micro_batch_size:
             check_batch_split("", self.batch_size, self.micro_batch_size)
 
@@ -130,7 +137,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
              validate: Validator | None = None, feature_source: Mapping[str, Any] | None = None) -> XEResult:
     """Train stage 1 on `train` ((image_id, caption) pairs); validate on `val` ({image_id: references}).
 
-    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or `resume_from`). Writes
+    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names). Writes
     `<output_dir>/best` and `<output_dir>/final` (captioner folders) and `<output_dir>/log.csv`.
     """
     out = Path(config.output_dir)
@@ -155,7 +162,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     scheduler = pacs_scheduler(optimizer, config.schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(config.resume_from or None) or {
+    state = checkpoints.restore(resume_target(config.resume)) or {
         "step": 0, "epoch": 0, "position": 0, "best_score": -math.inf, "best_step": -1}
     start_trackers(accelerator, "xe", to_dict(config), state["step"] if state["step"] else None)
     source = dict(features.meta, **(feature_source or {}))
@@ -192,9 +199,9 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
         progress.update(1)
         progress.set_postfix(loss=f"{loss:.3f}")
         row: dict[str, Any] = {}
-        if step % config.log_every == 0 or step == config.max_steps:
+        if is_due(step, config.log_every) or step == config.max_steps:
             row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
-        if val_ids and (step % config.val_every == 0 or step == config.max_steps):
+        if val_ids and (is_due(step, config.eval_every) or step == config.max_steps):
             score = _validate(accelerator, model, vocab, features, val_ids, val, validate, config)
             row["val_cider"] = score
             if accelerator.is_main_process and score > state["best_score"]:
@@ -205,7 +212,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                         state["best_score"], state["best_step"])
         if row:
             accelerator.log(row, step=step)
-        if step % config.checkpoint_every == 0 or step == config.max_steps:
+        if is_due(step, config.save_every) or step == config.max_steps:
             state = _broadcast(state)
             checkpoints.save(state)
     progress.close()

@@ -9,17 +9,24 @@ dataclass): every value is coerced to its field's type or refused with one `Inpu
 key, the value and the expected type. Range constraints are written as `typing.Annotated` metadata
 (`PositiveInt`, `PositiveFloat`, ... below), and a config class may define `validate(self) -> None` for
 checks that span fields; `from_dict` runs it on every section. The rules are in docs/config.md.
+
+A config class may list renamed keys in a class-level `DEPRECATED_ALIASES = {"old": "new"}` mapping: the old
+key still loads (from YAML, overrides or `from_dict`) as the new one, with a DeprecationWarning and a logged
+warning naming the file, the key and its new name; giving both names is an InputError.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 import types
 import typing
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import yaml
@@ -29,6 +36,7 @@ from metric.common.config_files import resolve_config
 from metric.common.errors import InputError
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 PositiveInt = Annotated[int, Ge(1)]
 """An int >= 1 (batch sizes, step counts, k, intervals used with `%`)."""
@@ -71,7 +79,7 @@ _ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("
 
 def yaml_value(text: str) -> Any:
     """Parse one YAML value with the config schema (YAML 1.2 core: `1e-6` is a float, `no` a string)."""
-    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_ConfigLoader)
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,10 +93,12 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
-def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = (),
+              normalize: Callable[[dict[str, Any], str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Load a YAML config, resolving `_base_` files recursively (cycles are an error).
 
     `path` may also name a packaged config (`demo_smoke`; see `metric.common.config_files.resolve_config`).
+    `normalize(data, file)` rewrites each file's own keys before the merge (`load_config`: deprecated names).
     """
     if not _seen:
         path = resolve_config(path)
@@ -108,8 +118,8 @@ def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict[str
         bases = [bases]
     merged: dict[str, Any] = {}
     for base in bases:
-        merged = deep_merge(merged, load_yaml(path.parent / base, _seen + (path,)))
-    return deep_merge(merged, data)
+        merged = deep_merge(merged, load_yaml(path.parent / base, _seen + (path,), normalize))
+    return deep_merge(merged, normalize(data, str(path)) if normalize else data)
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
@@ -153,7 +163,7 @@ def _strip(tp: Any) -> tuple[Any, bool, tuple[Any, ...]]:
             return tp, optional, metadata
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 
@@ -164,10 +174,42 @@ def _field_default(field: dataclasses.Field) -> Any:
     return None if field.default is dataclasses.MISSING else field.default
 
 
+def _rename_aliases(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> Mapping[str, Any]:
+    """Rename the deprecated keys of `cls.DEPRECATED_ALIASES` in one section (warning once per key)."""
+    aliases: Mapping[str, str] = getattr(cls, "DEPRECATED_ALIASES", {})
+    if not any(old in data for old in aliases):
+        return data
+    renamed = dict(data)
+    for old, new in aliases.items():
+        if old not in renamed:
+            continue
+        if new in renamed:
+            raise InputError(f"{where}: {prefix}{old} and {prefix}{new} are the same setting ({prefix}{old} is "
+                             f"its deprecated name): give only {prefix}{new}")
+        message = f"{where}: {prefix}{old} is deprecated (removed in pacs 0.4): use {prefix}{new}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        logger.warning("%s", message)
+        renamed[new] = renamed.pop(old)
+    return renamed
+
+
+def rename_deprecated(cls: type, data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    """`data` with the deprecated keys of `cls` and of its dataclass sections renamed (at any depth)."""
+    data = _rename_aliases(cls, data, where, prefix)
+    hints = _hints(cls)
+    result = dict(data)
+    for key, value in data.items():
+        field_type = _strip(hints[key])[0] if key in hints else None
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(field_type):
+            result[key] = rename_deprecated(field_type, value, where, f"{prefix}{key}.")
+    return result
+
+
 def _prepare(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> dict[str, Any]:
     """Check keys, merge nested sections over their defaults and apply the loader's own rules."""
     if not isinstance(data, Mapping):
         raise InputError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}")
+    data = _rename_aliases(cls, data, where, prefix)
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     prepared: dict[str, Any] = {}
@@ -241,7 +283,7 @@ def _dotted(loc: Sequence[Any]) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(cls: type) -> type[pydantic.BaseModel]:
     """A pydantic model with one field `root` of dataclass type `cls` (carries the loader's settings)."""
     settings = pydantic.ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False,
@@ -299,10 +341,22 @@ def check_batch_split(key: str, batch: int, micro: int, processes: int = 1) -> i
     return batch // (micro * processes)
 
 
+def config_data(cls: type, path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The mapping `load_config` types: the YAML file(s) merged with the overrides, deprecated keys of `cls` renamed.
+
+    Each file is renamed on its own before the `_base_` merge, so a file in the old names still derives from a
+    base in the new ones.
+    """
+    def rename(data: dict[str, Any], source: str) -> dict[str, Any]:
+        return rename_deprecated(cls, data, source)
+
+    data = load_yaml(path, normalize=rename) if path else {}
+    return deep_merge(data, rename(parse_overrides(overrides), "override"))
+
+
 def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> T:
     """Load dataclass `cls` from an optional YAML file plus `key=value` overrides (typed and validated)."""
-    data = load_yaml(path) if path else {}
-    data = deep_merge(data, parse_overrides(overrides))
+    data = config_data(cls, path, overrides)
     where = str(path) if path else "config"
     if path and overrides:
         where += " (with overrides)"

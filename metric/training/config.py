@@ -10,6 +10,7 @@ from metric.common.config import (
     PositiveInt,
 )
 from metric.common.errors import InputError
+from metric.common.trainer_config import TrainerConfig
 
 MODES = ("lora", "projection", "full")
 FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
@@ -64,8 +65,12 @@ class CorrelationOptions:
 
 
 @dataclass
-class MetricTrainConfig:
-    """Everything a metric training run needs (YAML + key=value overrides through metric.common.config)."""
+class MetricTrainConfig(TrainerConfig):
+    """Everything a metric training run needs (YAML + key=value overrides through metric.common.config).
+
+    The shared trainer fields (seed, mixed_precision, resume, save/eval/log cadence) are `TrainerConfig`'s;
+    `resume` names a saved state folder or "latest" (empty: start afresh).
+    """
 
     mode: str = "lora"
     backbone: str | None = "ViT-B-32/openai"
@@ -83,18 +88,14 @@ class MetricTrainConfig:
     micro_batch_size: int = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
     max_steps: NonNegativeInt = 0
     max_epochs: PositiveInt = 50
-    eval_every: NonNegativeInt = 100
+    eval_every: NonNegativeInt = 100  # validation loss every N steps (0: only after the last step)
     patience: PositiveInt = 1500
-    save_every: NonNegativeInt = 0
-    log_every: NonNegativeInt = 10
-    mixed_precision: str = "no"
     cpu: bool = False
-    seed: int = 0
     output_dir: str = "runs/metric"
-    resume: str | None = None
 
     def validate(self) -> None:
         """Check values that would otherwise fail late; InputError names the key."""
+        super().validate()
         if self.mode not in MODES:
             raise InputError(f"mode: unknown training mode {self.mode!r} (known: {', '.join(MODES)})")
         if self.batch_size < 2:
@@ -107,7 +108,5 @@ class MetricTrainConfig:
         if self.loss.relative_weighting not in ("uniform", "similarity"):
             raise InputError(f"loss.relative_weighting must be 'uniform' or 'similarity', "
                              f"got {self.loss.relative_weighting!r}")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise InputError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
         if not (self.backbone or self.checkpoint or self.random_init):
             raise InputError("name a base: backbone, checkpoint, or random_init=true")

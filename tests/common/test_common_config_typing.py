@@ -61,9 +61,9 @@ def test_every_bad_value_is_named_in_one_error() -> None:
     from captioner.pipeline import PipelineConfig
 
     with pytest.raises(InputError) as error:
-        load_config(PipelineConfig, RECIPE, ["scst.lr=abc", "xe.val_every=often"])
+        load_config(PipelineConfig, RECIPE, ["scst.lr=abc", "xe.eval_every=often"])
     assert "scst.lr='abc': expected float" in str(error.value)
-    assert "xe.val_every='often': expected int" in str(error.value)
+    assert "xe.eval_every='often': expected int" in str(error.value)
 
 
 def test_nested_list_optional_and_bool_are_coerced(tmp_path: Path) -> None:
