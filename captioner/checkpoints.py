@@ -94,7 +94,7 @@ class CheckpointManager:
         """Check a checkpoint is complete and intact; return its trainer state (CheckpointError otherwise)."""
         checkpoint = Path(checkpoint)
         previous = [p for p in self.checkpoints() if p != checkpoint and p.name < checkpoint.name]
-        hint = (f"; the previous checkpoint {previous[-1]} is kept: resume from it with resume_from={previous[-1]}"
+        hint = (f"; the previous checkpoint {previous[-1]} is kept: resume from it with resume={previous[-1]}"
                 if previous else "")
         manifest_path = checkpoint / MANIFEST
         if not manifest_path.is_file():
