@@ -20,6 +20,7 @@ def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> li
 
 def run_train_metric(args: argparse.Namespace) -> int:
     """Train PAC-S++ / PAC-S from a positives manifest; print where the checkpoint went."""
+    from eval.training_hook import correlation_hook_from_config  # the CLI layer joins metric and eval
     from metric.common.config import load_config
     from metric.training.trainer import MetricTrainConfig, train_metric
 
@@ -27,7 +28,7 @@ def run_train_metric(args: argparse.Namespace) -> int:
         ("manifest", "data.manifest"), ("image_root", "data.image_root"), ("skip_missing", "data.skip_missing"),
         ("output_dir", "output_dir"), ("resume", "resume"), ("mode", "mode")])
     config = load_config(MetricTrainConfig, args.config, overrides)
-    out = train_metric(config)
+    out = train_metric(config, correlation_hook=correlation_hook_from_config(config.correlation))
     log = json.loads((out / "train_log.json").read_text(encoding="utf-8"))
     print(f"train-metric: {config.mode} run of {log['steps']} steps, best step {log['best_step']} "
           f"(val loss {log['best_val_total']:.4f}); checkpoint {out / 'checkpoint.safetensors'}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,25 +104,21 @@ def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tupl
             ManifestDataset(val.records[: data.max_val_pairs], backbone.preprocess))
 
 
-def _correlation_from_config(options: CorrelationOptions) -> CorrelationFn | None:
-    if not options.benchmark or not options.every:
-        return None
-
-    def run(backbone: Backbone) -> dict[str, float]:
-        from metric.training.correlation import benchmark_correlation
-
-        return benchmark_correlation(options.benchmark, options.data, options.images, backbone)
-
-    return run
-
-
 def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None, val_dataset: Dataset | None = None,
-                 backbone: Backbone | None = None, correlation_fn: CorrelationFn | None = None) -> Path:
+                 backbone: Backbone | None = None, correlation_hook: CorrelationFn | None = None,
+                 correlation_fn: CorrelationFn | None = None) -> Path:
     """Train the metric; return the output folder (checkpoint.safetensors, adapter/, train_log.json).
 
     In-memory use: pass `train_dataset` / `val_dataset` yielding ``(image, caption, gen_image, gen_caption)``
     and optionally a ready `backbone` (else the config's base is loaded); otherwise the manifest is read.
+    `correlation_hook(backbone) -> {key: number}` runs at the evaluations (every `config.correlation.every`-th,
+    else each) and is logged as ``corr_<key>``; `eval.training_hook.correlation_hook_from_config` builds it
+    from `config.correlation` (`correlation_fn` is its deprecated name).
     """
+    if correlation_fn is not None:
+        warnings.warn("train_metric(correlation_fn=) is deprecated: pass correlation_hook=", DeprecationWarning,
+                      stacklevel=2)
+        correlation_hook = correlation_hook or correlation_fn
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
@@ -129,6 +126,9 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     output_dir = Path(config.output_dir)
     _allow_new_precision(config.mixed_precision)
     accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=config.cpu)
+    if correlation_hook is None and config.correlation.benchmark and config.correlation.every:
+        logger.warning("correlation.benchmark is set but no correlation_hook was passed: no periodic correlation "
+                       "(build one with eval.training_hook.correlation_hook_from_config(config.correlation))")
     processes, rank = accelerator.num_processes, accelerator.process_index
     micro = micro_batch_size(config, processes)
     set_seed(config.seed)
@@ -163,7 +163,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
                              f"({str(error).splitlines()[0]})") from None
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", resume_dir, state.step, state.epoch,
                     state.batch_in_epoch)
-    correlate = correlation_fn or _correlation_from_config(config.correlation)
+    correlate = correlation_hook
     unwrapped = accelerator.unwrap_model(encoder).model
     tokenize = trained.tokenize
     device = accelerator.device
@@ -174,7 +174,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
                                                          config.data.num_workers)}
         image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
         record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
-        every = config.correlation.every or (1 if correlation_fn else 0)
+        every = config.correlation.every or 1
         due = every and (step // max(config.eval_every, 1)) % every == 0
         if correlate is not None and due and accelerator.is_main_process:  # logging only: no effect on stopping
             for name, value in correlate(dataclasses.replace(trained, model=unwrapped)).items():

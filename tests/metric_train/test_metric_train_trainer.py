@@ -82,7 +82,7 @@ def test_periodic_correlation_hook(tmp_path):
         seen.append(backbone.fingerprint)
         return {"tau_c": 0.5 + len(seen)}
 
-    out = train_metric(_config(tmp_path), _data(16, 0), _data(8, 1), backbone=_backbone(), correlation_fn=correlate)
+    out = train_metric(_config(tmp_path), _data(16, 0), _data(8, 1), backbone=_backbone(), correlation_hook=correlate)
     history = json.loads((out / "train_log.json").read_text())["history"]
     assert [r.get("corr_tau_c") for r in history] == [1.5, 2.5, 3.5]
 
@@ -171,7 +171,10 @@ def test_periodic_correlation_on_an_eval_benchmark(shared_data, tmp_path):
     config = _config(tmp_path, max_steps=2, eval_every=2)
     config.correlation.benchmark, config.correlation.every = "flickr8k-expert", 1
     config.correlation.data, config.correlation.images = str(data), str(source / "images")
-    out = train_metric(config, _data(16, 0), _data(8, 1), backbone=_backbone())
+    from eval.training_hook import correlation_hook_from_config
+
+    out = train_metric(config, _data(16, 0), _data(8, 1), backbone=_backbone(),
+                       correlation_hook=correlation_hook_from_config(config.correlation))
     history = json.loads((out / "train_log.json").read_text())["history"]
     assert len(history) == 2
     for record in history:
