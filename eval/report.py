@@ -283,7 +283,8 @@ def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]]
         body = "".join('<tr><td class="name">' + html.escape(m) + "</td>"
                        + "".join(f"<td>{_format(v.get(k, ''))}</td>" for k in keys) + "</tr>"
                        for m, v in summary.items() if isinstance(v, dict))
-        parts.append(f'<table class="correlation" id="correlation-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        parts.append(f'<table class="correlation" id="correlation-table"><thead><tr>{head}</tr></thead>'
+                     f"<tbody>{body}</tbody></table>")
     scatter = plot_correlation(summary, columns)
     if scatter:
         parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')

@@ -126,8 +126,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
                       checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
     monitor = None
     if scorers is not None and stage.monitor_every:
-        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"), folder / "monitor.csv", stage.monitor_every,
-                              stage.monitor_images, stage.steps)
+        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"), folder / "monitor.csv",
+                              stage.monitor_every, stage.monitor_images, stage.steps)
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
                         on_step=monitor)

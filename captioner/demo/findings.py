@@ -22,7 +22,8 @@ REWARD_COLUMNS: dict[str, tuple[str, float]] = {"cider": ("C", 0.01), "clip-s": 
                                                 "pac-s++": ("PAC-S++", 1.0), "ref-clip-s": ("RefCLIP-S", 1.0),
                                                 "ref-pac-s++": ("RefPAC-S++", 1.0)}
 # columns where an increase means a worse caption (for the "gamed" rule)
-DEGENERATE_SIGNS: dict[str, tuple[int, str]] = {"Length": (-1, "shorter captions"), "Rep-2": (1, "more repeated word pairs"),
+DEGENERATE_SIGNS: dict[str, tuple[int, str]] = {"Length": (-1, "shorter captions"),
+                                                "Rep-2": (1, "more repeated word pairs"),
                                                 "%Incorrect": (1, "more cut-off endings"),
                                                 "Halluc.": (1, "more absent shapes named")}
 

@@ -106,7 +106,8 @@ def _parse(caption: str) -> _Parse:
             pending_relation, trailing = f"{token} of", False
         elif token in ("above", "below", "under"):
             pending_relation, trailing = ("below" if token == "under" else token), False
-        elif token in ("left", "right", "top", "bottom", "middle") and tuple(tokens[max(0, i - 2):i + 1]) in _POSITION_PHRASES:
+        elif (token in ("left", "right", "top", "bottom", "middle")
+              and tuple(tokens[max(0, i - 2):i + 1]) in _POSITION_PHRASES):
             if mentions:
                 mentions[-1].positions.append(_POSITION_PHRASES[tuple(tokens[i - 2:i + 1])])
         elif token in _COUNT_OF and nxt in ("shapes", "objects", "shape", "object"):
@@ -120,7 +121,7 @@ def _parse(caption: str) -> _Parse:
 
 
 def parse_caption(caption: str) -> tuple[list[Mention], list[tuple[int, str, int]], list[int], int, int]:
-    """Parse into (mentions, relations (i, predicate, j), stated counts, immediate word repeats, dangling attributes)."""
+    """(mentions, relations (i, predicate, j), stated counts, immediate word repeats, dangling attributes)."""
     parse = _parse(caption)
     return parse.mentions, parse.relations, parse.counts, parse.repeats, len(parse.dangling_tokens)
 
