@@ -66,8 +66,8 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
                   micro_batch_size=micro_batch_size,
                   schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
                                           decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
-                  val_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
-                  checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+                  eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
+                  save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
     result = train_xe(xe, model_config, vocab, features,
                       [(item.image_id, caption) for item in train_items for caption in item.references],
                       {item.image_id: item.references for item in val_items},
@@ -123,7 +123,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
-                      checkpoint_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+                      save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
     monitor = None
     if scorers is not None and stage.monitor_every:
         monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"), folder / "monitor.csv",
