@@ -52,7 +52,8 @@ class MetricSuite:
         """The (cached) contrastive scorer for `name`."""
         if name not in self._scorers:
             if self.scorer_factory is None:
-                raise InputError(f"{name} needs a model: pass --checkpoint or --backbone (and --images)")
+                raise InputError(f"{name} needs a model: pass checkpoint= or backbone= (and images=)",
+                                 parameter=("checkpoint", "backbone", "images"))
             self._scorers[name] = self.scorer_factory(name)
         return self._scorers[name]
 
@@ -75,7 +76,7 @@ class MetricSuite:
                 result[name] = np.array([caption_length(c) for c in candidates], dtype=np.float64)
             elif metric.kind == "contrastive":
                 if images is None:
-                    raise InputError(f"{name} needs images: pass --images DIR")
+                    raise InputError(f"{name} needs images: pass images= DIR", parameter="images")
                 refs = [list(r) for r in references] if metric.reference_based else None
                 result[name] = np.asarray(self.scorer(name).score(list(images), list(candidates), refs).scores,
                                           dtype=np.float64)

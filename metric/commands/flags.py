@@ -7,7 +7,7 @@ from metric.common.errors import PacsError
 
 #: parameters whose flag is not ``--`` + the name with ``_`` -> ``-`` (every other one follows that rule)
 FLAGS: dict[str, str] = {
-    "id_rule": "--ids",
+    "fmt": "--format",
 }
 
 

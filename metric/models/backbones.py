@@ -290,8 +290,8 @@ def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None =
         config = {}
     if pretrained and not open_clip.get_pretrained_cfg(name, pretrained) and not os.path.isfile(pretrained):
         tags = ", ".join(open_clip.list_pretrained_tags_by_model(name)) or "none"
-        raise InputError(f"--backbone {spec}: {pretrained!r} is neither a pretrained tag of {name} "
-                         f"(known: {tags}) nor an existing file")
+        raise InputError(f"backbone= {spec}: {pretrained!r} is neither a pretrained tag of {name} "
+                         f"(known: {tags}) nor an existing file", parameter="backbone")
     try:
         with _open_clip_errors_silenced():  # its download failures become one MissingResourceError below
             model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
@@ -299,9 +299,10 @@ def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None =
     except RuntimeError as error:
         if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
             raise MissingResourceError(_missing_pretrained_message(name, pretrained, error)) from None
-        raise InputError(f"--backbone {spec}: cannot build the model: {str(error).splitlines()[0]}") from None
+        raise InputError(f"backbone= {spec}: cannot build the model: {str(error).splitlines()[0]}",
+                         parameter="backbone") from None
     except (FileNotFoundError, OSError, ValueError) as error:
-        raise MissingResourceError(f"--backbone {spec}: {str(error).splitlines()[0]}") from None
+        raise MissingResourceError(f"backbone= {spec}: {str(error).splitlines()[0]}", parameter="backbone") from None
     preprocess_cfg = open_clip.get_model_preprocess_cfg(model)
     if not config:  # hf-hub / local-dir: the config came with the weights
         config = {"model_name": name}

@@ -48,10 +48,11 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     ('pac-s++', 'lora-keys')
     """
     if checkpoint is None and backbone is None:
-        raise InputError("no model given: pass --checkpoint PATH or --backbone NAME[/PRETRAINED]")
+        raise InputError("no model given: pass checkpoint= PATH or backbone= NAME[/PRETRAINED]",
+                         parameter=("checkpoint", "backbone"))
     if checkpoint is None:
         if arch is not None:
-            raise InputError("--arch applies to --checkpoint files only")
+            raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))
         return load_open_clip_backbone(backbone, device=device, family=family)
     path = Path(checkpoint)
     if not path.exists():
@@ -70,7 +71,8 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
         loaded = load_pacs_safetensors(path, device, family)
         if loaded is not None:
             if arch is not None:
-                raise InputError(f"{path} is a pacs checkpoint that carries its architecture: drop --arch {arch}")
+                raise InputError(f"{path} is a pacs checkpoint that carries its architecture: drop arch= {arch}",
+                                 parameter="arch")
             return loaded
     return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode,
                                       family=family)

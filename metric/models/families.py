@@ -141,8 +141,8 @@ def establish_family(file_name: str, has_lora: bool, user_family: str | None) ->
     if evidence:
         family, source = evidence[0]
         if user_family is not None and user_family != family:
-            raise FamilyMismatchError(f"--family {user_family} contradicts {file_name}: it is a {family} checkpoint "
-                                      f"({source})")
+            raise FamilyMismatchError(f"family= {user_family} contradicts {file_name}: it is a {family} checkpoint "
+                                      f"({source})", parameter="family")
         return family, source
     if user_family is not None:
         return user_family, SOURCE_USER
@@ -153,5 +153,5 @@ def check_declared_family(family: str | None, family_source: str, user_family: s
     """Raise FamilyMismatchError when `--family` contradicts a family established otherwise (e.g. metadata)."""
     user_family = check_family_name(user_family)
     if user_family is not None and family is not None and user_family != family:
-        raise FamilyMismatchError(f"--family {user_family} contradicts {name}: it is a {family} model "
-                                  f"({family_source})")
+        raise FamilyMismatchError(f"family= {user_family} contradicts {name}: it is a {family} model "
+                                  f"({family_source})", parameter="family")

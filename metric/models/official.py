@@ -156,7 +156,8 @@ def read_arch_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read `--arch FILE`: returns (open_clip model config, preprocess overrides)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingResourceError(f"--arch file not found: {path} (nor a preset: {', '.join(ARCH_PRESETS)})")
+        raise MissingResourceError(f"arch= file not found: {path} (nor a preset: {', '.join(ARCH_PRESETS)})",
+                                   parameter="arch")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -111,8 +111,8 @@ def coco_image_id(name: str) -> int:
     """The integer id of a COCO file name: `COCO_val2014_000000391895.jpg` -> 391895 (InputError otherwise)."""
     match = COCO_NAME.match(Path(name).stem)
     if match is None:
-        raise InputError(f"{name}: not a COCO file name COCO_<split>_<12 digits>.<ext> (use --ids stem or a JSON "
-                         "file mapping file names to ids)")
+        raise InputError(f"{name}: not a COCO file name COCO_<split>_<12 digits>.<ext> (use ids= stem or a JSON "
+                         "file mapping file names to ids)", parameter="ids")
     return int(match.group(1))
 
 
@@ -162,8 +162,9 @@ def id_mode(value: str) -> str:
     if value in ID_MODES:
         return value
     if not value.lower().endswith(".json"):
-        raise InputError(f"--ids must be stem, coco or a JSON file mapping file names to ids, got {value!r}")
+        raise InputError(f"ids= must be stem, coco or a JSON file mapping file names to ids, got {value!r}",
+                         parameter="ids")
     if not Path(value).is_file():
-        raise InputError(f"--ids file not found: {value}")
+        raise InputError(f"ids= file not found: {value}", parameter="ids")
     return value
 

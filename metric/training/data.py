@@ -92,7 +92,7 @@ def read_manifest(path: str | os.PathLike, image_root: str | os.PathLike | None 
             if missing_files:
                 reason = f"{path} line {number}: file(s) not found: {', '.join(missing_files)}"
                 if not skip_missing:
-                    raise InputError(reason + " (use --skip-missing to skip such lines)")
+                    raise InputError(reason + " (use skip_missing= to skip such lines)", parameter="skip_missing")
                 skipped.append(reason)
                 continue
             records.append(record)

@@ -252,7 +252,7 @@ def _atomic_folder(target: Path, overwrite: bool) -> Iterator[Path]:
         _chmod_like_umask(tmp)
         if target.exists() or target.is_symlink():
             if not overwrite:
-                raise InputError(f"{target} exists (pass --overwrite to replace it)")
+                raise InputError(f"{target} exists (pass overwrite= to replace it)", parameter="overwrite")
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
             os.replace(target, old / target.name)
             try:
@@ -357,7 +357,7 @@ def export_official(backbone: Backbone, out: Path, overwrite: bool = False, dtyp
     if out.is_dir():
         raise InputError(f"{out} is a folder; the official format is one file (e.g. {out / 'model.pth'})")
     if out.exists() and not overwrite:
-        raise InputError(f"{out} exists (pass --overwrite to replace it)")
+        raise InputError(f"{out} exists (pass overwrite= to replace it)", parameter="overwrite")
     state, preset = official_state_dict(backbone, dtype=dtype, allow_nonstandard_arch=allow_nonstandard_arch)
     with atomic_path(out) as tmp:
         torch.save({"state_dict": state}, str(tmp))
@@ -376,10 +376,11 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike, fmt: str
     if dtype not in OFFICIAL_DTYPES:
         raise InputError(f"unknown export dtype {dtype!r} (known: {', '.join(OFFICIAL_DTYPES)})")
     if fmt == "folder" and dtype != "fp32":
-        raise InputError(f"--dtype {dtype} applies to --format official only (the folder keeps fp32 weights)")
+        raise InputError(f"dtype= {dtype} applies to fmt= official only (the folder keeps fp32 weights)",
+                         parameter=("dtype", "fmt"))
     out, source = Path(out), Path(checkpoint)
     if out.exists() and not overwrite:
-        raise InputError(f"{out} exists (pass --overwrite to replace it)")
+        raise InputError(f"{out} exists (pass overwrite= to replace it)", parameter="overwrite")
     backbone = load_trained_model(source, device=device)
     if fmt == "official":
         result = export_official(backbone, out, overwrite=overwrite, dtype=dtype,

@@ -17,6 +17,7 @@ from metric.backbones import (
     save_backbone,
     tiny_clip_config,
 )
+from metric.commands.flags import cli_message
 from metric.common.errors import InputError
 from metric.families import ARCH_PRESETS, OFFICIAL_CHECKPOINTS, FamilyMismatchError, establish_family
 from metric.official import resolve_architecture
@@ -116,13 +117,15 @@ def test_family_sources_and_contradictions(pacscore_fixtures, tiny_backbone, tmp
     with pytest.raises(InputError, match="rename"):  # a PAC-S name on a file with LoRA keys
         establish_family("clip_ViT-B-32.pth", True, None)
     fixture_a = pacscore_fixtures / "A"
-    with pytest.raises(FamilyMismatchError, match="--family pac-s contradicts PAC\\+\\+_tiny_A.pth.*lora-keys"):
+    with pytest.raises(FamilyMismatchError, match="family= pac-s contradicts PAC\\+\\+_tiny_A.pth.*lora-keys"):
         load_backbone(checkpoint=str(fixture_a / "PAC++_tiny_A.pth"), arch=str(fixture_a / "arch.json"), family="pac-s")
     saved = save_backbone(dataclasses.replace(tiny_backbone, family="pac-s++"), tmp_path / "m.safetensors")
     loaded = load_backbone(checkpoint=str(saved), family="pac-s++")
     assert (loaded.family, loaded.family_source) == ("pac-s++", "pacs-metadata")
-    with pytest.raises(FamilyMismatchError, match="--family clip contradicts"):
+    with pytest.raises(FamilyMismatchError, match="family= clip contradicts") as raised:  # the Python name
         load_backbone(checkpoint=str(saved), family="clip")
+    assert raised.value.parameters == ("family",)
+    assert cli_message(raised.value).startswith("--family clip contradicts")  # what `pacs score` prints
     unlabelled = save_backbone(dataclasses.replace(tiny_backbone, family=None), tmp_path / "u.safetensors")
     assert load_backbone(checkpoint=str(unlabelled)).family is None
 
