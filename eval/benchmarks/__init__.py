@@ -30,9 +30,10 @@ import dataclasses
 import importlib
 import importlib.util
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,8 @@ from eval import correlation
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
 from metric.scoring.images import ImageFinder
-from metric.scoring.model_options import ModelOptions
 from metric.scoring.images import find_image as _find_image
+from metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ _MODULES = {
     "activitynet-foil": "eval.benchmarks.activitynet_foil",
 }
 
-BENCHMARKS: dict[str, type["Benchmark"]] = {}
+BENCHMARKS: dict[str, type[Benchmark]] = {}
 
 
 class Benchmark:
@@ -83,13 +84,13 @@ class Benchmark:
                                  f"(known: {', '.join(known) or 'none'})", parameter=key)
         return self.options_class(**values) if self.options_class else None
 
-    def options_of(self, context: "RunContext") -> Any:
+    def options_of(self, context: RunContext) -> Any:
         """The context's options for this benchmark, else the defaults of `options_class`."""
         if context.options is not None:
             return context.options
         return self.options_class() if self.options_class else None
 
-    def run(self, context: "RunContext") -> dict[str, Any]:
+    def run(self, context: RunContext) -> dict[str, Any]:
         """Compute the benchmark's table for every metric of `context`."""
         raise NotImplementedError
 
@@ -232,7 +233,7 @@ def kendall_table(context: RunContext, scores: dict[str, np.ndarray], human: np.
             table[name] = {"tau_b": None, "tau_c": None, "n": 0, "unavailable": context.suite.unavailable[name]}
             continue
         table[name] = {"tau_b": correlation.kendall(values, human, "b"),
-                       "tau_c": correlation.kendall(values, human, "c"), "n": int(len(human))}
+                       "tau_c": correlation.kendall(values, human, "c"), "n": len(human)}
     available = [name for name in scores if name not in context.suite.unavailable]
     if context.bootstrap and available:
         def statistic(indices: np.ndarray) -> dict[str, float]:
@@ -275,7 +276,7 @@ def accuracy_table(context: RunContext, score_a: dict[str, np.ndarray], score_b:
             row["mean"] = float(np.mean([row[c] for c in category_order if c in row])) if row else float("nan")
         else:
             row["mean"] = correlation.pairwise_accuracy(score_a[name], score_b[name], a_preferred)
-        row["n"] = int(len(a_preferred))
+        row["n"] = len(a_preferred)
         table[name] = row
     if context.bootstrap:
         available = [name for name in score_a if name not in context.suite.unavailable]
@@ -299,7 +300,7 @@ def auroc_table(context: RunContext, scores: dict[str, np.ndarray], positive: np
         if name in context.suite.unavailable:
             table[name] = {"auroc": None, "n": 0, "unavailable": context.suite.unavailable[name]}
             continue
-        table[name] = {"auroc": correlation.auroc(values, positive), "n": int(len(positive))}
+        table[name] = {"auroc": correlation.auroc(values, positive), "n": len(positive)}
     if context.bootstrap:
         available = [name for name in scores if name not in context.suite.unavailable]
         samples = correlation.bootstrap(

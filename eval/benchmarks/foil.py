@@ -137,5 +137,5 @@ class Foil(Benchmark):
         table = accuracy_table(context, a, b, np.ones(len(categories), dtype=bool), categories, SETTINGS)
         for row in table.values():
             if "n" in row:
-                row["n"] = int(len(idx))
+                row["n"] = len(idx)
         return table

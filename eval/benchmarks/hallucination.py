@@ -15,8 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import (Benchmark, RunContext, accuracy_table, auroc_table, register_benchmark,
-                             resolve_images, score_unique)
+from eval.benchmarks import (
+    Benchmark,
+    RunContext,
+    accuracy_table,
+    auroc_table,
+    register_benchmark,
+    resolve_images,
+    score_unique,
+)
 from metric.common.errors import InputError
 
 DOMAINS = ("in-domain", "near-domain", "out-domain")

@@ -105,7 +105,7 @@ class VatexEvalData:
                 raise InputError(f"VATEX-EVAL row {index}: {len(group)} references, {n_refs} requested")
         return [group[:n_refs] for group in self.references]
 
-    def subset(self, keep: np.ndarray) -> "VatexEvalData":
+    def subset(self, keep: np.ndarray) -> VatexEvalData:
         """The rows where `keep` is True (for skipped videos)."""
         rows = np.flatnonzero(keep)
         return VatexEvalData([self.video_ids[i] for i in rows], [self.candidates[i] for i in rows],
@@ -180,7 +180,7 @@ def correlations(metric_scores: np.ndarray, human_scores: np.ndarray,
         tau_c.append(stats.kendalltau(predictions, column, variant="c").statistic)
         rho.append(stats.spearmanr(predictions, column).statistic)
     return {"tau_b": 100 * float(np.mean(tau_b)), "tau_c": 100 * float(np.mean(tau_c)),
-            "spearman": 100 * float(np.mean(rho)), "n": int(len(predictions))}
+            "spearman": 100 * float(np.mean(rho)), "n": len(predictions)}
 
 
 def default_idf_corpus(data: VatexEvalData) -> list[str]:

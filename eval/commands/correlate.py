@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from eval import benchmarks as bench
-from eval.api import (CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation,
-                      scorer_factory)
+from eval.api import CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation, scorer_factory
 from eval.commands.options import add_dataclass_options, dataclass_from_args
 from eval.registry import get_metric, parse_metric_list
 from eval.scoring import MetricSuite

@@ -11,9 +11,9 @@ from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
-from metric.scoring.registry import metric_spec
 from metric.scoring.inputs import load_image_map, load_references, references_for
 from metric.scoring.model_options import ModelOptions, model_provenance
+from metric.scoring.registry import metric_spec
 from metric.video.frames import FrameSampling, find_videos
 from metric.video.inputs import load_sentences, load_video_candidates
 from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus

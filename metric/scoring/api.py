@@ -7,7 +7,6 @@ so that repeated calls do not reload the model.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Sequence
@@ -71,7 +70,7 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
                  w: float | None = None, device: str = "cpu", batch_size: int = 64,
                  cache_dir: str | os.PathLike | None = None, lora_mode: str = "official",
                  dtype: str = "fp32") -> Any:
-    """The `metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`metric.commands.score.scorer_from_args`).
+    """The `metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`).
 
     `backbone` may also be an already-loaded `Backbone` (wrapped in a new Scorer) or a `Scorer` (returned as it
     is, keeping its caches); either way the metric's family is checked against the model's.
@@ -97,13 +96,13 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
         raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
                          f"got {type(backbone).__name__}")
     # the CLI's rules for names and files: default CLIP backbone, family checks, w
-    from metric.commands.score import scorer_from_args
+    from metric.scoring.model_options import ModelOptions, build_scorer
 
-    options = argparse.Namespace(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
-                                 backbone=backbone, arch=arch, family=family,
-                                 allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                                 batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
-    scorer = scorer_from_args(options, spec.name)
+    options = ModelOptions(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+                           backbone=backbone, arch=arch, family=family,
+                           allow_family_mismatch=allow_family_mismatch, w=w, device=device,
+                           batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+    scorer = build_scorer(options, spec.name)
     scorer.progress = False
     return scorer
 

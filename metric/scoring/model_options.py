@@ -5,8 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from metric.common.errors import MissingResourceError
-from metric.scoring.registry import check_metric_family
-from metric.scoring.registry import default_w, metric_spec
+from metric.scoring.registry import check_metric_family, default_w, metric_spec
 
 if TYPE_CHECKING:  # torch and open_clip load only when a model is built
     from metric.models.backbones import Backbone
@@ -37,7 +36,7 @@ class ModelOptions:
     dtype: str = field(default="fp32", metadata={"help": "compute precision of the towers: fp32, bf16 or fp16"})
 
     @classmethod
-    def from_mapping(cls, values: Any) -> "ModelOptions":
+    def from_mapping(cls, values: Any) -> ModelOptions:
         """The options found (as attributes or keys) in `values`; absent or None ones keep their defaults."""
         get = values.get if isinstance(values, dict) else (lambda name, default=None: getattr(values, name, default))
         found = {}

@@ -35,7 +35,6 @@ Lightning checkpoint of the metric does not hold the CLIP weights.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -67,7 +66,7 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
                  arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
                  w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
                  lora_mode: str = "official", dtype: str = "fp32") -> Scorer:
-    """The Scorer of `metric` from the CLI's model options (`metric.commands.score.scorer_from_args`) or a loaded Backbone."""
+    """The Scorer of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`) or a loaded Backbone."""
     spec = metric_spec(metric)
     if isinstance(backbone, Backbone):
         if checkpoint is not None or arch is not None or family is not None:
@@ -76,12 +75,12 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
         scorer = Scorer(backbone, w=w if w is not None else default_w(spec.name, backbone), batch_size=batch_size,
                         device=device, cache_dir=cache_dir, dtype=dtype)
     else:
-        from metric.commands.score import scorer_from_args
+        from metric.scoring.model_options import ModelOptions, build_scorer
 
-        options = argparse.Namespace(checkpoint=checkpoint, backbone=backbone, arch=arch, family=family,
-                                     allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                                     batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
-        scorer = scorer_from_args(options, spec.name)
+        options = ModelOptions(checkpoint=checkpoint, backbone=backbone, arch=arch, family=family,
+                               allow_family_mismatch=allow_family_mismatch, w=w, device=device,
+                               batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+        scorer = build_scorer(options, spec.name)
     scorer.progress = False
     return scorer
 
