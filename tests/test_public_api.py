@@ -34,19 +34,19 @@ stack = lambda: [m for m in {MODEL_STACK!r} if m in sys.modules]
 steps = {{}}
 import metric, eval, rewards, metric.common.errors
 steps["roots"] = stack()
-steps["lazy"] = [m for m in ("metric.api", "eval.api", "rewards.registry") if m in sys.modules]
+steps["lazy"] = [m for m in ("metric.scoring.api", "eval.api", "rewards.registry") if m in sys.modules]
 from eval import cider_d, cider_df, compute_text_metrics, correlate
 from rewards import build_reward, register_reward, reward_names
 from metric import clip_score, ref_score, reference_term, score, MetricScores
 steps["names"] = stack()
-steps["loaded"] = [m for m in ("metric.api", "eval.api", "rewards.registry") if m in sys.modules]
+steps["loaded"] = [m for m in ("metric.scoring.api", "eval.api", "rewards.registry") if m in sys.modules]
 assert correlate("hat", metrics="cider")["cider"]["n"] == 400
 steps["correlate"] = stack()
 print(json.dumps(steps))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     steps = json.loads(result.stdout.strip().splitlines()[-1])
-    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["metric.api", "eval.api", "rewards.registry"],
+    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["metric.scoring.api", "eval.api", "rewards.registry"],
                      "correlate": []}
 
 

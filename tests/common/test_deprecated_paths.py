@@ -34,7 +34,7 @@ MOVED = {
     "metric.positives": ("metric.training.positives",),
     "metric.grad_cache": ("metric.training.grad_cache",),
     "metric.distributed": ("metric.training.distributed",),
-    "metric.train_correlation": ("metric.training.correlation",),
+    "metric.train_correlation": ("eval.training_hook",),
     "metric.video_frames": ("metric.video.frames",),
     "metric.video_idf": ("metric.video.idf",),
     "metric.cli": ("metric.commands.score",),
