@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Sequence
 
-from captioner.launching import relaunch_cpu_processes
+from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
@@ -18,7 +18,7 @@ COMMAND_MODULES = (
     "metric.commands.export",  # export
     "eval.commands.correlate",  # correlate, evaluate
     "eval.commands.report",  # report
-    "captioner.cli",  # caption, train
+    "captioner.commands.caption_train",  # caption, train
 )
 # Sub-commands that run process groups: `accelerate launch --cpu --num_processes N` re-executes them as N processes.
 PROCESS_GROUP_COMMANDS = frozenset({"train", "train-metric"})

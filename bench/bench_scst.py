@@ -15,9 +15,9 @@ import time
 import torch
 from PIL import Image
 
-from captioner.decoding import beam_search, decode_texts
-from captioner.model import Captioner, CaptionerConfig, shift_right, token_log_probs
-from captioner.vocab import WordVocab
+from captioner.modeling.decoding import beam_search, decode_texts
+from captioner.modeling.model import Captioner, CaptionerConfig, shift_right, token_log_probs
+from captioner.modeling.vocab import WordVocab
 from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.scoring.scorer import Scorer
 from rewards import build_reward

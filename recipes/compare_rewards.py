@@ -7,7 +7,7 @@ PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rew
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
 Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the test images for C, S and the
-contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/eval_intervals.py`):
+contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):
 `ci` in results.json, `Δ<column> low/high` in results.csv, a second table in results.md.
 A stage whose recorded fingerprint is unchanged is skipped, so adding a reward later only trains that reward;
 a changed setting re-runs the stages it determines; `--force STAGE` re-runs one stage.
@@ -19,10 +19,10 @@ import logging
 import sys
 from pathlib import Path
 
-from captioner.evaluation import TABLE_COLUMNS
-from captioner.launching import relaunch_cpu_processes
-from captioner.pipeline import PipelineConfig, run_pipeline, write_results
-from captioner.training import process_state
+from captioner.orchestration.evaluation import TABLE_COLUMNS
+from captioner.orchestration.launching import relaunch_cpu_processes
+from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
+from captioner.modeling.training import process_state
 from metric.common.config import load_config
 from metric.common.errors import PacsError
 

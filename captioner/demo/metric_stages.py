@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioner.demo.config import ClipStageConfig, DemoConfig, PacsStageConfig
+from captioner.demo.config import ClipStageConfig, DemoConfig
 from captioner.demo.data import DemoData
 from captioner.training import process_state
 from metric.backbones import Backbone, build_backbone_from_config, load_backbone, tiny_clip_config

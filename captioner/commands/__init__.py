@@ -1,0 +1,1 @@
+"""The `pacs` sub-commands of the captioner package (caption, train)."""

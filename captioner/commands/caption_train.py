@@ -1,0 +1,98 @@
+"""`pacs` sub-commands of the captioner package: `pacs caption` and `pacs train`."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add this package's sub-commands to the `pacs` parser."""
+    caption = subparsers.add_parser("caption", help="caption a folder of images with a trained captioner")
+    caption.add_argument("--checkpoint", required=True, help="captioner folder (model.safetensors + captioner.json)")
+    caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (extensions in any case)")
+    caption.add_argument("--ids", default="stem", metavar="stem|coco|FILE.json",
+                         help="image ids of the results: the file stem (default), the integer of a COCO file name "
+                              "(COCO_val2014_000000391895.jpg -> 391895), or a JSON file {file name: id}")
+    caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
+    caption.add_argument("--beam-size", type=int, default=5)
+    caption.add_argument("--batch-size", type=int, default=32)
+    caption.add_argument("--device", default="cpu")
+    caption.set_defaults(func=run_caption)
+    train = subparsers.add_parser("train", help="run the XE -> SCST -> evaluation recipe from a YAML config")
+    train.add_argument("--config", default=None,
+                       help="recipe YAML file or packaged config name (e.g. demo_smoke, coco_vitb32_pac-spp: "
+                            "recipes/configs/; default: demo, the embedded demo)")
+    train.add_argument("--force", action="append", default=[], metavar="STAGE",
+                       help="re-run STAGE (and every stage below it) from scratch; repeatable "
+                            "(e.g. xe, scst-pac-spp, features/train, eval for every evaluation)")
+    train.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
+    train.set_defaults(func=run_train)
+
+
+def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
+    """{image id: path} of the images in `folder` (`metric.scoring.images`): ids by `stem`, `coco` or a JSON file.
+
+    InputError when there is no image, two images get one id, or an image has no id.
+    """
+    from metric.scoring.images import id_mode, ids_for_files
+    from metric.scoring.images import list_images as image_files
+
+    if not Path(folder).is_dir():
+        raise InputError(f"--images {folder} is not a folder")
+    return ids_for_files(image_files(folder), id_mode(ids))
+
+
+def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: int = 5, batch_size: int = 32,
+                   device: str = "cpu") -> dict[Any, str]:
+    """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from captioner.orchestration.backbone_source import load_source_backbone
+    from captioner.modeling.checkpoints import load_captioner
+    from captioner.modeling.decoding import beam_search
+    from captioner.modeling.features import load_pixels
+    from metric.models.grid import visual_grid_features
+
+    model, vocab, info = load_captioner(checkpoint, device)
+    backbone = load_source_backbone(info.get("features", {}), device)
+    fingerprint = info.get("features", {}).get("fingerprint")
+    if fingerprint and getattr(backbone, "fingerprint", fingerprint) != fingerprint:
+        raise InputError(f"{checkpoint}: the feature backbone now loads with fingerprint {backbone.fingerprint}, "
+                         f"the captioner was trained on {fingerprint}")
+    captions: dict[Any, str] = {}
+    ids = list(images)
+    for start in tqdm(range(0, len(ids), batch_size), desc="captioning"):
+        chunk = ids[start:start + batch_size]
+        with torch.no_grad():
+            feats = visual_grid_features(backbone, load_pixels(backbone, images, chunk).to(device))
+            decoded = beam_search(model, feats, beam_size=beam_size, return_k=1)
+        for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
+            captions[image_id] = vocab.decode(tokens.tolist())
+    return captions
+
+
+def run_caption(args: argparse.Namespace) -> int:
+    """`pacs caption`: write COCO-format results for a folder of images, with the ids `--ids` gives."""
+    from captioner.orchestration.evaluation import results_json
+    from metric.common.io import write_json_atomic
+
+    images = list_images(args.images, args.ids)  # every id checked before the model is loaded
+    captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device)
+    write_json_atomic(args.out, results_json(captions))
+    print(f"captioned {len(captions)} images -> {args.out}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
+    from captioner.entry import run_from_config
+
+    run_from_config(args.config, list(args.overrides), force=list(args.force))
+    return 0

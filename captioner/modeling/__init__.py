@@ -1,0 +1,1 @@
+"""The captioner itself: model, vocabulary, decoding, grid features, XE and SCST training loops, checkpoints."""

@@ -1,0 +1,231 @@
+"""On-disk cache of CLIP grid features keyed by image id: extraction (accelerate, resumable) and a reader.
+
+Layout of a cache folder::
+
+    meta.json                     backbone name + fingerprint, feature_dim, tokens, dtype
+    shards/shard-<hex>.safetensors  tensors named by image id, each [tokens, feature_dim]
+    index.json                    {image_id: shard file name} (rebuilt from the shards when stale)
+
+Each shard is written atomically, so an interrupted extraction loses at most the shard in progress;
+running again skips every id already stored. Processes of an `accelerate launch` split the ids
+(`ids[rank::world]`) and write their own shards. Training reads features only from here (never CLIP).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+from PIL import Image
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from metric.common.errors import InputError, MissingResourceError
+from metric.common.io import atomic_path, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class FeatureCache:
+    """Read-only view of a feature cache folder: `get(ids) -> FloatTensor[B, R, D]` via memory-mapped shards."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        meta_path = self.folder / "meta.json"
+        if not meta_path.is_file():
+            raise MissingResourceError(f"no feature cache at {self.folder} (missing meta.json): extract features first")
+        self.meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.index = _scan_index(self.folder)
+        self._handles: dict[str, Any] = {}
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of each grid token."""
+        return int(self.meta["feature_dim"])
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of grid tokens R per image."""
+        return int(self.meta["tokens"])
+
+    @property
+    def fingerprint(self) -> str:
+        """Fingerprint of the backbone that produced the features."""
+        return str(self.meta.get("fingerprint", ""))
+
+    def __contains__(self, image_id: object) -> bool:
+        return str(image_id) in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def ids(self) -> list[str]:
+        """All cached image ids (sorted)."""
+        return sorted(self.index)
+
+    def missing(self, image_ids: Iterable[str]) -> list[str]:
+        """The ids among `image_ids` that are not cached."""
+        return [str(i) for i in image_ids if str(i) not in self.index]
+
+    def _handle(self, shard: str) -> Any:
+        if shard not in self._handles:
+            self._handles[shard] = safe_open(str(self.folder / "shards" / shard), framework="pt")
+        return self._handles[shard]
+
+    def get(self, image_ids: Sequence[str]) -> torch.Tensor:
+        """Stack the features of `image_ids` as float32 `[B, R, D]` (InputError naming an uncached id)."""
+        tensors = []
+        for image_id in image_ids:
+            shard = self.index.get(str(image_id))
+            if shard is None:
+                raise InputError(f"image id {image_id!r} is not in the feature cache {self.folder}")
+            tensors.append(self._handle(shard).get_tensor(str(image_id)))
+        return torch.stack(tensors).float()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_handles"] = {}
+        return state
+
+
+def _scan_index(folder: Path) -> dict[str, str]:
+    """Map image id -> shard name by listing the shards (authoritative; index.json is only a convenience)."""
+    index: dict[str, str] = {}
+    index_path = folder / "index.json"
+    shard_dir = folder / "shards"
+    shards = sorted(p.name for p in shard_dir.glob("shard-*.safetensors")) if shard_dir.is_dir() else []
+    if index_path.is_file():
+        stored = json.loads(index_path.read_text(encoding="utf-8"))
+        if sorted(set(stored.get("shards", []))) == shards:
+            return dict(stored["ids"])
+    for shard in shards:
+        try:
+            with safe_open(str(shard_dir / shard), framework="pt") as handle:
+                for key in handle.keys():
+                    index[key] = shard
+        except Exception as error:  # noqa: BLE001 - safetensors raises several types for corrupt files
+            raise InputError(f"feature shard {shard_dir / shard} is unreadable ({error}); delete it and re-extract") from None
+    return index
+
+
+def _write_index(folder: Path) -> dict[str, str]:
+    index = _scan_index(folder)
+    write_json_atomic(folder / "index.json", {"shards": sorted(set(index.values())), "ids": index}, indent=None)
+    return index
+
+
+def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
+    path = folder / "meta.json"
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("fingerprint", "feature_dim", "tokens", "dtype"):
+            if old.get(key) != meta.get(key):
+                raise InputError(f"{path}: the cache holds features with {key}={old.get(key)!r}, this run asks for "
+                                 f"{meta.get(key)!r}; use another cache folder")
+
+
+def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str]) -> torch.Tensor:
+    """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path."""
+    batch = []
+    for image_id in ids:
+        try:
+            with Image.open(images[image_id]) as image:
+                batch.append(backbone.preprocess(image))
+        except OSError as error:
+            raise InputError(f"image {image_id!r} ({images[image_id]}) cannot be read: {error}") from None
+    return torch.stack(batch)
+
+
+def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cache_dir: str | os.PathLike,
+                     batch_size: int = 32, shard_size: int = 512, dtype: str = "float32",
+                     accelerator: Any = None) -> FeatureCache:
+    """Extract grid features of `images` ({image_id: path}) into `cache_dir`, skipping ids already cached.
+
+    `backbone` is a `metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
+    each process handles `ids[rank::world]`; the returned cache is complete on every process.
+    """
+
+    from metric.models.grid import grid_feature_dim, visual_grid_features
+
+    if dtype not in _DTYPES:
+        raise InputError(f"feature dtype {dtype!r} unknown (known: {', '.join(_DTYPES)})")
+    folder = Path(cache_dir)
+    rank = accelerator.process_index if accelerator is not None else 0
+    world = accelerator.num_processes if accelerator is not None else 1
+    is_main = rank == 0
+    device = accelerator.device if accelerator is not None else torch.device("cpu")
+    missing_files = [f"{i} ({p})" for i, p in images.items() if not Path(p).is_file()]
+    if missing_files:
+        raise InputError(f"{len(missing_files)} image file(s) not found, e.g. {', '.join(missing_files[:3])}")
+
+    probe_id = next(iter(images), None)
+    if probe_id is None:
+        raise InputError("no images to extract features from")
+    with Image.open(images[probe_id]) as probe:
+        pixels = backbone.preprocess(probe).unsqueeze(0)
+    tokens = visual_grid_features(backbone, pixels.to(device)).shape[1]
+    meta = {"backbone": getattr(backbone, "name", "unknown"), "fingerprint": getattr(backbone, "fingerprint", ""),
+            "feature_dim": grid_feature_dim(backbone), "tokens": int(tokens), "dtype": dtype}
+    _check_meta(folder, meta)
+    if is_main:
+        (folder / "shards").mkdir(parents=True, exist_ok=True)
+        write_json_atomic(folder / "meta.json", meta)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    done = set(_scan_index(folder))
+    if accelerator is not None:  # every process must see the same `done` before anyone writes a new shard
+        accelerator.wait_for_everyone()
+    todo = [str(i) for i in sorted(images, key=str) if str(i) not in done][rank::world]
+    logger.info("features: %d cached, %d to extract on process %d/%d", len(done), len(todo), rank, world)
+    pending: dict[str, torch.Tensor] = {}
+    progress = tqdm(total=len(todo), desc="grid features", unit="img", disable=not is_main)
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        pixels = load_pixels(backbone, images, chunk)
+        grid = visual_grid_features(backbone, pixels.to(device)).to(_DTYPES[dtype]).cpu()
+        for image_id, tensor in zip(chunk, grid):
+            pending[image_id] = tensor.contiguous()
+        if len(pending) >= shard_size:
+            _flush(folder, pending)
+        progress.update(len(chunk))
+    _flush(folder, pending)
+    progress.close()
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    if is_main:
+        _write_index(folder)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    return FeatureCache(folder)
+
+
+def _flush(folder: Path, pending: dict[str, torch.Tensor]) -> None:
+    if not pending:
+        return
+    target = folder / "shards" / f"shard-{uuid.uuid4().hex[:16]}.safetensors"
+    with atomic_path(target) as tmp:
+        save_file(dict(pending), str(tmp))
+    pending.clear()
+
+
+def write_feature_cache(features: Mapping[str, torch.Tensor], cache_dir: str | os.PathLike,
+                        meta: Mapping[str, Any] | None = None) -> FeatureCache:
+    """Store precomputed features ({image_id: [R, D]}) as a cache (e.g. from another extractor or a test)."""
+    folder = Path(cache_dir)
+    first = next(iter(features.values()))
+    full_meta = {"backbone": "external", "fingerprint": "", "feature_dim": int(first.shape[-1]),
+                 "tokens": int(first.shape[0]), "dtype": str(first.dtype).replace("torch.", "")}
+    full_meta.update(meta or {})
+    _check_meta(folder, full_meta)
+    (folder / "shards").mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / "meta.json", full_meta)
+    _flush(folder, {str(k): v.contiguous() for k, v in features.items()})
+    _write_index(folder)
+    return FeatureCache(folder)

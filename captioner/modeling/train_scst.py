@@ -1,0 +1,299 @@
+"""Stage 2: self-critical sequence training (PAC-S++ §4.2, Eq. 19) with any reward, under accelerate.
+
+Per image: `k` captions (the k beams, PAC-S++ / M² style, or k multinomial samples) decoded without
+gradients, rewarded by `reward(image_ids, captions [B][k], references [B][*]) -> [B, k]`, a baseline
+subtracted (`mean` of the k — PAC-S++'s choice —, `loo` leave-one-out mean, or the reward of the `greedy`
+caption), and the loss `−mean((r − b) · log p(caption))` over images and captions, with log p summed over
+the tokens up to the first <eos> and computed by teacher forcing with the model in training mode.
+Randomness (multinomial samples, dropout masks) is drawn per image from generators seeded by (seed, step, global
+example index) (`captioner.modeling.example_rng`), so 1 or N processes and any micro-batch size give the same samples
+and gradients, and a resume needs only the step number.
+Non-finite rewards are replaced by the baseline (their advantage is 0), counted and logged; if they occur
+in `nonfinite_patience` consecutive steps training stops with an error.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list
+from tqdm.auto import tqdm
+
+from captioner.modeling.checkpoints import CheckpointManager, load_captioner, save_captioner
+from captioner.modeling.decoding import Decoded, beam_search, decode_texts, greedy, sample
+from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
+from captioner.modeling.features import FeatureCache
+from captioner.modeling.model import shift_right, token_log_probs
+from captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
+from metric.common.config import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    check_batch_split,
+    to_dict,
+)
+from metric.common.errors import InputError, PacsError
+from metric.common.seeding import seed_everything
+from metric.common.trainer_config import TrainerConfig, is_due, resume_target
+
+logger = logging.getLogger(__name__)
+
+RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
+SCST_COLUMNS = ("loss", "lr", "reward_mean", "reward_std", "advantage_mean", "advantage_abs", "length", "rep1",
+                "incorrect", "nonfinite", "epoch")
+BASELINES = ("mean", "loo", "greedy")
+SAMPLINGS = ("beam", "multinomial")
+
+
+class NonFiniteRewardError(PacsError):
+    """The reward kept returning NaN or infinite values."""
+
+
+@dataclass
+class SCSTConfig(TrainerConfig):
+    """Stage-2 settings (defaults: PAC-S++ §5.1: Adam 1e-6, batch 32, one epoch, beam 5, mean baseline).
+
+    The shared trainer fields are `TrainerConfig`'s; SCST validates nothing while training (the pipeline's
+    evaluation stage scores it), so `eval_every` must stay 0.
+    """
+
+    output_dir: str = "runs/scst"
+    reward: str = "pac-s++"
+    lr: PositiveFloat = 1e-6
+    batch_size: PositiveInt = 32
+    micro_batch_size: NonNegativeInt = 32  # per process; 0: batch_size / processes (derived by the pipeline)
+    epochs: PositiveInt = 1
+    max_steps: NonNegativeInt = 0
+    samples: str = "beam"
+    k: PositiveInt = 5
+    temperature: PositiveFloat = 1.0
+    top_k: NonNegativeInt = 0
+    length_penalty: float = 0.0
+    max_length: PositiveInt = 20
+    baseline: str = "mean"
+    grad_clip: NonNegativeFloat = 0.0
+    nonfinite_patience: PositiveInt = 3
+    save_every: NonNegativeInt = 100  # checkpoint every N steps (0: only after the last step)
+    keep_checkpoints: NonNegativeInt = 2
+    log_every: NonNegativeInt = 1  # log every N steps (0: only the last step)
+    seed: int = 42
+    tensorboard: bool = True
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        super().validate()
+        if self.eval_every:
+            raise InputError(f"eval_every={self.eval_every}: SCST does not validate while training (the "
+                             "pipeline's evaluation stage scores it); leave eval_every at 0")
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
+        if self.samples not in SAMPLINGS:
+            raise InputError(f"samples={self.samples!r}: unknown SCST sampling (known: {', '.join(SAMPLINGS)})")
+        if self.baseline not in BASELINES:
+            raise InputError(f"baseline={self.baseline!r}: unknown SCST baseline (known: {', '.join(BASELINES)})")
+        if self.baseline == "loo" and self.k < 2:
+            raise InputError(f"k={self.k}: the leave-one-out baseline needs k >= 2 captions per image")
+
+
+@dataclass
+class SCSTResult:
+    """What stage 2 produced."""
+
+    final_dir: Path
+    steps: int
+    losses: list[float]
+    nonfinite_total: int
+
+
+def compute_advantages(rewards: torch.Tensor, baseline: str,
+                       greedy_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Return (repaired rewards, advantages, number of non-finite rewards) for rewards `[B, k]`.
+
+    Non-finite rewards are replaced by the mean of the image's finite rewards (0 if none is finite) before
+    the baseline is computed, so their advantage is 0 under the `mean` baseline.
+    """
+    if baseline not in BASELINES:
+        raise InputError(f"unknown SCST baseline {baseline!r} (known: {', '.join(BASELINES)})")
+    rewards = rewards.float()
+    finite = torch.isfinite(rewards)
+    count = int((~finite).sum())
+    n_finite = finite.sum(1, keepdim=True)
+    finite_mean = torch.where(finite, rewards, torch.zeros_like(rewards)).sum(1, keepdim=True) / n_finite.clamp(min=1)
+    repaired = torch.where(finite, rewards, finite_mean.expand_as(rewards))
+    k = rewards.shape[1]
+    if baseline == "mean":
+        base = repaired.mean(1, keepdim=True).expand_as(repaired)
+    elif baseline == "loo":
+        if k < 2:
+            raise InputError("the leave-one-out baseline needs k >= 2 captions per image")
+        base = (repaired.sum(1, keepdim=True) - repaired) / (k - 1)
+    else:
+        if greedy_rewards is None:
+            raise InputError("the greedy baseline needs the rewards of the greedy captions")
+        g = greedy_rewards.float().view(-1, 1)
+        g_finite = torch.isfinite(g)
+        count += int((~g_finite).sum())
+        base = torch.where(g_finite, g, finite_mean).expand_as(repaired)
+    advantages = repaired - base
+    # A non-finite reward gets advantage 0 whatever the baseline ("replaced by the baseline").
+    advantages = torch.where(finite, advantages, torch.zeros_like(advantages))
+    return repaired, advantages, count
+
+
+def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig, rng: ExampleRNG | None = None) -> Decoded:
+    if config.samples == "beam":
+        return beam_search(model, feats, beam_size=config.k, max_length=config.max_length,
+                           length_penalty=config.length_penalty)
+    return sample(model, feats, k=config.k, temperature=config.temperature, top_k=config.top_k,
+                  max_length=config.max_length, rng=rng)
+
+
+def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
+    """(Rep-1, %Incorrect) of a list of captions, from eval.fluency (NaN, with a warning, if it is unavailable)."""
+    try:
+        from eval.fluency import incorrect_rate, rep_n
+    except ImportError as error:
+        logger.warning("Rep-1/%%Incorrect not logged: eval.fluency is unavailable (%s)", error)
+        return float("nan"), float("nan")
+    return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
+
+
+def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache,
+               train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
+               on_step: Callable[[int, Any], None] | None = None) -> SCSTResult:
+    """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
+
+    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names); writes
+    `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`. `on_step(step, model)`, when given, is
+    called on every process with the unwrapped captioner before the first update (step 0, or the resumed step)
+    and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
+    """
+    if config.samples not in SAMPLINGS:
+        raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
+    if config.baseline not in BASELINES:
+        raise InputError(f"unknown SCST baseline {config.baseline!r} (known: {', '.join(BASELINES)})")
+    missing = features.missing(image_id for image_id, _ in train)
+    if missing:
+        raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
+    out = Path(config.output_dir)
+    model, vocab, info = load_captioner(init_checkpoint)
+    config.max_length = min(config.max_length, model.config.max_length)
+    accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
+    seed_everything(config.seed)
+    plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
+                     config.seed, "scst")
+    total_steps = plan.steps_per_epoch * config.epochs
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+    if plan.dropped_per_epoch:
+        logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
+    state = checkpoints.restore(resume_target(config.resume)) or {
+        "step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+    start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
+                   state["step"] if state["step"] else None)
+    losses: list[float] = []
+    progress = tqdm(total=total_steps, initial=state["step"], desc=f"scst[{config.reward}]",
+                    disable=not accelerator.is_main_process)
+    if on_step is not None:
+        on_step(state["step"], accelerator.unwrap_model(model))
+    while state["step"] < total_steps:
+        micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
+        stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
+        for index, micro in enumerate(micro_batches):
+            _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
+                             stats, len(micro_batches), sync=index == len(micro_batches) - 1,
+                             step=state["step"], indices=micro)
+        if config.grad_clip > 0:
+            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
+        step = state["step"]
+        nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
+                                           reduction="sum").item())
+        state["nonfinite_total"] += nonfinite
+        state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
+        loss = reduce_mean(accelerator, stats["loss"])
+        losses.append(loss)
+        progress.update(1)
+        if on_step is not None:
+            on_step(step, accelerator.unwrap_model(model))
+        if is_due(step, config.log_every) or step == total_steps:
+            accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
+        if nonfinite:
+            logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
+        if state["nonfinite_streak"] >= config.nonfinite_patience:
+            raise NonFiniteRewardError(
+                f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
+                f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
+        if is_due(step, config.save_every) or step == total_steps:
+            box = [state]
+            broadcast_object_list(box, from_process=0)
+            checkpoints.save(box[0])
+    progress.close()
+    final = out / "final"
+    if accelerator.is_main_process:
+        save_captioner(final, accelerator.unwrap_model(model), vocab, info.get("features", {}),
+                       {"stage": "scst", "reward": config.reward, "step": state["step"],
+                        "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
+    accelerator.wait_for_everyone()
+    finish_trackers(accelerator)
+    return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]))
+
+
+def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: FeatureCache,
+                     batch: Sequence[tuple[str, Sequence[str]]], reward: RewardFn, config: SCSTConfig,
+                     stats: dict[str, Any], n_micro: int, sync: bool, step: int, indices: Sequence[int]) -> None:
+    image_ids = [str(image_id) for image_id, _ in batch]
+    references = [list(refs) for _, refs in batch]
+    feats = features.get(image_ids).to(accelerator.device)
+    policy = accelerator.unwrap_model(model)
+    policy.eval()
+    decoded = _decode(policy, feats, config,
+                      ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
+    captions = decode_texts(vocab, decoded.tokens)
+    greedy_rewards = None
+    if config.baseline == "greedy":
+        greedy_captions = decode_texts(vocab, greedy(policy, feats, config.max_length).tokens)
+        greedy_rewards = torch.as_tensor(reward(image_ids, greedy_captions, references)).float().cpu().view(-1)
+    raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()
+    if raw.shape != (len(batch), config.k):
+        raise InputError(f"reward {config.reward!r} returned shape {tuple(raw.shape)}, expected {(len(batch), config.k)}")
+    repaired, advantages, count = compute_advantages(raw, config.baseline, greedy_rewards)
+    model.train()
+    b, k, length = decoded.tokens.shape
+    tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
+    dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, feats.device))
+    with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
+        logits = model(feats, shift_right(tokens), repeats=k)
+        log_p = token_log_probs(logits, tokens).sum(1).view(b, k)
+        loss = -(advantages.to(log_p.device) * log_p).mean()
+        accelerator.backward(loss / n_micro)
+    stats["loss"] += float(loss.detach()) / n_micro
+    stats["rewards"].append(repaired)
+    stats["advantages"].append(advantages)
+    stats["captions"].extend(c for row in captions for c in row)
+    stats["nonfinite"] += count
+
+
+def _log_row(accelerator: Any, stats: dict[str, Any], loss: float, lr: float, nonfinite: int,
+             epoch: int) -> dict[str, float]:
+    rewards = accelerator.gather(torch.cat(stats["rewards"]).to(accelerator.device)).float()
+    advantages = accelerator.gather(torch.cat(stats["advantages"]).to(accelerator.device)).float()
+    words = [len(c.split()) for c in stats["captions"]]
+    rep1, incorrect = fluency_stats(stats["captions"])
+    return {"loss": loss, "lr": lr, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+            "advantage_mean": float(advantages.mean()), "advantage_abs": float(advantages.abs().mean()),
+            "length": reduce_mean(accelerator, sum(words) / max(1, len(words))),
+            "rep1": reduce_mean(accelerator, rep1), "incorrect": reduce_mean(accelerator, incorrect),
+            "nonfinite": nonfinite, "epoch": epoch}

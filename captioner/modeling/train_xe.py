@@ -1,0 +1,247 @@
+"""Stage 1: cross-entropy training with teacher forcing (PAC-S++ §5.1), under accelerate.
+
+Adam with the PAC-S++ schedule (`captioner.modeling.training.pacs_lr`), a global batch of `batch_size` captions
+reached with gradient accumulation, validation by CIDEr-D of beam-search captions, best model kept.
+The loss of a batch is the mean over captions of each caption's mean token NLL (its <eos> included), so
+any split of a global batch over processes and micro-batches gives the same loss and gradient; dropout masks are
+drawn per caption from generators seeded by (seed, step, global example index) (`captioner.modeling.example_rng`), so
+they do not depend on that split either, and a resumed run draws the same masks as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import broadcast_object_list, gather_object
+from tqdm.auto import tqdm
+
+from captioner.modeling.checkpoints import CheckpointManager, save_captioner
+from captioner.modeling.decoding import beam_search
+from captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
+from captioner.modeling.features import FeatureCache
+from captioner.modeling.model import Captioner, CaptionerConfig, sequence_mask, shift_right
+from captioner.modeling.training import (
+    BatchPlan,
+    ScheduleConfig,
+    finish_trackers,
+    make_accelerator,
+    pacs_scheduler,
+    reduce_mean,
+    start_trackers,
+)
+from captioner.modeling.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
+from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
+from metric.common.errors import InputError
+from metric.common.seeding import seed_everything
+from metric.common.trainer_config import TrainerConfig, is_due, resume_target
+
+logger = logging.getLogger(__name__)
+
+Validator = Callable[[Mapping[str, str], Mapping[str, Sequence[str]]], float]
+XE_COLUMNS = ("loss", "lr", "tokens", "val_cider", "epoch")
+
+
+@dataclass
+class XEConfig(TrainerConfig):
+    """Stage-1 settings (defaults: PAC-S++ §5.1); the shared trainer fields are `TrainerConfig`'s."""
+
+    output_dir: str = "runs/xe"
+    max_steps: PositiveInt = 20000
+    batch_size: PositiveInt = 1024
+    micro_batch_size: NonNegativeInt = 64  # per process; 0: batch_size / processes (derived by the pipeline)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    weight_decay: NonNegativeFloat = 0.0
+    grad_clip: NonNegativeFloat = 1.0
+    label_smoothing: Fraction = 0.0
+    eval_every: NonNegativeInt = 1000  # validate every N steps (0: only after the last step)
+    val_beam_size: PositiveInt = 5
+    val_batch_size: PositiveInt = 50
+    val_max_images: NonNegativeInt = 0
+    save_every: NonNegativeInt = 1000  # checkpoint every N steps (0: only after the last step)
+    keep_checkpoints: NonNegativeInt = 2
+    log_every: NonNegativeInt = 10  # log every N steps (0: only the last step)
+    seed: int = 42
+    tensorboard: bool = True
+
+    def validate(self) -> None:
+        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        super().validate()
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
+
+
+@dataclass
+class XEResult:
+    """What stage 1 produced."""
+
+    best_dir: Path
+    final_dir: Path
+    best_score: float
+    best_step: int
+    steps: int
+    losses: list[float]
+
+
+def cider_validator(captions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> float:
+    """Corpus CIDEr-D (×100) of `captions` against `references` (PTB-style tokens, df from the references)."""
+    from eval.cider import cider_d
+
+    ids = list(captions)
+    candidates = [" ".join(ptb_tokenize_fast(captions[i])) for i in ids]
+    refs = [[" ".join(ptb_tokenize_fast(r)) for r in references[i]] for i in ids]
+    return float(100.0 * cider_d(candidates, refs).mean())
+
+
+def encode_captions(vocab: Vocab, captions: Sequence[str]) -> torch.Tensor:
+    """Targets `[N, max_length+1]`: the caption's ids, <eos>, then <pad>."""
+    width = vocab.max_length + 1
+    out = torch.full((len(captions), width), PAD_ID, dtype=torch.long)
+    for row, caption in enumerate(captions):
+        ids = vocab.encode(caption) + [EOS_ID]
+        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+def xe_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Per-caption mean token NLL `[B]` (tokens up to the first <eos>)."""
+    mask = sequence_mask(targets)
+    nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none", label_smoothing=label_smoothing)
+    return (nll * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+@torch.no_grad()
+def generate_captions(model: Captioner, vocab: Vocab, features: FeatureCache, image_ids: Sequence[str],
+                      beam_size: int = 5, batch_size: int = 50, device: Any = "cpu",
+                      progress: bool = False) -> dict[str, str]:
+    """Beam-search captions (best beam) for `image_ids`."""
+    model.eval()
+    captions: dict[str, str] = {}
+    for start in tqdm(range(0, len(image_ids), batch_size), desc="captioning", disable=not progress):
+        chunk = list(image_ids[start:start + batch_size])
+        decoded = beam_search(model, features.get(chunk).to(device), beam_size=beam_size, return_k=1)
+        for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
+            captions[image_id] = vocab.decode(tokens.tolist())
+    return captions
+
+
+def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, features: FeatureCache,
+             train: Sequence[tuple[str, str]], val: Mapping[str, Sequence[str]],
+             validate: Validator | None = None, feature_source: Mapping[str, Any] | None = None) -> XEResult:
+    """Train stage 1 on `train` ((image_id, caption) pairs); validate on `val` ({image_id: references}).
+
+    Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names). Writes
+    `<output_dir>/best` and `<output_dir>/final` (captioner folders) and `<output_dir>/log.csv`.
+    """
+    out = Path(config.output_dir)
+    validate = validate or cider_validator
+    missing = features.missing({image_id for image_id, _ in train} | set(val))
+    if missing:
+        raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
+    model_config.vocab_size, model_config.feature_dim = len(vocab), features.feature_dim
+    model_config.max_length = vocab.max_length
+    accelerator = make_accelerator(out, "log.csv", XE_COLUMNS, config.mixed_precision, config.tensorboard)
+    seed_everything(config.seed)
+    plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
+                     config.seed, "xe")
+    if plan.dropped_per_epoch:
+        logger.info("xe: %d caption(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
+    image_ids = [image_id for image_id, _ in train]
+    targets = encode_captions(vocab, [caption for _, caption in train])
+
+    model = Captioner(model_config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
+                                 weight_decay=config.weight_decay)
+    scheduler = pacs_scheduler(optimizer, config.schedule)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
+    state = checkpoints.restore(resume_target(config.resume)) or {
+        "step": 0, "epoch": 0, "position": 0, "best_score": -math.inf, "best_step": -1}
+    start_trackers(accelerator, "xe", to_dict(config), state["step"] if state["step"] else None)
+    source = dict(features.meta, **(feature_source or {}))
+    val_ids = sorted(val)[: config.val_max_images or None]
+    losses: list[float] = []
+    progress = tqdm(total=config.max_steps, initial=state["step"], desc="xe", disable=not accelerator.is_main_process)
+    while state["step"] < config.max_steps:
+        model.train()
+        policy = accelerator.unwrap_model(model)
+        micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
+        local_loss, local_tokens = 0.0, 0
+        for index, micro in enumerate(micro_batches):
+            sync = index == len(micro_batches) - 1
+            dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
+            with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
+                feats = features.get([image_ids[i] for i in micro]).to(accelerator.device)
+                batch_targets = targets[micro].to(accelerator.device)
+                per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
+                                      config.label_smoothing)
+                accelerator.backward(per_caption.mean() / len(micro_batches))
+            local_loss += float(per_caption.detach().mean()) / len(micro_batches)
+            local_tokens += int(sequence_mask(batch_targets).sum())
+        if config.grad_clip > 0:
+            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = reduce_mean(accelerator, local_loss)
+        losses.append(loss)
+        state["step"] += 1
+        state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
+        step = state["step"]
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss:.3f}")
+        row: dict[str, Any] = {}
+        if is_due(step, config.log_every) or step == config.max_steps:
+            row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
+        if val_ids and (is_due(step, config.eval_every) or step == config.max_steps):
+            score = _validate(accelerator, model, vocab, features, val_ids, val, validate, config)
+            row["val_cider"] = score
+            if accelerator.is_main_process and score > state["best_score"]:
+                state["best_score"], state["best_step"] = score, step
+                save_captioner(out / "best", accelerator.unwrap_model(model), vocab, source,
+                               {"stage": "xe", "step": step, "val_cider": score})
+            logger.info("xe step %d: val CIDEr %.2f (best %.2f at step %d)", step, score,
+                        state["best_score"], state["best_step"])
+        if row:
+            accelerator.log(row, step=step)
+        if is_due(step, config.save_every) or step == config.max_steps:
+            state = _broadcast(state)
+            checkpoints.save(state)
+    progress.close()
+    final = out / "final"
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        save_captioner(final, unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
+        if not (out / "best" / "captioner.json").is_file():  # no validation set: the last model is the best
+            save_captioner(out / "best", unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
+    accelerator.wait_for_everyone()
+    finish_trackers(accelerator)
+    return XEResult(out / "best", final, float(state["best_score"]), int(state["best_step"]), int(state["step"]),
+                    losses)
+
+
+def _broadcast(state: dict[str, Any]) -> dict[str, Any]:
+    box = [state]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def _validate(accelerator: Any, model: Any, vocab: Vocab, features: FeatureCache, val_ids: Sequence[str],
+              references: Mapping[str, Sequence[str]], validate: Validator, config: XEConfig) -> float:
+    """Beam-search the validation images (split over processes) and score them on the main process."""
+    local_ids = list(val_ids[accelerator.process_index::accelerator.num_processes])
+    local = generate_captions(accelerator.unwrap_model(model), vocab, features, local_ids, config.val_beam_size,
+                              config.val_batch_size, accelerator.device)
+    gathered = gather_object([local])
+    captions = {k: v for part in gathered for k, v in part.items()}
+    box = [validate(captions, {i: references[i] for i in captions}) if accelerator.is_main_process else 0.0]
+    broadcast_object_list(box, from_process=0)
+    return float(box[0])

@@ -1,0 +1,215 @@
+"""Pieces shared by the XE and SCST stages: the accelerator, trackers (TensorBoard + CSV), the LR schedule and
+the deterministic batch plan (which examples each process sees at each step, so the position in the data is
+just `(epoch, position)` and one process or many see the same global batches).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from accelerate import Accelerator, PartialState
+from accelerate.tracking import GeneralTracker
+from accelerate.utils import parse_flag_from_env
+
+from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+
+class CSVTracker(GeneralTracker):
+    """An accelerate tracker writing one row per logged step to a CSV file (fixed columns, blanks allowed).
+
+    On resume (`resume_step`), rows logged after that step by an interrupted run are dropped first.
+    """
+
+    name = "csv"
+    requires_logging_directory = False
+    main_process_only = True
+
+    def __init__(self, path: str | os.PathLike, columns: Sequence[str], resume_step: int | None = None) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.columns = ["step", *[c for c in columns if c != "step"]]
+        self.resume_step = resume_step
+
+    def start(self) -> None:
+        """Create the file (or truncate rows beyond the resumed step)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept: list[dict[str, str]] = []
+        if self.resume_step is not None and self.path.is_file():
+            with open(self.path, newline="", encoding="utf-8") as handle:
+                kept = [row for row in csv.DictReader(handle) if int(float(row["step"])) <= self.resume_step]
+        with open(self.path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+
+    @property
+    def tracker(self) -> Path:
+        """The CSV path."""
+        return self.path
+
+    def store_init_configuration(self, values: dict) -> None:
+        """Configuration goes to the run's YAML, not the CSV."""
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        """Append one row."""
+        row = {key: (f"{value:.8g}" if isinstance(value, float) else value) for key, value in values.items()}
+        row["step"] = step
+        with open(self.path, "a", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore").writerow(row)
+
+
+def process_state() -> PartialState:
+    """accelerate's process state (rank, world, device), honouring `ACCELERATE_USE_CPU` like `Accelerator` does.
+
+    Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
+    under torchrun, see `captioner.orchestration.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
+    """
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+
+
+def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
+                     mixed_precision: str = "no", tensorboard: bool = True) -> Accelerator:
+    """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`)."""
+    trackers: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns)]
+    if tensorboard and importlib.util.find_spec("tensorboard") is not None:
+        trackers.append("tensorboard")
+    return Accelerator(mixed_precision=mixed_precision, log_with=trackers, project_dir=str(output_dir),
+                       step_scheduler_with_optimizer=False)
+
+
+def start_trackers(accelerator: Accelerator, project: str, config: dict[str, Any], resume_step: int | None) -> None:
+    """Start the trackers (after a resume, the CSV drops rows logged beyond `resume_step`)."""
+    for tracker in accelerator.log_with:
+        if isinstance(tracker, CSVTracker):
+            tracker.resume_step = resume_step
+    flat = {key: value for key, value in _flatten(config).items() if isinstance(value, (int, float, str, bool))}
+    accelerator.init_trackers(project, config=flat)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def finish_trackers(accelerator: Accelerator) -> None:
+    """Close the trackers of a stage (unlike `end_training`, keeps the process group for the next stage)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for tracker in accelerator.trackers:
+            tracker.finish()
+    accelerator.trackers = []
+
+
+@dataclass
+class ScheduleConfig:
+    """PAC-S++ XE schedule: linear warm-up, constant, sub-linear decay, constant."""
+
+    warmup_steps: NonNegativeInt = 1000
+    constant_until: NonNegativeInt = 10000
+    decay_until: NonNegativeInt = 15000
+    peak_lr: PositiveFloat = 2.5e-4
+    final_lr: NonNegativeFloat = 1e-5
+    decay_power: PositiveFloat = 0.5
+
+
+def pacs_lr(step: int, s: ScheduleConfig) -> float:
+    """LR at optimizer step `step` (0-based).
+
+    Warm-up: `peak·(step+1)/warmup`; constant `peak` until `constant_until`; then
+    `final + (peak−final)·(1−p)^decay_power` with `p` the fraction of the decay window elapsed
+    (power 0.5 = square-root shape: slower than linear at first, reaching `final` at `decay_until`);
+    constant `final` afterwards.
+    """
+    if s.warmup_steps > 0 and step < s.warmup_steps:
+        return s.peak_lr * (step + 1) / s.warmup_steps
+    if step < s.constant_until:
+        return s.peak_lr
+    if step < s.decay_until:
+        p = (step - s.constant_until) / max(1, s.decay_until - s.constant_until)
+        return s.final_lr + (s.peak_lr - s.final_lr) * (1.0 - p) ** s.decay_power
+    return s.final_lr
+
+
+def pacs_scheduler(optimizer: torch.optim.Optimizer, s: ScheduleConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR following `pacs_lr` (the optimizer's base LR must be `s.peak_lr`)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: pacs_lr(step, s) / s.peak_lr)
+
+
+def micro_batch_for(batch_size: int, micro_batch_size: int | None, processes: int, what: str) -> int:
+    """The per-process micro-batch for a global `batch_size` on `processes` processes (InputError if none fits).
+
+    `micro_batch_size` 0 or None means "not fixed": the whole per-process share, `batch_size // processes`.
+    """
+    from metric.common.config import check_batch_split
+
+    if not micro_batch_size:
+        if batch_size < 1 or batch_size % processes:
+            raise InputError(f"{what}: batch_size={batch_size} cannot be split evenly over {processes} processes")
+        micro_batch_size = batch_size // processes
+    check_batch_split(what, batch_size, micro_batch_size, processes)
+    return micro_batch_size
+
+
+class BatchPlan:
+    """Deterministic global batches over `n` examples: epoch `e` uses `randperm(n, seed + e)`; the last
+    partial batch of an epoch is dropped. Process `rank` of `world` takes `batch[rank::world]`."""
+
+    def __init__(self, n: int, global_batch: int, micro_batch: int, world: int, seed: int, what: str) -> None:
+        if global_batch % world or (global_batch // world) % micro_batch:
+            raise InputError(f"{what}: batch_size={global_batch} must be a multiple of processes ({world}) × "
+                             f"micro_batch_size ({micro_batch})")
+        if n < global_batch:
+            raise InputError(f"{what}: batch_size={global_batch} exceeds the {n} training examples")
+        self.n, self.global_batch, self.micro_batch, self.world, self.seed = n, global_batch, micro_batch, world, seed
+        self.steps_per_epoch = n // global_batch
+        self.dropped_per_epoch = n - self.steps_per_epoch * global_batch
+        self._epoch, self._perm = -1, None
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per process per optimizer step."""
+        return self.global_batch // self.world // self.micro_batch
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            self._perm, self._epoch = torch.randperm(self.n, generator=generator), epoch
+        return self._perm
+
+    def local_micro_batches(self, epoch: int, position: int, rank: int) -> list[list[int]]:
+        """This process's micro-batches (example indices) of the global batch starting at `position`."""
+        indices = self._permutation(epoch)[position:position + self.global_batch][rank::self.world].tolist()
+        return [indices[i:i + self.micro_batch] for i in range(0, len(indices), self.micro_batch)]
+
+    def advance(self, epoch: int, position: int) -> tuple[int, int]:
+        """The (epoch, position) after one more global batch."""
+        position += self.global_batch
+        if position + self.global_batch > self.n:
+            return epoch + 1, 0
+        return epoch, position
+
+
+def reduce_mean(accelerator: Accelerator, value: float) -> float:
+    """Mean of a float over processes (each process contributing equally)."""
+    tensor = torch.tensor([float(value)], device=accelerator.device, dtype=torch.float64)
+    return float(accelerator.reduce(tensor, reduction="mean").item())
+
+
+def finite_or_nan(value: float) -> float:
+    """`value`, or NaN when it is not finite (for logging)."""
+    return value if math.isfinite(value) else float("nan")

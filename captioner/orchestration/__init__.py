@@ -1,0 +1,1 @@
+"""Runs built on the captioner: the recipe pipeline and its stages, evaluation tables, process launching."""

@@ -1,0 +1,531 @@
+"""The main recipe: data → vocabulary → grid features → XE → SCST (chosen reward) → evaluation, from one YAML.
+
+Every stage writes its output under `run_dir` (vocab.json, features/<set>/, xe/, scst-<reward>/,
+eval/<model>/<test set>.json) and records its fingerprint in `run_dir/stages/<stage>.json` (`captioner.orchestration.stages`):
+re-running a run directory skips the stages whose settings, inputs and upstream stages are unchanged, re-runs
+the changed ones and everything below them (logging what changed), resumes an interrupted XE / SCST from its
+checkpoints when its fingerprint matches and refuses otherwise; `force` (`--force STAGE`) re-runs a stage.
+A YAML with a top-level `demo:` section is handed to `captioner.demo.run_demo`.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from captioner.modeling.model import CaptionerConfig
+from captioner.orchestration.stages import StageRunner, check_force
+from captioner.modeling.train_scst import SCSTConfig
+from captioner.modeling.train_xe import XEConfig
+from captioner.modeling.training import process_state
+from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
+from metric.common.config import (NonNegativeInt, PositiveInt, dump_yaml, from_dict,
+                                  to_dict)
+from metric.common.config_files import packaged_config
+from metric.common.errors import InputError
+from metric.common.io import write_json_atomic, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DataConfig:
+    """A caption data set (`captioner.data.DATASETS` name + path) and the splits to use."""
+
+    name: str = "coco-karpathy"
+    path: str = ""
+    image_root: str | None = None
+    missing_images: str = "skip"
+    options: dict[str, Any] = field(default_factory=dict)
+    train_splits: list[str] = field(default_factory=lambda: ["train"])
+    val_split: str = "val"
+    max_train_images: NonNegativeInt = 0
+    max_val_images: NonNegativeInt = 0
+
+
+@dataclass
+class VocabConfig:
+    """Vocabulary built from the training captions."""
+
+    kind: str = "word"
+    min_count: PositiveInt = 5
+    vocab_size: PositiveInt = 8000
+    max_length: PositiveInt = DEFAULT_MAX_LENGTH
+
+
+@dataclass
+class FeaturesConfig:
+    """Grid-feature extraction."""
+
+    source: BackboneSource = field(default_factory=BackboneSource)
+    batch_size: PositiveInt = 64
+    shard_size: PositiveInt = 512
+    dtype: str = "float16"
+
+
+@dataclass
+class RewardModelConfig:
+    """Models of contrastive rewards and evaluation columns, one per family (see `REWARD_MODEL_SLOTS`).
+
+    `clip` serves clip-s / ref-clip-s, `pacs` (the PAC-S model) pac-s / ref-pac-s and `pac` (the PAC-S++
+    model) pac-s++ / ref-pac-s++. A model whose established family contradicts its slot is a config error
+    unless `allow_family_mismatch`.
+    """
+
+    clip: BackboneSource = field(default_factory=BackboneSource)
+    pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    pacs: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    device: str = "auto"
+    allow_family_mismatch: bool = False
+
+
+# (family, `reward_models` field): the model slot of each contrastive family.
+REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
+
+
+@dataclass
+class EvalConfig:
+    """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
+
+    test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    beam_size: PositiveInt = 5
+    batch_size: PositiveInt = 50
+    text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
+    max_images: NonNegativeInt = 0
+    bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+
+    def validate(self) -> None:
+        """Check every test set as a DataConfig (plus `split`) when the config is loaded."""
+        for name, test_set in self.test_sets.items():
+            split = test_set.get("split", "test")
+            if split is not None and not isinstance(split, str):
+                raise InputError(f"test_sets.{name}.split={split!r}: expected str or null")
+            from_dict(DataConfig, {k: v for k, v in test_set.items() if k != "split"}, f"test_sets.{name}")
+
+
+@dataclass
+class PipelineConfig:
+    """The whole recipe."""
+
+    run_dir: str = "runs/coco"
+    data: DataConfig = field(default_factory=DataConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    model: CaptionerConfig = field(default_factory=CaptionerConfig)
+    xe: XEConfig = field(default_factory=XEConfig)
+    scst: SCSTConfig = field(default_factory=SCSTConfig)
+    rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
+    reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 42
+    force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
+
+
+def default_config_path() -> Path:
+    """The packaged config `demo` (recipes/configs/demo.yaml; the embedded default, installed or not)."""
+    return packaged_config("demo")
+
+
+def reward_slug(spec: str) -> str:
+    """A folder-safe name for a reward spec ('pac-s++' -> 'pac-spp', 'cider:1,clip-s:0.5' -> 'cider1_clip-s0.5')."""
+    return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))
+
+
+class _Run:
+    """State of one pipeline run (loaded data, feature caches) shared by the stages."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.dir = Path(config.run_dir)
+        self._backbone = None
+        self.stages = StageRunner(self.dir, config.force, process_state())
+
+    def backbone(self) -> Any:
+        """The feature backbone (loaded once, on first use)."""
+        if self._backbone is None:
+            self._backbone = load_source_backbone(self.config.features.source)
+        return self._backbone
+
+    def dataset(self, data: DataConfig | dict[str, Any]) -> Any:
+        """Load a data set described by a DataConfig (or a test-set mapping with an extra `split`)."""
+        from captioner.data import load_dataset
+
+        if isinstance(data, dict):
+            data = from_dict(DataConfig, {k: v for k, v in data.items() if k != "split"}, "evaluation.test_sets")
+        if not data.path:
+            raise InputError(f"data set {data.name!r}: no path given (set data.path)")
+        return load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+
+    def features(self, name: str, image_paths: dict[str, Any]) -> Any:
+        """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
+        from captioner.modeling.features import FeatureCache, extract_features
+        from captioner.modeling.training import process_state
+
+        folder = self.dir / "features" / name
+        if (folder / "meta.json").is_file():
+            cache = FeatureCache(folder)
+            if not cache.missing(image_paths):
+                return cache
+        f = self.config.features
+        return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
+                                accelerator=process_state())
+
+    def feature_stage(self, name: str, image_paths: dict[str, Any], selection: dict[str, Any],
+                      inputs: dict[str, Any]) -> Any:
+        """Stage `features/<name>` (all processes, resumable): the feature cache of `image_paths`.
+
+        `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
+        """
+        from captioner.modeling.features import FeatureCache
+        from captioner.orchestration.recipe_stages import settings_of, source_inputs
+
+        stage = f"features/{name}"
+        f = self.config.features
+        self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
+                        {"source": settings_of(f.source), "dtype": f.dtype, "images": selection},
+                        {**inputs, **source_inputs(self.stages, f.source)}, resumable=True, distributed=True)
+        return FeatureCache(self.dir / stage)
+
+
+def _take(items: list, limit: int) -> list:
+    return items[:limit] if limit else items
+
+
+def stage_names(config: PipelineConfig) -> list[str]:
+    """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
+    models = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.rewards]]
+    sets = list(config.evaluation.test_sets)
+    return ["vocab", "features/train", *models, *[f"features/{name}" for name in sets],
+            *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in ["xe", *config.rewards]]]
+
+
+def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
+    """Run every stage of `config` that is not already done with the same fingerprint; return the evaluation rows.
+
+    Stages are `captioner.orchestration.stages` stages: a stage re-runs (and everything below it) when its settings, inputs
+    or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
+    the named ones. Every process calls this; the main process owns the run directory.
+    """
+    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, settings_of, trainer_settings
+    from captioner.modeling.train_scst import train_scst
+    from captioner.modeling.train_xe import train_xe
+    from captioner.modeling.training import micro_batch_for, process_state
+    from captioner.modeling.vocab import build_vocab, load_vocab
+
+    state = process_state()
+    xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
+    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
+                                   "scst")
+    check_force(config.force, stage_names(config))
+    check_reward_models(config)  # a reward without its family's model is a config error before any work
+    if state.is_main_process:
+        Path(config.run_dir).mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
+    run = _Run(config)
+    if state.is_main_process:
+        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
+    dataset = run.dataset(config.data)
+    train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
+    val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
+    logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
+    stages = run.stages
+    data_settings, data_files = settings_of(config.data), data_inputs(config.data)
+
+    vocab_path = run.dir / "vocab.json"
+
+    def make_vocab() -> dict[str, Any]:
+        """Stage `vocab` (main process)."""
+        v = config.vocab
+        vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
+                            v.vocab_size, v.max_length)
+        vocab.save(vocab_path)
+        return {"size": len(vocab)}
+
+    stages.run("vocab", make_vocab, {"vocab": settings_of(config.vocab), "data": data_settings}, data_files,
+               outputs=[vocab_path])  # main process; the others wait, then read it
+    vocab = load_vocab(vocab_path)
+    images = {item.image_id: item.image_path for item in train_items + val_items}
+    features = run.feature_stage("train", images, {"data": data_settings}, data_files)
+    source = config.features.source.to_record()
+
+    xe_dir = run.dir / "xe"
+    xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
+                          "xe")
+    stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
+                                               [(i.image_id, c) for i in train_items for c in i.captions],
+                                               {i.image_id: i.captions for i in val_items}, feature_source=source)),
+               {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
+                "seed": config.seed},
+               upstream=["vocab", "features/train"], resumable=True, distributed=True)
+    models = {"xe": xe_dir / "best"}
+    model_stages = {"xe": "xe"}
+    reward_settings = settings_of(config.reward_models)
+    for spec in config.rewards:
+        name = f"scst-{reward_slug(spec)}"
+        out = run.dir / name
+        scst = from_dict(SCSTConfig, dict(to_dict(config.scst), output_dir=str(out), reward=spec,
+                                          micro_batch_size=scst_micro), "scst")
+
+        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+            """Stage `scst-<reward>` (every process)."""
+            reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions
+                                                                             for i in train_items},
+                                           image_paths=images)
+            return _summary(train_scst(scst, xe_dir / "best", features,
+                                       [(i.image_id, i.captions) for i in train_items], reward))
+
+        stages.run(name, body, {"scst": trainer_settings(config.scst), "reward": spec, "reward_models": reward_settings,
+                                "data": data_settings, "seed": config.seed},
+                   {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
+                    **reward_model_inputs(stages, config.reward_models)},
+                   upstream=["xe", "features/train"], resumable=True, distributed=True)
+        models[spec] = out / "final"
+        model_stages[spec] = name
+    test_sets = prepare_test_sets(run)
+    eval_stages = []
+    for set_name, _, _ in test_sets:
+        set_config = config.evaluation.test_sets[set_name]
+        for model_name in models:
+            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+            name = f"eval/{reward_slug(model_name)}/{set_name}"
+            e = config.evaluation
+            action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
+                                         "text_metrics": e.text_metrics, "max_images": e.max_images,
+                                         "reward_models": reward_settings},
+                                  {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)},
+                                  upstream=[model_stages[model_name], f"features/{set_name}"],
+                                  outputs=[out, out.with_name(f"{set_name}.results.json")])
+            if action != "skipped":
+                eval_stages.append(name)
+    result = evaluate_models(run, models, test_sets)  # split over the processes; rows on the main process
+    for name in eval_stages:
+        stages.finish(name)
+    state.wait_for_everyone()
+    return result
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What a stage record keeps of an XE / SCST result (steps and last loss)."""
+    losses = list(getattr(result, "losses", []) or [])
+    return {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
+
+
+def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
+                   image_paths: dict[str, Any]) -> dict[str, Any]:
+    """The `build_reward` context of a pipeline: training references, image paths and reward models."""
+    context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
+                               "device": resolve_device(config.reward_models.device)}
+    from metric.scoring.registry import METRICS
+
+    scorers = reward_scorers(config)
+    if scorers:  # each contrastive reward gets the model of its own family's slot
+        context["scorers"] = {name: scorers[spec.family] for name, spec in METRICS.items() if spec.family in scorers}
+    return context
+
+
+def _source_given(source: BackboneSource) -> bool:
+    return bool(source.backbone or source.checkpoint or source.random_config)
+
+
+def check_reward_models(config: PipelineConfig) -> None:
+    """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
+    from metric.scoring.registry import METRICS
+    from rewards.registry import parse_reward_spec
+
+    slots = dict(REWARD_MODEL_SLOTS)
+    for spec in config.rewards:
+        for name, _ in parse_reward_spec(spec):
+            if name not in METRICS:
+                continue
+            family = METRICS[name].family
+            if not _source_given(getattr(config.reward_models, slots[family])):
+                raise InputError(f"rewards: {spec!r} needs a {family} model: set reward_models.{slots[family]} "
+                                 f"(reward_models.pac is the PAC-S++ model, reward_models.pacs the PAC-S model)")
+
+
+def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
+                          image_paths: dict[str, Any]) -> Any:
+    """`rewards.build_reward(spec, **reward_context(...))`."""
+    from rewards import build_reward
+
+    return build_reward(spec, **reward_context(config, dataset_references, image_paths))
+
+
+def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
+    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets.
+
+    A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
+    (unless `reward_models.allow_family_mismatch`).
+    """
+    from metric.models.families import FamilyMismatchError
+    from metric.scoring.scorer import Scorer
+
+    scorers = {}
+    models = config.reward_models
+    for family, slot in REWARD_MODEL_SLOTS:
+        source = getattr(models, slot)
+        if _source_given(source):
+            device = resolve_device(models.device)
+            backbone = load_source_backbone(source, device)
+            if backbone.family is not None and backbone.family != family:
+                message = (f"reward_models.{slot} must be a {family} model, but {backbone.name} is {backbone.family} "
+                           f"(established by {backbone.family_source})")
+                if not models.allow_family_mismatch:
+                    raise FamilyMismatchError(f"{message}; set reward_models.allow_family_mismatch=true to use it")
+                logger.warning("%s (reward_models.allow_family_mismatch)", message)
+            logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
+                        backbone.family_source)
+            scorers[family] = Scorer(backbone, device=device)
+    return scorers
+
+
+def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
+    """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)]."""
+    from captioner.orchestration.recipe_stages import data_inputs
+
+    config = run.config
+    prepared = []
+    for set_name, set_config in config.evaluation.test_sets.items():
+        split = set_config.get("split", "test")
+        dataset = run.dataset(set_config)
+        items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
+        selection = {"test_set": set_config, "max_images": config.evaluation.max_images}
+        prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
+                                                             selection, data_inputs(set_config))))
+    return prepared
+
+
+def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[str, list, Any]]) -> dict[str, Any]:
+    """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
+
+    Call it on every process: captioning and contrastive scoring are split over the processes
+    (`captioner.orchestration.eval_processes`, identical to one process); corpus metrics, paired bootstrap intervals against
+    the XE row (`evaluation.bootstrap` resamples) and the files are computed on the main process, which returns
+    the rows (the others return no rows).
+    """
+    from captioner.modeling.checkpoints import load_captioner
+    from captioner.orchestration.eval_intervals import add_intervals
+    from captioner.orchestration.eval_processes import caption_and_score
+    from captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from captioner.modeling.training import process_state
+
+    config = run.config
+    state = process_state()
+    todo = [(set_name, model_name) for set_name, _, _ in test_sets for model_name in models
+             if not (run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json").is_file()]
+    if state.num_processes > 1:  # every process follows the main process's view of what is left to do
+        from accelerate.utils import broadcast_object_list
+
+        todo = broadcast_object_list([todo])[0]
+    rows: list[dict[str, Any]] = []
+    per_image: dict[tuple[str, str], dict[str, Any]] = {}
+    scorers = None
+    for set_name, items, features in test_sets:
+        paths = {i.image_id: i.image_path for i in items}
+        references = {i.image_id: i.captions for i in items}
+        for model_name, folder in models.items():
+            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+            if (set_name, model_name) not in todo:
+                if state.is_main_process:
+                    _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
+                continue
+            if scorers is None:
+                scorers = reward_scorers(config)
+            device = resolve_device("auto")
+            model, vocab, _ = load_captioner(folder, device)
+            result = caption_and_score(model, vocab, features, list(paths), paths, references, scorers,
+                                       config.evaluation.beam_size, config.evaluation.batch_size, device, state)
+            if not state.is_main_process:
+                continue
+            detailed = evaluation_rows(set_name, result.captions, items, None, config.evaluation.text_metrics,
+                                       contrastive=result.contrastive, per_image=True)
+            record = {"rows": [{"model": model_name, **row} for row, _ in detailed],
+                      "per_image": {row["test_set"]: values for row, values in detailed}}
+            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(result.captions))
+            write_json_atomic(out, record)
+            _collect(record, rows, per_image)
+    if not state.is_main_process:
+        return {"rows": []}
+    add_intervals(rows, per_image, "xe", config.evaluation.bootstrap, config.seed)
+    columns = ["model", "test_set", *TABLE_COLUMNS]
+    write_results(run.dir / "eval", rows, columns)
+    return {"rows": rows}
+
+
+def _collect(record: dict[str, Any], rows: list[dict[str, Any]], per_image: dict[tuple[str, str], Any]) -> None:
+    """Add the rows of one eval/<model>/<set>.json (and its per-image values, when it has them)."""
+    for row in record["rows"]:
+        row.pop("ci", None)
+        rows.append(row)
+        values = record.get("per_image", {}).get(row["test_set"])
+        if values is not None:
+            per_image[(row["model"], row["test_set"])] = values
+
+
+def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorers: dict[str, Any] | None,
+                    text_metrics: list[str], contrastive: dict[str, Any] | None = None,
+                    per_image: bool = False) -> list[Any]:
+    """One row for the whole test set, then one per `extra["domain"]` (nocaps in/near/out-domain).
+
+    `contrastive`: per-image contrastive scores in caption order (from `caption_and_score`) instead of
+    `scorers`. With `per_image=True` each entry is `(row, {"image_ids", "values": {column: [...]}})`.
+    """
+    import numpy as np
+
+    from captioner.orchestration.evaluation import evaluate_captions_detailed
+
+    references = {i.image_id: i.captions for i in items}
+    paths = {i.image_id: i.image_path for i in items}
+    order = list(captions)
+    position = {image_id: index for index, image_id in enumerate(order)}
+    subsets: list[tuple[str, list[str]]] = [(set_name, order)]
+    for domain in sorted({i.extra.get("domain") for i in items if i.extra.get("domain")}):
+        members = {i.image_id for i in items if i.extra.get("domain") == domain}
+        subsets.append((f"{set_name}/{domain}", [k for k in order if k in members]))
+    out: list[Any] = []
+    for name, ids in subsets:
+        subset_scores = None
+        if contrastive is not None:
+            index = np.asarray([position[k] for k in ids], dtype=np.int64)
+            subset_scores = {column: np.asarray(values)[index] for column, values in contrastive.items()}
+        row, values = evaluate_captions_detailed({k: captions[k] for k in ids}, references, paths,
+                                                 scorers, text_metrics, contrastive=subset_scores)
+        row = {"test_set": name, **row}
+        out.append((row, {"image_ids": [str(k) for k in ids],
+                          "values": {c: np.asarray(v).tolist() for c, v in values.items()}}) if per_image else row)
+    return out
+
+
+def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`.
+
+    Rows with paired bootstrap intervals (`row["ci"] = {column: [low, high]}`, see `captioner.orchestration.eval_intervals`)
+    keep them in results.json, get `Δ<column> low` / `Δ<column> high` columns in results.csv, and a second
+    table in results.md.
+    """
+    from captioner.orchestration.evaluation import TABLE_COLUMNS, interval_table, markdown_table
+
+    write_json_atomic(folder / "results.json", {"columns": columns, "rows": rows})
+    ci_columns = [c for c in columns if any(c in row.get("ci", {}) for row in rows)]
+    csv_columns = columns + [f"Δ{c} {end}" for c in ci_columns for end in ("low", "high")]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=csv_columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        flat = dict(row)
+        for column, (low, high) in row.get("ci", {}).items():
+            flat[f"Δ{column} low"], flat[f"Δ{column} high"] = low, high
+        writer.writerow(flat)
+    write_text_atomic(folder / "results.csv", buffer.getvalue())
+    text = markdown_table(rows, columns)
+    if ci_columns:
+        labels = [c for c in columns if c not in TABLE_COLUMNS]
+        text += "\n" + interval_table(rows, labels, ci_columns)
+    write_text_atomic(folder / "results.md", text)
