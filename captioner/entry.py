@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from captioner.demo import run_demo
+from captioner import demo
 from captioner.orchestration.pipeline import PipelineConfig, default_config_path, run_pipeline
 from metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
 from metric.common.config_files import resolve_config
@@ -21,7 +21,7 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
     path = resolve_config(config_path) if config_path else default_config_path()
     data = deep_merge(load_yaml(path), parse_overrides(overrides))
     if "demo" in data:
-        return run_demo(str(path), list(overrides), force=list(force or []))
+        return demo.run_demo(str(path), list(overrides), force=list(force or []))
     config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
     config.force = [*config.force, *(force or [])]
     return run_pipeline(config)

@@ -89,6 +89,6 @@ def test_text_only_correlate_imports_no_model_stack(tmp_path: Path) -> None:
 
 def test_the_probe_sees_the_model_stack(tmp_path: Path) -> None:
     # the probe can fail: with the backbone module imported first, `pacs --help` reports open_clip and torch
-    result = _run(["--help"], tmp_path, preload=("metric.backbones",))
+    result = _run(["--help"], tmp_path, preload=("metric.models.backbones",))
     assert result["status"] == 0
     assert {"open_clip", "torch"} <= set(result["imported"]), result

@@ -124,7 +124,7 @@ def test_score_reuses_a_loaded_scorer_and_backbone(fixture_a):
 
 def test_score_refuses_bad_input_with_one_clear_error(fixture_a):
     from metric import load_backbone, score
-    from metric.families import FamilyMismatchError
+    from metric.models.families import FamilyMismatchError
 
     tiny = load_backbone("tiny-random")
     images, captions = fixture_a["images"][:2], fixture_a["captions"][:2]

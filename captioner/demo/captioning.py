@@ -12,12 +12,12 @@ from captioner.demo.config import DemoConfig
 from captioner.demo.correlation import per_caption_text_metrics
 from captioner.demo.data import DemoData
 from captioner.demo.judge import highlight_spans, judge_caption
-from captioner.features import FeatureCache, extract_features
-from captioner.model import CaptionerConfig
-from captioner.train_scst import SCSTConfig, train_scst
-from captioner.train_xe import XEConfig, generate_captions, train_xe
-from captioner.training import ScheduleConfig, process_state
-from captioner.vocab import build_vocab, load_vocab
+from captioner.modeling.features import FeatureCache, extract_features
+from captioner.modeling.model import CaptionerConfig
+from captioner.modeling.train_scst import SCSTConfig, train_scst
+from captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
+from captioner.modeling.training import ScheduleConfig, process_state
+from captioner.modeling.vocab import build_vocab, load_vocab
 from metric.common.io import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
 
 def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache, beam_size: int) -> dict[str, str]:
     """Beam-search captions of every test image by the captioner in `model_folder`."""
-    from captioner.checkpoints import load_captioner
+    from captioner.modeling.checkpoints import load_captioner
 
     model, vocab, _ = load_captioner(model_folder)
     ids = [item.image_id for item in data.splits["test"]]
@@ -154,7 +154,7 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
                    ) -> tuple[dict, dict, dict[str, np.ndarray]]:
     """The table row of one model (B-4, C, CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge), per-caption
     details for the gallery, and the per-image values (caption order) of every column: each column is their mean."""
-    from captioner.evaluation import contrastive_per_image
+    from captioner.orchestration.evaluation import contrastive_per_image
     from eval.fluency import ends_incorrectly, repetitions
 
     ids = list(captions)

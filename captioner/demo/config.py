@@ -92,14 +92,14 @@ class ScstStageConfig:
     beam_size: PositiveInt = 5
     lr: PositiveFloat = 5e-5
     log_every: PositiveInt = 5
-    samples: str = "beam"  # or "multinomial" (captioner.train_scst.SAMPLINGS)
+    samples: str = "beam"  # or "multinomial" (captioner.modeling.train_scst.SAMPLINGS)
     baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
     monitor_every: NonNegativeInt = 10  # held-out validation scores every N steps (0: off)
     monitor_images: NonNegativeInt = 100
 
     def validate(self) -> None:
         """Sampling and baseline names are checked when the config is loaded, before any stage runs."""
-        from captioner.train_scst import BASELINES, SAMPLINGS
+        from captioner.modeling.train_scst import BASELINES, SAMPLINGS
 
         if self.samples not in SAMPLINGS:
             raise InputError(f"scst.samples={self.samples!r}: unknown (known: {', '.join(SAMPLINGS)})")

@@ -37,7 +37,7 @@ def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Seq
 
 def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candidates: Sequence[str],
                         references: Sequence[Sequence[str]], keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scorer.Scorer)."""
+    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scoring.scorer.Scorer)."""
     out = {}
     for name, (family, with_refs) in CONTRASTIVE.items():
         result = scorers[family].score(list(images), list(candidates), references=list(references) if with_refs

@@ -1,7 +1,7 @@
 """What the demo's run found, from its numbers: paired bootstrap intervals of (SCST − XE) for every column and
 for each reward's own value, and plain-language findings derived from those intervals by fixed rules.
 
-Intervals: `captioner.eval_intervals` (the images of the test split resampled with replacement by
+Intervals: `captioner.orchestration.eval_intervals` (the images of the test split resampled with replacement by
 `eval.correlation.bootstrap`; 95% percentile interval). A difference "holds" when its interval excludes 0;
 otherwise it is "within noise". The findings are generated from these rules only, never written by hand.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from captioner.eval_intervals import add_intervals, paired_interval
+from captioner.orchestration.eval_intervals import add_intervals, paired_interval
 from metric.common.errors import InputError
 from rewards.registry import parse_reward_spec
 

@@ -1,6 +1,6 @@
 """The embedded demo, end to end: world → tiny CLIP → PAC-S++ → correlation with the judge → grid features →
 XE captioner → SCST per reward → evaluation → results table and report.html, each stage a fingerprinted
-`captioner.stages` stage of the run dir."""
+`captioner.orchestration.stages` stage of the run dir."""
 from __future__ import annotations
 
 import csv
@@ -54,8 +54,8 @@ def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] 
 
 
 def _scorers(run_dir: Path) -> dict[str, Any]:
-    from metric.backbones import load_backbone
-    from metric.scorer import Scorer
+    from metric.models.factory import load_backbone
+    from metric.scoring.scorer import Scorer
 
     return {"clip": Scorer(load_backbone(checkpoint=str(run_dir / "clip" / "checkpoint.safetensors")), progress=False),
             "pac-s++": Scorer(load_backbone(checkpoint=str(run_dir / "pacs" / "checkpoint.safetensors")),
@@ -71,7 +71,7 @@ def stage_names(config: DemoConfig) -> list[str]:
 
 
 def run_demo_config(config: DemoConfig) -> dict[str, Any]:
-    """Run every stage of the demo whose recorded fingerprint is missing or stale (see `captioner.stages`).
+    """Run every stage of the demo whose recorded fingerprint is missing or stale (see `captioner.orchestration.stages`).
 
     Process-aware: under `accelerate launch --num_processes N` the main process owns the run directory; the
     metric training, feature extraction, XE and SCST stages run on every process (each splits its work), the
@@ -79,9 +79,9 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     """
     from captioner.demo import captioning, correlation, metric_stages
     from captioner.demo.data import DemoData, write_images
-    from captioner.recipe_stages import NOT_DETERMINING, settings_of
-    from captioner.stages import StageRunner, check_force
-    from captioner.training import micro_batch_for, process_state
+    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+    from captioner.orchestration.stages import StageRunner, check_force
+    from captioner.modeling.training import micro_batch_for, process_state
     from eval.report import write_report
 
     state = process_state()
@@ -123,7 +123,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
                {**common, "correlation": to_dict(config.correlation)}, upstream=["pacs"])
 
     def extract() -> dict:
-        from metric.backbones import load_backbone
+        from metric.models.factory import load_backbone
 
         backbone = load_backbone(checkpoint=str(runner.folder("clip") / "checkpoint.safetensors"))
         return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
@@ -167,7 +167,7 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
     train = {item.image_id: item.references for item in data.splits["train"]}
     paths = {image_id: str(data.image_path(image_id)) for image_id in train}
     from metric.common.errors import InputError
-    from metric.registry import METRICS
+    from metric.scoring.registry import METRICS
     from rewards.registry import parse_reward_spec
 
     for name, _ in parse_reward_spec(spec):  # each contrastive reward is scored by its own family's model

@@ -20,10 +20,10 @@ import torch
 
 torch.set_num_threads(1)
 
-from captioner.launching import relaunch_cpu_processes  # noqa: E402
-from captioner.train_scst import SCSTConfig, train_scst  # noqa: E402
-from captioner.train_xe import XEConfig, train_xe  # noqa: E402
-from captioner.training import ScheduleConfig, process_state  # noqa: E402
+from captioner.orchestration.launching import relaunch_cpu_processes  # noqa: E402
+from captioner.modeling.train_scst import SCSTConfig, train_scst  # noqa: E402
+from captioner.modeling.train_xe import XEConfig, train_xe  # noqa: E402
+from captioner.modeling.training import ScheduleConfig, process_state  # noqa: E402
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config  # noqa: E402
 
 
@@ -35,8 +35,8 @@ def emit(name: str, values: list[float]) -> None:
 
 def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
     """Extract grid features of `n` Flickr8k images with a tiny CLIP; return one checksum per image."""
-    from captioner.features import extract_features
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
+    from captioner.modeling.features import extract_features
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     paths = sorted(images_dir.glob("*.jpg"))[:n]
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
@@ -47,7 +47,7 @@ def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
 
 def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[float], float]:
     """A few XE steps, dropout off, validated (beam search split over processes) every 3 steps."""
-    from captioner.vocab import build_vocab
+    from captioner.modeling.vocab import build_vocab
 
     cache, train, val = tiny_data(data_dir)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
@@ -61,8 +61,8 @@ def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[floa
 
 def run_xe_resumable(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int) -> list[float]:
     """XE with dropout on, validated every step, checkpoints every 3 steps; SIGKILL in validation `kill_at`."""
-    from captioner.train_xe import cider_validator
-    from captioner.vocab import build_vocab
+    from captioner.modeling.train_xe import cider_validator
+    from captioner.modeling.vocab import build_vocab
 
     calls = {"n": 0}
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import torch
 
-from captioner.checkpoints import save_captioner
-from captioner.features import FeatureCache, write_feature_cache
-from captioner.model import Captioner, CaptionerConfig
-from captioner.vocab import build_vocab
+from captioner.modeling.checkpoints import save_captioner
+from captioner.modeling.features import FeatureCache, write_feature_cache
+from captioner.modeling.model import Captioner, CaptionerConfig
+from captioner.modeling.vocab import build_vocab
 
 COLOURS = ["red", "blue", "green", "yellow"]
 SHAPES = ["circle", "square", "triangle"]

@@ -1,4 +1,4 @@
-"""Subprocess driver of the evaluation tests: `captioner.pipeline.evaluate_models` on 1 or 2 processes.
+"""Subprocess driver of the evaluation tests: `captioner.orchestration.pipeline.evaluate_models` on 1 or 2 processes.
 
 usage: eval_driver.py RUN_DIR DATA_ROOT SETS
   evaluates the two random tiny captioners of DATA_ROOT/inputs.json (written by `build_inputs`) on the
@@ -15,15 +15,15 @@ import torch
 
 torch.set_num_threads(1)
 
-from captioner.launching import relaunch_cpu_processes  # noqa: E402
-from captioner.training import process_state  # noqa: E402
+from captioner.orchestration.launching import relaunch_cpu_processes  # noqa: E402
+from captioner.modeling.training import process_state  # noqa: E402
 
 TINY_SEEDS = {"clip": 0, "pac-s++": 1, "features": 2}
 
 
 def tiny_source(seed: int) -> dict:
     """A random tiny CLIP as a BackboneSource mapping."""
-    from metric.backbones import tiny_clip_config
+    from metric.models.backbones import tiny_clip_config
 
     return {"random_config": tiny_clip_config(), "random_seed": seed}
 
@@ -32,10 +32,10 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
     """The rehearsal data sets (colliding ids) and two random captioners ('xe', 'pac-s++') over their vocabulary."""
     from rehearsal_data import build_rehearsal_sets
 
-    from captioner.checkpoints import save_captioner
+    from captioner.modeling.checkpoints import save_captioner
     from captioner.data import load_dataset
-    from captioner.model import Captioner, CaptionerConfig
-    from captioner.vocab import build_vocab
+    from captioner.modeling.model import Captioner, CaptionerConfig
+    from captioner.modeling.vocab import build_vocab
 
     sets = build_rehearsal_sets(flickr8k, data_root / "sets", n_train=8, n_val=2, n_test=5)
     train = load_dataset("coco-karpathy", sets["train"]["path"]).split("train").items
@@ -53,7 +53,7 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
 
 def evaluate(run_dir: Path, data_root: Path, names: list[str]) -> dict:
     """`evaluate_models` of the inputs of `build_inputs` on test sets `names`; the main process's result."""
-    from captioner.pipeline import PipelineConfig, _Run, evaluate_models, prepare_test_sets
+    from captioner.orchestration.pipeline import PipelineConfig, _Run, evaluate_models, prepare_test_sets
     from metric.common.config import from_dict
 
     inputs = json.loads((data_root / "inputs.json").read_text())
@@ -75,7 +75,7 @@ def main() -> None:
     relaunch_cpu_processes()
     run_dir, data_root, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
     state = process_state()
-    import captioner.train_xe as train_xe
+    import captioner.modeling.train_xe as train_xe
 
     captioned = []
     original = train_xe.generate_captions

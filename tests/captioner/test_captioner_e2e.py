@@ -13,11 +13,11 @@ import torch
 import yaml
 from PIL import Image
 
-from captioner.checkpoints import load_captioner
-from captioner.features import FeatureCache
-from captioner.pipeline import run_from_config
+from captioner.modeling.checkpoints import load_captioner
+from captioner.modeling.features import FeatureCache
+from captioner.entry import run_from_config
 from captioner_testkit import tiny_pipeline_sections
-from metric.backbones import tiny_clip_config
+from metric.models.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
     losses = [float(line.split(",")[1]) for line in xe_log[1:]]
     assert len(losses) == 6 and losses[-1] < losses[0]
     for spec in REWARDS:
-        from captioner.pipeline import reward_slug
+        from captioner.orchestration.pipeline import reward_slug
 
         folder = run / f"scst-{reward_slug(spec)}"
         _, _, info = load_captioner(folder / "final")
@@ -115,10 +115,10 @@ def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, flo
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    from captioner.pipeline import reward_slug
+    from captioner.orchestration.pipeline import reward_slug
     from eval.fluency import INCORRECT_END_WORDS
-    from metric.backbones import build_backbone_from_config
-    from metric.preprocess import open_image
+    from metric.models.backbones import build_backbone_from_config
+    from metric.models.preprocess import open_image
 
     written = json.loads((run / "eval" / reward_slug(model) / "flickr8k.results.json").read_text())
     captions = {str(r["image_id"]): r["caption"] for r in written}

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioner.features import FeatureCache, extract_features
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from captioner.modeling.features import FeatureCache, extract_features
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.errors import InputError
-from metric.grid import visual_grid_features
+from metric.models.grid import visual_grid_features
 
 torch.set_num_threads(1)
 
@@ -41,7 +41,7 @@ def test_extraction_resumes_and_reads_back_exact_features(tmp_path, shared_data)
 
 def test_yaml_with_demo_section_is_delegated_to_the_demo(tmp_path, monkeypatch):
     import captioner.demo
-    from captioner.pipeline import run_from_config
+    from captioner.entry import run_from_config
 
     calls = []
     monkeypatch.setattr(captioner.demo, "run_demo",

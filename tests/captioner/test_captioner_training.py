@@ -14,14 +14,14 @@ import torch
 
 from safetensors.torch import load_file
 
-from captioner.checkpoints import CheckpointError, load_captioner
-from captioner.decoding import sample
-from captioner.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators, example_seed
-from captioner.model import shift_right
-from captioner.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
-from captioner.train_xe import XEConfig, train_xe
-from captioner.training import ScheduleConfig
-from captioner.vocab import build_vocab
+from captioner.modeling.checkpoints import CheckpointError, load_captioner
+from captioner.modeling.decoding import sample
+from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators, example_seed
+from captioner.modeling.model import shift_right
+from captioner.modeling.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
+from captioner.modeling.train_xe import XEConfig, train_xe
+from captioner.modeling.training import ScheduleConfig
+from captioner.modeling.vocab import build_vocab
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 
 torch.set_num_threads(1)
@@ -68,7 +68,7 @@ def test_xe_learns_validates_and_keeps_best_checkpoint(tmp_path):
 
 
 # The literal command: accelerate's `--cpu` launcher starts one process (without MPI); the driver, like
-# the recipes, re-executes itself as 2 gloo CPU processes (captioner/launching.py).
+# the recipes, re-executes itself as 2 gloo CPU processes (captioner/orchestration/launching.py).
 LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"]
 

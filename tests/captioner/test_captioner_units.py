@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from captioner.decoding import beam_search, greedy, sample
-from captioner.model import Captioner, sequence_mask
-from captioner.train_scst import compute_advantages
-from captioner.training import BatchPlan, ScheduleConfig, pacs_lr
-from captioner.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
+from captioner.modeling.decoding import beam_search, greedy, sample
+from captioner.modeling.model import Captioner, sequence_mask
+from captioner.modeling.train_scst import compute_advantages
+from captioner.modeling.training import BatchPlan, ScheduleConfig, pacs_lr
+from captioner.modeling.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
 from captioner_testkit import tiny_model_config
 from metric.common.errors import InputError
 
@@ -144,8 +144,8 @@ def test_advantages_for_each_baseline_and_nonfinite_rewards():
 
 
 def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.grid import grid_feature_dim, visual_grid_features
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.models.grid import grid_feature_dim, visual_grid_features
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     pixels = torch.randn(2, 3, 64, 64)
@@ -158,7 +158,7 @@ def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
 
 def test_evaluation_rows_split_nocaps_style_domains():
     from captioner.data import CaptionItem
-    from captioner.pipeline import evaluation_rows
+    from captioner.orchestration.pipeline import evaluation_rows
 
     items = [CaptionItem("1", None, ["a dog on grass"], "val", {"domain": "in-domain"}),
              CaptionItem("2", None, ["a red car"], "val", {"domain": "out-domain"}),
@@ -178,7 +178,7 @@ def test_forward_with_repeats_equals_repeated_features():
 
 
 def test_captioner_folder_roundtrip_and_truncated_weights_refused(tmp_path):
-    from captioner.checkpoints import load_captioner, save_captioner
+    from captioner.modeling.checkpoints import load_captioner, save_captioner
 
     model, vocab = _model(), WordVocab([f"w{i}" for i in range(26)], max_length=8)
     folder = save_captioner(tmp_path / "cap", model, vocab, {"backbone": "x"}, {"stage": "test"})

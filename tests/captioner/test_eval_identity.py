@@ -79,7 +79,7 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
 
 
 def test_paired_interval_is_eval_bootstrap_of_the_paired_differences():
-    from captioner.eval_intervals import add_intervals
+    from captioner.orchestration.eval_intervals import add_intervals
 
     xe = {"C": [10.0, 20.0, 30.0, 40.0, 50.0], "CLIP-S": [0.5, 0.6, 0.7, 0.8, 0.9]}
     rl = {"C": [12.0, 19.0, 35.0, 40.0, 58.0], "CLIP-S": [0.55, 0.6, 0.72, 0.81, 0.93]}
@@ -101,7 +101,7 @@ def test_paired_interval_is_eval_bootstrap_of_the_paired_differences():
 
 
 def test_results_files_show_the_intervals(tmp_path):
-    from captioner.pipeline import write_results
+    from captioner.orchestration.pipeline import write_results
 
     rows = [{"test_set": "coco", "reward": "– (XE)", "C": 30.0},
             {"test_set": "coco", "reward": "cider", "C": 32.5, "ci": {"C": [0.5, 4.25]}}]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioner.pipeline import PipelineConfig, reward_context, reward_scorers, run_pipeline
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from captioner.orchestration.pipeline import PipelineConfig, reward_context, reward_scorers, run_pipeline
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.config import from_dict
 from metric.common.errors import InputError
-from metric.families import FamilyMismatchError
+from metric.models.families import FamilyMismatchError
 
 torch.set_num_threads(1)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
-from captioner.pipeline import run_from_config
-from metric.backbones import tiny_clip_config
+from captioner.entry import run_from_config
+from metric.models.backbones import tiny_clip_config
 from metric.common.errors import InputError
 
 torch.set_num_threads(1)
@@ -58,7 +58,7 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
     assert set(first) == {"vocab", "features/train", "xe", "scst-cider", "features/flickr8k", "eval/xe/flickr8k",
                           "eval/cider/flickr8k"}
 
-    with caplog.at_level(logging.INFO, logger="captioner.stages"):
+    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
     second = _finished(run)
     changed = {name for name in first if first[name] != second[name]}
@@ -78,7 +78,7 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
     assert sorted(p.name for p in (run / "scst-cider" / "checkpoints").iterdir()) == checkpoints
     # with its own settings it resumes (nothing else re-runs); --force xe re-runs XE and everything below it
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="captioner.stages"):
+    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
     third = _finished(run)
     assert {name for name in second if second[name] != third[name]} == {"scst-cider", "eval/cider/flickr8k"}

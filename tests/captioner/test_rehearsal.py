@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from captioner.data import load_dataset
-from captioner.pipeline import reward_slug
-from metric.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from captioner.orchestration.pipeline import reward_slug
+from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 from captioner_testkit import tiny_pipeline_sections
 from rehearsal_data import build_rehearsal_sets
 

@@ -29,7 +29,7 @@ class Outer:
 
 
 def test_exponent_without_dot_is_a_float_in_overrides_and_yaml(tmp_path: Path) -> None:
-    from captioner.pipeline import PipelineConfig
+    from captioner.orchestration.pipeline import PipelineConfig
 
     config = load_config(PipelineConfig, RECIPE, ["scst.lr=1e-6"])
     assert type(config.scst.lr) is float and config.scst.lr == 0.000001
@@ -47,7 +47,7 @@ def test_values_from_base_files_are_typed_too(tmp_path: Path) -> None:
 
 
 def test_not_an_int_names_key_value_and_type() -> None:
-    from captioner.pipeline import PipelineConfig
+    from captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError) as error:
         load_config(PipelineConfig, RECIPE, ["xe.max_steps=ten"])
@@ -58,7 +58,7 @@ def test_not_an_int_names_key_value_and_type() -> None:
 
 
 def test_every_bad_value_is_named_in_one_error() -> None:
-    from captioner.pipeline import PipelineConfig
+    from captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError) as error:
         load_config(PipelineConfig, RECIPE, ["scst.lr=abc", "xe.eval_every=often"])
@@ -105,7 +105,7 @@ def test_values_that_do_not_fit_are_refused(override: str, pattern: str) -> None
     ("evaluation.test_sets={coco: {nmae: x}}", r"evaluation: test_sets\.coco: unknown key 'nmae'"),
 ])
 def test_pipeline_rejects_obviously_wrong_values(override: str, pattern: str) -> None:
-    from captioner.pipeline import PipelineConfig
+    from captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError, match=pattern):
         load_config(PipelineConfig, RECIPE, [override])
@@ -123,7 +123,7 @@ def test_demo_config_is_typed_and_validated() -> None:
 
 
 def test_metric_training_config_is_typed_and_validated() -> None:
-    from metric.train import MetricTrainConfig
+    from metric.training.trainer import MetricTrainConfig
 
     config = load_config(MetricTrainConfig, REPO / "recipes" / "configs" / "train_metric.yaml", ["lr=5e-5"])
     assert type(config.lr) is float and config.lr == 0.00005
@@ -136,7 +136,7 @@ def test_metric_training_config_is_typed_and_validated() -> None:
 
 
 def test_positives_config_is_typed_and_validated() -> None:
-    from metric.positives import PositivesConfig
+    from metric.training.positives import PositivesConfig
 
     assert load_config(PositivesConfig, None, ["batch_size='16'"]).batch_size == 16
     with pytest.raises(InputError, match=r"batch_size=0: expected int >= 1"):

@@ -123,7 +123,7 @@ def test_unknown_names_are_clear_errors(argv, message, capsys):
 # ------------------------------------------------------------------------------------ images / contrastive
 @pytest.fixture
 def tiny_checkpoint(tmp_path):
-    from metric.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+    from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 
     path = tmp_path / "tiny.safetensors"
     save_backbone(build_backbone_from_config(tiny_clip_config(), seed=0), path)
@@ -480,8 +480,8 @@ def test_evaluate_with_contrastive_metrics(tmp_path, shared_data, tiny_checkpoin
     # expected: the same weights through open_clip's plain encode_image / encode_text (no pacs Scorer), CLIP-S =
     # 2.5 max(cos(image, "A photo depicts " + caption), 0) and RefCLIP-S its harmonic mean with max_r cos(caption,
     # reference), averaged over the two images
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.preprocess import open_image
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.models.preprocess import open_image
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     with torch.no_grad():

@@ -18,17 +18,13 @@ import open_clip
 import pytest
 import torch
 
-from metric.backbones import (
-    build_backbone_from_config,
-    load_backbone,
-    model_fingerprint,
-    save_backbone,
-)
+from metric.models.backbones import build_backbone_from_config, model_fingerprint, save_backbone
+from metric.models.factory import load_backbone
 from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
-from metric.export import export_model
-from metric.lora import attach_lora, merge_lora, save_adapter
-from metric.scorer import Scorer
+from metric.training.export import export_model
+from metric.models.lora import attach_lora, merge_lora, save_adapter
+from metric.scoring.scorer import Scorer
 from pacs_cli import main
 
 N_INSTANCES = 8  # of the 32 fixture instances: enough images and captions, a few seconds per scoring
@@ -269,8 +265,8 @@ def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
 
 def test_official_differences_name_each_difference():
     """tiny_clip_config differs from what the official build_model rebuilds in four ways, each named."""
-    from metric.backbones import tiny_clip_config
-    from metric.export import official_differences
+    from metric.models.backbones import tiny_clip_config
+    from metric.training.export import official_differences
 
     tiny = build_backbone_from_config(tiny_clip_config(), family="pac-s++")
     assert official_differences(tiny) == [

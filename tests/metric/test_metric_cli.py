@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from metric.backbones import save_backbone
+from metric.models.backbones import save_backbone
 from metric.common.provenance import sha256_file
-from metric.scorer import Scorer
+from metric.scoring.scorer import Scorer
 from pacs_cli import main
 
 

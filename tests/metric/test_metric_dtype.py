@@ -9,9 +9,9 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from metric.backbones import load_backbone
+from metric.models.factory import load_backbone
 from metric.common.errors import InputError
-from metric.scorer import Scorer, check_dtype
+from metric.scoring.scorer import Scorer, check_dtype
 from pacs_cli import main
 
 # Measured on fixture A (32 instances, w = 2.0): max |Δ PAC-S| bf16 0.025, fp16 0.0034 (docs/metric.md).
@@ -130,7 +130,7 @@ def test_rewards_and_torchmetrics_take_dtype(fixture_a):
     assert np.array_equal(rewards_low, expected_low)
     assert np.abs(rewards_full - fixture_a["official"][:4]).max() <= 1e-4
     assert sorted(key[-1] for key in resources.scorers) == ["bf16", "fp32"]
-    tm = pytest.importorskip("metric.tm_metrics")
+    tm = pytest.importorskip("metric.scoring.tm_metrics")
     metric = tm.PACScorePlusPlus(backbone=backbone, w=2.0, dtype="fp16", return_per_sample=True)
     metric.update(images, captions)
     expected_fp16 = Scorer(backbone, w=2.0, dtype="fp16").score(images, captions).scores

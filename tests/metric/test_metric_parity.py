@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metric.backbones import load_backbone
+from metric.models.factory import load_backbone
 from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
-from metric.official import read_torch_checkpoint, split_lora
-from metric.scorer import Scorer
+from metric.models.official import read_torch_checkpoint, split_lora
+from metric.scoring.scorer import Scorer
 from pacs_cli import main
 
 TOLERANCE = 1e-4

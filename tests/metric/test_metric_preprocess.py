@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from metric.common.errors import InputError
-from metric.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess, open_image
+from metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess, open_image
 
 
 def _official_by_hand(image: Image.Image, size: int) -> torch.Tensor:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from metric.common.errors import InputError
-from metric.registry import METRICS, default_w, metric_spec
-from metric.scores import clip_score, cosine, ref_score, reference_term
+from metric.scoring.registry import METRICS, default_w, metric_spec
+from metric.scoring.scores import clip_score, cosine, ref_score, reference_term
 
 
 def test_clip_score_clips_negative_cosines_and_scales_by_w():

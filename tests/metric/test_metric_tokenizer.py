@@ -6,7 +6,7 @@ import json
 import torch
 from open_clip.tokenizer import SimpleTokenizer
 
-from metric.tokenizer import EOT_ID, SOT_ID, ClipTokenizer
+from metric.models.tokenizer import EOT_ID, SOT_ID, ClipTokenizer
 
 
 def test_fixture_prompt_ids_match_official(pacscore_fixtures):

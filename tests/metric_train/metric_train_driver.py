@@ -11,9 +11,9 @@ import sys
 
 import torch
 
-from metric.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.train import LoraOptions, LossOptions, MetricTrainConfig, train_metric
-from metric.train_data import TensorPositivesDataset
+from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
+from metric.training.data import TensorPositivesDataset
 
 WORDS = "dog cat man woman red blue ball grass water snow runs sits".split()
 GLOBAL_BATCH = 8

@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from metric.common.errors import InputError
-from metric.grad_cache import grad_cache_step
-from metric.losses import positive_augmented_loss, symmetric_infonce
-from metric.train import MetricTrainConfig, micro_batch_size
-from metric.train_data import ShardedEpochBatches, split_micro_batches
+from metric.training.grad_cache import grad_cache_step
+from metric.training.losses import positive_augmented_loss, symmetric_infonce
+from metric.training.trainer import MetricTrainConfig, micro_batch_size
+from metric.training.data import ShardedEpochBatches, split_micro_batches
 
 from .metric_train_driver import GLOBAL_BATCH, STEPS, run, tiny_backbone
 
@@ -94,7 +94,7 @@ def _hand_infonce(img: list[list[float]], txt: list[list[float]], scale: float) 
 def _gather_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from metric.distributed import gather_with_grad
+    from metric.training.distributed import gather_with_grad
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

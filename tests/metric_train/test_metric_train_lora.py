@@ -8,10 +8,12 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.backbones import build_backbone_from_config, load_backbone, save_backbone, tiny_clip_config
+from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from metric.models.factory import load_backbone
 from metric.common.errors import InputError
-from metric.lora import attach_lora, load_adapter_backbone, merge_lora, save_adapter
-from metric.scorer import Scorer
+from metric.models.lora import attach_lora, merge_lora, save_adapter
+from metric.models.factory import load_adapter_backbone
+from metric.scoring.scorer import Scorer
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from metric.losses import (hard_negative_margin, positive_augmented_loss, relative_infonce, relative_positive_loss,
+from metric.training.losses import (hard_negative_margin, positive_augmented_loss, relative_infonce, relative_positive_loss,
                            symmetric_infonce)
 
 
@@ -148,7 +148,7 @@ def test_recipe_configs_load(name):
     from pathlib import Path
 
     from metric.common.config import load_config
-    from metric.train import MetricTrainConfig
+    from metric.training.trainer import MetricTrainConfig
 
     config = load_config(MetricTrainConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
     config.validate()
@@ -165,7 +165,7 @@ def test_generator_configs_load(name):
     from pathlib import Path
 
     from metric.common.config import load_config
-    from metric.positives import PositivesConfig
+    from metric.training.positives import PositivesConfig
 
     config = load_config(PositivesConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
     assert config.captioner and config.text_to_image and config.safety_checker

@@ -10,9 +10,9 @@ import torch
 from PIL import Image
 
 import pacs_cli
-from metric.backbones import load_backbone
-from metric.positives import PositivesConfig, caption_seed, generate_positives
-from metric.scorer import Scorer
+from metric.models.factory import load_backbone
+from metric.training.positives import PositivesConfig, caption_seed, generate_positives
+from metric.scoring.scorer import Scorer
 
 torch.set_num_threads(1)
 N_CAPTIONS = 2
@@ -141,10 +141,10 @@ def test_missing_dataset_image_is_an_error_or_a_counted_skip(karpathy_dataset, t
 
 
 def test_blip_captioner_in_bfloat16(tiny_blip_dir):
-    from metric.positives import BlipCaptioner
+    from metric.training.positives import BlipCaptioner
 
     captioner = BlipCaptioner.load(str(tiny_blip_dir), max_length=6, num_beams=1, dtype="bfloat16")
-    assert captioner.model.dtype == torch.bfloat16
+    assert captioner.modeling.model.dtype == torch.bfloat16
     captions = captioner([Image.new("RGB", (40, 30), (200, 10, 10)), Image.new("L", (20, 20), 90)])
     assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
     with pytest.raises(Exception, match="dtype must be one of"):

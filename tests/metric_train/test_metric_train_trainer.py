@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 import pacs_cli
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.errors import InputError
-from metric.train import MetricTrainConfig, train_metric
-from metric.train_data import TensorPositivesDataset, read_manifest
+from metric.training.trainer import MetricTrainConfig, train_metric
+from metric.training.data import TensorPositivesDataset, read_manifest
 
 from .metric_train_driver import WORDS, positives
 
@@ -189,7 +189,7 @@ def test_reference_positives_dataset():
     seed_everything(0)
     image = Image.fromarray((torch.arange(48 * 40 * 3) % 251).reshape(40, 48, 3).numpy().astype("uint8"))
     preprocess = _backbone().preprocess
-    from metric.train_data import ReferencePositivesDataset
+    from metric.training.data import ReferencePositivesDataset
 
     dataset = ReferencePositivesDataset([("im1", image, ["a", "b", "c"]), ("im2", image, ["d", "e"])], preprocess)
     assert len(dataset) == 5 and dataset.image_ids == ["im1"] * 3 + ["im2"] * 2

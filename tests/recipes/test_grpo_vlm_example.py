@@ -40,9 +40,9 @@ def test_grpo_run_logs_the_pacs_reward_of_its_completions(shared_data, tmp_path)
     calls = result["reward_calls"]
     assert len(calls) == 3 and all(len(call["completions"]) == 8 for call in calls)  # one generation batch a step
     # recompute every reward from the logged completions and image files with an independent Scorer
-    from metric.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.registry import default_w
-    from metric.scorer import Scorer
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.scoring.registry import default_w
+    from metric.scoring.scorer import Scorer
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     scorer = Scorer(backbone, w=default_w("pac-s++", backbone), progress=False)

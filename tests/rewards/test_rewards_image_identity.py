@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
-from metric.registry import default_w
-from metric.scorer import Scorer
+from metric.scoring.registry import default_w
+from metric.scoring.scorer import Scorer
 from rewards import RewardResources, build_reward
 
 

@@ -6,8 +6,8 @@ import pytest
 from PIL import Image
 
 from metric.common.errors import InputError
-from metric.registry import default_w
-from metric.scorer import Scorer
+from metric.scoring.registry import default_w
+from metric.scoring.scorer import Scorer
 from rewards import build_reward
 from rewards.trl import reward_function
 

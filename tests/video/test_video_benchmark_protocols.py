@@ -10,11 +10,11 @@ from eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_na
 from eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
 from eval.benchmarks import RunContext, get_benchmark
 from eval.scoring import MetricSuite
-from metric.backbones import save_backbone
+from metric.models.backbones import save_backbone
 from metric.common.errors import InputError
 from metric.scoring.model_options import ModelOptions
-from metric.video import VideoScorer
-from metric.video_frames import FrameSampling, find_videos
+from metric.video.scorer import VideoScorer
+from metric.video.frames import FrameSampling, find_videos
 from metric.video.options import VideoOptions
 
 from .video_support import (build_tiny_backbone, frame_array, pair_accuracy_by_hand, write_activitynet_foil,

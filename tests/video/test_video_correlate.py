@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from metric.backbones import save_backbone
+from metric.models.backbones import save_backbone
 from pacs_cli import main
 
 from eval.benchmarks.vatex_eval import load_vatex_eval
-from metric.video import VideoScorer
-from metric.video_frames import FrameSampling
+from metric.video.scorer import VideoScorer
+from metric.video.frames import FrameSampling
 
 from .video_support import build_tiny_backbone, tau_b_by_pairs, write_activitynet_foil, write_vatex_eval
 

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from PIL import Image
 
 from metric.common.errors import InputError
-from metric.video import (VideoScorer, best_reference_parts, caption_token_embeddings, coarse_embedding,
+from metric.video.scorer import (VideoScorer, best_reference_parts, caption_token_embeddings, coarse_embedding,
                           fine_grained, harmonic_f1, reference_video_score, text_text_score, video_text_score)
-from metric.video_frames import FrameSampling
-from metric.video_idf import IdfTable, cached_idf, idf_from_token_ids
+from metric.video.frames import FrameSampling
+from metric.video.idf import IdfTable, cached_idf, idf_from_token_ids
 
 from .video_support import frame_array, write_frame_folder
 
@@ -146,7 +146,7 @@ def test_idf_cache_round_trip(tiny_backbone, tmp_path, monkeypatch):
     first = scorer.idf(corpus)
     files = list((tmp_path / "idf").glob("*.json"))
     assert len(files) == 1
-    import metric.video_idf as video_idf
+    import metric.video.idf as video_idf
 
     monkeypatch.setattr(video_idf, "compute_idf", lambda *a, **k: pytest.fail("cache not used"))
     second = cached_idf(corpus, scorer.tokenize_ids, *scorer.special_ids(), tmp_path, "ClipTokenizer-77")
@@ -245,7 +245,7 @@ def test_caption_ends_at_the_first_eos_like_the_text_tower(tiny_backbone):
 
 
 def test_lora_backbone_token_embeddings(tmp_path):
-    from metric.lora import attach_lora
+    from metric.models.lora import attach_lora
 
     from .video_support import build_tiny_backbone
 

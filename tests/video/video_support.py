@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from metric.backbones import build_backbone_from_config, tiny_clip_config
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
 
 def build_tiny_backbone(family: str = "clip"):
