@@ -5,7 +5,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError

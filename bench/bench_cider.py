@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 from pycocoevalcap.cider.cider import Cider
+from timing import best_time
 
 from eval.cider import CiderD, cider_df
-from timing import best_time
 
 
 def flickr8k_captions() -> dict[str, list[str]] | None:

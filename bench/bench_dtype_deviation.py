@@ -28,9 +28,9 @@ import torch
 from scipy.stats import kendalltau
 
 from eval.benchmarks.flickr8k import load_raw
+from metric.common.paths import shared_dir
 from metric.models.backbones import Backbone
 from metric.models.factory import load_backbone
-from metric.common.paths import shared_dir
 from metric.scoring.scorer import Scorer, ScoreResult
 
 LOW = ("bf16", "fp16")

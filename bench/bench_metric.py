@@ -22,9 +22,9 @@ import time
 import numpy as np
 import torch
 
+from metric.common.paths import shared_dir
 from metric.models.backbones import Backbone
 from metric.models.factory import load_backbone
-from metric.common.paths import shared_dir
 from metric.models.preprocess import open_image
 from metric.scoring.scorer import DEFAULT_PROMPT, Scorer
 from metric.scoring.scores import clip_score

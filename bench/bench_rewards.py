@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 
 import torch
+from timing import median_time
 
 from captioner.data import load_dataset
 from metric.common.paths import shared_dir
 from rewards import build_reward
-from timing import median_time
 
 
 def main(argv: list[str] | None = None) -> None:

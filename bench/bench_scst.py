@@ -22,7 +22,7 @@ from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.scoring.scorer import Scorer
 from rewards import build_reward
 
-WORDS = "a an the man woman dog cat red blue green on in with of sitting standing running street field".split()
+WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "red", "blue", "green", "on", "in", "with", "of", "sitting", "standing", "running", "street", "field"]
 
 
 def main() -> None:

@@ -21,16 +21,22 @@ import time
 
 
 def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads: int, device: str, micro: int,
-             queue: "multiprocessing.Queue") -> None:
+             queue: multiprocessing.Queue) -> None:
     import torch
 
-    from metric.training.grad_cache import grad_cache_step
-    from metric.training.trainer import encode_positives, loss_on_embeddings
-    from metric.training.data import split_micro_batches
-
     from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.training.trainer import DualEncoder, LossOptions, MetricTrainConfig, compute_loss, prepare_trainable
-    from metric.training.trainer import trainable_parameters
+    from metric.training.data import split_micro_batches
+    from metric.training.grad_cache import grad_cache_step
+    from metric.training.trainer import (
+        DualEncoder,
+        LossOptions,
+        MetricTrainConfig,
+        compute_loss,
+        encode_positives,
+        loss_on_embeddings,
+        prepare_trainable,
+        trainable_parameters,
+    )
 
     torch.set_num_threads(threads)
     if size == "tiny":

@@ -18,15 +18,15 @@ import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
+from eval.ngram_index import NgramIndex
 from metric.common.errors import InputError
 from metric.common.io import atomic_path
-from eval.ngram_index import NgramIndex
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class DocumentFrequency:
     n: int = NGRAM_ORDER
     corpus_sha256: str = ""
     #: the CiderD scorer that `cider_d` keeps for this table (interning a big table once, not every call)
-    scorer: "CiderD | None" = field(default=None, repr=False, compare=False)
+    scorer: CiderD | None = field(default=None, repr=False, compare=False)
 
     @property
     def log_num_documents(self) -> float:
@@ -101,7 +101,7 @@ class DocumentFrequency:
                 Path(tmp).write_bytes(data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "DocumentFrequency":
+    def load(cls, path: str | os.PathLike) -> DocumentFrequency:
         """Read a table written by `save`; a malformed file raises InputError naming it."""
         path = Path(path)
         try:

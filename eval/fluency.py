@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from metric.common.errors import InputError
 
@@ -16,21 +16,14 @@ _WORD = re.compile(r"[\w']+")
 
 #: English prepositions that cannot close a caption. Words that also work as adverb particles at the end of a
 #: well-formed caption ("jumping up", "standing outside", "looking down", "walking by") are left out.
-PREPOSITIONS = frozenset("""
-    against amid amidst among amongst as at atop beside between despite during except for from in into
-    like near of on onto per than to toward towards under upon via with within without
-""".split())
+PREPOSITIONS = frozenset(["against", "amid", "amidst", "among", "amongst", "as", "at", "atop", "beside", "between", "despite", "during", "except", "for", "from", "in", "into", "like", "near", "of", "on", "onto", "per", "than", "to", "toward", "towards", "under", "upon", "via", "with", "within", "without"])
 
 #: Coordinating and subordinating conjunctions.
-CONJUNCTIONS = frozenset("""
-    and but or nor yet because although though while whereas if unless whether that
-""".split())
+CONJUNCTIONS = frozenset(["and", "but", "or", "nor", "yet", "because", "although", "though", "while", "whereas", "if", "unless", "whether", "that"])
 
 #: Articles, demonstratives, possessive and distributive determiners (quantifiers that double as pronouns,
 #: such as "all" or "many", are left out).
-DETERMINERS = frozenset("""
-    a an the this that these those my your his her its our their every either neither another no
-""".split())
+DETERMINERS = frozenset(["a", "an", "the", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our", "their", "every", "either", "neither", "another", "no"])
 
 #: Every word that makes a caption "end incorrectly".
 INCORRECT_END_WORDS = PREPOSITIONS | CONJUNCTIONS | DETERMINERS

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -71,7 +72,7 @@ class HarperChecker:
         config.update({rule: False for rule in self.disabled if rule in config})
         self._linter.set_lint_config(config)
         try:
-            import importlib.metadata as metadata
+            from importlib import metadata
 
             self.name = f"harper (harper-py {metadata.version('harper-py')})"
         except Exception:  # pragma: no cover - metadata missing

@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from metric.common.errors import MissingResourceError
 

@@ -5,9 +5,9 @@ one int64 and kept in a sorted array, so a whole batch of sentences is resolved 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Sequence
 
 import numpy as np
 

@@ -38,11 +38,11 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib.pyplot as plt
+from scipy import stats
 
-from metric.common.errors import InputError  # noqa: E402
-from metric.common.io import write_text_atomic  # noqa: E402
+from metric.common.errors import InputError
+from metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pycocoevalcap.spice.spice as coco_spice

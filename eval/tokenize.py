@@ -5,8 +5,8 @@ import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pycocoevalcap.tokenizer.ptbtokenizer as ptb
 

@@ -19,10 +19,10 @@ import logging
 import sys
 from pathlib import Path
 
+from captioner.modeling.training import process_state
 from captioner.orchestration.evaluation import TABLE_COLUMNS
 from captioner.orchestration.launching import relaunch_cpu_processes
 from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
-from captioner.modeling.training import process_state
 from metric.common.config import load_config
 from metric.common.errors import PacsError
 

@@ -21,9 +21,10 @@ import argparse
 import logging
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from PIL import Image
@@ -76,7 +77,7 @@ def build_tokenizer(captions: Sequence[str]) -> Any:
 
 def build_captioner(tokenizer: Any, image_size: int = 32, seed: int = 0) -> Any:
     """A tiny random `VisionEncoderDecoderModel`: 2-layer ViT encoder + 2-layer GPT-2 decoder."""
-    from transformers import GPT2Config, ViTConfig, VisionEncoderDecoderConfig, VisionEncoderDecoderModel
+    from transformers import GPT2Config, VisionEncoderDecoderConfig, VisionEncoderDecoderModel, ViTConfig
 
     encoder = ViTConfig(image_size=image_size, patch_size=8, hidden_size=32, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=64)

@@ -12,8 +12,8 @@ import argparse
 import logging
 import sys
 
-from captioner.orchestration.launching import relaunch_cpu_processes
 from captioner.entry import run_from_config
+from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 
 

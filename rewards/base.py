@@ -1,7 +1,7 @@
 """The reward protocol: `reward(image_ids, captions[B][k], references[B][*]) -> FloatTensor[B, k]`."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -8,7 +8,8 @@ are computed once (and kept on disk with `cider_df_cache=PATH`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -9,7 +9,8 @@ precision of a scorer the reward builds itself; a given `scorer=` keeps its own.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

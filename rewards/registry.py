@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from metric.common.errors import InputError
 from rewards.base import Reward, RewardFn, WeightedReward

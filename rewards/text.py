@@ -8,7 +8,7 @@ Its agreement with the Java tokenizer is measured on the real Flickr8k captions 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # the tokens pycocoevalcap drops after tokenizing (its list, verbatim: the bracket escapes are upper case
 # there and survive lower-casing, as they do in pycocoevalcap itself)
@@ -17,8 +17,7 @@ PTB_PUNCTUATIONS = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "
 
 _OPENERS = {'"': "``", "(": "-lrb-", "[": "-lsb-", "{": "-lcb-", "`": "`", "'": "`", "-": "-"}
 _CLOSERS = {'"': "''", ")": "-rrb-", "]": "-rsb-", "}": "-rcb-", "'": "'"}
-_ABBREVIATIONS = frozenset("mr mrs ms dr st jr sr vs etc inc co corp ltd mt ft ave jan feb mar apr jun jul aug "
-                           "sep sept oct nov dec prof gen gov sen rep capt lt col sgt no".split())
+_ABBREVIATIONS = frozenset(["mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "co", "corp", "ltd", "mt", "ft", "ave", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "prof", "gen", "gov", "sen", "rep", "capt", "lt", "col", "sgt", "no"])
 _SPECIAL_WORDS = {"cannot": ["can", "not"], "gonna": ["gon", "na"], "gotta": ["got", "ta"],
                   "wanna": ["wan", "na"], "can't": ["ca", "n't"], "won't": ["wo", "n't"]}
 _CONTRACTION = re.compile(r"^(.+?)(n't|'s|'re|'ve|'ll|'d|'m)$")

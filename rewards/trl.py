@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from metric.common.errors import InputError
 from metric.scoring.registry import METRICS

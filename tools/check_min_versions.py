@@ -41,8 +41,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version

@@ -54,10 +54,10 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
     import torch
     from tqdm.auto import tqdm
 
-    from captioner.orchestration.backbone_source import load_source_backbone
     from captioner.modeling.checkpoints import load_captioner
     from captioner.modeling.decoding import beam_search
     from captioner.modeling.features import load_pixels
+    from captioner.orchestration.backbone_source import load_source_backbone
     from metric.models.grid import visual_grid_features
 
     model, vocab, info = load_captioner(checkpoint, device)

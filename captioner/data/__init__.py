@@ -1,4 +1,5 @@
 """Caption data sets: one registry (`DATASETS`) of loaders returning a common `CaptionDataset`."""
+from captioner.data import cc3m, flickr8k_raw, karpathy, nocaps, vizwiz  # noqa: F401  (register the loaders)
 from captioner.data.datasets import (
     DATASETS,
     CaptionDataset,
@@ -9,7 +10,6 @@ from captioner.data.datasets import (
     load_dataset_config,
     register_dataset,
 )
-from captioner.data import cc3m, flickr8k_raw, karpathy, nocaps, vizwiz  # noqa: F401  (register the loaders)
 
 __all__ = ["DATASETS", "CaptionDataset", "CaptionItem", "DatasetConfig", "get_dataset_loader", "load_dataset",
            "load_dataset_config", "register_dataset"]

@@ -1,10 +1,11 @@
 """COCO-style caption files (`images[]` + `annotations[]`), the form of nocaps and VizWiz annotations."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from metric.common.errors import InputError
 from captioner.data.parsing import nonempty_caption, require
+from metric.common.errors import InputError
 
 AnnotationFilter = Callable[[dict[str, Any], str], str | None]
 

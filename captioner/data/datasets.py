@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from metric.common.errors import InputError
 
@@ -49,7 +50,7 @@ class CaptionDataset:
         """Return `{image_id: image path}` for items that have one."""
         return {item.image_id: item.image_path for item in self.items if item.image_path is not None}
 
-    def by_split(self) -> dict[str, "CaptionDataset"]:
+    def by_split(self) -> dict[str, CaptionDataset]:
         """Return one sub-dataset per split name, in first-seen order."""
         groups: dict[str, list[CaptionItem]] = {}
         for item in self.items:
@@ -57,7 +58,7 @@ class CaptionDataset:
         return {split: dataclasses.replace(self, items=items, report=dict(self.report))
                 for split, items in groups.items()}
 
-    def split(self, *names: str) -> "CaptionDataset":
+    def split(self, *names: str) -> CaptionDataset:
         """Return the items of the given split(s); an unknown split name is an InputError."""
         known = {item.split for item in self.items}
         unknown = [name for name in names if name not in known]

@@ -3,7 +3,7 @@ corruptions of it (wrong colour, shape, size, relation; a dropped or an extra ob
 plus a caption of another image."""
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

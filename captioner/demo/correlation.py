@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import csv
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -49,7 +50,7 @@ def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candi
 def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float]:
     """Kendall tau_b and tau_c (x100, scipy) of a metric against the judge."""
     return {"tau_b": float(100 * stats.kendalltau(values, judge, variant="b").statistic),
-            "tau_c": float(100 * stats.kendalltau(values, judge, variant="c").statistic), "n": int(len(values))}
+            "tau_c": float(100 * stats.kendalltau(values, judge, variant="c").statistic), "n": len(values)}
 
 
 def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, Any], folder: Path) -> dict:

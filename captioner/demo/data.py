@@ -23,7 +23,7 @@ class DemoData:
     image_dir: Path
 
     @classmethod
-    def build(cls, config: DemoWorldConfig, image_dir: Path) -> "DemoData":
+    def build(cls, config: DemoWorldConfig, image_dir: Path) -> DemoData:
         """Generate the items of every split (no rendering)."""
         world = DemoWorld(config)
         sizes = {"train": config.n_train, "val": config.n_val, "test": config.n_test}

@@ -79,9 +79,9 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     """
     from captioner.demo import captioning, correlation, metric_stages
     from captioner.demo.data import DemoData, write_images
+    from captioner.modeling.training import micro_batch_for, process_state
     from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
     from captioner.orchestration.stages import StageRunner, check_force
-    from captioner.modeling.training import micro_batch_for, process_state
     from eval.report import write_report
 
     state = process_state()

@@ -11,7 +11,7 @@ captioner's decoder holds the `k` captions of an image next to each other).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -16,8 +16,9 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from PIL import Image

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -163,7 +164,7 @@ class DecoderState:
         self.caches = caches
         self.position = position
 
-    def select(self, index: torch.Tensor) -> "DecoderState":
+    def select(self, index: torch.Tensor) -> DecoderState:
         """Keep (and reorder/repeat) the rows `index` of every cached tensor (beam search bookkeeping)."""
         memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
         caches = [{name: t.index_select(0, index) for name, t in cache.items()} for cache in self.caches]

@@ -9,9 +9,10 @@ import importlib.util
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from accelerate import Accelerator, PartialState

@@ -12,8 +12,8 @@ import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import write_json_atomic
@@ -50,7 +50,7 @@ class WordVocab:
         self.max_length = int(max_length)
 
     @classmethod
-    def build(cls, captions: Iterable[str], min_count: int = 5, max_length: int = DEFAULT_MAX_LENGTH) -> "WordVocab":
+    def build(cls, captions: Iterable[str], min_count: int = 5, max_length: int = DEFAULT_MAX_LENGTH) -> WordVocab:
         """Build from training captions, keeping words seen at least `min_count` times (sorted by frequency)."""
         counts = Counter(token for caption in captions for token in ptb_tokenize_fast(caption))
         words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
@@ -84,7 +84,7 @@ class WordVocab:
         return {"kind": self.kind, "max_length": self.max_length, "itos": self.itos}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "WordVocab":
+    def from_dict(cls, data: dict) -> WordVocab:
         """Rebuild from `to_dict` output."""
         itos = data["itos"]
         if list(itos[:4]) != list(SPECIALS):
@@ -111,7 +111,7 @@ class SentencePieceVocab:
 
     @classmethod
     def build(cls, captions: Iterable[str], vocab_size: int = 8000, max_length: int = DEFAULT_MAX_LENGTH,
-              model_type: str = "unigram") -> "SentencePieceVocab":
+              model_type: str = "unigram") -> SentencePieceVocab:
         """Train a sentencepiece model on the captions (lower-cased) with ids 0..3 = pad/bos/eos/unk."""
         spm = _import_sentencepiece()
         lines = [" ".join(ptb_tokenize_fast(c)) for c in captions]
@@ -154,7 +154,7 @@ class SentencePieceVocab:
                 "model": base64.b64encode(self.model_proto).decode("ascii")}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SentencePieceVocab":
+    def from_dict(cls, data: dict) -> SentencePieceVocab:
         """Rebuild from `to_dict` output."""
         return cls(base64.b64decode(data["model"]), data.get("max_length", DEFAULT_MAX_LENGTH))
 

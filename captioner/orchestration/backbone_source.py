@@ -2,8 +2,9 @@
 checkpoint so that `pacs caption` re-creates exactly the feature extractor the captioner was trained on."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from metric.common.errors import InputError
 

@@ -9,7 +9,8 @@ the 2.5–97.5 percentile of those differences (`eval.correlation.confidence_int
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,8 +9,9 @@ corpus metrics (BLEU, METEOR, CIDEr-D, SPICE) are then computed once, on the mai
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -40,8 +41,8 @@ def caption_and_score(model: Any, vocab: Any, features: Any, image_ids: Sequence
 
     Every process returns the same, complete result.
     """
-    from captioner.orchestration.evaluation import contrastive_per_image
     from captioner.modeling.train_xe import generate_captions
+    from captioner.orchestration.evaluation import contrastive_per_image
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -3,7 +3,8 @@ Rep-1..4 and %Incorrect — through eval/ (text metrics, fluency) and metric.Sco
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

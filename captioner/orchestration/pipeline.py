@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
 from captioner.modeling.model import CaptionerConfig
-from captioner.orchestration.stages import StageRunner, check_force
 from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.training import process_state
 from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
-from metric.common.config import (NonNegativeInt, PositiveInt, dump_yaml, from_dict,
-                                  to_dict)
+from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from captioner.orchestration.stages import StageRunner, check_force
+from metric.common.config import NonNegativeInt, PositiveInt, dump_yaml, from_dict, to_dict
 from metric.common.config_files import packaged_config
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
@@ -213,11 +212,11 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
-    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, settings_of, trainer_settings
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.training import micro_batch_for, process_state
     from captioner.modeling.vocab import build_vocab, load_vocab
+    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, settings_of, trainer_settings
 
     state = process_state()
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
@@ -411,10 +410,10 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
     the rows (the others return no rows).
     """
     from captioner.modeling.checkpoints import load_captioner
+    from captioner.modeling.training import process_state
     from captioner.orchestration.eval_intervals import add_intervals
     from captioner.orchestration.eval_processes import caption_and_score
     from captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
-    from captioner.modeling.training import process_state
 
     config = run.config
     state = process_state()

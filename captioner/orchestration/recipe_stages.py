@@ -10,8 +10,9 @@ Shared by the recipe pipeline and the demo.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from captioner.orchestration.stages import StageRunner, file_input
 

@@ -28,9 +28,10 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic

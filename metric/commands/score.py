@@ -4,23 +4,29 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
-from metric.scoring.images import ImageFinder
 from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
-from metric.scoring.model_options import (DEFAULT_CLIP_BACKBONE, ModelOptions, build_scorer, load_model,
-                                          model_identity, model_provenance)
-from metric.scoring.registry import metric_spec
+from metric.scoring.images import ImageFinder
 from metric.scoring.inputs import (
     load_candidates,
     load_image_map,
     load_references,
     references_for,
 )
+from metric.scoring.model_options import (
+    DEFAULT_CLIP_BACKBONE,
+    ModelOptions,
+    build_scorer,
+    load_model,
+    model_identity,
+    model_provenance,
+)
+from metric.scoring.registry import metric_spec
 
 if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
     from metric.models.backbones import Backbone

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[str]:

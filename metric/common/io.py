@@ -5,8 +5,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -27,10 +28,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
     """Serialise `data` as JSON into `path` atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent, ensure_ascii=False)
-            handle.write("\n")
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=indent, ensure_ascii=False)
+        handle.write("\n")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

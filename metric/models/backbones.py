@@ -12,9 +12,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import open_clip
 import torch
@@ -33,13 +34,13 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
+from metric.models.preprocess import ImagePreprocess
 from metric.models.pruned_forward import (
     encode_image_pruned,
     encode_text_pruned,
     supports_pruned_image,
     supports_pruned_text,
 )
-from metric.models.preprocess import ImagePreprocess
 from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from metric.common.provenance import sha256_file
 from metric.models.backbones import (
     EXPORT_WEIGHTS_FILE,
     Backbone,
-    load_pacs_safetensors,
     load_open_clip_backbone,
+    load_pacs_safetensors,
 )
 from metric.models.families import check_declared_family
 from metric.models.lora import BASE_FILE, apply_adapter, read_base_record

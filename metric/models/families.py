@@ -10,8 +10,9 @@ single official variant (ViT-B/32: always OpenAI); otherwise loading refuses and
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from metric.common.errors import InputError
 from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD

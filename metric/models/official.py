@@ -23,29 +23,30 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import open_clip
 import torch
 
-from metric.models.backbones import (
-    Backbone,
-    load_state_strict,
-    open_clip_name_config,
-    assemble_backbone,
-    instantiate_open_clip,
-    parse_backbone_spec,
-)
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
+from metric.models.backbones import (
+    Backbone,
+    assemble_backbone,
+    instantiate_open_clip,
+    load_state_strict,
+    open_clip_name_config,
+    parse_backbone_spec,
+)
 from metric.models.families import (
     ARCH_PRESETS,
     LORA_MODES,
     OFFICIAL_CHECKPOINTS,
     ArchPreset,
-    architecture_name,
     arch_preset,
+    architecture_name,
     establish_family,
     official_checkpoint,
     single_variant_preset,

@@ -9,9 +9,10 @@ rounded), since neither PIL nor torchvision resizes them to an 8-bit RGB result 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +21,7 @@ from torchvision import transforms
 from torchvision.transforms import InterpolationMode
 
 from metric.common.errors import InputError
-from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD  # noqa: F401 (also re-exported here)
+from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
 
 _INTERPOLATIONS = {
     "bicubic": InterpolationMode.BICUBIC,
@@ -85,7 +86,7 @@ class ImagePreprocess:
         )
 
     @classmethod
-    def from_open_clip_cfg(cls, cfg: Mapping[str, Any]) -> "ImagePreprocess":
+    def from_open_clip_cfg(cls, cfg: Mapping[str, Any]) -> ImagePreprocess:
         """Build from an open_clip preprocess config (`size`, `mean`, `std`, `interpolation`, `resize_mode`)."""
         size = cfg.get("size", 224)
         if isinstance(size, (tuple, list)):

@@ -13,7 +13,7 @@ layer-scale-free variants are fine) falls back to open_clip's own forward.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

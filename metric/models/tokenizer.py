@@ -7,8 +7,8 @@ tokens `<start_of_text>` / `<end_of_text>`. OpenAI (and therefore the official P
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import regex
 import torch

@@ -62,9 +62,8 @@ class EmbeddingCache:
 
     def put(self, file_hash: str, embedding: np.ndarray) -> None:
         """Store one embedding (fp32) atomically."""
-        with atomic_path(self._entry(file_hash)) as tmp:
-            with open(tmp, "wb") as handle:
-                np.save(handle, np.asarray(embedding, dtype=np.float32), allow_pickle=False)
+        with atomic_path(self._entry(file_hash)) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, np.asarray(embedding, dtype=np.float32), allow_pickle=False)
 
     def __len__(self) -> int:
         return sum(1 for _ in self.root.glob("*.npy"))

@@ -20,20 +20,21 @@ import hashlib
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from metric.models.backbones import Backbone
 from metric.common.errors import InputError
-from metric.scoring.embedding_cache import EmbeddingCache, image_identity
+from metric.models.backbones import Backbone
 from metric.models.preprocess import open_image
 from metric.models.pruned_forward import common_prefix_length, prefix_states
+from metric.scoring.embedding_cache import EmbeddingCache, image_identity
 from metric.scoring.registry import default_w
 from metric.scoring.scores import clip_score, ref_score
 

@@ -9,7 +9,8 @@
 """
 from __future__ import annotations
 
-from typing import Sequence, TypeVar, Union
+from collections.abc import Sequence
+from typing import TypeVar, Union
 
 import numpy as np
 import torch

@@ -43,10 +43,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from metric.models.backbones import Backbone
 from metric.common.errors import InputError, MissingResourceError
-from metric.scoring.registry import check_metric_family
-from metric.scoring.registry import default_w, metric_spec
+from metric.models.backbones import Backbone
+from metric.scoring.registry import check_metric_family, default_w, metric_spec
 from metric.scoring.scorer import Scorer
 
 try:

@@ -11,9 +11,9 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import torch
 from PIL import Image, UnidentifiedImageError

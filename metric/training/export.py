@@ -32,6 +32,9 @@ from typing import Any
 
 import torch
 
+from metric.common.errors import InputError, MissingResourceError
+from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
+from metric.common.provenance import provenance, sha256_file
 from metric.models.backbones import (
     EXPORT_CONFIG_FILE,
     EXPORT_WEIGHTS_FILE,
@@ -40,9 +43,6 @@ from metric.models.backbones import (
     model_fingerprint,
     save_backbone,
 )
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
-from metric.common.provenance import provenance, sha256_file
 from metric.models.factory import load_backbone
 from metric.models.families import ARCH_PRESETS, SOURCE_METADATA
 from metric.models.lora import BASE_FILE

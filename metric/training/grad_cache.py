@@ -15,7 +15,8 @@ and one backward (open_clip's scheme), with the same gradients.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ContextManager, Protocol
 
 import torch
 

@@ -13,9 +13,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from PIL import Image
 from tqdm.auto import tqdm
@@ -141,7 +142,7 @@ def caption_seed(base_seed: int, caption_id: str) -> int:
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def torch_dtype(name: str) -> "Any":
+def torch_dtype(name: str) -> Any:
     """The torch dtype named by the config (float16 / bfloat16 for generation on GPUs)."""
     import torch
 
@@ -170,7 +171,7 @@ class BlipCaptioner:
 
     @classmethod
     def load(cls, name: str, max_length: int = 30, num_beams: int = 3, device: str = "cpu",
-             dtype: str = "float32") -> "BlipCaptioner":
+             dtype: str = "float32") -> BlipCaptioner:
         """Load BLIP from a hub id or a local folder; a missing model is one clear MissingResourceError."""
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
@@ -205,7 +206,7 @@ class DiffusionImages:
 
     @classmethod
     def load(cls, name: str, safety_checker: bool = True, num_inference_steps: int = 50, guidance_scale: float = 7.5,
-             size: int = 512, device: str = "cpu", dtype: str = "float32") -> "DiffusionImages":
+             size: int = 512, device: str = "cpu", dtype: str = "float32") -> DiffusionImages:
         """Load a Stable Diffusion pipeline from a hub id or a local folder (needs the `generate` extra)."""
         try:
             from diffusers import AutoPipelineForText2Image
@@ -217,7 +218,7 @@ class DiffusionImages:
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         try:
             pipeline = AutoPipelineForText2Image.from_pretrained(name, **kwargs)
-        except (OSError, ValueError, EnvironmentError) as error:
+        except (OSError, ValueError) as error:
             raise _missing_model("text-to-image (Stable Diffusion)", name, "text_to_image", error) from None
         return cls(pipeline, num_inference_steps, guidance_scale, size, device)
 

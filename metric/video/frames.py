@@ -18,9 +18,9 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -171,7 +171,7 @@ def _count_frames(path: Path) -> int:
         return sum(1 for packet in container.demux(stream) if packet.size)
 
 
-def _decode(path: Path) -> Iterator[tuple[int, float | None, "object"]]:
+def _decode(path: Path) -> Iterator[tuple[int, float | None, object]]:
     """Yield (index, time in seconds, av.VideoFrame) for every frame of the first video stream."""
     av = _import_av()
     with _open_container(path) as container:

@@ -13,9 +13,9 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -44,7 +44,7 @@ class IdfTable:
     corpus_sha256: str = ""
 
     @classmethod
-    def uniform(cls) -> "IdfTable":
+    def uniform(cls) -> IdfTable:
         """The table without IDF: every token weighs 1."""
         return cls()
 
@@ -58,7 +58,7 @@ class IdfTable:
                 "default": self.default, "weights": {str(k): v for k, v in sorted(self.weights.items())}}
 
     @classmethod
-    def from_json(cls, data: dict, where: str = "IDF table") -> "IdfTable":
+    def from_json(cls, data: dict, where: str = "IDF table") -> IdfTable:
         """Rebuild a table written by `to_json` (an error naming `where` if the data is not one)."""
         if not isinstance(data, dict) or data.get("format") != IDF_FORMAT:
             raise InputError(f"{where}: not a pacs IDF table (expected format {IDF_FORMAT!r})")
@@ -74,7 +74,7 @@ class IdfTable:
         write_json_atomic(path, self.to_json(), indent=None)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "IdfTable":
+    def load(cls, path: str | os.PathLike) -> IdfTable:
         """Read a table written by `save`."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -28,12 +28,11 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
-from metric.models.backbones import Backbone
 from metric.common.errors import InputError
+from metric.models.backbones import Backbone
 from metric.scoring.embedding_cache import EmbeddingCache
 from metric.scoring.scorer import image_identity
-from metric.video.frames import (Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video,
-                                 source_digest)
+from metric.video.frames import Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video, source_digest
 from metric.video.idf import IdfTable, cached_idf
 
 logger = logging.getLogger(__name__)

@@ -20,11 +20,12 @@ import torch
 
 torch.set_num_threads(1)
 
-from captioner.orchestration.launching import relaunch_cpu_processes  # noqa: E402
-from captioner.modeling.train_scst import SCSTConfig, train_scst  # noqa: E402
-from captioner.modeling.train_xe import XEConfig, train_xe  # noqa: E402
-from captioner.modeling.training import ScheduleConfig, process_state  # noqa: E402
-from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config  # noqa: E402
+from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
+
+from captioner.modeling.train_scst import SCSTConfig, train_scst
+from captioner.modeling.train_xe import XEConfig, train_xe
+from captioner.modeling.training import ScheduleConfig, process_state
+from captioner.orchestration.launching import relaunch_cpu_processes
 
 
 def emit(name: str, values: list[float]) -> None:

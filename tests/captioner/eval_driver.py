@@ -15,8 +15,8 @@ import torch
 
 torch.set_num_threads(1)
 
-from captioner.orchestration.launching import relaunch_cpu_processes  # noqa: E402
-from captioner.modeling.training import process_state  # noqa: E402
+from captioner.modeling.training import process_state
+from captioner.orchestration.launching import relaunch_cpu_processes
 
 TINY_SEEDS = {"clip": 0, "pac-s++": 1, "features": 2}
 
@@ -32,8 +32,8 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
     """The rehearsal data sets (colliding ids) and two random captioners ('xe', 'pac-s++') over their vocabulary."""
     from rehearsal_data import build_rehearsal_sets
 
-    from captioner.modeling.checkpoints import save_captioner
     from captioner.data import load_dataset
+    from captioner.modeling.checkpoints import save_captioner
     from captioner.modeling.model import Captioner, CaptionerConfig
     from captioner.modeling.vocab import build_vocab
 
@@ -75,7 +75,7 @@ def main() -> None:
     relaunch_cpu_processes()
     run_dir, data_root, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
     state = process_state()
-    import captioner.modeling.train_xe as train_xe
+    from captioner.modeling import train_xe
 
     captioned = []
     original = train_xe.generate_captions

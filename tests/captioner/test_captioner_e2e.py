@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from captioner_testkit import tiny_pipeline_sections
 from PIL import Image
 
+from captioner.entry import run_from_config
 from captioner.modeling.checkpoints import load_captioner
 from captioner.modeling.features import FeatureCache
-from captioner.entry import run_from_config
-from captioner_testkit import tiny_pipeline_sections
 from metric.models.backbones import tiny_clip_config
 
 torch.set_num_threads(1)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from captioner.modeling.features import FeatureCache, extract_features
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.errors import InputError
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.models.grid import visual_grid_features
 
 torch.set_num_threads(1)

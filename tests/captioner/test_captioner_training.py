@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
+from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 from safetensors.torch import load_file
 
 from captioner.modeling.checkpoints import CheckpointError, load_captioner
@@ -22,7 +22,6 @@ from captioner.modeling.train_scst import NonFiniteRewardError, SCSTConfig, trai
 from captioner.modeling.train_xe import XEConfig, train_xe
 from captioner.modeling.training import ScheduleConfig
 from captioner.modeling.vocab import build_vocab
-from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent

@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
+from captioner_testkit import tiny_model_config
 
 from captioner.modeling.decoding import beam_search, greedy, sample
 from captioner.modeling.model import Captioner, sequence_mask
 from captioner.modeling.train_scst import compute_advantages
 from captioner.modeling.training import BatchPlan, ScheduleConfig, pacs_lr
 from captioner.modeling.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
-from captioner_testkit import tiny_model_config
 from metric.common.errors import InputError
 
 torch.set_num_threads(1)

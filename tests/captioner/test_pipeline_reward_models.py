@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from captioner.orchestration.pipeline import PipelineConfig, reward_context, reward_scorers, run_pipeline
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.config import from_dict
 from metric.common.errors import InputError
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.models.families import FamilyMismatchError
 
 torch.set_num_threads(1)

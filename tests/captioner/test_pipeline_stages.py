@@ -10,8 +10,8 @@ import torch
 import yaml
 
 from captioner.entry import run_from_config
-from metric.models.backbones import tiny_clip_config
 from metric.common.errors import InputError
+from metric.models.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
 

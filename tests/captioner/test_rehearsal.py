@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from captioner_testkit import tiny_pipeline_sections
+from rehearsal_data import build_rehearsal_sets
 
 from captioner.data import load_dataset
 from captioner.orchestration.pipeline import reward_slug
 from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from captioner_testkit import tiny_pipeline_sections
-from rehearsal_data import build_rehearsal_sets
 
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = ["pac-s", "ref-pac-s++"]

@@ -90,5 +90,5 @@ class _FixedParser:
     def __init__(self, args) -> None:
         self._args = args
 
-    def parse_args(self, argv):  # noqa: D401 - test double
+    def parse_args(self, argv):
         return self._args

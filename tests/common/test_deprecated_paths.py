@@ -79,7 +79,7 @@ def test_video_package_keeps_the_scorer_names() -> None:
 
 def test_a_patch_through_an_old_path_reaches_the_new_home(monkeypatch: pytest.MonkeyPatch) -> None:
     import metric.backbones as old_backbones
-    import metric.models.factory as factory
+    from metric.models import factory
 
     sentinel = object()
     monkeypatch.setattr(old_backbones, "load_backbone", sentinel)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from captioner.orchestration.recipe_stages import trainer_settings
 from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
+from captioner.orchestration.recipe_stages import trainer_settings
 from metric.common.config import dump_yaml, from_dict, load_config, load_yaml
 from metric.common.errors import InputError
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target

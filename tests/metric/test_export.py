@@ -18,13 +18,13 @@ import open_clip
 import pytest
 import torch
 
-from metric.models.backbones import build_backbone_from_config, model_fingerprint, save_backbone
-from metric.models.factory import load_backbone
 from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
-from metric.training.export import export_model
+from metric.models.backbones import build_backbone_from_config, model_fingerprint, save_backbone
+from metric.models.factory import load_backbone
 from metric.models.lora import attach_lora, merge_lora, save_adapter
 from metric.scoring.scorer import Scorer
+from metric.training.export import export_model
 from pacs_cli import main
 
 N_INSTANCES = 8  # of the 32 fixture instances: enough images and captions, a few seconds per scoring

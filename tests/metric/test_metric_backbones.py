@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
+from metric.common.errors import InputError, MissingResourceError
 from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 from metric.models.factory import load_backbone
-from metric.common.errors import InputError, MissingResourceError
 from metric.models.official import infer_openai_config, merge_lora, read_torch_checkpoint, split_lora
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from metric.models.backbones import save_backbone
 from metric.common.provenance import sha256_file
+from metric.models.backbones import save_backbone
 from metric.scoring.scorer import Scorer
 from pacs_cli import main
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from metric.models.factory import load_backbone
 from metric.common.errors import InputError
+from metric.models.factory import load_backbone
 from metric.scoring.scorer import Scorer, check_dtype
 from pacs_cli import main
 

@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.models.backbones import build_backbone_from_config, instantiate_open_clip, open_clip_name_config, save_backbone, tiny_clip_config
-from metric.models.factory import load_backbone
 from metric.commands.flags import cli_message
 from metric.common.errors import InputError
+from metric.models.backbones import (
+    build_backbone_from_config,
+    instantiate_open_clip,
+    open_clip_name_config,
+    save_backbone,
+    tiny_clip_config,
+)
+from metric.models.factory import load_backbone
 from metric.models.families import ARCH_PRESETS, OFFICIAL_CHECKPOINTS, FamilyMismatchError, establish_family
 from metric.models.official import resolve_architecture
 from metric.scoring.registry import default_w
@@ -69,7 +75,7 @@ def test_renamed_official_vit_l14_is_refused_naming_arch(vit_l14_state, tmp_path
 
 
 def test_exact_official_names_establish_activation_normalisation_and_family(vit_l14_state, tmp_path, monkeypatch):
-    import metric.models.official as official
+    from metric.models import official
 
     config, overrides, how = resolve_architecture(vit_l14_state, Path("openClip_ViT-L-14.pth"))
     assert config["quick_gelu"] is False and overrides == {"mean": HALF, "std": HALF}

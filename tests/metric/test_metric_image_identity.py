@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.models.backbones import save_backbone
 from metric.common.errors import InputError
+from metric.models.backbones import save_backbone
 from metric.scoring.images import ImageFinder, coco_image_id, ids_for_files
 from metric.scoring.scorer import Scorer
 from pacs_cli import main

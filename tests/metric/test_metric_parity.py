@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metric.models.factory import load_backbone
 from metric.common.errors import InputError
 from metric.common.provenance import sha256_file
+from metric.models.factory import load_backbone
 from metric.models.official import read_torch_checkpoint, split_lora
 from metric.scoring.scorer import Scorer
 from pacs_cli import main

@@ -4,7 +4,12 @@ from __future__ import annotations
 import torch
 
 from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.pruned_forward import common_prefix_length, prefix_states, supports_pruned_image, supports_pruned_text
+from metric.models.pruned_forward import (
+    common_prefix_length,
+    prefix_states,
+    supports_pruned_image,
+    supports_pruned_text,
+)
 
 TEXTS = ["A photo depicts a dog", "A photo depicts a man riding a horse on a beach", "A photo depicts ",
          "A photo depicts <|endoftext|> after the end", "A photo depicts " + " ".join(["tree"] * 90)]

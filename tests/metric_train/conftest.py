@@ -13,8 +13,7 @@ WORDS = ["a", "dog", "cat", "man", "woman", "on", "the", "grass", "runs", "red",
 
 def save_tiny_blip(folder: Path) -> Path:
     """Build a tiny random BLIP captioner with a WordPiece vocabulary written here; save_pretrained into folder."""
-    from transformers import (BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor,
-                              BlipProcessor)
+    from transformers import BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"] + WORDS + list(string.ascii_lowercase)

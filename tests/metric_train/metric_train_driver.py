@@ -12,10 +12,10 @@ import sys
 import torch
 
 from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
 from metric.training.data import TensorPositivesDataset
+from metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
 
-WORDS = "dog cat man woman red blue ball grass water snow runs sits".split()
+WORDS = ["dog", "cat", "man", "woman", "red", "blue", "ball", "grass", "water", "snow", "runs", "sits"]
 GLOBAL_BATCH = 8
 STEPS = 3
 

@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from metric.common.errors import InputError
+from metric.training.data import ShardedEpochBatches, split_micro_batches
 from metric.training.grad_cache import grad_cache_step
 from metric.training.losses import positive_augmented_loss, symmetric_infonce
 from metric.training.trainer import MetricTrainConfig, micro_batch_size
-from metric.training.data import ShardedEpochBatches, split_micro_batches
 
 from .metric_train_driver import GLOBAL_BATCH, STEPS, run, tiny_backbone
 

@@ -8,11 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.models.factory import load_backbone
 from metric.common.errors import InputError
+from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from metric.models.factory import load_adapter_backbone, load_backbone
 from metric.models.lora import attach_lora, merge_lora, save_adapter
-from metric.models.factory import load_adapter_backbone
 from metric.scoring.scorer import Scorer
 
 torch.set_num_threads(1)

@@ -6,8 +6,13 @@ import math
 import pytest
 import torch
 
-from metric.training.losses import (hard_negative_margin, positive_augmented_loss, relative_infonce, relative_positive_loss,
-                           symmetric_infonce)
+from metric.training.losses import (
+    hard_negative_margin,
+    positive_augmented_loss,
+    relative_infonce,
+    relative_positive_loss,
+    symmetric_infonce,
+)
 
 
 def _unit(n, e, seed):

@@ -11,8 +11,8 @@ from PIL import Image
 
 import pacs_cli
 from metric.models.factory import load_backbone
-from metric.training.positives import PositivesConfig, caption_seed, generate_positives
 from metric.scoring.scorer import Scorer
+from metric.training.positives import PositivesConfig, caption_seed, generate_positives
 
 torch.set_num_threads(1)
 N_CAPTIONS = 2

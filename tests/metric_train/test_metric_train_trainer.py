@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 import pacs_cli
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.common.errors import InputError
-from metric.training.trainer import MetricTrainConfig, train_metric
+from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.training.data import TensorPositivesDataset, read_manifest
+from metric.training.trainer import MetricTrainConfig, train_metric
 
 from .metric_train_driver import WORDS, positives
 

@@ -71,7 +71,7 @@ def test_fast_tokenizer_on_hard_cases(caption):
 
 def test_reference_statistics_are_cached(monkeypatch):
     calls: list[int] = []
-    import rewards.text as text
+    from rewards import text
 
     original = text.TOKENIZERS["fast"]
     monkeypatch.setitem(text.TOKENIZERS, "fast", lambda captions: calls.append(len(captions)) or original(captions))

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval.benchmarks.activitynet_foil import (foil_accuracy, load_activitynet_foil, overlapping_references,
-                                              paragraph_scores, segment_frames)
+from eval.benchmarks.activitynet_foil import (
+    foil_accuracy,
+    load_activitynet_foil,
+    overlapping_references,
+    paragraph_scores,
+    segment_frames,
+)
 from eval.benchmarks.vatex_eval import correlations, load_pickle, load_vatex_eval
 from metric.common.errors import InputError
 

@@ -4,21 +4,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.benchmarks.activitynet_foil import (default_idf_corpus, foil_accuracy, load_activitynet_foil,
-                                              video_paragraph_scores)
+from eval.benchmarks import RunContext, get_benchmark
+from eval.benchmarks.activitynet_foil import (
+    default_idf_corpus,
+    foil_accuracy,
+    load_activitynet_foil,
+    video_paragraph_scores,
+)
 from eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
 from eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
-from eval.benchmarks import RunContext, get_benchmark
 from eval.scoring import MetricSuite
-from metric.models.backbones import save_backbone
 from metric.common.errors import InputError
+from metric.models.backbones import save_backbone
 from metric.scoring.model_options import ModelOptions
-from metric.video.scorer import VideoScorer
 from metric.video.frames import FrameSampling, find_videos
 from metric.video.options import VideoOptions
+from metric.video.scorer import VideoScorer
 
-from .video_support import (build_tiny_backbone, frame_array, pair_accuracy_by_hand, write_activitynet_foil,
-                            write_frame_folder, write_vatex_eval)
+from .video_support import (
+    build_tiny_backbone,
+    frame_array,
+    pair_accuracy_by_hand,
+    write_activitynet_foil,
+    write_frame_folder,
+    write_vatex_eval,
+)
 
 
 def test_vatex_eval_video_scores_with_0_1_9_references(tiny_backbone, tmp_path):

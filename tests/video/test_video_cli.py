@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from metric.models.backbones import save_backbone
-from metric.video.scorer import VideoScorer
 from metric.video.frames import FrameSampling
+from metric.video.scorer import VideoScorer
 from pacs_cli import main
 
 from .video_support import build_tiny_backbone, frame_array, write_frame_folder, write_video

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from metric.common.errors import InputError
-from metric.video.scorer import VideoScorer
 from metric.video.frames import FrameSampling, ShortVideo, read_frames, source_digest, uniform_indices
+from metric.video.scorer import VideoScorer
 
 from .video_support import frame_array, write_frame_folder, write_video
 

@@ -10,10 +10,19 @@ import torch.nn.functional as F
 from PIL import Image
 
 from metric.common.errors import InputError
-from metric.video.scorer import (VideoScorer, best_reference_parts, caption_token_embeddings, coarse_embedding,
-                          fine_grained, harmonic_f1, reference_video_score, text_text_score, video_text_score)
 from metric.video.frames import FrameSampling
 from metric.video.idf import IdfTable, cached_idf, idf_from_token_ids
+from metric.video.scorer import (
+    VideoScorer,
+    best_reference_parts,
+    caption_token_embeddings,
+    coarse_embedding,
+    fine_grained,
+    harmonic_f1,
+    reference_video_score,
+    text_text_score,
+    video_text_score,
+)
 
 from .video_support import frame_array, write_frame_folder
 

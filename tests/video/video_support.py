@@ -1,8 +1,8 @@
 """Writers of small real videos (PyAV) and frame folders for the video tests."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from PIL import Image
