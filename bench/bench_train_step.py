@@ -57,7 +57,7 @@ def main() -> None:
     times: list[list[float]] = [[], []]
     for _ in range(args.steps):  # alternate the variants so that load on the machine hits both alike
         for index, (_, per_example) in enumerate(variants):
-            times[index].append(median_time(lambda: step(per_example, counters[index]), 1))
+            times[index].append(median_time(lambda p=per_example, c=counters[index]: step(p, c), 1))
     rows = [(name, statistics.median(t)) for (name, _), t in zip(variants, times)]
     base = rows[0][1]
     print(f"bench_train_step: XE micro-step of the demo captioner, batch {args.batch}, {args.threads} thread(s), "

@@ -105,7 +105,11 @@ class DocumentFrequency:
         """Read a table written by `save`; a malformed file raises InputError naming it."""
         path = Path(path)
         try:
-            raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+            if path.suffix == ".gz":
+                with gzip.open(path, "rb") as handle:
+                    raw = handle.read()
+            else:
+                raw = path.read_bytes()
             payload = json.loads(raw.decode("utf-8"))
         except (OSError, ValueError) as error:
             raise InputError(f"{path}: not a readable CIDEr document-frequency file ({error})") from None

@@ -71,12 +71,12 @@ class HarperChecker:
         config = self._linter.get_default_lint_config()
         config.update({rule: False for rule in self.disabled if rule in config})
         self._linter.set_lint_config(config)
-        try:
-            from importlib import metadata
+        from importlib import metadata
 
+        try:
             self.name = f"harper (harper-py {metadata.version('harper-py')})"
-        except Exception:  # pragma: no cover - metadata missing
-            pass
+        except metadata.PackageNotFoundError as error:  # pragma: no cover - metadata missing
+            log.debug("harper-py has no package metadata (%s); the backend is named %r", error, self.name)
 
     def errors(self, caption: str) -> list[str]:
         """Rule names of Harper's lints for one caption."""

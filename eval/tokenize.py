@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -33,15 +32,12 @@ def ptb_tokenize(captions: Sequence[str]) -> list[str]:
         return []
     java = require_java(["the PTB tokenizer (bleu, meteor, rouge, cider, spice)"])
     text = "\n".join(caption.replace("\r", " ").replace("\n", " ") for caption in captions)
-    handle = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8")
-    try:
-        with handle:
-            handle.write(text)
+    with tempfile.TemporaryDirectory() as folder:
+        captions_file = Path(folder) / "captions.txt"
+        captions_file.write_text(text, encoding="utf-8")
         result = subprocess.run([java, "-cp", str(PTB_JAR), "edu.stanford.nlp.process.PTBTokenizer",
-                                 "-preserveLines", "-lowerCase", handle.name],
+                                 "-preserveLines", "-lowerCase", str(captions_file)],
                                 capture_output=True, check=False)
-    finally:
-        os.unlink(handle.name)
     if result.returncode != 0:
         raise PacsError(f"the PTB tokenizer failed: {result.stderr.decode(errors='replace').strip()[-500:]}")
     lines = result.stdout.decode("utf-8").split("\n")

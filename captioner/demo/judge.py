@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from captioner.demo.world import COLOURS, NUMBER_WORDS, SHAPE_WORDS, SIZE_WORDS, Scene
 
@@ -83,7 +84,7 @@ def _parse(caption: str) -> _Parse:
     pending_indices: list[int] = []
     pending_relation: str | None = None
     trailing = False  # after "that is" / "which is": attributes belong to the previous mention
-    parse.repeats = sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+    parse.repeats = sum(1 for a, b in pairwise(tokens) if a == b)
     for i, token in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         if token in _COLOUR_OF or token in _SIZE_OF:

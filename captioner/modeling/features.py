@@ -109,8 +109,7 @@ def _scan_index(folder: Path) -> dict[str, str]:
     for shard in shards:
         try:
             with safe_open(str(shard_dir / shard), framework="pt") as handle:
-                for key in handle.keys():
-                    index[key] = shard
+                index.update(dict.fromkeys(handle.keys(), shard))  # safe_open has keys() but no __iter__
         except Exception as error:  # noqa: BLE001 - safetensors raises several types for corrupt files
             raise InputError(f"feature shard {shard_dir / shard} is unreadable ({error}); delete it and re-extract") from None
     return index

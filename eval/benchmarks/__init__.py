@@ -262,7 +262,7 @@ def accuracy_table(context: RunContext, score_a: dict[str, np.ndarray], score_b:
     `mean_of_categories=False`, the accuracy over all items.
     """
     table: dict[str, Any] = {}
-    for name in score_a:
+    for name, values_a in score_a.items():
         if name in context.suite.unavailable:
             table[name] = {"unavailable": context.suite.unavailable[name]}
             continue
@@ -270,12 +270,11 @@ def accuracy_table(context: RunContext, score_a: dict[str, np.ndarray], score_b:
         for category in category_order:
             mask = categories == category
             if mask.any():
-                row[category] = correlation.pairwise_accuracy(score_a[name][mask], score_b[name][mask],
-                                                              a_preferred[mask])
+                row[category] = correlation.pairwise_accuracy(values_a[mask], score_b[name][mask], a_preferred[mask])
         if mean_of_categories:
             row["mean"] = float(np.mean([row[c] for c in category_order if c in row])) if row else float("nan")
         else:
-            row["mean"] = correlation.pairwise_accuracy(score_a[name], score_b[name], a_preferred)
+            row["mean"] = correlation.pairwise_accuracy(values_a, score_b[name], a_preferred)
         row["n"] = len(a_preferred)
         table[name] = row
     if context.bootstrap:

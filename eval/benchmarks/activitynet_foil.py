@@ -280,11 +280,11 @@ class ActivityNetFoil(Benchmark):
                 foil[name] = paragraph_scores(data, foil_text[name])
         count_short_videos(context, scorers)
         table: dict[str, Any] = {}
-        for name in right:
+        for name, right_scores in right.items():
             if name in context.suite.unavailable:
                 table[name] = {"unavailable": context.suite.unavailable[name]}
                 continue
-            accuracy = foil_accuracy(right[name], foil[name])
+            accuracy = foil_accuracy(right_scores, foil[name])
             table[name] = {CATEGORY: accuracy, "mean": accuracy, "n": len(data)}
         available = [name for name in right if name not in context.suite.unavailable]
         if context.bootstrap and available:

@@ -50,7 +50,7 @@ def _load_mat(path: Path) -> dict[str, Any]:
 
     try:
         return sio.loadmat(str(path))
-    except Exception as error:  # scipy raises several types for corrupt files
+    except Exception as error:  # noqa: BLE001 - scipy.io.loadmat raises many unrelated types for corrupt files
         raise InputError(f"{path}: not a readable MATLAB file ({error})") from None
 
 

@@ -107,7 +107,7 @@ class Perturber:
         slots = [i for i, w in enumerate(tokens) if self.tag(w)]
         if not slots:
             return None
-        count = max(1, int(round(0.3 * len(slots))))
+        count = max(1, round(0.3 * len(slots)))
         for i in self.rng.choice(slots, size=count, replace=False):
             choices = [w for w in self.by_tag[self.tag(tokens[i])] if w != tokens[i]]
             if choices:
@@ -129,7 +129,7 @@ class Perturber:
         tokens = words(self.originals[index])
         if len(tokens) < 2:
             return None
-        picked = set(self.rng.choice(len(tokens), size=max(1, int(round(0.3 * len(tokens)))), replace=False).tolist())
+        picked = set(self.rng.choice(len(tokens), size=max(1, round(0.3 * len(tokens))), replace=False).tolist())
         out = []
         for i, token in enumerate(tokens):
             if i in picked:

@@ -345,7 +345,7 @@ def load_pacs_safetensors(path: Path, device: str, family: str | None = None) ->
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-    except Exception as error:  # safetensors raises its own error types
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own and several built-in types for bad files
         raise InputError(f"{path}: not a readable safetensors file: {error}") from None
     if metadata.get("pacs_format") != PACS_FORMAT:
         return None

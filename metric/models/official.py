@@ -73,7 +73,7 @@ def read_torch_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     """Read a torch-saved checkpoint safely (weights_only) and return its state dict (prefix-stripped)."""
     try:
         data = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many types for corrupt / unsafe files
+    except Exception as error:  # noqa: BLE001 - torch.load raises many types for corrupt / unsafe files
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{path}: not a readable torch checkpoint (weights_only load failed: {first})") from None
     state = data

@@ -10,13 +10,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar, Union
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
-ArrayLike = Union[np.ndarray, torch.Tensor]
+ArrayLike = np.ndarray | torch.Tensor
 
 
 def _normalize(x: ArrayLike) -> ArrayLike:

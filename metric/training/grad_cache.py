@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, ContextManager, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -53,7 +53,7 @@ class RandomState:
 
 def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossFn,
                     backward: Callable[[torch.Tensor], None],
-                    no_sync: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
                     averaged_over: int = 1, device: torch.device | None = None) -> HasTotal:
     """Run one GradCache step over this process's `micro_batches`; return the loss of the global batch.
 

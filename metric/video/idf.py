@@ -88,7 +88,7 @@ def idf_from_token_ids(documents: Iterable[Sequence[int]], sot_id: int, eot_id: 
     counts: Counter[int] = Counter()
     n_documents = 0
     for ids in documents:
-        counts.update(set(int(t) for t in ids))
+        counts.update({int(t) for t in ids})
         n_documents += 1
     if n_documents == 0:
         raise InputError("IDF corpus is empty: give at least one sentence")

@@ -143,7 +143,7 @@ def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, flo
                                   for i in ids])
             image = torch.nn.functional.normalize(backbone.model.encode_image(pixels).float(), dim=-1)
 
-            def encode(texts):
+            def encode(texts, backbone=backbone):
                 tokens = backbone.tokenize(["A photo depicts " + t for t in texts])
                 return torch.nn.functional.normalize(backbone.model.encode_text(tokens).float(), dim=-1)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from itertools import chain, pairwise
 
 import pytest
 import torch
@@ -114,15 +115,16 @@ def test_pacs_schedule_shape():
     assert linear_mid < mid < 2.5e-4  # sub-linear (square-root) decay stays above the linear one
     assert pacs_lr(15000, s) == pytest.approx(1e-5) and pacs_lr(19999, s) == pytest.approx(1e-5)
     values = [pacs_lr(t, s) for t in range(10000, 15001, 500)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in pairwise(values))
 
 
 def test_batch_plan_splits_global_batch_over_processes_and_epochs():
     one = BatchPlan(20, 8, 4, 1, seed=3, what="t")
     two = BatchPlan(20, 8, 2, 2, seed=3, what="t")
     assert one.steps_per_epoch == 2 and one.dropped_per_epoch == 4
-    full = sum(one.local_micro_batches(0, 0, 0), [])
-    parts = sum(two.local_micro_batches(0, 0, 0), []) + sum(two.local_micro_batches(0, 0, 1), [])
+    full = list(chain.from_iterable(one.local_micro_batches(0, 0, 0)))
+    parts = [*chain.from_iterable(two.local_micro_batches(0, 0, 0)),
+             *chain.from_iterable(two.local_micro_batches(0, 0, 1))]
     assert sorted(full) == sorted(parts) and len(set(full)) == 8
     assert one.advance(0, 8) == (1, 0)
     with pytest.raises(InputError, match="multiple of processes"):

@@ -36,7 +36,7 @@ def run_chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.Complete
     """Run headless chromium with a private profile folder."""
     profile = tmp_path / "chromium-profile"
     return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def make_run_dir(root: Path) -> Path:
@@ -45,15 +45,15 @@ def make_run_dir(root: Path) -> Path:
     (run / "logs").mkdir(parents=True)
     (run / "correlation").mkdir()
     (run / "gallery").mkdir()
-    json.dump({"columns": ["bleu4", "cider", "rep1"], "baseline": "xe",
+    results = {"columns": ["bleu4", "cider", "rep1"], "baseline": "xe",
                "rows": [{"model": "xe", "bleu4": 0.31, "cider": 1.2, "rep1": 0.5},
                         {"model": "scst-cider", "bleu4": 0.35, "cider": 1.5, "rep1": 0.7,
                          "delta": {"bleu4": 0.04, "cider": 0.3, "rep1": 0.2},
                          "ci": {"bleu4": [-0.01, 0.09], "cider": [0.1, 0.5], "rep1": [0.05, 0.3]}}],
                "reward_gains": [{"reward": "cider", "xe": 1.2, "scst": 1.5, "delta": 0.3, "ci": [0.1, 0.5]}],
-               "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."]},
-              open(run / "results.json", "w"))
-    json.dump({"label": "xe", "values": {"reward": 0.25}}, open(run / "logs" / "scst.reference.json", "w"))
+               "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."]}
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "logs" / "scst.reference.json").write_text(json.dumps({"label": "xe", "values": {"reward": 0.25}}))
     for name in ("scst-cider", "scst-pac-s++"):
         with open(run / "logs" / f"{name}.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
@@ -62,19 +62,20 @@ def make_run_dir(root: Path) -> Path:
                 writer.writerow([step, step * 0.1, 1 - step * 0.05, 8 + step % 3, 0.5])
     with open(run / "logs" / "xe.csv", "w", newline="") as handle:
         handle.write("step,loss,note\n0,3.0,start\n1,2.5,\n2,2.0,end\n")
-    json.dump({"cider": {"tau_b": 40.0, "tau_c": 39.0, "n": 4}}, open(run / "correlation" / "correlation.json", "w"))
+    correlation = {"cider": {"tau_b": 40.0, "tau_c": 39.0, "n": 4}}
+    (run / "correlation" / "correlation.json").write_text(json.dumps(correlation))
     with open(run / "correlation" / "scores.csv", "w", newline="") as handle:
         handle.write("caption,judge,cider,pac-s++\na,0.0,0.1,0.2\nb,0.5,0.4,0.3\nc,1.0,0.9,0.8\nd,0.2,0.3,0.1\n")
     Image.new("RGB", (32, 32), (200, 30, 30)).save(run / "gallery" / "img-1.png")
     Image.new("RGB", (32, 32), (30, 30, 200)).save(run / "gallery" / "img-2.png")
-    json.dump([{"image_id": "img-1", "image": "gallery/img-1.png", "references": ["a red square"],
+    gallery = [{"image_id": "img-1", "image": "gallery/img-1.png", "references": ["a red square"],
                 "captions": {"xe": {"caption": "a red square", "scores": {"judge": 1.0}, "verdict": "correct"},
                              "scst-cider": {"caption": "a red circle a", "scores": {"judge": 0.5}, "verdict": "wrong",
                                             "highlights": [[6, 12, "absent"], [13, 14, "dangling"]]}}},
                {"image_id": "img-2", "image": "gallery/img-2.png", "references": ["a blue square"],
                 "captions": {"xe": {"caption": "a blue square", "verdict": "correct", "highlights": []},
-                             "scst-cider": {"caption": "a blue square", "verdict": "correct"}}}],
-              open(run / "gallery.json", "w"))
+                             "scst-cider": {"caption": "a blue square", "verdict": "correct"}}}]
+    (run / "gallery.json").write_text(json.dumps(gallery))
     return run
 
 

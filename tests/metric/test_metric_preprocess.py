@@ -21,7 +21,7 @@ def _official_by_hand(image: Image.Image, size: int) -> torch.Tensor:
     else:
         new = (int(size * width / height), size)
     resized = image.resize(new, Image.BICUBIC)
-    left, top = int(round((new[0] - size) / 2)), int(round((new[1] - size) / 2))
+    left, top = round((new[0] - size) / 2), round((new[1] - size) / 2)
     cropped = resized.crop((left, top, left + size, top + size)).convert("RGB")
     pixels = torch.from_numpy(np.asarray(cropped, dtype=np.float32) / 255).permute(2, 0, 1)
     return (pixels - torch.tensor(OPENAI_MEAN)[:, None, None]) / torch.tensor(OPENAI_STD)[:, None, None]

@@ -24,7 +24,7 @@ def _inputs(image_dir):
 
 def test_each_image_encoded_once_for_many_captions(tiny_backbone, image_dir):
     scorer = Scorer(tiny_backbone, w=2.0, batch_size=4)
-    path = str(sorted(image_dir.iterdir())[0])
+    path = str(min(image_dir.iterdir()))
     result = scorer.score([path] * 5, ["a", "b", "c", "d", "e"])
     assert scorer.images_encoded == 1 and len(result.scores) == 5
     scorer.score([path] * 5, ["f", "g", "h", "i", "j"])
@@ -94,7 +94,7 @@ def test_pil_images_and_default_w_by_family(tiny_backbone, image_dir):
 
 def test_non_string_candidates_and_references_are_named(tiny_backbone, image_dir):
     scorer = Scorer(tiny_backbone)
-    path = str(sorted(image_dir.iterdir())[0])
+    path = str(min(image_dir.iterdir()))
     with pytest.raises(InputError, match="candidate #1 is not a string: 3"):
         scorer.score([path, path], ["ok", 3])
     with pytest.raises(InputError, match="candidate #0 has no references"):

@@ -182,7 +182,7 @@ def _driver_on_two_processes(out: Path, micro: int) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                str(HERE / "metric_train_driver.py"), str(out), str(micro)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
 
 

@@ -129,7 +129,7 @@ def test_missing_model_names_it_and_the_option(karpathy_dataset, tmp_path, capsy
 
 def test_missing_dataset_image_is_an_error_or_a_counted_skip(karpathy_dataset, tmp_path):
     dataset, images = karpathy_dataset
-    victim = sorted(images.iterdir())[0]
+    victim = min(images.iterdir())
     shutil.move(victim, tmp_path / "elsewhere.jpg")
     config = PositivesConfig(dataset=str(dataset), image_root=str(images), output_dir=str(tmp_path / "out"))
     with pytest.raises(Exception, match=victim.name):

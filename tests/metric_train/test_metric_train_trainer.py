@@ -29,8 +29,8 @@ _data = positives  # `n` random positives from a seed (shared with the equivalen
 
 
 def _config(tmp_path, name="run", **kwargs):
-    values = dict(mode="lora", random_init=True, batch_size=4, max_steps=4, eval_every=2, log_every=0, seed=0,
-                  output_dir=str(tmp_path / name))
+    values = {"mode": "lora", "random_init": True, "batch_size": 4, "max_steps": 4, "eval_every": 2, "log_every": 0,
+              "seed": 0, "output_dir": str(tmp_path / name)}
     values.update(kwargs)
     return MetricTrainConfig(**values)
 

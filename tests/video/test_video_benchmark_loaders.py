@@ -29,7 +29,8 @@ def test_vatex_eval_loader_reads_released_layout(tmp_path):
     assert data.video_ids == ["vid0", "vid0", "vid0", "vid1", "vid1", "vid1"]
     assert data.candidates[4] == "candidate 1-1 for vid1 again"
     assert len(data.references[0]) == 10 and data.references_at(1)[3] == ["reference 0 of vid1"]
-    raw = pickle.load(open(folder / "human_scores.pkl", "rb"))
+    with open(folder / "human_scores.pkl", "rb") as handle:
+        raw = pickle.load(handle)
     # annotator-major layout: the first N values are annotator 0's ratings of the N candidates
     np.testing.assert_array_equal(data.human_scores[:, 0], raw[:6])
     np.testing.assert_array_equal(data.human_scores[:, 2], raw[12:])
