@@ -66,7 +66,8 @@ class HarperChecker:
             import harper
         except ImportError:
             raise MissingResourceError("the offline grammar backend needs Harper: pip install harper-py "
-                                       "(or pacs-captioning[grammar]); or choose --grammar-backend languagetool") from None
+                                       "(or pacs-captioning[grammar]); or choose grammar_backend=languagetool",
+                                       parameter="grammar_backend") from None
         self._linter = harper.Linter()
         config = self._linter.get_default_lint_config()
         config.update({rule: False for rule in self.disabled if rule in config})
@@ -101,8 +102,9 @@ class LanguageToolChecker:
         self.url = self.url or os.environ.get("PACS_LANGUAGETOOL_URL")
         if not self.jar_dir and not self.url:
             raise MissingResourceError("the languagetool grammar backend needs a local LanguageTool folder "
-                                       "(--languagetool-jar-dir / PACS_LANGUAGETOOL_DIR) or a server "
-                                       "(--languagetool-url / PACS_LANGUAGETOOL_URL)")
+                                       "(languagetool_jar_dir= / PACS_LANGUAGETOOL_DIR) or a server "
+                                       "(languagetool_url= / PACS_LANGUAGETOOL_URL)",
+                                       parameter=("languagetool_jar_dir", "languagetool_url"))
         try:
             import language_tool_python
         except ImportError:

@@ -140,7 +140,7 @@ class PacsRewardFunction:
                 continue
             if id(value) not in by_object:
                 source = decode_image(value, row, column)
-                key = Scorer._image_key(source)  # the same identity the scorer caches the embedding under
+                key = Scorer.image_key(source)  # the same identity the scorer caches the embedding under
                 self._batch_images[key] = source
                 by_object[id(value)] = key
             ids.append(by_object[id(value)])

@@ -82,7 +82,13 @@ class RewardModelConfig:
     pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
     pacs: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
     device: str = "auto"
+    dtype: str = "fp32"
     allow_family_mismatch: bool = False
+
+    def validate(self) -> None:
+        """`dtype` is a compute precision the Scorer knows (fp32, bf16, fp16)."""
+        if self.dtype not in ("fp32", "bf16", "fp16"):
+            raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
 
 
 # (family, `reward_models` field): the model slot of each contrastive family.
@@ -216,7 +222,13 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.training import micro_batch_for, process_state
     from captioner.modeling.vocab import build_vocab, load_vocab
-    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, settings_of, trainer_settings
+    from captioner.orchestration.recipe_stages import (
+        data_inputs,
+        reward_model_inputs,
+        reward_model_settings,
+        settings_of,
+        trainer_settings,
+    )
 
     state = process_state()
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
@@ -265,7 +277,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
                upstream=["vocab", "features/train"], resumable=True, distributed=True)
     models = {"xe": xe_dir / "best"}
     model_stages = {"xe": "xe"}
-    reward_settings = settings_of(config.reward_models)
+    reward_settings = reward_model_settings(config.reward_models)
     for spec in config.rewards:
         name = f"scst-{reward_slug(spec)}"
         out = run.dir / name
@@ -381,7 +393,7 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
                 logger.warning("%s (reward_models.allow_family_mismatch)", message)
             logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
                         backbone.family_source)
-            scorers[family] = Scorer(backbone, device=device)
+            scorers[family] = Scorer(backbone, device=device, dtype=models.dtype)
     return scorers
 
 

@@ -39,6 +39,14 @@ def trainer_settings(config: Any) -> dict[str, Any]:
     return settings
 
 
+def reward_model_settings(models: Any) -> dict[str, Any]:
+    """`settings_of` the `reward_models` section; the default fp32 `dtype` is left out (runs of 0.2 stay done)."""
+    settings = settings_of(models)
+    if settings.get("dtype", "fp32") == "fp32":
+        settings.pop("dtype", None)
+    return settings
+
+
 def _without(data: Any, drop: frozenset[str] | set[str]) -> Any:
     if isinstance(data, Mapping):
         return {key: _without(value, drop) for key, value in data.items() if key not in drop}

@@ -20,5 +20,7 @@ def cli_message(error: PacsError) -> str:
     """The error's message with every ``parameter=`` it names written as the CLI flag (``--parameter``)."""
     message = str(error)
     for parameter in getattr(error, "parameters", ()):
-        message = re.sub(rf"(?<![\w.-]){re.escape(parameter)}=", flag(parameter), message)
+        named = rf"(?<![\w.-]){re.escape(parameter)}="
+        message = re.sub(named + r"(?=[^\s,;)])", flag(parameter) + " ", message)  # name=VALUE -> --flag VALUE
+        message = re.sub(named, flag(parameter), message)
     return message

@@ -251,7 +251,7 @@ def _missing_pretrained_message(name: str, tag: str, error: Exception) -> str:
         where = f"file {os.path.basename(url)} from {url}"
     return (f"pretrained weights {name}/{tag} are not available locally: missing {where} "
             f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it once, then point at the local "
-            f"copy with --backbone {name}/PATH_TO_FILE (or --backbone {name} --checkpoint PATH_TO_FILE)")
+            f"copy with backbone={name}/PATH_TO_FILE (or backbone={name} and checkpoint=PATH_TO_FILE)")
 
 
 @contextlib.contextmanager
@@ -299,7 +299,8 @@ def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None =
                                            weights_only=True)
     except RuntimeError as error:
         if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
-            raise MissingResourceError(_missing_pretrained_message(name, pretrained, error)) from None
+            raise MissingResourceError(_missing_pretrained_message(name, pretrained, error),
+                                       parameter=("backbone", "checkpoint")) from None
         raise InputError(f"backbone= {spec}: cannot build the model: {str(error).splitlines()[0]}",
                          parameter="backbone") from None
     except (FileNotFoundError, OSError, ValueError) as error:
@@ -385,5 +386,5 @@ def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor],
     for key, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[key].shape):
             raise InputError(f"{path}: key {key!r} has shape {tuple(tensor.shape)}, the architecture expects "
-                             f"{tuple(expected[key].shape)} (check --arch)")
+                             f"{tuple(expected[key].shape)} (check arch=)", parameter="arch")
     model.load_state_dict({key: tensor.float() for key, tensor in state.items()}, strict=True)

@@ -87,7 +87,8 @@ def _load_base(folder: Path, record: dict[str, Any], device: str) -> Backbone:
             path = folder / path
         if not path.is_file():
             raise MissingResourceError(f"{folder / BASE_FILE}: base checkpoint {path} not found "
-                                       "(pass base_backbone= / --checkpoint of the base to use a local copy)")
+                                       "(pass base_backbone=, or checkpoint= of the base, to use a local copy)",
+                                       parameter="checkpoint")
         expected = source.get("sha256")
         if expected and sha256_file(path) != expected:
             raise InputError(f"{folder / BASE_FILE}: base checkpoint {path} has sha256 {sha256_file(path)}, "

@@ -136,7 +136,7 @@ def infer_openai_config(state: Mapping[str, torch.Tensor], path: Path | str) -> 
     text_layers = len({k.split(".")[2] for k in state if k.startswith("transformer.resblocks.")})
     if vision_width < 64 or text_width < 64:
         raise InputError(f"{path}: width {min(vision_width, text_width)} < 64, so heads = width // 64 is 0: "
-                         f"give the head counts with --arch FILE")
+                         f"give the head counts with arch=FILE", parameter="arch")
 
     def mlp_ratio(prefix: str, width: int) -> float:
         key = f"{prefix}transformer.resblocks.0.mlp.c_fc.weight"
@@ -222,9 +222,9 @@ def _unestablished_activation(path: Path, architecture: str | None) -> InputErro
         what = "its architecture is none of the official ones"
     return InputError(
         f"{path}: its activation and image normalisation are not established: {path.name!r} is not an official "
-        f"file name ({', '.join(OFFICIAL_CHECKPOINTS)}) and {what}. Pass --arch openai "
-        f"({ARCH_PRESETS['openai'].description}), --arch openclip-laion ({ARCH_PRESETS['openclip-laion'].description})"
-        f" or --arch FILE")
+        f"file name ({', '.join(OFFICIAL_CHECKPOINTS)}) and {what}. Pass arch=openai "
+        f"({ARCH_PRESETS['openai'].description}), arch=openclip-laion ({ARCH_PRESETS['openclip-laion'].description})"
+        f" or arch=FILE", parameter="arch")
 
 
 def _apply_preset(config: dict[str, Any], preset: ArchPreset) -> dict[str, Any]:
@@ -265,7 +265,7 @@ def resolve_architecture(base: Mapping[str, torch.Tensor], path: Path, backbone:
         if architecture != official.architecture:
             raise InputError(f"{path}: named like the official {official.file} ({official.architecture}) but its "
                              f"tensors are {architecture or 'not an official architecture'}: rename it and pass "
-                             f"--arch (and --family)")
+                             f"arch= (and family=)", parameter=("arch", "family"))
         preset = ARCH_PRESETS[official.preset]
         return config, _apply_preset(config, preset), f"official file name {official.file} ({preset.description})"
     preset = single_variant_preset(architecture)

@@ -86,8 +86,8 @@ class ImageFinder:
             where = (f"no {self.images_dir}/{relative_path or key} or {key}.{{jpg,jpeg,png}} in any case "
                      "(and no image map entry)")
         else:
-            where = "no image map entry and no image folder: pass --images DIR or an --image-map entry"
-        raise InputError(f"no image file for image id {key!r}: {where}")
+            where = "no image map entry and no image folder: pass images=DIR or an image_map= entry"
+        raise InputError(f"no image file for image id {key!r}: {where}", parameter=("images", "image_map"))
 
 
 def find_image(image_id: Any, images_dir: str | os.PathLike | None = None,

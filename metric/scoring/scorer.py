@@ -173,7 +173,7 @@ class Scorer:
 
     # ------------------------------------------------------------------ images
     @staticmethod
-    def _image_key(image: Any) -> str:
+    def image_key(image: Any) -> str:
         """The identity of an image: `path:<realpath>|<size>|<mtime_ns>` of a file, `pil:<sha256 of pixels>`."""
         if isinstance(image, (str, os.PathLike)):
             return image_identity(image)
@@ -205,7 +205,7 @@ class Scorer:
                      names: Sequence[str] | None = None) -> torch.Tensor:
         """L2-normalised image embeddings `[N, E]` (CPU, fp32); each distinct image is encoded at most once.
 
-        Images are cached by what they are (`_image_key`: resolved path + size + mtime, or pixel hash), so
+        Images are cached by what they are (`image_key`: resolved path + size + mtime, or pixel hash), so
         equal ids of different data sets never share an embedding. `names` (e.g. image ids) only label the
         images in error messages; `keys` is accepted for compatibility and used as `names` when none are given
         — it no longer decides the cache entry.
@@ -216,7 +216,7 @@ class Scorer:
             if len(keys) != len(images):
                 raise InputError(f"{len(images)} images but {len(keys)} keys")
             names = keys if names is None else names
-        keys = [self._image_key(image) for image in images]
+        keys = [self.image_key(image) for image in images]
         named: dict[str, list[str]] = {}
         for key, name in zip(keys, names or ()):
             if name not in named.setdefault(key, []):

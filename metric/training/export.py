@@ -216,7 +216,8 @@ def official_state_dict(backbone: Backbone, dtype: str = "fp32",
     problems = official_differences(backbone)
     if problems and not allow_nonstandard_arch:
         raise InputError(f"{backbone.name}: the official PAC-S code cannot reproduce this model: "
-                         f"{'; '.join(problems)} (pass --allow-nonstandard-arch to write it anyway)")
+                         f"{'; '.join(problems)} (allow_nonstandard_arch= writes it anyway)",
+                         parameter="allow_nonstandard_arch")
     for problem in problems:
         logger.warning("official export of %s: %s", backbone.name, problem)
     torch_dtype = OFFICIAL_DTYPES[dtype]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from metric.common.errors import InputError
 from metric.scoring.model_options import ModelOptions, load_model
 from metric.video.frames import FrameSampling
 from metric.video.inputs import load_sentences
@@ -56,6 +57,9 @@ def build_video_scorer(model: ModelOptions, metric: str, sampling: FrameSampling
     """A VideoScorer for `metric` from the model options (w defaults to 1: Eqs. 6-14 have no scale)."""
     from metric.video.scorer import VideoScorer
 
+    if (model.dtype or "fp32") != "fp32":
+        raise InputError(f"video scores are computed in fp32 only; dtype= {model.dtype} is not supported for video",
+                         parameter="dtype")
     backbone = load_model(model, metric)
     return VideoScorer(backbone, sampling, batch_size=model.batch_size or 64, device=model.device,
                        cache_dir=model.cache_dir, prompt=prompt or "", w=model.w if model.w else 1.0,

@@ -47,3 +47,18 @@ def test_a_model_contradicting_its_slot_is_refused_unless_allowed(tmp_path):
         reward_scorers(wrong)
     wrong.reward_models.allow_family_mismatch = True
     assert reward_scorers(wrong)["pac-s"].backbone.family == "pac-s++"
+
+
+def test_reward_models_dtype_reaches_every_scorer_and_fp32_keeps_the_old_fingerprint(tmp_path):
+    from captioner.orchestration.recipe_stages import reward_model_settings
+
+    default = config(tmp_path, ["pac-s++"], pac=tiny(1, "pac-s++"))
+    assert {scorer.dtype for scorer in reward_scorers(default).values()} == {"fp32"}
+    assert "dtype" not in reward_model_settings(default.reward_models)  # a 0.2 run directory stays done
+    half = from_dict(PipelineConfig, {"run_dir": str(tmp_path / "run"), "rewards": ["pac-s++"],
+                                      "reward_models": {"clip": tiny(3, "clip"), "pac": tiny(1, "pac-s++"),
+                                                        "dtype": "bf16"}}, "test")
+    assert {scorer.dtype for scorer in reward_scorers(half).values()} == {"bf16"}
+    assert reward_model_settings(half.reward_models)["dtype"] == "bf16"  # a changed precision re-runs SCST
+    with pytest.raises(InputError, match="reward_models.dtype='fp8': expected fp32, bf16 or fp16"):
+        from_dict(PipelineConfig, {"reward_models": {"dtype": "fp8"}}, "test")

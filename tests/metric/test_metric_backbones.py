@@ -186,7 +186,7 @@ def test_arch_presets_set_activation_and_normalisation_a_name_prefix_does_not(tm
                                             (0.48145466, 0.4578275, 0.40821073))):
         path = tmp_path / name
         torch.save({"state_dict": source.model.state_dict()}, path)
-        with pytest.raises(InputError, match="not established.*--arch openai.*--arch openclip-laion"):
+        with pytest.raises(InputError, match="not established.*arch=openai.*arch=openclip-laion"):
             load_backbone(checkpoint=str(path))  # the old `openClip_` prefix rule is gone
         loaded = load_backbone(checkpoint=str(path), arch=preset)
         assert loaded.open_clip_config["quick_gelu"] is gelu_quick and loaded.preprocess.mean == mean
@@ -195,5 +195,5 @@ def test_arch_presets_set_activation_and_normalisation_a_name_prefix_does_not(tm
         assert loaded.open_clip_config["text_cfg"]["heads"] == 1 and loaded.family is None
     narrow = tmp_path / "narrow.pth"
     torch.save({"state_dict": build_backbone_from_config(tiny_clip_config()).model.state_dict()}, narrow)
-    with pytest.raises(InputError, match="width 32 < 64.*--arch"):
+    with pytest.raises(InputError, match="width 32 < 64.*arch=FILE"):
         load_backbone(checkpoint=str(narrow))

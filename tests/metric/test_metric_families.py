@@ -175,3 +175,10 @@ def test_evaluate_provenance_names_how_the_family_was_established(tiny_backbone,
                  "--json", str(out)]) == 0
     models = json.loads(out.read_text())["provenance"]["models"]
     assert models["clip-s"]["family"] == "clip" and models["clip-s"]["family_source"] == "pacs-metadata"
+
+
+def test_cli_message_writes_parameters_as_flags_with_and_without_values() -> None:
+    error = InputError("pass arch=openai, arch=FILE or image_map= (arch= alone, and not xarch=)",
+                       parameter=("arch", "image_map"))
+    assert cli_message(error) == "pass --arch openai, --arch FILE or --image-map (--arch alone, and not xarch=)"
+    assert str(error).startswith("pass arch=openai")  # what a Python user reads

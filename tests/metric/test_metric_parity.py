@@ -127,7 +127,7 @@ def test_official_rules_alone_match_when_heads_follow_them(pacscore_fixtures):
             continue
         expected = json.loads((folder / "expected.json").read_text())
         instances = expected["instances"]
-        with pytest.raises(InputError, match="--arch openai"):  # a tiny unofficial file: activation not established
+        with pytest.raises(InputError, match="arch=openai"):  # a tiny unofficial file: activation not established
             load_backbone(checkpoint=str(folder / expected["checkpoint"]))
         backbone = load_backbone(checkpoint=str(folder / expected["checkpoint"]), arch="openai")
         # PAC-S++ by its LoRA keys; a plain file without an official name has no established family

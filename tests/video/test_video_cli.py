@@ -114,3 +114,11 @@ def test_score_video_with_a_video_map(checkpoint, video_task):
     (video_task / "mapped.json").write_text(json.dumps({"clipA": "stripes", "v1": "not in the map"}))
     assert run("--metric", "pac-s++", "--video-map", str(video_task / "map.json"), "--candidates",
                str(video_task / "mapped.json"), "--checkpoint", str(checkpoint), "--out", str(out)) == 2
+
+
+def test_score_video_refuses_a_reduced_precision_it_would_ignore(checkpoint, video_task, capsys):
+    out = video_task / "out_bf16.json"
+    code = run("--metric", "PAC-S++", "--videos", str(video_task / "videos"), "--candidates",
+               str(video_task / "cands.json"), "--checkpoint", str(checkpoint), "--dtype", "bf16", "--out", str(out))
+    assert code == 2 and not out.exists()
+    assert "video scores are computed in fp32 only; --dtype bf16 is not supported" in capsys.readouterr().err
