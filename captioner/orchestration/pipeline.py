@@ -14,133 +14,41 @@ import dataclasses
 import io
 import json
 import logging
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from captioner.modeling.model import CaptionerConfig
 from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.training import process_state
-from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
-from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from captioner.orchestration.backbone_source import load_source_backbone, resolve_device
+from captioner.orchestration.pipeline_config import (
+    REWARD_MODEL_SLOTS,
+    DataConfig,
+    EvalConfig,
+    FeaturesConfig,
+    PipelineConfig,
+    RewardModelConfig,
+    VocabConfig,
+    default_config_path,
+    reward_slug,
+)
+from captioner.orchestration.pipeline_rewards import (
+    build_pipeline_reward,
+    check_reward_models,
+    reward_context,
+    reward_scorers,
+)
 from captioner.orchestration.stages import StageRunner, check_force
-from metric.common.config import NonNegativeInt, PositiveInt, dump_yaml, from_dict, to_dict
-from metric.common.config_files import packaged_config
+from metric.common.config import dump_yaml, from_dict, to_dict
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class DataConfig:
-    """A caption data set (`captioner.data.DATASETS` name + path) and the splits to use."""
-
-    name: str = "coco-karpathy"
-    path: str = ""
-    image_root: str | None = None
-    missing_images: str = "skip"
-    options: dict[str, Any] = field(default_factory=dict)
-    train_splits: list[str] = field(default_factory=lambda: ["train"])
-    val_split: str = "val"
-    max_train_images: NonNegativeInt = 0
-    max_val_images: NonNegativeInt = 0
-
-
-@dataclass
-class VocabConfig:
-    """Vocabulary built from the training captions."""
-
-    kind: str = "word"
-    min_count: PositiveInt = 5
-    vocab_size: PositiveInt = 8000
-    max_length: PositiveInt = DEFAULT_MAX_LENGTH
-
-
-@dataclass
-class FeaturesConfig:
-    """Grid-feature extraction."""
-
-    source: BackboneSource = field(default_factory=BackboneSource)
-    batch_size: PositiveInt = 64
-    shard_size: PositiveInt = 512
-    dtype: str = "float16"
-
-
-@dataclass
-class RewardModelConfig:
-    """Models of contrastive rewards and evaluation columns, one per family (see `REWARD_MODEL_SLOTS`).
-
-    `clip` serves clip-s / ref-clip-s, `pacs` (the PAC-S model) pac-s / ref-pac-s and `pac` (the PAC-S++
-    model) pac-s++ / ref-pac-s++. A model whose established family contradicts its slot is a config error
-    unless `allow_family_mismatch`.
-    """
-
-    clip: BackboneSource = field(default_factory=BackboneSource)
-    pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
-    pacs: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
-    device: str = "auto"
-    dtype: str = "fp32"
-    allow_family_mismatch: bool = False
-
-    def validate(self) -> None:
-        """`dtype` is a compute precision the Scorer knows (fp32, bf16, fp16)."""
-        if self.dtype not in ("fp32", "bf16", "fp16"):
-            raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
-
-
-# (family, `reward_models` field): the model slot of each contrastive family.
-REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
-
-
-@dataclass
-class EvalConfig:
-    """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
-
-    test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    beam_size: PositiveInt = 5
-    batch_size: PositiveInt = 50
-    text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
-    max_images: NonNegativeInt = 0
-    bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
-
-    def validate(self) -> None:
-        """Check every test set as a DataConfig (plus `split`) when the config is loaded."""
-        for name, test_set in self.test_sets.items():
-            split = test_set.get("split", "test")
-            if split is not None and not isinstance(split, str):
-                raise InputError(f"test_sets.{name}.split={split!r}: expected str or null")
-            from_dict(DataConfig, {k: v for k, v in test_set.items() if k != "split"}, f"test_sets.{name}")
-
-
-@dataclass
-class PipelineConfig:
-    """The whole recipe."""
-
-    run_dir: str = "runs/coco"
-    data: DataConfig = field(default_factory=DataConfig)
-    vocab: VocabConfig = field(default_factory=VocabConfig)
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
-    model: CaptionerConfig = field(default_factory=CaptionerConfig)
-    xe: XEConfig = field(default_factory=XEConfig)
-    scst: SCSTConfig = field(default_factory=SCSTConfig)
-    rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
-    reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
-    evaluation: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 42
-    force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
-
-
-def default_config_path() -> Path:
-    """The packaged config `demo` (recipes/configs/demo.yaml; the embedded default, installed or not)."""
-    return packaged_config("demo")
-
-
-def reward_slug(spec: str) -> str:
-    """A folder-safe name for a reward spec ('pac-s++' -> 'pac-spp', 'cider:1,clip-s:0.5' -> 'cider1_clip-s0.5')."""
-    return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))
+__all__ = ["REWARD_MODEL_SLOTS", "DataConfig", "EvalConfig", "FeaturesConfig", "PipelineConfig", "RewardModelConfig",
+           "VocabConfig", "build_pipeline_reward", "check_reward_models", "default_config_path", "evaluate_models",
+           "evaluation_rows", "prepare_test_sets", "reward_context", "reward_scorers", "reward_slug", "run_pipeline",
+           "stage_names", "write_results"]
 
 
 class _Run:
@@ -326,75 +234,6 @@ def _summary(result: Any) -> dict[str, Any]:
     """What a stage record keeps of an XE / SCST result (steps and last loss)."""
     losses = list(getattr(result, "losses", []) or [])
     return {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
-
-
-def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
-                   image_paths: dict[str, Any]) -> dict[str, Any]:
-    """The `build_reward` context of a pipeline: training references, image paths and reward models."""
-    context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
-                               "device": resolve_device(config.reward_models.device)}
-    from metric.scoring.registry import METRICS
-
-    scorers = reward_scorers(config)
-    if scorers:  # each contrastive reward gets the model of its own family's slot
-        context["scorers"] = {name: scorers[spec.family] for name, spec in METRICS.items() if spec.family in scorers}
-    return context
-
-
-def _source_given(source: BackboneSource) -> bool:
-    return bool(source.backbone or source.checkpoint or source.random_config)
-
-
-def check_reward_models(config: PipelineConfig) -> None:
-    """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
-
-    slots = dict(REWARD_MODEL_SLOTS)
-    for spec in config.rewards:
-        for name, _ in parse_reward_spec(spec):
-            if name not in METRICS:
-                continue
-            family = METRICS[name].family
-            if not _source_given(getattr(config.reward_models, slots[family])):
-                raise InputError(f"rewards: {spec!r} needs a {family} model: set reward_models.{slots[family]} "
-                                 f"(reward_models.pac is the PAC-S++ model, reward_models.pacs the PAC-S model)")
-
-
-def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
-                          image_paths: dict[str, Any]) -> Any:
-    """`rewards.build_reward(spec, **reward_context(...))`."""
-    from rewards import build_reward
-
-    return build_reward(spec, **reward_context(config, dataset_references, image_paths))
-
-
-def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
-    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets.
-
-    A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
-    (unless `reward_models.allow_family_mismatch`).
-    """
-    from metric.models.families import FamilyMismatchError
-    from metric.scoring.scorer import Scorer
-
-    scorers = {}
-    models = config.reward_models
-    for family, slot in REWARD_MODEL_SLOTS:
-        source = getattr(models, slot)
-        if _source_given(source):
-            device = resolve_device(models.device)
-            backbone = load_source_backbone(source, device)
-            if backbone.family is not None and backbone.family != family:
-                message = (f"reward_models.{slot} must be a {family} model, but {backbone.name} is {backbone.family} "
-                           f"(established by {backbone.family_source})")
-                if not models.allow_family_mismatch:
-                    raise FamilyMismatchError(f"{message}; set reward_models.allow_family_mismatch=true to use it")
-                logger.warning("%s (reward_models.allow_family_mismatch)", message)
-            logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
-                        backbone.family_source)
-            scorers[family] = Scorer(backbone, device=device, dtype=models.dtype)
-    return scorers
 
 
 def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:

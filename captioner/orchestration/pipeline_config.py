@@ -1,0 +1,129 @@
+"""The recipe pipeline's configuration: data, vocabulary, features, reward models, evaluation, one YAML.
+
+`PipelineConfig` is what `recipes/configs/coco_*.yaml` describe (rules in docs/captioner.md); the pipeline itself
+is `captioner.orchestration.pipeline`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from captioner.modeling.model import CaptionerConfig
+from captioner.modeling.train_scst import SCSTConfig
+from captioner.modeling.train_xe import XEConfig
+from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
+from captioner.orchestration.backbone_source import BackboneSource
+from metric.common.config import NonNegativeInt, PositiveInt, from_dict
+from metric.common.config_files import packaged_config
+from metric.common.errors import InputError
+
+
+@dataclass
+class DataConfig:
+    """A caption data set (`captioner.data.DATASETS` name + path) and the splits to use."""
+
+    name: str = "coco-karpathy"
+    path: str = ""
+    image_root: str | None = None
+    missing_images: str = "skip"
+    options: dict[str, Any] = field(default_factory=dict)
+    train_splits: list[str] = field(default_factory=lambda: ["train"])
+    val_split: str = "val"
+    max_train_images: NonNegativeInt = 0
+    max_val_images: NonNegativeInt = 0
+
+
+@dataclass
+class VocabConfig:
+    """Vocabulary built from the training captions."""
+
+    kind: str = "word"
+    min_count: PositiveInt = 5
+    vocab_size: PositiveInt = 8000
+    max_length: PositiveInt = DEFAULT_MAX_LENGTH
+
+
+@dataclass
+class FeaturesConfig:
+    """Grid-feature extraction."""
+
+    source: BackboneSource = field(default_factory=BackboneSource)
+    batch_size: PositiveInt = 64
+    shard_size: PositiveInt = 512
+    dtype: str = "float16"
+
+
+@dataclass
+class RewardModelConfig:
+    """Models of contrastive rewards and evaluation columns, one per family (see `REWARD_MODEL_SLOTS`).
+
+    `clip` serves clip-s / ref-clip-s, `pacs` (the PAC-S model) pac-s / ref-pac-s and `pac` (the PAC-S++
+    model) pac-s++ / ref-pac-s++. A model whose established family contradicts its slot is a config error
+    unless `allow_family_mismatch`.
+    """
+
+    clip: BackboneSource = field(default_factory=BackboneSource)
+    pac: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    pacs: BackboneSource = field(default_factory=lambda: BackboneSource(backbone=""))
+    device: str = "auto"
+    dtype: str = "fp32"
+    allow_family_mismatch: bool = False
+
+    def validate(self) -> None:
+        """`dtype` is a compute precision the Scorer knows (fp32, bf16, fp16)."""
+        if self.dtype not in ("fp32", "bf16", "fp16"):
+            raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
+
+
+# (family, `reward_models` field): the model slot of each contrastive family.
+REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
+
+
+@dataclass
+class EvalConfig:
+    """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
+
+    test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    beam_size: PositiveInt = 5
+    batch_size: PositiveInt = 50
+    text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
+    max_images: NonNegativeInt = 0
+    bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+
+    def validate(self) -> None:
+        """Check every test set as a DataConfig (plus `split`) when the config is loaded."""
+        for name, test_set in self.test_sets.items():
+            split = test_set.get("split", "test")
+            if split is not None and not isinstance(split, str):
+                raise InputError(f"test_sets.{name}.split={split!r}: expected str or null")
+            from_dict(DataConfig, {k: v for k, v in test_set.items() if k != "split"}, f"test_sets.{name}")
+
+
+@dataclass
+class PipelineConfig:
+    """The whole recipe."""
+
+    run_dir: str = "runs/coco"
+    data: DataConfig = field(default_factory=DataConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    model: CaptionerConfig = field(default_factory=CaptionerConfig)
+    xe: XEConfig = field(default_factory=XEConfig)
+    scst: SCSTConfig = field(default_factory=SCSTConfig)
+    rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
+    reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 42
+    force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
+
+
+def default_config_path() -> Path:
+    """The packaged config `demo` (recipes/configs/demo.yaml; the embedded default, installed or not)."""
+    return packaged_config("demo")
+
+
+def reward_slug(spec: str) -> str:
+    """A folder-safe name for a reward spec ('pac-s++' -> 'pac-spp', 'cider:1,clip-s:0.5' -> 'cider1_clip-s0.5')."""
+    return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))

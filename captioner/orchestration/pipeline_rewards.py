@@ -1,0 +1,80 @@
+"""The pipeline's rewards: one model per contrastive family (`reward_models`), checked before any work."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig
+from metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+
+def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
+                   image_paths: dict[str, Any]) -> dict[str, Any]:
+    """The `build_reward` context of a pipeline: training references, image paths and reward models."""
+    context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
+                               "device": resolve_device(config.reward_models.device)}
+    from metric.scoring.registry import METRICS
+
+    scorers = reward_scorers(config)
+    if scorers:  # each contrastive reward gets the model of its own family's slot
+        context["scorers"] = {name: scorers[spec.family] for name, spec in METRICS.items() if spec.family in scorers}
+    return context
+
+
+def _source_given(source: BackboneSource) -> bool:
+    return bool(source.backbone or source.checkpoint or source.random_config)
+
+
+def check_reward_models(config: PipelineConfig) -> None:
+    """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
+    from metric.scoring.registry import METRICS
+    from rewards.registry import parse_reward_spec
+
+    slots = dict(REWARD_MODEL_SLOTS)
+    for spec in config.rewards:
+        for name, _ in parse_reward_spec(spec):
+            if name not in METRICS:
+                continue
+            family = METRICS[name].family
+            if not _source_given(getattr(config.reward_models, slots[family])):
+                raise InputError(f"rewards: {spec!r} needs a {family} model: set reward_models.{slots[family]} "
+                                 f"(reward_models.pac is the PAC-S++ model, reward_models.pacs the PAC-S model)")
+
+
+def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
+                          image_paths: dict[str, Any]) -> Any:
+    """`rewards.build_reward(spec, **reward_context(...))`."""
+    from rewards import build_reward
+
+    return build_reward(spec, **reward_context(config, dataset_references, image_paths))
+
+
+def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
+    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets.
+
+    A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
+    (unless `reward_models.allow_family_mismatch`).
+    """
+    from metric.models.families import FamilyMismatchError
+    from metric.scoring.scorer import Scorer
+
+    scorers = {}
+    models = config.reward_models
+    for family, slot in REWARD_MODEL_SLOTS:
+        source = getattr(models, slot)
+        if _source_given(source):
+            device = resolve_device(models.device)
+            backbone = load_source_backbone(source, device)
+            if backbone.family is not None and backbone.family != family:
+                message = (f"reward_models.{slot} must be a {family} model, but {backbone.name} is {backbone.family} "
+                           f"(established by {backbone.family_source})")
+                if not models.allow_family_mismatch:
+                    raise FamilyMismatchError(f"{message}; set reward_models.allow_family_mismatch=true to use it")
+                logger.warning("%s (reward_models.allow_family_mismatch)", message)
+            logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
+                        backbone.family_source)
+            scorers[family] = Scorer(backbone, device=device, dtype=models.dtype)
+    return scorers
