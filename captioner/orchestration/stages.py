@@ -150,10 +150,11 @@ def matches(force: str, stage: str) -> bool:
 
 
 def check_force(force: Iterable[str], stages: Sequence[str]) -> None:
-    """InputError when a `--force` name selects none of `stages` (the message lists them)."""
+    """InputError when a `force` name (`--force`) selects none of `stages` (the message lists them)."""
     for name in force:
         if not any(matches(name, stage) for stage in stages):
-            raise InputError(f"--force {name}: no such stage; the stages of this run are: {', '.join(stages)}")
+            raise InputError(f"force= {name}: no such stage; the stages of this run are: {', '.join(stages)}",
+                             parameter="force")
 
 
 class _Single:

@@ -168,7 +168,7 @@ def test_output_without_a_record_is_refused_for_resumable_stages(tmp_path):
 def test_unknown_force_name_lists_the_stages():
     stages = ["vocab", "features/train", "xe", "eval/xe/coco"]
     check_force(["eval", "features/train", "xe"], stages)
-    with pytest.raises(InputError, match="--force scst: no such stage; the stages of this run are: vocab, "
+    with pytest.raises(InputError, match="force= scst: no such stage; the stages of this run are: vocab, "
                                          "features/train, xe, eval/xe/coco"):
         check_force(["scst"], stages)
 
