@@ -126,7 +126,11 @@ def test_uncached_pretrained_tag_is_a_clear_missing_resource(monkeypatch, tmp_pa
     with pytest.raises(MissingResourceError) as error:
         load_backbone("ViT-B-32/openai")
     message = str(error.value)
-    assert "ViT-B-32/openai" in message and "--backbone ViT-B-32/PATH_TO_FILE" in message
+    assert "ViT-B-32/openai" in message and "backbone=ViT-B-32/PATH_TO_FILE" in message  # what Python users pass
+    from metric.commands.flags import cli_message
+
+    assert "--backbone ViT-B-32/PATH_TO_FILE (or --backbone ViT-B-32 and --checkpoint PATH_TO_FILE)" in \
+        cli_message(error.value)  # what `pacs` prints
     assert "missing file open_clip_pytorch_model.bin" in message
 
 

@@ -65,7 +65,7 @@ def test_renamed_official_vit_l14_is_refused_naming_arch(vit_l14_state, tmp_path
         path = tmp_path / name
         torch.save({"state_dict": vit_l14_state}, path)
         with pytest.raises(InputError, match=r"ViT-L-14 has more than one official variant \(openai, openclip-laion\)"
-                                             r".*--arch openai .*--arch openclip-laion"):
+                                             r".*arch=openai .*arch=openclip-laion"):
             load_backbone(checkpoint=str(path))
     (tmp_path / "c.json").write_text(json.dumps({"img0": "a photo"}))
     out = tmp_path / "out.json"

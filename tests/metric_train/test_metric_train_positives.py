@@ -144,7 +144,7 @@ def test_blip_captioner_in_bfloat16(tiny_blip_dir):
     from metric.training.positives import BlipCaptioner
 
     captioner = BlipCaptioner.load(str(tiny_blip_dir), max_length=6, num_beams=1, dtype="bfloat16")
-    assert captioner.modeling.model.dtype == torch.bfloat16
+    assert captioner.model.dtype == torch.bfloat16
     captions = captioner([Image.new("RGB", (40, 30), (200, 10, 10)), Image.new("L", (20, 20), 90)])
     assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
     with pytest.raises(Exception, match="dtype must be one of"):
