@@ -55,13 +55,13 @@ def overlap_reward(image_ids, captions, references):
                          for row, refs in zip(captions, references)], dtype=torch.float32)
 
 
-def tiny_pipeline_sections(xe_batch: int, xe_micro: int, val_every: int, checkpoint_every: int) -> dict:
+def tiny_pipeline_sections(xe_batch: int, xe_micro: int, eval_every: int, save_every: int) -> dict:
     """The `model` and `xe` sections of a tiny recipe (6 XE steps over a 2-warmup schedule) for pipeline tests."""
     return {
         "model": {"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
                   "dropout": 0.1},
-        "xe": {"max_steps": 6, "batch_size": xe_batch, "micro_batch_size": xe_micro, "val_every": val_every,
-               "val_beam_size": 2, "checkpoint_every": checkpoint_every,
+        "xe": {"max_steps": 6, "batch_size": xe_batch, "micro_batch_size": xe_micro, "eval_every": eval_every,
+               "val_beam_size": 2, "save_every": save_every,
                "log_every": 1, "tensorboard": False,
                "schedule": {"warmup_steps": 2, "constant_until": 4, "decay_until": 6, "peak_lr": 2e-3,
                             "final_lr": 1e-4}},

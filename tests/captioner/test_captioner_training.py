@@ -53,7 +53,7 @@ def test_xe_learns_validates_and_keeps_best_checkpoint(tmp_path):
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=40, batch_size=32, micro_batch_size=16,
                       schedule=ScheduleConfig(warmup_steps=5, constant_until=25, decay_until=35, peak_lr=3e-3,
-                                              final_lr=1e-4), val_every=20, checkpoint_every=20, log_every=1,
+                                              final_lr=1e-4), eval_every=20, save_every=20, log_every=1,
                       tensorboard=False)
     result = train_xe(config, tiny_model_config(), vocab, cache, train, val)
     assert result.losses[-1] < 0.3 * result.losses[0]
@@ -210,7 +210,7 @@ def _scst(tmp_path: Path, out: str, steps: int, reward=overlap_reward, **overrid
     if not init.is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=8,
-                        epochs=3, max_steps=steps, k=3, checkpoint_every=2, tensorboard=False)
+                        epochs=3, max_steps=steps, k=3, save_every=2, tensorboard=False)
     for key, value in overrides.items():
         setattr(config, key, value)
     items = list({image_id: [caption] for image_id, caption in train}.items())
@@ -255,7 +255,7 @@ def test_corrupt_or_truncated_checkpoint_is_refused_and_previous_kept(tmp_path):
     data[len(data) // 2] ^= 0xFF
     optimizer.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="optimizer.bin is corrupt"):
-        _scst(tmp_path, "run", 6, resume_from=str(folder / "step-00000002"))
+        _scst(tmp_path, "run", 6, resume=str(folder / "step-00000002"))
 
 
 def test_failed_checkpoint_write_keeps_previous_and_leaves_no_partial_folder(tmp_path, monkeypatch):

@@ -39,9 +39,9 @@ def _config(root: Path, sets: dict, models: dict) -> dict:
         "data": {**sets["train"], "max_train_images": 24, "max_val_images": 4},
         "vocab": {"kind": "word", "min_count": 2, "max_length": 12},
         "features": {"source": tiny, "batch_size": 8, "dtype": "float32"},
-        **tiny_pipeline_sections(16, 8, val_every=3, checkpoint_every=2),
+        **tiny_pipeline_sections(16, 8, eval_every=3, save_every=2),
         "scst": {"batch_size": 4, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-4,
-                 "checkpoint_every": 2, "tensorboard": False},
+                 "save_every": 2, "tensorboard": False},
         "reward_models": {"clip": {"backbone": "", "checkpoint": str(models["clip"])},
                           "pacs": {"backbone": "", "checkpoint": str(models["C"]), "arch": str(models["C_arch"]),
                                    "family": "pac-s"},
@@ -76,7 +76,7 @@ def _run_killed_during_xe(command: list[str], run_dir: Path) -> None:
         while not list((run_dir / "xe" / "checkpoints").glob("step-*")):
             assert process.poll() is None, process.stderr.read().decode()[-4000:]
             assert time.monotonic() < deadline, "XE wrote no checkpoint"
-            time.sleep(0.2)
+            time.sleep(0.05)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -118,7 +118,9 @@ def test_reward_comparison_interrupted_resumed_rerun_equals_clean_run(rehearsal)
     root, config = rehearsal["root"], rehearsal["config"]
     run_dir = root / "run"
     # 1. two processes, SIGKILLed during XE, then resumed
-    _run_killed_during_xe(_launch(config), run_dir)
+    # a checkpoint every step (checkpoint cadence is not part of the fingerprint): the kill lands with XE's
+    # first checkpoint, long before its last step, however fast the machine is
+    _run_killed_during_xe(_launch(config, "xe.save_every=1"), run_dir)
     xe_record = json.loads((run_dir / "stages" / "xe.json").read_text())
     assert xe_record["status"] == "running"
     resumed = _run(_launch(config))
