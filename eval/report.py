@@ -19,12 +19,15 @@ The run-directory layout it reads (every part optional; a missing part is shown 
     results.json may also hold per row "delta"/"ci" ({column: value} / {column: [low, high]}: the change
     against the baseline row and its 95% interval), "reward_gains" and "findings" (sentences): all shown.
 
-Images and plots are embedded as base64 PNG, so the page is one file with no external resources.
+Images and plots are embedded as base64 PNG, so the page is one file with no external resources. The page
+records a digest of everything it was built from (`report_digest`: the files above, the gallery images, the
+title and this module's code); `write_report(..., reuse=True)` keeps a page whose digest still matches.
 """
 from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import html
 import io
 import json
@@ -59,6 +62,7 @@ td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dbeafe}t
 .plot{max-width:100%}mark.hl-absent{background:#f8b4b4}mark.hl-dangling{background:#fde68a}
 .findings li{margin:3px 0}#delta-table td,#delta-table th{font-size:11px;padding:2px 4px}
 """
+DIGEST_META = "pacs-report-inputs"
 FILTER_SCRIPT = """<script>function pacsFilter(box){document.querySelectorAll('.gallery .card').forEach(c=>{
 c.style.display=(box.checked&&c.dataset.disagree!=='1')?'none':'';});}</script>"""
 
@@ -337,11 +341,54 @@ def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
     return f'{FILTER_SCRIPT}{controls}<div class="gallery">{"".join(cards)}</div>'
 
 
+def report_inputs(run_dir: str | os.PathLike) -> list[Path]:
+    """The files of `run_dir` that the report is built from (those that exist), in a fixed order."""
+    run_dir = Path(run_dir)
+    logs = run_dir / "logs"
+    files = [run_dir / "results.json", run_dir / "correlation" / "correlation.json",
+             run_dir / "correlation" / "scores.csv", run_dir / "gallery.json"]
+    if logs.is_dir():
+        files += sorted(logs.glob("*.csv")) + sorted(logs.glob("*.reference.json"))
+    gallery = load_gallery(run_dir) if (run_dir / "gallery.json").is_file() else None
+    files += [run_dir / str(entry["image"]) for entry in gallery or [] if isinstance(entry, dict) and entry.get("image")]
+    return [path for path in files if path.is_file()]
+
+
+def report_digest(run_dir: str | os.PathLike, title: str | None = None) -> str:
+    """SHA-256 over the report's input files (names and bytes), its title and this module's code."""
+    run_dir = Path(run_dir)
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"\0title\0{_title(run_dir, title)}".encode())
+    for path in report_inputs(run_dir):
+        digest.update(f"\0{path.relative_to(run_dir).as_posix()}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _title(run_dir: Path, title: str | None) -> str:
+    return title or f"pacs run: {run_dir.resolve().name}"
+
+
+def recorded_digest(page: str | os.PathLike) -> str | None:
+    """The input digest an existing report page records, or None (no page, or one written without it)."""
+    path = Path(page)
+    if not path.is_file():
+        return None
+    head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+    marker = f'<meta name="{DIGEST_META}" content="'
+    start = head.find(marker)
+    if start < 0:
+        return None
+    start += len(marker)
+    return head[start:head.find('"', start)]
+
+
 def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
     """Return the HTML page describing the run in `run_dir`."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
+    digest = report_digest(run_dir, title)
     curves = load_curves(run_dir)
     references = load_references(run_dir)
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
@@ -353,14 +400,21 @@ def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
         ("Metric vs ground truth", _correlation_html(load_correlation(run_dir))),
         ("Gallery", _gallery_html(run_dir, load_gallery(run_dir))),
     ]
-    title = title or f"pacs run: {run_dir.resolve().name}"
+    title = _title(run_dir, title)
     body = "".join(f"<h2>{name}</h2>{content}" for name, content in sections)
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="{DIGEST_META}" content="{digest}"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
 
 
-def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Write the report of `run_dir` to `out` (default `run_dir/report.html`) atomically; return its path."""
+def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, reuse: bool = False) -> Path:
+    """Write the report of `run_dir` to `out` (default `run_dir/report.html`) atomically; return its path.
+
+    With `reuse`, an existing page whose recorded input digest equals the current one is kept as it is.
+    """
     target = Path(out) if out else Path(run_dir) / "report.html"
+    if reuse and Path(run_dir).is_dir() and recorded_digest(target) == report_digest(run_dir):
+        logger.info("report %s is up to date (same inputs), kept", target)
+        return target
     write_text_atomic(target, build_report(run_dir))
     return target

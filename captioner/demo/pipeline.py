@@ -150,7 +150,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     report = run_dir / "report.html"
     if state.is_main_process:
         rows = _publish(run_dir, runner, config)
-        report = write_report(run_dir)
+        report = write_report(run_dir, reuse=True)  # rebuilt only when its inputs changed
         print(results_markdown(json.loads((run_dir / "results.json").read_text(encoding="utf-8"))))
         print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
               f"cached: {', '.join(runner.skipped) or 'none'}")

@@ -39,6 +39,7 @@ from metric.common.config import (
     to_dict,
 )
 from metric.common.errors import InputError, PacsError
+from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target
 
@@ -193,7 +194,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         total_steps = min(total_steps, config.max_steps)
     if plan.dropped_per_epoch:
         logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    optimizer = make_adam(model.parameters(), lr=config.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
     state = checkpoints.restore(resume_target(config.resume)) or {

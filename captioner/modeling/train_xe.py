@@ -39,6 +39,7 @@ from captioner.modeling.training import (
 from captioner.modeling.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
 from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
 from metric.common.errors import InputError
+from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target
 
@@ -157,8 +158,8 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     targets = encode_captions(vocab, [caption for _, caption in train])
 
     model = Captioner(model_config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
-                                 weight_decay=config.weight_decay)
+    optimizer = make_adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
+                          weight_decay=config.weight_decay)
     scheduler = pacs_scheduler(optimizer, config.schedule)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)

@@ -110,22 +110,28 @@ PositivesBatch = tuple[torch.Tensor, list[str], torch.Tensor, list[str]]
 
 
 def encode_positives(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], batch: PositivesBatch,
-                     device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+                     device: torch.device, gen_images: bool = True,
+                     gen_texts: bool = True) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Encode a batch of positives (real and generated images in one pass, texts in one pass).
 
     Returns ``([v, t, v', t'], logit_scale)``: four float32 ``[n, E]`` normalised embeddings and the temperature.
+    With `gen_images` / `gen_texts` False, v' / t' are not encoded (None): training skips the positives whose loss
+    terms have weight 0 (`losses.positives_needed`), e.g. plain contrastive training with λv = λt = 0 encodes
+    half as much.
     """
-    images, captions, gen_images, gen_captions = batch
+    images, captions, generated_images, generated_captions = batch
     n = images.shape[0]
-    pixels = torch.cat([images, gen_images]).to(device)
-    tokens = tokenize(list(captions) + list(gen_captions)).to(device)
-    image_emb, text_emb, scale = encoder(pixels, tokens)
+    pixels = torch.cat([images, generated_images]) if gen_images else images
+    tokens = tokenize(list(captions) + list(generated_captions) if gen_texts else list(captions))
+    image_emb, text_emb, scale = encoder(pixels.to(device), tokens.to(device))
     image_emb, text_emb = image_emb.float(), text_emb.float()
-    return [image_emb[:n], text_emb[:n], image_emb[n:], text_emb[n:]], scale.float()
+    return ([image_emb[:n], text_emb[:n], image_emb[n:] if gen_images else None, text_emb[n:] if gen_texts else None],
+            scale.float())
 
 
-def loss_on_embeddings(embeddings: Sequence[torch.Tensor], scale: torch.Tensor, options: LossOptions) -> LossTerms:
-    """The positive-augmented loss (with the configured extra terms) of ``[v, t, v', t']`` embeddings."""
+def loss_on_embeddings(embeddings: Sequence[torch.Tensor | None], scale: torch.Tensor,
+                       options: LossOptions) -> LossTerms:
+    """The positive-augmented loss (with the configured extra terms) of ``[v, t, v', t']`` embeddings (v'/t' may be None)."""
     img, txt, gen_img, gen_txt = embeddings
     return positive_augmented_loss(
         img, txt, gen_img, gen_txt, scale, lambda_v=options.lambda_v, lambda_t=options.lambda_t,

@@ -23,8 +23,9 @@ import torch
 from metric.common.errors import PacsError
 from metric.training.distributed import gather_with_grad, world_size
 
-# a micro-batch -> (embedding tensors [n, E] each, temperature); the same encoder in both passes
-Encode = Callable[[Any], tuple[Sequence[torch.Tensor], torch.Tensor]]
+# a micro-batch -> (embedding tensors [n, E] each, or None for one not encoded, temperature); the same encoder in
+# both passes; the first embedding is always present (it gives the micro-batch size)
+Encode = Callable[[Any], tuple[Sequence[torch.Tensor | None], torch.Tensor]]
 
 
 class HasTotal(Protocol):
@@ -33,7 +34,7 @@ class HasTotal(Protocol):
     total: torch.Tensor
 
 
-LossFn = Callable[[list[torch.Tensor], torch.Tensor], HasTotal]
+LossFn = Callable[[list[torch.Tensor | None], torch.Tensor], HasTotal]
 
 
 class RandomState:
@@ -74,14 +75,16 @@ def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossF
         for micro in micro_batches:
             states.append(RandomState(device))
             embeddings, scale = encode(micro)
-            cached.append([emb.detach() for emb in embeddings])
+            cached.append([None if emb is None else emb.detach() for emb in embeddings])
     sizes = [chunk[0].shape[0] for chunk in cached]
-    leaves = [torch.cat([chunk[k] for chunk in cached]).requires_grad_() for k in range(len(cached[0]))]
+    leaves = [None if cached[0][k] is None else torch.cat([chunk[k] for chunk in cached]).requires_grad_()
+              for k in range(len(cached[0]))]
+    present = [leaf for leaf in leaves if leaf is not None]
     scale_leaf = scale.detach().float().requires_grad_()
-    terms = loss_fn([gather_with_grad(leaf) for leaf in leaves], scale_leaf)
-    grads = torch.autograd.grad(terms.total, [*leaves, scale_leaf], allow_unused=True)
-    emb_grads = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads[:-1])]
-    scale_grad = torch.zeros_like(scale_leaf) if grads[-1] is None else grads[-1]
+    terms = loss_fn([None if leaf is None else gather_with_grad(leaf) for leaf in leaves], scale_leaf)
+    grads = iter(torch.autograd.grad(terms.total, [*present, scale_leaf], allow_unused=True))
+    emb_grads = [None if leaf is None else _or_zeros(next(grads), leaf) for leaf in leaves]
+    scale_grad = _or_zeros(next(grads), scale_leaf)
     after = torch.get_rng_state()
     start = 0
     for index, (micro, state, size) in enumerate(zip(micro_batches, states, sizes)):
@@ -89,7 +92,8 @@ def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossF
         state.restore()
         with (contextlib.nullcontext() if last else no_sync()):
             embeddings, scale = encode(micro)
-            surrogate = sum((emb * grad[start:start + size]).sum() for emb, grad in zip(embeddings, emb_grads))
+            surrogate = sum((emb * grad[start:start + size]).sum()
+                            for emb, grad in zip(embeddings, emb_grads) if emb is not None and grad is not None)
             if last:  # the temperature once per process, in the backward that DDP reduces
                 surrogate = surrogate + (scale.float() * scale_grad).sum() / world_size()
             backward(surrogate * averaged_over)
@@ -104,6 +108,11 @@ def _direct_step(micro: Any, encode: Encode, loss_fn: LossFn, backward: Callable
     embeddings, scale = encode(micro)
     share = 1.0 / world_size()  # same value; the temperature's gradient split between the processes
     scale = scale.float() * share + scale.float().detach() * (1.0 - share)
-    terms = loss_fn([gather_with_grad(emb) for emb in embeddings], scale)
+    terms = loss_fn([None if emb is None else gather_with_grad(emb) for emb in embeddings], scale)
     backward(terms.total * averaged_over)
     return terms
+
+
+def _or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The gradient, or zeros shaped like `like` where the loss did not depend on it."""
+    return torch.zeros_like(like) if grad is None else grad

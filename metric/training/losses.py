@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from metric.common.errors import PacsError
+
 Directions = Literal["mean", "sum"]
 
 
@@ -42,8 +44,8 @@ class LossTerms:
 
     total: torch.Tensor
     real: torch.Tensor
-    gen_image: torch.Tensor
-    gen_text: torch.Tensor
+    gen_image: torch.Tensor | None  # None: the v' term has weight 0 and v' was not encoded
+    gen_text: torch.Tensor | None  # None: the t' term has weight 0 and t' was not encoded
     relative: torch.Tensor | None = None
     margin: torch.Tensor | None = None
 
@@ -125,7 +127,13 @@ def hard_negative_margin(img: torch.Tensor, txt: torch.Tensor, margin: float = 0
     return (image_side.mean() + text_side.mean()) / 2
 
 
-def positive_augmented_loss(img: torch.Tensor, txt: torch.Tensor, gen_img: torch.Tensor, gen_txt: torch.Tensor,
+def positives_needed(lambda_v: float, lambda_t: float, relative_weight: float = 0.0) -> tuple[bool, bool]:
+    """Whether the loss uses the generated images v' and the generated captions t' (a term with a non-zero weight)."""
+    return bool(lambda_v or relative_weight), bool(lambda_t or relative_weight)
+
+
+def positive_augmented_loss(img: torch.Tensor, txt: torch.Tensor, gen_img: torch.Tensor | None,
+                            gen_txt: torch.Tensor | None,
                             logit_scale: torch.Tensor | float, lambda_v: float = 0.1, lambda_t: float = 0.001,
                             directions: Directions = "mean", relative_weight: float = 0.0,
                             relative_weighting: Literal["uniform", "similarity"] = "uniform",
@@ -134,11 +142,20 @@ def positive_augmented_loss(img: torch.Tensor, txt: torch.Tensor, gen_img: torch
 
     `img`/`txt` are the real pair, `gen_img` the image generated from `txt` (v'), `gen_txt` the caption
     generated from `img` (t'). Defaults are PAC-S++'s λv = 0.1, λt = 0.001 (PAC-S: 0.05 / 0.1).
+    `gen_img` / `gen_txt` may be None where no term uses them (`positives_needed`): that term is then None.
     """
+    need_images, need_texts = positives_needed(lambda_v, lambda_t, relative_weight)
+    for name, value, needed in (("gen_img", gen_img, need_images), ("gen_txt", gen_txt, need_texts)):
+        if value is None and needed:
+            raise PacsError(f"positive_augmented_loss: {name} is None but a loss term with a non-zero weight uses it")
     real = symmetric_infonce(img, txt, logit_scale, directions)
-    gen_image = symmetric_infonce(gen_img, txt, logit_scale, directions)
-    gen_text = symmetric_infonce(img, gen_txt, logit_scale, directions)
-    total = real + lambda_v * gen_image + lambda_t * gen_text
+    gen_image = symmetric_infonce(gen_img, txt, logit_scale, directions) if gen_img is not None else None
+    gen_text = symmetric_infonce(img, gen_txt, logit_scale, directions) if gen_txt is not None else None
+    total = real
+    if gen_image is not None:
+        total = total + lambda_v * gen_image
+    if gen_text is not None:
+        total = total + lambda_t * gen_text
     relative = margin_term = None
     if relative_weight:
         relative = relative_positive_loss(img, txt, gen_img, gen_txt, logit_scale, relative_weighting)

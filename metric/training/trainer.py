@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
 from accelerate.logging import get_logger
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from metric.common.errors import InputError
+from metric.common.optim import make_adam
 from metric.training.config import (
     FAMILY_OF_MODE,
     MODES,
@@ -55,6 +55,7 @@ from metric.training.encoding import (
     validation_loss,
 )
 from metric.training.grad_cache import grad_cache_step
+from metric.training.losses import positives_needed
 from metric.training.state import (
     ADAPTER_DIR,
     CHECKPOINT_FILE,
@@ -149,7 +150,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     logger.info("mode %s: %d trainable tensors, %d parameters (of %d)", config.mode, len(params),
                 sum(p.numel() for p in params.values()), sum(p.numel() for p in model.parameters()))
     encoder = DualEncoder(model)
-    optimizer = torch.optim.AdamW(list(params.values()), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = make_adam(params.values(), decoupled_weight_decay=True, lr=config.lr,
+                          weight_decay=config.weight_decay)
     encoder, optimizer = accelerator.prepare(encoder, optimizer)
     state = TrainerState()
     accelerator.register_for_checkpointing(state)
@@ -198,6 +200,11 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     progress = tqdm(total=total_steps, initial=state.step, desc="train-metric", disable=not accelerator.is_main_process)
     stop = state.step >= total_steps or state.step - state.best_step >= config.patience
     started, running = time.time(), []
+    needed_positives = positives_needed(config.loss.lambda_v, config.loss.lambda_t, config.loss.relative_weight)
+    if not all(needed_positives):
+        logger.info("training encodes no %s: their loss weight is 0",
+                    " and no ".join(name for name, needed in zip(("generated images (v')", "generated captions (t')"),
+                                                                  needed_positives) if not needed))
     while not stop and state.epoch < config.max_epochs:
         batches = ShardedEpochBatches(len(train_dataset), config.batch_size, config.seed, state.epoch,
                                       state.batch_in_epoch, rank, processes)
@@ -205,7 +212,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
                             num_workers=config.data.num_workers)
         for batch in loader:  # this process's share of one global batch
             terms = grad_cache_step(
-                split_micro_batches(batch, micro), lambda part: encode_positives(encoder, tokenize, part, device),
+                split_micro_batches(batch, micro),
+                lambda part: encode_positives(encoder, tokenize, part, device, *needed_positives),
                 lambda embeddings, scale: loss_on_embeddings(embeddings, scale, config.loss), accelerator.backward,
                 lambda: accelerator.no_sync(encoder), averaged_over=processes, device=device)
             optimizer.step()

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from eval.report import build_report, highlight_caption, load_curves, load_references, write_report
+from eval.report import (
+    build_report,
+    highlight_caption,
+    load_curves,
+    load_references,
+    recorded_digest,
+    report_digest,
+    write_report,
+)
 from metric.common.errors import InputError
 from pacs_cli import main as pacs_main
 
@@ -116,6 +124,41 @@ def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: 
     with pytest.raises(InputError, match="results.json"):
         write_report(empty)
     assert not (empty / "report.html").exists()
+
+
+REPORT_INPUTS = ["results.json", "logs/xe.csv", "logs/scst.reference.json", "correlation/correlation.json",
+                 "correlation/scores.csv", "gallery.json", "gallery/img-2.png"]
+
+
+@pytest.mark.parametrize("changed", REPORT_INPUTS)
+def test_demo_report_reuse_keeps_the_page_until_an_input_changes(tmp_path: Path, changed: str) -> None:
+    run = make_run_dir(tmp_path)
+    page = write_report(run, reuse=True)  # no page yet: built
+    digest = recorded_digest(page)
+    assert digest == report_digest(run) and len(digest) == 64
+    page.write_text(page.read_text() + "<!-- kept -->")  # a marker a rebuild would drop
+    write_report(run, reuse=True)
+    assert page.read_text().endswith("<!-- kept -->")  # same inputs: the page is not rebuilt
+    (run / "unrelated.txt").write_text("not read by the report")
+    write_report(run, reuse=True)
+    assert page.read_text().endswith("<!-- kept -->")
+    target = run / changed
+    target.write_bytes(target.read_bytes() + (b" " if changed.endswith((".json", ".csv")) else b"\0"))
+    assert report_digest(run) != digest
+    write_report(run, reuse=True)
+    assert not page.read_text().endswith("<!-- kept -->") and recorded_digest(page) == report_digest(run)
+
+
+def test_demo_report_without_reuse_always_rebuilds(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path)
+    page = write_report(run)
+    page.write_text(page.read_text() + "<!-- kept -->")
+    write_report(run)
+    assert not page.read_text().endswith("<!-- kept -->")
+    page.write_text("<html>a page written by hand</html>")  # no recorded digest: rebuilt even with reuse
+    assert recorded_digest(page) is None
+    write_report(run, reuse=True)
+    assert recorded_digest(page) == report_digest(run)
 
 
 def test_demo_report_cli_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -90,14 +90,17 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     written = {r["image_id"]: r["caption"] for r in json.loads(out_file.read_text())}
     assert written == {image_id: evaluated[image_id] for image_id in some}
 
+    report_written = (run_dir / "report.html").stat().st_mtime_ns
     second = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
     assert second["ran"] == [] and set(second["skipped"]) == STAGES
+    assert (run_dir / "report.html").stat().st_mtime_ns == report_written  # same inputs: the page is kept
     assert (run_dir / "stages" / "clip.json").stat().st_mtime == marker
     assert json.loads((run_dir / "results.json").read_text())["rows"] == results["rows"]
 
     # a changed SCST setting re-runs only the SCST stages and the evaluation below them
     third = run_demo(config, [f"runs_dir={tmp_path}", "threads=1", "scst.rewards=[cider]"])
     assert set(third["ran"]) == {"evaluate"} and "xe" in third["skipped"]
+    assert "scst clip-s" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
 
     # the literal command on 2 CPU processes: same stages, same printed table as one process
     two = tmp_path / "two"
