@@ -16,21 +16,26 @@ import statistics
 import torch
 from timing import median_time
 
-from captioner.demo.config import ClipStageConfig
 from captioner.demo.metric_stages import clip_arch
+from captioner.demo.pipeline import load_demo_config
 from captioner.modeling.model import Captioner, CaptionerConfig
 from metric.common.optim import fused_supported
 from metric.models.backbones import build_backbone_from_config
 
+CAPTIONER_VOCAB = 46  # the demo vocabulary's size (runs/demo/xe/vocab.json)
+
 
 def _models() -> dict[str, tuple[torch.nn.Module, type, dict]]:
-    clip = build_backbone_from_config(clip_arch(ClipStageConfig(embed_dim=64, vision_width=96, vision_layers=3,
-                                                                patch_size=16, text_width=64, text_layers=2,
-                                                                context_length=32), 48), seed=0, name="demo-clip").model
-    captioner = Captioner(CaptionerConfig(vocab_size=46, feature_dim=96, d_model=128, n_heads=4, encoder_layers=2,
-                                          decoder_layers=2, ffn_dim=256, dropout=0.1, max_length=20))
-    return {"demo CLIP (AdamW, wd 0.1)": (clip, torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.1}),
-            "demo captioner (Adam)": (captioner, torch.optim.Adam, {"lr": 1e-3, "betas": (0.9, 0.98)})}
+    demo = load_demo_config(None, [])
+    clip = build_backbone_from_config(clip_arch(demo.clip, demo.world.image_size), seed=0, name="demo-clip").model
+    xe = demo.xe
+    captioner = Captioner(CaptionerConfig(vocab_size=CAPTIONER_VOCAB, feature_dim=demo.clip.vision_width,
+                                          d_model=xe.d_model, n_heads=xe.n_heads, encoder_layers=xe.encoder_layers,
+                                          decoder_layers=xe.decoder_layers, ffn_dim=xe.ffn_dim, dropout=xe.dropout,
+                                          max_length=xe.max_length))
+    return {"demo CLIP (AdamW, wd 0.1)": (clip, torch.optim.AdamW, {"lr": demo.clip.lr,
+                                                                    "weight_decay": demo.clip.weight_decay}),
+            "demo captioner (Adam)": (captioner, torch.optim.Adam, {"lr": xe.lr, "betas": (0.9, 0.98)})}
 
 
 def main() -> None:

@@ -374,7 +374,8 @@ def recorded_digest(page: str | os.PathLike) -> str | None:
     path = Path(page)
     if not path.is_file():
         return None
-    head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        head = handle.read(2000)  # the digest is in <head>; the page itself may be megabytes of embedded images
     marker = f'<meta name="{DIGEST_META}" content="'
     start = head.find(marker)
     if start < 0:
@@ -388,7 +389,11 @@ def build_report(run_dir: str | os.PathLike, title: str | None = None) -> str:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
-    digest = report_digest(run_dir, title)
+    return _page(run_dir, title, report_digest(run_dir, title))
+
+
+def _page(run_dir: Path, title: str | None, digest: str) -> str:
+    """The HTML page of `run_dir`, recording `digest` (its `report_digest`)."""
     curves = load_curves(run_dir)
     references = load_references(run_dir)
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
@@ -412,9 +417,13 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 
     With `reuse`, an existing page whose recorded input digest equals the current one is kept as it is.
     """
-    target = Path(out) if out else Path(run_dir) / "report.html"
-    if reuse and Path(run_dir).is_dir() and recorded_digest(target) == report_digest(run_dir):
+    run_dir = Path(run_dir)
+    target = Path(out) if out else run_dir / "report.html"
+    if not run_dir.is_dir():
+        raise InputError(f"run directory not found: {run_dir}")
+    digest = report_digest(run_dir)
+    if reuse and recorded_digest(target) == digest:
         logger.info("report %s is up to date (same inputs), kept", target)
         return target
-    write_text_atomic(target, build_report(run_dir))
+    write_text_atomic(target, _page(run_dir, None, digest))
     return target

@@ -93,7 +93,7 @@ def grad_cache_step(micro_batches: Sequence[Any], encode: Encode, loss_fn: LossF
         with (contextlib.nullcontext() if last else no_sync()):
             embeddings, scale = encode(micro)
             surrogate = sum((emb * grad[start:start + size]).sum()
-                            for emb, grad in zip(embeddings, emb_grads) if emb is not None and grad is not None)
+                            for emb, grad in zip(embeddings, emb_grads) if grad is not None)  # None: not encoded
             if last:  # the temperature once per process, in the backward that DDP reduces
                 surrogate = surrogate + (scale.float() * scale_grad).sum() / world_size()
             backward(surrogate * averaged_over)
