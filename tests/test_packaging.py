@@ -47,6 +47,25 @@ def _build_wheel(tmp_path: Path) -> Path:
     return wheel
 
 
+def _runner_site_dirs() -> list[Path]:
+    """The site-packages folders of the interpreter running the tests (a venv's own, not its base's)."""
+    return [Path(entry) for entry in sys.path if entry.endswith(("site-packages", "dist-packages"))
+            and Path(entry).is_dir()]
+
+
+def _venv_seeing_the_runners_packages(venv: Path) -> Path:
+    """A new venv whose imports fall back to the test runner's site-packages, whatever interpreter runs pytest.
+
+    `--system-site-packages` would expose the *base* interpreter's packages when pytest itself runs in a venv.
+    A plain path in a `.pth` file adds the runner's folders after the venv's own, but the `.pth` files inside them
+    (the checkout's editable-install hook among them) are not processed, so pacs can only come from the wheel.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "pacs_test_runner_packages.pth").write_text("".join(f"{folder}\n" for folder in _runner_site_dirs()))
+    return venv / "bin" / "python"
+
+
 @pytest.mark.slow
 def test_wheel_ships_configs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
@@ -61,8 +80,7 @@ def test_wheel_ships_configs_and_runs_outside_the_repository(tmp_path: Path) -> 
     assert "pacs_cli.py" in names
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = _venv_seeing_the_runners_packages(venv)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
                    timeout=300)
     elsewhere = tmp_path / "elsewhere"

@@ -64,7 +64,8 @@ def _public_names() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("root, name", _public_names())
-def test_every_public_name_has_a_passing_docstring_example(root, name, shared, tmp_path, monkeypatch):
+def test_every_public_name_has_a_passing_docstring_example(root, name, shared, tmp_path, monkeypatch,
+                                                           registries_restored):  # examples may register names
     if name in TORCHMETRICS_NAMES:
         pytest.importorskip("torchmetrics")
     monkeypatch.chdir(tmp_path)

@@ -6,8 +6,8 @@ dependencies change, not in CI. For each dependency it:
 1. lists the releases with ``pip index versions`` and keeps the first release of every minor version
    (a bound ``>=X.Y`` admits ``X.Y.0``, so that is the release the bound must work with);
 2. bisects over those candidates (newest = the installed release, run first as it is): a candidate is
-   installed into a private virtual environment made with ``--system-site-packages`` (so the pinned
-   torch is reused, not re-installed), together with the project's other base dependencies within their
+   installed into a private virtual environment that falls back to this interpreter's site-packages
+   (so the pinned torch is reused, not re-installed), together with the project's other base dependencies within their
    declared ranges, so that pip's resolver downgrades whatever the candidate needs downgraded, and a
    candidate that cannot be installed with the other declared bounds fails;
 3. runs the dependency's test subset with that environment's Python, from an extract of the last commit
@@ -49,7 +49,7 @@ from packaging.version import InvalidVersion, Version
 
 LOG = logging.getLogger("check_min_versions")
 REPO = Path(__file__).resolve().parents[1]
-PINNED = ("torch", "torchvision", "pillow")  # pinned in .ci/constraints.txt: never lowered here
+PINNED = ("torch", "torchvision", "pillow")  # pinned in requirements/pins.in: never lowered here
 COMPILED = "numpy,scipy,matplotlib,safetensors,regex,pyyaml,tokenizers,contourpy,kiwisolver,pandas"
 UNAVAILABLE = "Could not find a version that satisfies the requirement"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CI": "true"}
@@ -238,15 +238,21 @@ def test_env() -> dict[str, str]:
 
 
 def fresh_venv(venv: Path) -> Path:
-    """An empty virtual environment that sees the system site-packages (torch included); its python."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--clear", "--without-pip", str(venv)],
-                   check=True)
+    """An empty virtual environment that falls back to this interpreter's site-packages (torch included); its python.
+
+    Not `--system-site-packages`: run from a virtual environment (CI's `.venv-ci`), that would expose the base
+    interpreter's packages. A `.pth` line per folder appends this interpreter's own site-packages after the venv's.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    folders = [entry for entry in sys.path if entry.endswith(("site-packages", "dist-packages"))]
+    (site / "runner_packages.pth").write_text("".join(f"{folder}\n" for folder in folders))
     return venv / "bin" / "python"
 
 
 def install(python: Path, pins: Sequence[str], companions: Sequence[str], timeout_s: int) -> str:
     """pip-install the pins (and let the resolver adjust the companions) into `python`'s venv; '' or an error."""
-    constraints = REPO / ".ci" / "constraints.txt"
+    constraints = REPO / "requirements" / "pins.in"
     cmd = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--prefer-binary",
            f"--only-binary={COMPILED}", "-c", str(constraints), *pins, *companions]
     try:

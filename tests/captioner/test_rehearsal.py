@@ -116,20 +116,20 @@ def rehearsal(tmp_path_factory, shared) -> dict:
 @pytest.mark.slow
 def test_reward_comparison_interrupted_resumed_rerun_equals_clean_run(rehearsal):
     root, config = rehearsal["root"], rehearsal["config"]
-    run_dir = root / "run"
+    run_dir = root / "interrupted"  # this test's own folder: the module's other tests may have run first
     # 1. two processes, SIGKILLed during XE, then resumed
     # a checkpoint every step (checkpoint cadence is not part of the fingerprint): the kill lands with XE's
     # first checkpoint, long before its last step, however fast the machine is
-    _run_killed_during_xe(_launch(config, "xe.save_every=1"), run_dir)
+    _run_killed_during_xe(_launch(config, f"run_dir={run_dir}", "xe.save_every=1"), run_dir)
     xe_record = json.loads((run_dir / "stages" / "xe.json").read_text())
     assert xe_record["status"] == "running"
-    resumed = _run(_launch(config))
+    resumed = _run(_launch(config, f"run_dir={run_dir}"))
     assert "starting 2 gloo CPU processes" in resumed.stderr
     assert "stage xe: interrupted with the same settings, resuming" in resumed.stderr, resumed.stderr[-3000:]
     before = _output_ids(run_dir)
 
     # 2. one changed SCST setting: exactly the SCST stages and their evaluations re-run
-    rerun = _run(_launch(config, "scst.lr=3e-4"))
+    rerun = _run(_launch(config, f"run_dir={run_dir}", "scst.lr=3e-4"))
     after = _output_ids(run_dir)
     changed = {name for name in after if after[name] != before.get(name)}
     expected = {f"scst-{reward_slug(r)}" for r in REWARDS} | {f"eval/{reward_slug(r)}/{s}" for r in REWARDS
@@ -145,11 +145,14 @@ def test_reward_comparison_interrupted_resumed_rerun_equals_clean_run(rehearsal)
 
 @pytest.mark.slow
 def test_every_contrastive_column_equals_pacs_evaluate_on_that_set_alone(rehearsal, tmp_path):
-    """Runs after the rehearsal above (same module fixture): each set's columns from a single-set `pacs evaluate`."""
+    """Each set's columns of a finished run equal a single-set `pacs evaluate` (reuses a run of the test above)."""
     import pacs_cli
 
-    run_dir, models = rehearsal["root"] / "run", rehearsal["models"]
-    if not (run_dir / "compare_rewards" / "results.json").is_file():
+    root, models = rehearsal["root"], rehearsal["models"]
+    finished = [folder for folder in (root / "clean" / "run", root / "interrupted")
+                if (folder / "compare_rewards" / "results.json").is_file()]
+    run_dir = finished[0] if finished else root / "run"
+    if not finished:
         _run(_launch(rehearsal["config"]))
     rows = _rows(run_dir)
     options = {"clip": ["--checkpoint", str(models["clip"])],

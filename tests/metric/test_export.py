@@ -252,7 +252,7 @@ def test_bad_inputs_exit_2_without_output(lora_run, pacscore_fixtures, tiny_back
 
 
 def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
-    from metric import export
+    from metric.training import export
 
     def broken(*args, **kwargs):
         raise OSError("disk full")

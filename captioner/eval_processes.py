@@ -1,4 +1,0 @@
-"""Deprecated import path (removed in pacs 0.4): use `captioner.orchestration.eval_processes`."""
-from metric.common.deprecation import alias_module
-
-alias_module(__name__, "captioner.orchestration.eval_processes")
