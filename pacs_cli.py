@@ -52,6 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"pacs {args.command}: error: {cli_message(error)}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a read-only or unwritable folder: the user's to fix, in one line
+        from metric.common.os_errors import describe_os_error
+
+        message = describe_os_error(error)
+        if message is None:
+            raise
+        print(f"pacs {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

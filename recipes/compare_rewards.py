@@ -25,6 +25,7 @@ from captioner.orchestration.launching import relaunch_cpu_processes
 from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
 from metric.common.config import load_config
 from metric.common.errors import PacsError
+from metric.common.os_errors import user_error_line
 
 DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
 
@@ -61,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = comparison_rows(result["rows"], config.rewards)
             write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
             print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
-    except PacsError as error:
-        print(f"compare_rewards: error: {error}", file=sys.stderr)
+    except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
+        message = user_error_line(error)
+        if message is None:
+            raise
+        print(f"compare_rewards: error: {message}", file=sys.stderr)
         return 2
     return 0
 

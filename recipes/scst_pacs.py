@@ -15,6 +15,7 @@ import sys
 from captioner.entry import run_from_config
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
+from metric.common.os_errors import user_error_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         relaunch_cpu_processes()
         run_from_config(args.config, args.overrides, force=args.force)
-    except PacsError as error:
-        print(f"scst_pacs: error: {error}", file=sys.stderr)
+    except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
+        message = user_error_line(error)
+        if message is None:
+            raise
+        print(f"scst_pacs: error: {message}", file=sys.stderr)
         return 2
     return 0
 

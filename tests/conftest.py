@@ -56,11 +56,15 @@ def shared_fixtures(shared: Path) -> Path:
 
 PROJECT_PACKAGES = ("captioner", "eval", "metric", "rewards", "pacs_cli", "pacs_configs")
 PYTEST_OWN_VARIABLES = ("PYTEST_CURRENT_TEST",)
+# Set by libraries themselves the first time they are imported or used (open_clip's tokenizer module, torch's
+# inductor cache behind fused optimizers); whichever test happens to come first would otherwise be blamed.
+LIBRARY_FIRST_USE_VARIABLES = ("TOKENIZERS_PARALLELISM", "TORCHINDUCTOR_CACHE_DIR")
 
 
 def _environ() -> dict[str, str]:
-    """The environment, less the variables pytest itself sets per test phase."""
-    return {key: value for key, value in os.environ.items() if key not in PYTEST_OWN_VARIABLES}
+    """The environment, less pytest's own per-phase variable and the variables libraries set on first use."""
+    return {key: value for key, value in os.environ.items()
+            if key not in PYTEST_OWN_VARIABLES + LIBRARY_FIRST_USE_VARIABLES}
 
 
 def _project_modules() -> dict[str, types.ModuleType]:
@@ -167,6 +171,14 @@ class _GlobalState:
                 logger.setLevel(level)
                 logger.propagate = propagate
         return leaks
+
+
+@pytest.fixture()
+def torch_threads_restored() -> Iterator[None]:
+    """For a test that runs `pacs train` in-process: the run sets torch's thread count (`threads=`) on purpose."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture()

@@ -77,21 +77,30 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     metric training, feature extraction, XE and SCST stages run on every process (each splits its work), the
     others (data, correlation, evaluation, report) on the main process while the rest wait.
     """
-    from captioner.demo import captioning, correlation, metric_stages
-    from captioner.demo.data import DemoData, write_images
     from captioner.modeling.training import micro_batch_for, process_state
-    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
-    from captioner.orchestration.stages import StageRunner, check_force
-    from eval.report import write_report
+    from captioner.orchestration.stages import check_force
+    from metric.common.run_lock import hold_run_directory
 
     state = process_state()
     world = state.num_processes
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, world, "demo.xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, world, "demo.scst")
     check_force(config.force, stage_names(config))
+    run_dir = Path(config.runs_dir) / config.name
+    with hold_run_directory(run_dir, state):  # one run at a time: a second one stops here, naming this one
+        return _run_stages(config, state, run_dir, xe_micro, scst_micro)
+
+
+def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, scst_micro: int) -> dict[str, Any]:
+    """Every stage of the demo in `run_dir` (whose lock the caller holds), then the table and the report."""
+    from captioner.demo import captioning, correlation, metric_stages
+    from captioner.demo.data import DemoData, write_images
+    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+    from captioner.orchestration.stages import StageRunner
+    from eval.report import write_report
+
     torch.set_num_threads(max(1, config.threads))
     seed_everything(config.seed)
-    run_dir = Path(config.runs_dir) / config.name
     logs = run_dir / "logs"
     if state.is_main_process:
         logs.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ from captioner.orchestration.pipeline_rewards import (
 from captioner.orchestration.stages import StageRunner, check_force
 from metric.common.config import dump_yaml, from_dict, to_dict
 from metric.common.errors import InputError
-from metric.common.io import write_json_atomic, write_text_atomic
+from metric.common.io import nonfinite_to_none, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +126,23 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
+    from captioner.modeling.training import micro_batch_for, process_state
+    from metric.common.run_lock import hold_run_directory
+
+    state = process_state()
+    xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
+    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
+                                   "scst")
+    check_force(config.force, stage_names(config))
+    check_reward_models(config)  # a reward without its family's model is a config error before any work
+    with hold_run_directory(config.run_dir, state):  # one run at a time: a second one stops here, naming this one
+        return _run_stages(config, state, xe_micro, scst_micro)
+
+
+def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
+    """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
-    from captioner.modeling.training import micro_batch_for, process_state
     from captioner.modeling.vocab import build_vocab, load_vocab
     from captioner.orchestration.recipe_stages import (
         data_inputs,
@@ -138,14 +152,6 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         trainer_settings,
     )
 
-    state = process_state()
-    xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
-    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
-                                   "scst")
-    check_force(config.force, stage_names(config))
-    check_reward_models(config)  # a reward without its family's model is a config error before any work
-    if state.is_main_process:
-        Path(config.run_dir).mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
     run = _Run(config)
     if state.is_main_process:
@@ -296,8 +302,8 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
                 continue
             detailed = evaluation_rows(set_name, result.captions, items, None, config.evaluation.text_metrics,
                                        contrastive=result.contrastive, per_image=True)
-            record = {"rows": [{"model": model_name, **row} for row, _ in detailed],
-                      "per_image": {row["test_set"]: values for row, values in detailed}}
+            record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],  # NaN: null
+                                        "per_image": {row["test_set"]: values for row, values in detailed}})
             write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(result.captions))
             write_json_atomic(out, record)
             _collect(record, rows, per_image)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from captioner.orchestration.stage_outputs import manifest_problems, output_manifest
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import sha256_file
@@ -194,11 +195,12 @@ class StageRunner:
         return self.records / f"{name}.json"
 
     def record(self, name: str) -> dict[str, Any] | None:
-        """The record of stage `name`, or None when it has none (or an unreadable one)."""
+        """The record of stage `name`, or None when it has none (or an unreadable one: not JSON, not an object)."""
         try:
-            return json.loads(self.record_path(name).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            record = json.loads(self.record_path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):  # ValueError: bad JSON or bytes that are not UTF-8
             return None
+        return record if isinstance(record, dict) else None
 
     def checkpoint(self, path: str | os.PathLike) -> dict[str, Any]:
         """A checkpoint input (sha256, cached by path, size and mtime)."""
@@ -234,7 +236,7 @@ class StageRunner:
         outputs = list(outputs) if outputs is not None else [self.folder(name)]
         fingerprint = Fingerprint(dict(settings), dict(inputs or {}), {u: self.ids[u] for u in upstream})
         digest, parts = fingerprint.digest(), fingerprint.as_dict()
-        action = self._decide(name, digest, parts, outputs, resumable)
+        action = self._decide_everywhere(name, digest, parts, outputs, resumable)
         if action == "skip":
             if self.state.is_main_process:
                 logger.info("stage %s: unchanged, skipped", name)
@@ -251,19 +253,20 @@ class StageRunner:
             write_json_atomic(self.record_path(name), {"stage": name, "status": "running", "fingerprint": digest,
                                                        **parts, "started": time.time()})
         self.state.wait_for_everyone()
-        self._started[name] = (time.time(), "resumed" if action == "resume" else "ran")
+        self._started[name] = (time.time(), "resumed" if action == "resume" else "ran", outputs)
         return self._started[name][1]
 
     def finish(self, name: str, summary: Mapping[str, Any] | None = None) -> None:
         """Record stage `name` (begun with `begin`) as finished, with a new output id, on every process."""
-        started, action = self._started.pop(name)
+        started, action, outputs = self._started.pop(name)
         self.state.wait_for_everyone()
         self.seconds[name] = time.time() - started
         if self.state.is_main_process:
             record = self.record(name) or {}
             record.update(status="finished", output_id=f"{record.get('fingerprint')}-{uuid.uuid4().hex[:8]}",
                           seconds=round(self.seconds[name], 2),
-                          summary=json.loads(json.dumps(summary or {}, default=str)))
+                          summary=json.loads(json.dumps(summary or {}, default=str)),
+                          outputs=output_manifest(outputs, self.run_dir))
             write_json_atomic(self.record_path(name), record)
             logger.info("stage %s: done in %.1fs", name, self.seconds[name])
         self.state.wait_for_everyone()
@@ -274,6 +277,25 @@ class StageRunner:
         if self.state.is_main_process:
             logger.info(message, *args)
 
+    def _decide_everywhere(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
+                           resumable: bool) -> str:
+        """The main process decides (it alone reads the outputs it may then delete); every rank gets its answer."""
+        if self.state.num_processes <= 1:
+            return self._decide(name, digest, parts, outputs, resumable)
+        from accelerate.utils import broadcast_object_list
+
+        answer: list[Any] = [None]
+        if self.state.is_main_process:
+            try:
+                answer = [("ok", self._decide(name, digest, parts, outputs, resumable))]
+            except InputError as error:
+                answer = [("error", str(error))]
+        broadcast_object_list(answer, from_process=0)
+        kind, value = answer[0]
+        if kind == "error":
+            raise InputError(value)
+        return value
+
     def _decide(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
                 resumable: bool) -> str:
         """'skip', 'resume' (keep the outputs) or 'fresh' (delete them first); InputError when refused."""
@@ -281,6 +303,9 @@ class StageRunner:
             self._info("stage %s: re-running (--force)", name)
             return "fresh"
         record = self.record(name)
+        if record is None and self.record_path(name).exists():
+            self._info("stage %s: its record %s is unreadable, re-running", name, self.record_path(name))
+            return "fresh"
         if record is None or "fingerprint" not in record:
             present = [str(p) for p in outputs if p.exists() and not (p.is_dir() and not any(p.iterdir()))]
             reran = [u for u in parts.get("upstream", {}) if u in self.ran + self.resumed]
@@ -295,7 +320,12 @@ class StageRunner:
         finished = record.get("status") == "finished" and "output_id" in record
         if record["fingerprint"] == digest:
             if finished:
-                return "skip"
+                problems = self._output_problems(record, outputs)
+                if not problems:
+                    return "skip"
+                self._info("stage %s: re-running: its outputs are not as it made them (%s)", name,
+                           "; ".join(problems))
+                return "fresh"
             if resumable:
                 self._info("stage %s: interrupted with the same settings, resuming", name)
                 return "resume"
@@ -312,6 +342,14 @@ class StageRunner:
         raise InputError(f"stage {name} was interrupted under other settings and cannot resume with these "
                          f"({'; '.join(changes)}); restore them to resume, or pass --force {name} to discard "
                          "its checkpoints and re-run it")
+
+
+    def _output_problems(self, record: Mapping[str, Any], outputs: Sequence[Path]) -> list[str]:
+        """Why a finished stage's outputs cannot be reused (empty: verified as recorded)."""
+        manifest = record.get("outputs")
+        if not isinstance(manifest, Mapping):
+            return ["no record of its outputs (finished by pacs 0.3 or older)"]
+        return manifest_problems(manifest, outputs, self.run_dir)
 
 
 def _remove(path: Path) -> None:
