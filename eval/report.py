@@ -21,20 +21,20 @@ The run-directory layout it reads (every part optional; a missing part is shown 
 
 Images and plots are embedded as base64 PNG, so the page is one file with no external resources. The page
 records a digest of everything it was built from (`report_digest`: the files above, the gallery images, the
-title and this module's code); `write_report(..., reuse=True)` keeps a page whose digest still matches.
+title and the code of this module and of `eval.report_inputs`); `write_report(..., reuse=True)` keeps a page
+whose digest still matches. Every file it reads, gallery images included, must resolve (symlinks included)
+inside the run directory; a gallery entry whose image leads elsewhere (`../x`, an absolute path, a symlink
+pointing outside) is an InputError naming the entry, and no page is written (`eval.report_inputs`).
 """
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
 import html
 import io
-import json
 import logging
 import math
 import os
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from scipy import stats
 
+from eval import report_inputs as _inputs
+from eval.report_inputs import (  # noqa: F401 (the readers are part of this module's interface)
+    CURVE_SKIP_COLUMNS,
+    CURVE_X_COLUMNS,
+    gallery_image,
+    input_file,
+    load_correlation,
+    load_curves,
+    load_gallery,
+    load_references,
+    load_results,
+    report_inputs,
+)
+from eval.report_inputs import finite_number as _number
+from eval.report_inputs import read_input_json as _read_json
 from metric.common.errors import InputError
 from metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
-CURVE_X_COLUMNS = ("step", "epoch", "iteration")
-CURVE_SKIP_COLUMNS = ("epoch", "tokens", "nonfinite")  # bookkeeping, not curves
 STYLE = """
 body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
@@ -65,102 +78,6 @@ td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dbeafe}t
 DIGEST_META = "pacs-report-inputs"
 FILTER_SCRIPT = """<script>function pacsFilter(box){document.querySelectorAll('.gallery .card').forEach(c=>{
 c.style.display=(box.checked&&c.dataset.disagree!=='1')?'none':'';});}</script>"""
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def load_results(run_dir: Path) -> tuple[list[str], list[dict[str, Any]]] | None:
-    """The results table (columns, rows) from results.json, or None when absent."""
-    path = run_dir / "results.json"
-    if not path.is_file():
-        return None
-    data = _read_json(path)
-    rows = data.get("rows") if isinstance(data, dict) else None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "model" in r for r in rows):
-        raise InputError(f"{path}: expected {{'rows': [{{'model': ..., metric: value}}]}}")
-    columns = data.get("columns") or sorted({k for r in rows for k in r if k != "model"})
-    return list(columns), rows
-
-
-def load_curves(run_dir: Path) -> dict[str, dict[str, dict[str, tuple[list[float], list[float]]]]]:
-    """Training curves: group -> column -> variant -> (x, y), from logs/*.csv."""
-    curves: dict[str, dict[str, dict[str, tuple[list[float], list[float]]]]] = defaultdict(lambda: defaultdict(dict))
-    logs = run_dir / "logs"
-    for path in sorted(logs.glob("*.csv")) if logs.is_dir() else []:
-        group, _, variant = path.stem.partition("-")
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
-        if not rows:
-            logger.warning("%s: no rows, skipped in the report", path)
-            continue
-        x_column = next((c for c in CURVE_X_COLUMNS if c in rows[0]), None)
-        xs = [_number(r[x_column]) if x_column else float(i) for i, r in enumerate(rows)]
-        for column in rows[0]:
-            if column in CURVE_X_COLUMNS or column in CURVE_SKIP_COLUMNS or column is None:
-                continue
-            points = [(x, _number(r.get(column))) for x, r in zip(xs, rows)]
-            points = [(x, y) for x, y in points if x is not None and y is not None]
-            if points:
-                curves[group][column][variant or group] = ([p[0] for p in points], [p[1] for p in points])
-    for group, columns in curves.items():  # a column constant in every variant (e.g. a fixed lr) is no curve
-        for column in [c for c, variants in columns.items()
-                       if len({y for _, ys in variants.values() for y in ys}) <= 1 and len(variants)]:
-            del columns[column]
-    return curves
-
-
-def load_references(run_dir: Path) -> dict[str, tuple[str, dict[str, float]]]:
-    """Reference lines per curve group: group -> (label, {column: value}), from logs/<group>.reference.json."""
-    out: dict[str, tuple[str, dict[str, float]]] = {}
-    logs = run_dir / "logs"
-    for path in sorted(logs.glob("*.reference.json")) if logs.is_dir() else []:
-        data = _read_json(path)
-        if not isinstance(data, dict) or not isinstance(data.get("values"), dict):
-            raise InputError(f"{path}: expected {{'label': ..., 'values': {{column: value}}}}")
-        values = {str(k): v for k, v in ((k, _number(v)) for k, v in data["values"].items()) if v is not None}
-        out[path.name[:-len(".reference.json")]] = (str(data.get("label", "reference")), values)
-    return out
-
-
-def load_correlation(run_dir: Path) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
-    """(summary per metric, scores per column incl. `judge`) from correlation/, or None when absent."""
-    folder = run_dir / "correlation"
-    summary = _read_json(folder / "correlation.json") if (folder / "correlation.json").is_file() else {}
-    columns: dict[str, list[float]] = {}
-    if (folder / "scores.csv").is_file():
-        with open(folder / "scores.csv", newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
-        for column in (rows[0] if rows else {}):
-            values = [_number(r[column]) for r in rows]
-            if all(v is not None for v in values):
-                columns[column] = values  # type: ignore[assignment]
-    if not summary and not columns:
-        return None
-    return summary, columns
-
-
-def load_gallery(run_dir: Path) -> list[dict[str, Any]] | None:
-    """Gallery entries from gallery.json, or None when absent."""
-    path = run_dir / "gallery.json"
-    if not path.is_file():
-        return None
-    data = _read_json(path)
-    if not isinstance(data, list):
-        raise InputError(f"{path}: expected a list of gallery entries")
-    return data
 
 
 def _png_data_uri(figure_or_bytes: Any) -> str:
@@ -313,11 +230,11 @@ def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
     if gallery is None:
         return '<p class="absent">No gallery.json in this run.</p>'
     cards = []
-    for entry in gallery:
+    for index, entry in enumerate(gallery):
         image_id = html.escape(str(entry.get("image_id", "?")))
         image_html = '<p class="absent">image missing</p>'
-        if entry.get("image"):
-            image_path = run_dir / str(entry["image"])
+        image_path = gallery_image(run_dir, index, entry)
+        if image_path is not None:
             if image_path.is_file():
                 image_html = f'<img alt="{image_id}" src="{_png_data_uri(image_path.read_bytes())}">'
             else:
@@ -341,23 +258,11 @@ def _gallery_html(run_dir: Path, gallery: list[dict[str, Any]] | None) -> str:
     return f'{FILTER_SCRIPT}{controls}<div class="gallery">{"".join(cards)}</div>'
 
 
-def report_inputs(run_dir: str | os.PathLike) -> list[Path]:
-    """The files of `run_dir` that the report is built from (those that exist), in a fixed order."""
-    run_dir = Path(run_dir)
-    logs = run_dir / "logs"
-    files = [run_dir / "results.json", run_dir / "correlation" / "correlation.json",
-             run_dir / "correlation" / "scores.csv", run_dir / "gallery.json"]
-    if logs.is_dir():
-        files += sorted(logs.glob("*.csv")) + sorted(logs.glob("*.reference.json"))
-    gallery = load_gallery(run_dir) if (run_dir / "gallery.json").is_file() else None
-    files += [run_dir / str(entry["image"]) for entry in gallery or [] if isinstance(entry, dict) and entry.get("image")]
-    return [path for path in files if path.is_file()]
-
-
 def report_digest(run_dir: str | os.PathLike, title: str | None = None) -> str:
-    """SHA-256 over the report's input files (names and bytes), its title and this module's code."""
+    """SHA-256 over the report's input files (names and bytes), its title and the code that builds the page."""
     run_dir = Path(run_dir)
     digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(Path(_inputs.__file__).read_bytes())
     digest.update(f"\0title\0{_title(run_dir, title)}".encode())
     for path in report_inputs(run_dir):
         digest.update(f"\0{path.relative_to(run_dir).as_posix()}\0".encode())
@@ -398,7 +303,8 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
     references = load_references(run_dir)
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
                          f'src="{plot_curves(g, cols, references.get(g))}">' for g, cols in curves.items())
-    extra = _read_json(run_dir / "results.json") if (run_dir / "results.json").is_file() else {}
+    results_path = input_file(run_dir, "results.json")
+    extra = _read_json(results_path) if results_path is not None else {}
     sections = [
         ("Results", _results_html(load_results(run_dir), extra if isinstance(extra, dict) else {})),
         ("Training curves", curve_html or '<p class="absent">No logs/*.csv in this run.</p>'),

@@ -127,7 +127,7 @@ def compute_spice(candidates: Sequence[str], references: Sequence[Sequence[str]]
     with tempfile.TemporaryDirectory(prefix="pacs-spice-") as tmp:
         in_file, out_file = os.path.join(tmp, "in.json"), os.path.join(tmp, "out.json")
         data = [{"image_id": i, "test": c, "refs": list(r)} for i, (c, r) in enumerate(zip(candidates, references))]
-        Path(in_file).write_text(json.dumps(data), encoding="utf-8")
+        Path(in_file).write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
         command = spice_command(java, version, folder, in_file, out_file, os.path.join(tmp, "cache"))
         log.info("running SPICE on %d captions (Java %d)", len(data), version)
         result = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -42,6 +43,18 @@ class Reward:
     def __repr__(self) -> str:
         return f"Reward({self.name!r})"
 
+    def state_dict(self) -> dict[str, Any]:
+        """The reward's caches (tensors, strings and lists only), which a resumed SCST run restores: a learned
+        reward's floats depend on which texts and images are encoded together, i.e. on what is cached."""
+        get = getattr(self.fn, "state_dict", None)
+        return {"fn": get()} if callable(get) else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s caches."""
+        load = getattr(self.fn, "load_state_dict", None)
+        if callable(load) and "fn" in state:
+            load(state["fn"])
+
     @torch.no_grad()
     def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
         """Score `captions[b][j]` of image `image_ids[b]`; returns a float32 CPU tensor `[B, k]`."""
@@ -66,6 +79,15 @@ class WeightedReward(Reward):
 
     def __repr__(self) -> str:
         return "WeightedReward(" + ", ".join(f"{name}:{weight:g}" for name, weight, _ in self.components) + ")"
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each term's caches, by term name."""
+        return {name: reward.state_dict() for name, _, reward in self.components}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore each term's caches."""
+        for name, _, reward in self.components:
+            reward.load_state_dict(state.get(name, {}))
 
     def _weighted_sum(self, image_ids: list[str], captions: list[list[str]],
                       references: list[list[str]]) -> torch.Tensor:

@@ -31,6 +31,15 @@ class ContrastiveReward:
         self.images = images
         self.w = float(w)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The scorer's embedding caches and this reward's image embeddings (see `Reward.state_dict`)."""
+        return {"scorer": self.scorer.cache_state(), "images": self.images.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`."""
+        self.scorer.load_cache_state(state["scorer"])
+        self.images.load_state_dict(state["images"])
+
     def __call__(self, image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
         """`[B, k]` scores of `captions[b][j]` against image `image_ids[b]` (and its references)."""
         k = len(captions[0]) if captions else 0

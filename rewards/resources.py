@@ -45,6 +45,15 @@ class ImageEmbeddingCache:
         raise InputError(f"reward: no image for image id {image_id!r} (give the reward an image_loader, "
                          f"image_paths or image_embeddings that cover it)")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The embeddings of the image ids seen so far, in the order they were first seen."""
+        ids = list(self.embeddings)
+        return {"ids": ids, "embeddings": torch.stack([self.embeddings[i] for i in ids]) if ids else torch.zeros(0, 0)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the embeddings by `state_dict()`'s."""
+        self.embeddings = dict(zip(state["ids"], state["embeddings"]))
+
     def get(self, image_ids: list[str]) -> torch.Tensor:
         """Embeddings `[B, E]` of `image_ids`; ids never seen before are encoded in one scorer call."""
         new_ids = list(dict.fromkeys(i for i in image_ids if i not in self.embeddings))

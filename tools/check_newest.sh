@@ -20,8 +20,8 @@ rm -rf "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 set -e
-python -m pip install -q --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
-python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]" 2> >(grep -v "^WARNING: Location" >&2)
+python -m pip install -q --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || true; }
+python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]" 2>&1 | { grep -v "^WARNING: Location" || true; }
 set +e
 
 echo "== versions that differ from requirements/lock-py311.txt (lock -> newest)"

@@ -24,6 +24,11 @@ METRIC_NAMES = {"clip-s": "CLIP-S", "ref-clip-s": "RefCLIP-S", "pac-s++": "PAC-S
                 "bleu4": "BLEU-4", "cider": "CIDEr-D", "length": "length"}
 
 
+
+def _tau(value: float | None) -> str:
+    """A Kendall tau ×100 cell; `null` (a constant metric: tau undefined) is written as n/a."""
+    return "n/a" if value is None else f"{value:.1f}"
+
 def block(run_dir: Path) -> str:
     """The generated markdown: results as printed, stage seconds, correlation with the judge."""
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
@@ -41,7 +46,7 @@ def block(run_dir: Path) -> str:
     if correlation_path.is_file():
         correlation = json.loads(correlation_path.read_text(encoding="utf-8"))
         lines = ["| metric | τb | τc |", "|---|---|---|"]
-        lines += [f"| {METRIC_NAMES.get(name, name)} | {value['tau_b']:.1f} | {value['tau_c']:.1f} |"
+        lines += [f"| {METRIC_NAMES.get(name, name)} | {_tau(value['tau_b'])} | {_tau(value['tau_c'])} |"
                   for name, value in correlation.items() if isinstance(value, dict) and "tau_b" in value]
         parts.append("Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
                      + "\n".join(lines) + "\n")

@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "(COCO_val2014_000000391895.jpg -> 391895), or a JSON file {file name: id}")
     caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
     caption.add_argument("--beam-size", type=int, default=5)
+    caption.add_argument("--min-length", type=int, default=0, metavar="N",
+                         help="forbid the end token before N words (default 0: the model decides; an "
+                              "under-trained captioner's most probable caption may be empty, see docs/captioner.md)")
     caption.add_argument("--batch-size", type=int, default=32)
     caption.add_argument("--device", default="cpu")
     caption.set_defaults(func=run_caption)
@@ -48,9 +51,17 @@ def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
     return ids_for_files(image_files(folder), id_mode(ids))
 
 
+def empty_captions(captions: dict[Any, str]) -> list[Any]:
+    """The ids whose caption is empty (or only spaces)."""
+    return [image_id for image_id, caption in captions.items() if not caption.strip()]
+
+
 def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: int = 5, batch_size: int = 32,
-                   device: str = "cpu") -> dict[Any, str]:
-    """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly)."""
+                   device: str = "cpu", min_length: int = 0) -> dict[Any, str]:
+    """Caption `images` ({id: path}) with the captioner folder `checkpoint` (features computed on the fly).
+
+    Empty captions (the model ended a caption before its first word) are counted in a logged warning.
+    """
     import torch
     from tqdm.auto import tqdm
 
@@ -72,9 +83,14 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
         chunk = ids[start:start + batch_size]
         with torch.no_grad():
             feats = visual_grid_features(backbone, load_pixels(backbone, images, chunk).to(device))
-            decoded = beam_search(model, feats, beam_size=beam_size, return_k=1)
+            decoded = beam_search(model, feats, beam_size=beam_size, return_k=1, min_length=min_length)
         for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
             captions[image_id] = vocab.decode(tokens.tolist())
+    empty = empty_captions(captions)
+    if empty:
+        logger.warning("%d of %d captions are empty (e.g. %s): with beam size %d the captioner found ending at once "
+                       "more probable than any caption (an under-trained model?); min_length=1 forbids it",
+                       len(empty), len(captions), ", ".join(map(str, empty[:3])), beam_size)
     return captions
 
 
@@ -84,9 +100,12 @@ def run_caption(args: argparse.Namespace) -> int:
     from metric.common.io import write_json_atomic
 
     images = list_images(args.images, args.ids)  # every id checked before the model is loaded
-    captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device)
+    captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device,
+                              min_length=args.min_length)
     write_json_atomic(args.out, results_json(captions))
-    print(f"captioned {len(captions)} images -> {args.out}")
+    empty = len(empty_captions(captions))
+    note = f" ({empty} empty: the captioner ended them at once; --min-length 1 forbids it)" if empty else ""
+    print(f"captioned {len(captions)} images -> {args.out}{note}")
     return 0
 
 

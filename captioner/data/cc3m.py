@@ -5,6 +5,7 @@ import csv
 from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
+from captioner.data.parsing import confined_root, image_file
 from metric.common.errors import InputError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -47,6 +48,7 @@ def _load_tsv(tsv: Path, root: Path, split: str) -> CaptionDataset:
     if not tsv.is_file():
         raise InputError(f"{tsv}: file not found")
     by_path: dict[str, CaptionItem] = {}
+    confined = confined_root(root)
     with open(tsv, encoding="utf-8", newline="") as handle:
         for line_number, row in enumerate(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
             if not row or (len(row) == 1 and not row[0].strip()):
@@ -63,7 +65,8 @@ def _load_tsv(tsv: Path, root: Path, split: str) -> CaptionDataset:
                                  "first (e.g. img2dataset) and list local paths")
             if relative not in by_path:
                 image_id = Path(relative).with_suffix("").as_posix()
-                by_path[relative] = CaptionItem(image_id, root / relative, [], split, {"line": line_number})
+                image = image_file(confined, relative, f"{tsv}: line {line_number}")
+                by_path[relative] = CaptionItem(image_id, image, [], split, {"line": line_number})
             by_path[relative].captions.append(caption)
     ids = {}
     for relative, item in by_path.items():

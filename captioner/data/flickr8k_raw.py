@@ -5,6 +5,7 @@ import logging
 from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
+from captioner.data.parsing import confined_root, image_file
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def load_flickr8k_raw(path: Path, image_root: Path | None = None) -> CaptionData
     if not path.is_dir():
         raise InputError(f"{path}: expected the folder holding {TOKEN_FILE} and the split lists")
     captions = read_token_file(path / TOKEN_FILE)
-    root = image_root if image_root is not None else default_image_root(path)
+    root = confined_root(image_root if image_root is not None else default_image_root(path))
     items: list[CaptionItem] = []
     split_of: dict[str, str] = {}
     for split, file_name in SPLIT_FILES.items():
@@ -79,7 +80,8 @@ def load_flickr8k_raw(path: Path, image_root: Path | None = None) -> CaptionData
             if name not in captions:
                 raise InputError(f"{split_path}: line {line_number}: image {name} has no caption in {TOKEN_FILE}")
             split_of[name] = split
-            items.append(CaptionItem(Path(name).stem, root / name, captions[name], split, {"file_name": name}))
+            image = image_file(root, name, f"{split_path}: line {line_number}")
+            items.append(CaptionItem(Path(name).stem, image, captions[name], split, {"file_name": name}))
     unassigned = sorted(set(captions) - set(split_of))
     report = {"captioned_images_in_no_split": len(unassigned)}
     if unassigned:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
-from captioner.data.parsing import nonempty_caption, read_json, require
+from captioner.data.parsing import confined_root, image_file, nonempty_caption, read_json, require
 from metric.common.errors import InputError
 
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
@@ -27,7 +27,7 @@ def load_karpathy(path: Path, dataset: str, image_root: Path | None = None, merg
     data = read_json(json_path)
     where = str(json_path)
     images = require(data, "images", list, where)
-    root = image_root if image_root is not None else json_path.parent
+    root = confined_root(image_root if image_root is not None else json_path.parent)
     items: list[CaptionItem] = []
     report = {"restval_merged_into_train": 0, "images_without_captions": 0}
     for index, image in enumerate(images):
@@ -54,7 +54,7 @@ def load_karpathy(path: Path, dataset: str, image_root: Path | None = None, merg
         filepath = image.get("filepath") or ""
         if not isinstance(filepath, str):
             raise InputError(f"{at}.filepath: expected a string")
-        items.append(CaptionItem(image_id, root / filepath / filename, captions, split, extra))
+        items.append(CaptionItem(image_id, image_file(root, Path(filepath) / filename, at), captions, split, extra))
     check_unique_ids(items, where)
     return CaptionDataset(f"{dataset}-karpathy", items, source=str(json_path), report=report)
 

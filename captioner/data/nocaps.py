@@ -5,7 +5,7 @@ from pathlib import Path
 
 from captioner.data.coco_style import group_coco_captions
 from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
-from captioner.data.parsing import read_json, require
+from captioner.data.parsing import confined_root, image_file, read_json, require
 from metric.common.errors import InputError
 
 NOCAPS_FILE = "nocaps_val_4500_captions.json"
@@ -18,7 +18,7 @@ def load_nocaps(path: Path, image_root: Path | None = None, split: str = "val") 
     json_path = path / NOCAPS_FILE if path.is_dir() else path
     where = str(json_path)
     images, captions, _ = group_coco_captions(read_json(json_path), where)
-    root = image_root if image_root is not None else json_path.parent / split
+    root = confined_root(image_root if image_root is not None else json_path.parent / split)
     items: list[CaptionItem] = []
     report = {"images_without_captions": 0}
     for index, image in enumerate(images):
@@ -33,5 +33,6 @@ def load_nocaps(path: Path, image_root: Path | None = None, split: str = "val") 
         extra = {"domain": domain}
         if "open_images_id" in image:
             extra["open_images_id"] = image["open_images_id"]
-        items.append(CaptionItem(str(image["id"]), root / image["file_name"], refs, split, extra))
+        path = image_file(root, image["file_name"], f"{where}: images[{index}]")
+        items.append(CaptionItem(str(image["id"]), path, refs, split, extra))
     return CaptionDataset("nocaps", items, source=where, report=report)

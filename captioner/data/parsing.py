@@ -1,24 +1,33 @@
-"""Reading helpers shared by the caption loaders: JSON with located errors, typed key access."""
+"""Reading helpers shared by the caption loaders: JSON with located errors, typed key access, image paths that
+stay inside the image root."""
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
+from metric.common.paths_inside import ConfinedRoot
 
 
 def read_json(path: Path) -> Any:
-    """Parse a JSON file; a syntax error names the file, line and column."""
+    """Parse a JSON file; a syntax error names the file, line and column; nesting too deep, bytes that are not
+    UTF-8 and strings that are not valid Unicode text (lone surrogates) are InputErrors naming the file."""
     if not path.is_file():
         raise InputError(f"{path}: file not found")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: line {error.lineno} column {error.colno}: invalid JSON: {error.msg}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: not UTF-8 text ({error.reason})") from None
+    return read_json_file(path, "annotation")
+
+
+def confined_root(root: str | os.PathLike) -> ConfinedRoot:
+    """The image root that every image file name of an annotation file must stay inside (symlinks resolved)."""
+    return ConfinedRoot(root, f"the image root {root}")
+
+
+def image_file(root: ConfinedRoot, name: str | os.PathLike, where: str) -> Path:
+    """`root / name`; InputError `<where>: image file <name> must be a path inside the image root <root>` when it
+    leaves the root (`../x`, an absolute path, a symlink pointing outside), before any existence check."""
+    return root.join(name, f"{where}: image file {str(name)!r}")
 
 
 def require(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 from captioner.data.coco_style import group_coco_captions
 from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
-from captioner.data.parsing import read_json
+from captioner.data.parsing import confined_root, image_file, read_json
 from metric.common.errors import InputError
 
 
@@ -28,15 +28,16 @@ def load_vizwiz(path: Path, image_root: Path | None = None, split: str = "val") 
     where = str(json_path)
     images, captions, drops = group_coco_captions(read_json(json_path), where, keep=vizwiz_drop_reason)
     dataset_root = json_path.parent.parent if json_path.parent.name == "annotations" else json_path.parent
-    root = image_root if image_root is not None else dataset_root / split
+    root = confined_root(image_root if image_root is not None else dataset_root / split)
     items: list[CaptionItem] = []
     report = {"dropped_rejected": drops.get("dropped_rejected", 0),
               "dropped_precanned": drops.get("dropped_precanned", 0), "images_without_captions": 0}
-    for image in images:
+    for index, image in enumerate(images):
         refs = captions.get(image["id"], [])
         if not refs:
             report["images_without_captions"] += 1
             continue
         extra = {"text_detected": image["text_detected"]} if "text_detected" in image else {}
-        items.append(CaptionItem(str(image["id"]), root / image["file_name"], refs, split, extra))
+        path = image_file(root, image["file_name"], f"{where}: images[{index}]")
+        items.append(CaptionItem(str(image["id"]), path, refs, split, extra))
     return CaptionDataset("vizwiz", items, source=where, report=report)

@@ -19,7 +19,7 @@ from captioner.modeling.train_scst import SCSTConfig, train_scst
 from captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
 from captioner.modeling.training import ScheduleConfig, process_state
 from captioner.modeling.vocab import build_vocab, load_vocab
-from metric.common.io import write_json_atomic, write_text_atomic
+from metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     losses = result.losses
     return {"steps": result.steps, "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
-            "best_val_cider": result.best_score, "best_step": result.best_step}
+            "best_val_cider": finite_or_none(result.best_score), "best_step": result.best_step}  # null: none
 
 
 MONITOR_COLUMNS = ("Judge-acc", "C", "CLIP-S", "PAC-S++", "RefPAC-S++", "Length")
@@ -93,17 +93,38 @@ class ScstMonitor:
         self.data, self.features, self.scorers, self.vocab, self.out = data, features, scorers, vocab, out
         self.every, self.last_step = every, last_step
         self.ids = [item.image_id for item in data.splits["val"][:n_images]]
-        self.rows: list[dict[str, float]] = []
+        self.rows: list[dict[str, float]] = _read_curve(out)  # a resumed stage keeps the rows before its step
+        self.first_call = True
 
     def __call__(self, step: int, model: Any) -> None:
         """Score the model at `step` when it is due (main process only; the others go on)."""
+        if self.first_call:
+            self.rows = [row for row in self.rows if row["step"] < step]
+            self.first_call = False
         if not process_state().is_main_process or not self.ids or (step % self.every and step != self.last_step):
             return
         captions = generate_captions(model, self.vocab, self.features, self.ids, beam_size=1, batch_size=100)
+        for scorer in self.scorers.values():  # each row from empty caches: the same batches after a resume
+            scorer.clear_caches()
         self.rows.append({"step": step, **monitor_scores(captions, self.data, self.scorers)})
         columns = ["step", *MONITOR_COLUMNS]
         lines = [",".join(columns)] + [",".join(f"{row[c]:.6g}" for c in columns) for row in self.rows]
         write_text_atomic(self.out, "\n".join(lines) + "\n")
+
+
+def _read_curve(path: Path) -> list[dict[str, float]]:
+    """The rows of a monitor CSV written before (none when absent)."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines:
+        return []
+    columns = lines[0].split(",")
+    try:
+        return [dict(zip(columns, map(float, line.split(",")))) for line in lines[1:] if line]
+    except ValueError:
+        logger.warning("%s is not a monitor curve; starting it again", path)
+        return []
 
 
 def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]) -> dict[str, float]:

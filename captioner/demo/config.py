@@ -2,39 +2,64 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from annotated_types import Ge
 
 from captioner.demo.world import WorldConfig
-from metric.common.config import NonNegativeInt, PositiveFloat, PositiveInt
+from metric.common.config import (
+    Fraction,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    check_batch_split,
+    check_folder_name,
+)
 from metric.common.errors import InputError
+
+DEMO_FAMILIES = ("clip", "pac-s++")
+"""The metric families the demo trains a model of (the `clip` and `pacs` stages)."""
+ContrastiveBatch = Annotated[int, Ge(2)]
+"""A contrastive batch: at least 2 pairs (the other pairs of the batch are the negatives)."""
 
 
 @dataclass
 class DemoWorldConfig(WorldConfig):
-    """The world plus how many images each split holds."""
+    """The world plus how many images each split holds (every split is used: none may be empty)."""
 
-    n_train: int = 3000
-    n_val: int = 300
-    n_test: int = 200
-    web_captions_per_image: int = 4
+    n_references: Annotated[int, Ge(2)] = 5  # the correlation stage holds the first one out as a candidate
+    n_train: PositiveInt = 3000
+    n_val: PositiveInt = 300
+    n_test: PositiveInt = 200
+    web_captions_per_image: PositiveInt = 4
 
 
 @dataclass
 class ClipStageConfig:
     """Pre-training a tiny CLIP from scratch on web-style alt-text (open_clip config built in code)."""
 
-    embed_dim: int = 64
-    vision_width: int = 96
-    vision_layers: int = 3
-    patch_size: int = 8
-    text_width: int = 64
-    text_layers: int = 2
-    context_length: int = 32
+    embed_dim: PositiveInt = 64
+    vision_width: Annotated[int, Ge(32)] = 96  # one attention head per 32 channels
+    vision_layers: PositiveInt = 3
+    patch_size: PositiveInt = 8  # at most world.image_size
+    text_width: Annotated[int, Ge(2)] = 64  # two attention heads: an even width
+    text_layers: PositiveInt = 2
+    context_length: PositiveInt = 32
     steps: PositiveInt = 600
-    batch_size: PositiveInt = 128
+    batch_size: ContrastiveBatch = 128
     micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
-    weight_decay: float = 0.1
-    eval_every: int = 50
+    weight_decay: NonNegativeFloat = 0.1
+    eval_every: NonNegativeInt = 50  # validation every N steps (0: only after the last step)
+
+    def validate(self) -> None:
+        """The text tower's two heads split its width; micro-batches split the batch."""
+        if self.text_width % 2:
+            raise InputError(f"clip.text_width={self.text_width}: expected an even int (two attention heads)")
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
 
 
 @dataclass
@@ -42,43 +67,53 @@ class PacsStageConfig:
     """Fine-tuning the tiny CLIP into PAC-S++: LoRA on clean captions with synthetic positives."""
 
     rank: PositiveInt = 4
-    alpha: float = 4.0
+    alpha: PositiveFloat = 4.0
     steps: PositiveInt = 300
-    batch_size: PositiveInt = 64
+    batch_size: ContrastiveBatch = 64
     micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 2e-3
-    lambda_v: float = 0.1
-    lambda_t: float = 0.001
-    eval_every: int = 50
+    lambda_v: NonNegativeFloat = 0.1
+    lambda_t: NonNegativeFloat = 0.001
+    eval_every: NonNegativeInt = 50  # validation every N steps (0: only after the last step)
+
+    def validate(self) -> None:
+        """Micro-batches split the batch."""
+        if self.micro_batch_size:
+            check_batch_split("", self.batch_size, self.micro_batch_size)
 
 
 @dataclass
 class CorrelationStageConfig:
     """Candidates of varied quality on validation images, scored by every metric and the judge."""
 
-    n_images: int = 300
-    candidates_per_image: int = 5
+    n_images: PositiveInt = 300  # at most world.n_val are used
+    candidates_per_image: Annotated[int, Ge(2)] = 5  # the held-out reference and at least one corruption
 
 
 @dataclass
 class XEStageConfig:
     """The captioner and its cross-entropy stage."""
 
-    d_model: int = 128
-    n_heads: int = 4
-    encoder_layers: int = 2
-    decoder_layers: int = 2
-    ffn_dim: int = 256
-    dropout: float = 0.1
-    max_length: int = 20
+    d_model: PositiveInt = 128
+    n_heads: PositiveInt = 4
+    encoder_layers: PositiveInt = 2
+    decoder_layers: PositiveInt = 2
+    ffn_dim: PositiveInt = 256
+    dropout: Fraction = 0.1
+    max_length: PositiveInt = 20
     steps: PositiveInt = 800
     batch_size: PositiveInt = 64
-    micro_batch_size: int = 0  # per process; 0: batch_size / processes
+    micro_batch_size: NonNegativeInt = 0  # per process; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
     warmup_steps: NonNegativeInt = 50
     log_every: PositiveInt = 20
     val_every: PositiveInt = 200
-    val_images: int = 100
+    val_images: NonNegativeInt = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
+
+    def validate(self) -> None:
+        """The attention heads split d_model (the micro-batch split is checked at start, with the process count)."""
+        if self.d_model % self.n_heads:
+            raise InputError(f"xe.d_model={self.d_model}: expected a multiple of xe.n_heads ({self.n_heads})")
 
 
 @dataclass
@@ -88,7 +123,7 @@ class ScstStageConfig:
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
     steps: PositiveInt = 60
     batch_size: PositiveInt = 32
-    micro_batch_size: int = 0  # per process; 0: batch_size / processes
+    micro_batch_size: NonNegativeInt = 0  # per process; 0: batch_size / processes
     beam_size: PositiveInt = 5
     lr: PositiveFloat = 5e-5
     log_every: PositiveInt = 5
@@ -98,13 +133,26 @@ class ScstStageConfig:
     monitor_images: NonNegativeInt = 100
 
     def validate(self) -> None:
-        """Sampling and baseline names are checked when the config is loaded, before any stage runs."""
+        """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
         from captioner.modeling.train_scst import BASELINES, SAMPLINGS
+        from metric.scoring.registry import METRICS
+        from rewards.registry import parse_reward_spec
 
+        for spec in self.rewards:
+            try:
+                terms = parse_reward_spec(spec)
+            except InputError as error:
+                raise InputError(f"scst.rewards: {error}") from None
+            for name, _ in terms:
+                if name in METRICS and METRICS[name].family not in DEMO_FAMILIES:
+                    raise InputError(f"scst.rewards: {spec!r} needs a {METRICS[name].family} model; the demo "
+                                     f"trains only {' and '.join(DEMO_FAMILIES)}")
         if self.samples not in SAMPLINGS:
             raise InputError(f"scst.samples={self.samples!r}: unknown (known: {', '.join(SAMPLINGS)})")
         if self.baseline not in BASELINES:
             raise InputError(f"scst.baseline={self.baseline!r}: unknown (known: {', '.join(BASELINES)})")
+        if self.baseline == "loo" and self.beam_size < 2:
+            raise InputError(f"scst.beam_size={self.beam_size}: the leave-one-out baseline needs >= 2 samples")
 
 
 @dataclass
@@ -112,7 +160,7 @@ class EvaluateStageConfig:
     """Evaluation of every captioner on the test split, and the gallery of the report."""
 
     beam_size: PositiveInt = 3
-    gallery_size: int = 12
+    gallery_size: NonNegativeInt = 12  # test images shown in the report (at most world.n_test)
     bootstrap_resamples: PositiveInt = 1000  # paired bootstrap of (SCST − XE) over the test images
 
 
@@ -120,10 +168,10 @@ class EvaluateStageConfig:
 class DemoConfig:
     """The whole demo: where it writes, its seed, the world and every stage."""
 
-    name: str = "demo"
+    name: str = "demo"  # the run folder, runs_dir/name: one folder name
     runs_dir: str = "runs"
-    seed: int = 0
-    threads: int = 1
+    seed: Seed = 0
+    threads: PositiveInt = 1
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
     prompt: str = "A photo depicts "
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)
@@ -133,3 +181,24 @@ class DemoConfig:
     xe: XEStageConfig = field(default_factory=XEStageConfig)
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)
     evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
+
+    def validate(self) -> None:
+        """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split."""
+        check_folder_name("demo.name", self.name, "runs_dir")
+        world = self.world
+        if self.clip.patch_size > world.image_size:
+            raise InputError(f"clip.patch_size={self.clip.patch_size}: expected <= world.image_size "
+                             f"({world.image_size})")
+        # (key, batch, what the split offers): the trainers refuse a batch larger than their data set
+        fits = (("clip.batch_size", self.clip.batch_size, world.n_train * world.web_captions_per_image,
+                 "world.n_train × world.web_captions_per_image training pairs"),
+                ("clip.batch_size", self.clip.batch_size, world.n_val, "world.n_val validation pairs"),
+                ("pacs.batch_size", self.pacs.batch_size, world.n_train * min(3, world.n_references),
+                 "world.n_train × min(3, world.n_references) training pairs"),
+                ("pacs.batch_size", self.pacs.batch_size, world.n_val, "world.n_val validation pairs"),
+                ("xe.batch_size", self.xe.batch_size, world.n_train * world.n_references,
+                 "world.n_train × world.n_references training captions"),
+                ("scst.batch_size", self.scst.batch_size, world.n_train, "world.n_train training images"))
+        for key, batch, available, what in fits:
+            if batch > available:
+                raise InputError(f"{key}={batch}: expected <= the {available} {what}")

@@ -14,7 +14,7 @@ from captioner.demo.candidates import candidates_for
 from captioner.demo.config import DemoConfig
 from captioner.demo.data import DemoData
 from captioner.demo.judge import judge_caption
-from metric.common.io import atomic_path, write_json_atomic
+from metric.common.io import atomic_path, finite_or_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,14 @@ def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candi
     return out
 
 
-def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float]:
-    """Kendall tau_b and tau_c (x100, scipy) of a metric against the judge."""
-    return {"tau_b": float(100 * stats.kendalltau(values, judge, variant="b").statistic),
-            "tau_c": float(100 * stats.kendalltau(values, judge, variant="c").statistic), "n": len(values)}
+def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float | None]:
+    """Kendall tau_b and tau_c (x100, scipy) of a metric against the judge; None (null) where undefined (constant)."""
+    return {"tau_b": finite_or_none(100 * stats.kendalltau(values, judge, variant="b").statistic),
+            "tau_c": finite_or_none(100 * stats.kendalltau(values, judge, variant="c").statistic), "n": len(values)}
+
+
+def _tau(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, Any], folder: Path) -> dict:
@@ -80,5 +84,5 @@ def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, An
         writer.writerows(rows)
     write_json_atomic(folder / "correlation.json", summary)
     logger.info("correlation with the judge (Kendall tau_b x100): %s",
-                ", ".join(f"{k} {v['tau_b']:.1f}" for k, v in summary.items()))
-    return {"n_candidates": len(rows), "tau_b": {k: round(v["tau_b"], 2) for k, v in summary.items()}}
+                ", ".join(f"{k} {_tau(v['tau_b'], 1)}" for k, v in summary.items()))
+    return {"n_candidates": len(rows), "tau_b": {k: _tau(v["tau_b"], 2) for k, v in summary.items()}}

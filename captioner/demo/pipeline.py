@@ -111,9 +111,9 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     lazy: dict[str, Any] = {}
 
     def scorers() -> dict[str, Any]:
-        if "scorers" not in lazy:
-            lazy["scorers"] = _scorers(run_dir)
-        return lazy["scorers"]
+        """New scorers for one stage: a stage starts from empty embedding caches, whatever ran before it in this
+        process, so `--force STAGE` and a run from scratch compute it in the same batches (same floats)."""
+        return _scorers(run_dir)
 
     def features():
         if "features" not in lazy:
@@ -146,9 +146,9 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards"})
     for spec in config.scst.rewards:
         name = f"scst-{captioning.reward_slug(spec)}"
-        runner.run(name, lambda spec=spec, name=name: captioning.run_scst(
-                       config, data, features(), _reward(spec, data, scorers()), spec, runner.folder("xe"),
-                       runner.folder(name), logs, scst_micro, scorers()),
+        runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
+                       config, data, features(), _reward(spec, data, fresh()), spec, runner.folder("xe"),
+                       runner.folder(name), logs, scst_micro, fresh()),
                    {"seed": config.seed, "scst": scst_settings, "reward": spec}, upstream=["xe", "pacs"],
                    distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"

@@ -10,9 +10,13 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import numpy as np
+from annotated_types import Interval
 from PIL import Image, ImageDraw
+
+from metric.common.config import Fraction, NonNegativeFloat, PositiveInt, Probability, Seed
 
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "diamond")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -96,14 +100,14 @@ class Scene:
 class WorldConfig:
     """Knobs of the procedural world."""
 
-    seed: int = 0
-    image_size: int = 32
-    max_objects: int = 3
-    n_references: int = 5
-    relation_prob: float = 0.5
-    noise_max: float = 12.0
-    web_distractor_prob: float = 0.5
-    web_noise_word_prob: float = 0.1
+    seed: Seed = 0
+    image_size: PositiveInt = 32
+    max_objects: Annotated[int, Interval(ge=1, le=3)] = 3  # counted in words: one, two, three (NUMBER_WORDS)
+    n_references: PositiveInt = 5
+    relation_prob: Probability = 0.5
+    noise_max: NonNegativeFloat = 12.0
+    web_distractor_prob: Fraction = 0.5  # another distractor while a draw falls below it: 1 would never stop
+    web_noise_word_prob: Probability = 0.1
 
 
 @dataclass

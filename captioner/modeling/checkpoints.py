@@ -25,14 +25,16 @@ from safetensors.torch import load_file, save_file
 from captioner.modeling.model import Captioner, CaptionerConfig, captioner_config_dict
 from captioner.modeling.vocab import Vocab, vocab_from_dict
 from metric.common.config import from_dict
-from metric.common.errors import InputError, MissingResourceError, PacsError
-from metric.common.io import write_json_atomic
+from metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
+from metric.common.io import chmod_like_umask, write_json_atomic
 from metric.common.provenance import provenance, sha256_file
+from metric.training.divergence import nonfinite_parameter
 
 logger = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
+EXTRA_STATE = "extra_state_{rank}.pt"  # per process: state outside the model/optimizer (e.g. a reward's caches)
 REQUIRED_STATE_KEYS = ("step", "epoch", "position")
 
 
@@ -58,6 +60,7 @@ class CheckpointManager:
         self.accelerator = accelerator
         self.folder = Path(folder)
         self.keep = max(1, int(keep))
+        self.restored: Path | None = None
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints (renamed into place), oldest first."""
@@ -65,8 +68,9 @@ class CheckpointManager:
             return []
         return sorted(p for p in self.folder.glob("step-*") if p.is_dir())
 
-    def save(self, trainer_state: dict[str, Any]) -> Path:
-        """Write the accelerate state + `trainer_state` atomically; prune old checkpoints afterwards."""
+    def save(self, trainer_state: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+        """Write the accelerate state + `trainer_state` (+ each process's `extra`: tensors, strings, lists and
+        dicts only, read back with `torch.load(weights_only=True)`) atomically; prune old checkpoints afterwards."""
         acc = self.accelerator
         step = int(trainer_state["step"])
         target = self.folder / f"step-{step:08d}"
@@ -76,8 +80,11 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
         acc.save_state(str(tmp), safe_serialization=True)
+        if extra is not None:
+            torch.save(extra, tmp / EXTRA_STATE.format(rank=acc.process_index))
         acc.wait_for_everyone()
         if acc.is_main_process:
+            chmod_like_umask(tmp)  # safetensors writes 0600 files: give them the umask's mode
             state = dict(trainer_state, num_processes=acc.num_processes)
             write_json_atomic(tmp / TRAINER_STATE, state)
             files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
@@ -145,14 +152,30 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint folder not found: {checkpoint}")
         state = self.verify(checkpoint)
         self.accelerator.load_state(str(checkpoint))
+        self.restored = checkpoint
         logger.info("resumed from %s (step %d)", checkpoint, state["step"])
         return state
+
+    def restored_extra(self) -> dict[str, Any] | None:
+        """This process's `extra` of the checkpoint `restore` loaded (verified by its manifest), or None."""
+        if self.restored is None:
+            return None
+        path = self.restored / EXTRA_STATE.format(rank=self.accelerator.process_index)
+        if not path.is_file():
+            return None
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError) as error:  # pickle refusals are RuntimeErrors
+            raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from None
 
 
 def save_captioner(folder: str | os.PathLike, model: Captioner, vocab: Vocab, features: dict[str, Any],
                    extra: dict[str, Any] | None = None) -> Path:
-    """Write a captioner model folder (`model.safetensors` + `captioner.json`) atomically."""
+    """Write a captioner model folder (`model.safetensors` + `captioner.json`) atomically (finite weights only)."""
     folder = Path(folder)
+    bad = nonfinite_parameter(model.state_dict().items())
+    if bad is not None:  # the trainers stop before this (on every process); this is the last line of defence
+        raise NonFiniteError(f"refusing to save a captioner with non-finite weights ({bad!r}) to {folder}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
@@ -162,6 +185,7 @@ def save_captioner(folder: str | os.PathLike, model: Captioner, vocab: Vocab, fe
         info = {"format": "pacs-captioner", "model": captioner_config_dict(model.config), "vocab": vocab.to_dict(),
                 "features": dict(features), "provenance": provenance(**(extra or {}))}
         write_json_atomic(tmp / "captioner.json", info, indent=None)
+        chmod_like_umask(tmp)  # safetensors writes 0600 files: give them the umask's mode
         _atomic_dir_replace(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

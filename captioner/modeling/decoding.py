@@ -105,11 +105,14 @@ def sample(model: Captioner, features: torch.Tensor, k: int = 5, temperature: fl
 
 @torch.no_grad()
 def beam_search(model: Captioner, features: torch.Tensor, beam_size: int = 5, max_length: int | None = None,
-                length_penalty: float = 0.0, return_k: int | None = None) -> Decoded:
+                length_penalty: float = 0.0, return_k: int | None = None, min_length: int = 0) -> Decoded:
     """Batched beam search; returns the top `return_k` (default: all) beams per image, best first.
 
     Beams are ranked by summed log-probability, divided by `length ** length_penalty` when
     `length_penalty > 0` (length normalisation; lengths count the <eos>). `log_probs` stays the raw sum.
+    The most probable sequence may be the empty caption (<eos> first): an under-trained model often gives
+    <eos> more probability than any whole caption, which greedy decoding (one beam) does not find.
+    `min_length` = N forbids <eos> before N words (0: the model decides).
     """
     if beam_size < 1:
         raise InputError(f"beam_size must be >= 1, got {beam_size}")
@@ -119,6 +122,8 @@ def beam_search(model: Captioner, features: torch.Tensor, beam_size: int = 5, ma
     device = features.device
     batch, K = features.shape[0], beam_size
     steps = _max_steps(model, max_length)
+    if not 0 <= min_length < steps:
+        raise InputError(f"min_length must be in 0..{steps - 1} (max_length), got {min_length}")
     state = model.start(features).select(torch.arange(batch, device=device).repeat_interleave(K))
     tokens = torch.full((batch, K, steps), PAD_ID, dtype=torch.long, device=device)
     sums = torch.zeros(batch, K, device=device)
@@ -129,6 +134,8 @@ def beam_search(model: Captioner, features: torch.Tensor, beam_size: int = 5, ma
     row_offsets = (torch.arange(batch, device=device) * K).unsqueeze(1)
     for t in range(steps):
         log_probs = _forbid_specials(model.step(previous, state)).view(batch, K, -1)
+        if t < min_length:
+            log_probs[..., EOS_ID] = float("-inf")
         vocab = log_probs.shape[-1]
         # A finished beam continues only with <pad> at no cost.
         frozen = torch.full_like(log_probs, float("-inf"))

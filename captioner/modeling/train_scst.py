@@ -38,10 +38,11 @@ from metric.common.config import (
     check_batch_split,
     to_dict,
 )
-from metric.common.errors import InputError, PacsError
+from metric.common.errors import InputError, NonFiniteError, PacsError
 from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target
+from metric.training.divergence import check_loss, check_weights, nonfinite_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +185,11 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
     out = Path(config.output_dir)
     model, vocab, info = load_captioner(init_checkpoint)
+    bad = nonfinite_parameter(model.named_parameters())
+    if bad is not None:
+        raise NonFiniteError(f"init_checkpoint {init_checkpoint}: weight {bad!r} is not finite (NaN/inf): the "
+                             "model it was trained into diverged; retrain it with a lower learning rate",
+                             parameter="init_checkpoint")
     config.max_length = min(config.max_length, model.config.max_length)
     accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
     seed_everything(config.seed)
@@ -199,49 +205,61 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
     state = checkpoints.restore(resume_target(config.resume)) or {
         "step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+    restored = checkpoints.restored_extra()
+    if restored is not None and "reward" in restored and hasattr(reward, "load_state_dict"):
+        reward.load_state_dict(restored["reward"])  # the caches of the run it continues: the same batches
     start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
                    state["step"] if state["step"] else None)
     losses: list[float] = []
-    progress = tqdm(total=total_steps, initial=state["step"], desc=f"scst[{config.reward}]",
+    stage, hint = f"scst[{config.reward}]", f"lr={config.lr:g}"
+    progress = tqdm(total=total_steps, initial=state["step"], desc=stage,
                     disable=not accelerator.is_main_process)
     if on_step is not None:
         on_step(state["step"], accelerator.unwrap_model(model))
-    while state["step"] < total_steps:
-        micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
-        stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
-        for index, micro in enumerate(micro_batches):
-            _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
-                             stats, len(micro_batches), sync=index == len(micro_batches) - 1,
-                             step=state["step"], indices=micro)
-        if config.grad_clip > 0:
-            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["step"] += 1
-        state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
-        step = state["step"]
-        nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
-                                           reduction="sum").item())
-        state["nonfinite_total"] += nonfinite
-        state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
-        loss = reduce_mean(accelerator, stats["loss"])
-        losses.append(loss)
-        progress.update(1)
-        if on_step is not None:
-            on_step(step, accelerator.unwrap_model(model))
-        if is_due(step, config.log_every) or step == total_steps:
-            accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
-        if nonfinite:
-            logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
-        if state["nonfinite_streak"] >= config.nonfinite_patience:
-            raise NonFiniteRewardError(
-                f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
-                f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
-        if is_due(step, config.save_every) or step == total_steps:
-            box = [state]
-            broadcast_object_list(box, from_process=0)
-            checkpoints.save(box[0])
-    progress.close()
+    try:  # the bar is closed before an error (e.g. a diverged loss) is printed
+        while state["step"] < total_steps:
+            micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
+            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
+            for index, micro in enumerate(micro_batches):
+                _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
+                                 stats, len(micro_batches), sync=index == len(micro_batches) - 1,
+                                 step=state["step"], indices=micro)
+            loss = reduce_mean(accelerator, stats["loss"])  # every micro-batch's loss, all processes: one verdict
+            check_loss(accelerator, loss, stage, state["step"] + 1, hint)
+            if config.grad_clip > 0:
+                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            state["step"] += 1
+            state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
+            step = state["step"]
+            nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
+                                               reduction="sum").item())
+            state["nonfinite_total"] += nonfinite
+            state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
+            losses.append(loss)
+            progress.update(1)
+            saving = is_due(step, config.save_every) or step == total_steps
+            if on_step is not None or saving:  # never monitor, checkpoint or save a model with non-finite weights
+                check_weights(accelerator, model, stage, step, hint)
+            if on_step is not None:
+                on_step(step, accelerator.unwrap_model(model))
+            if is_due(step, config.log_every) or step == total_steps:
+                accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
+            if nonfinite:
+                logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
+            if state["nonfinite_streak"] >= config.nonfinite_patience:
+                raise NonFiniteRewardError(
+                    f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
+                    f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
+            if saving:
+                box = [state]
+                broadcast_object_list(box, from_process=0)
+                checkpoints.save(box[0], extra={"reward": reward.state_dict()} if hasattr(reward, "state_dict")
+                                 else None)
+    finally:
+        progress.close()
+    check_weights(accelerator, model, stage, state["step"], hint)
     final = out / "final"
     if accelerator.is_main_process:
         save_captioner(final, accelerator.unwrap_model(model), vocab, info.get("features", {}),

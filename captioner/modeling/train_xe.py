@@ -39,9 +39,11 @@ from captioner.modeling.training import (
 from captioner.modeling.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
 from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
 from metric.common.errors import InputError
+from metric.common.io import finite_or_none
 from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target
+from metric.training.divergence import check_loss, check_weights
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class XEResult:
 
     best_dir: Path
     final_dir: Path
-    best_score: float
+    best_score: float  # -inf when nothing was validated
     best_step: int
     steps: int
     losses: list[float]
@@ -164,59 +166,71 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
     state = checkpoints.restore(resume_target(config.resume)) or {
-        "step": 0, "epoch": 0, "position": 0, "best_score": -math.inf, "best_step": -1}
+        "step": 0, "epoch": 0, "position": 0, "best_score": None, "best_step": -1}
+    state["best_score"] = finite_or_none(state.get("best_score"))  # None: nothing validated yet (JSON null)
+    hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"
     start_trackers(accelerator, "xe", to_dict(config), state["step"] if state["step"] else None)
     source = dict(features.meta, **(feature_source or {}))
     val_ids = sorted(val)[: config.val_max_images or None]
     losses: list[float] = []
     progress = tqdm(total=config.max_steps, initial=state["step"], desc="xe", disable=not accelerator.is_main_process)
-    while state["step"] < config.max_steps:
-        model.train()
-        policy = accelerator.unwrap_model(model)
-        micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
-        local_loss, local_tokens = 0.0, 0
-        for index, micro in enumerate(micro_batches):
-            sync = index == len(micro_batches) - 1
-            dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
-            with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
-                feats = features.get([image_ids[i] for i in micro]).to(accelerator.device)
-                batch_targets = targets[micro].to(accelerator.device)
-                per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
-                                      config.label_smoothing)
-                accelerator.backward(per_caption.mean() / len(micro_batches))
-            local_loss += float(per_caption.detach().mean()) / len(micro_batches)
-            local_tokens += int(sequence_mask(batch_targets).sum())
-        if config.grad_clip > 0:
-            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss = reduce_mean(accelerator, local_loss)
-        losses.append(loss)
-        state["step"] += 1
-        state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
-        step = state["step"]
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss:.3f}")
-        row: dict[str, Any] = {}
-        if is_due(step, config.log_every) or step == config.max_steps:
-            row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
-        if val_ids and (is_due(step, config.eval_every) or step == config.max_steps):
-            score = _validate(accelerator, model, vocab, features, val_ids, val, validate, config)
-            row["val_cider"] = score
-            if accelerator.is_main_process and score > state["best_score"]:
-                state["best_score"], state["best_step"] = score, step
-                save_captioner(out / "best", accelerator.unwrap_model(model), vocab, source,
-                               {"stage": "xe", "step": step, "val_cider": score})
-            logger.info("xe step %d: val CIDEr %.2f (best %.2f at step %d)", step, score,
-                        state["best_score"], state["best_step"])
-        if row:
-            accelerator.log(row, step=step)
-        if is_due(step, config.save_every) or step == config.max_steps:
-            state = _broadcast(state)
-            checkpoints.save(state)
-    progress.close()
+    try:  # the bar is closed before an error (e.g. a diverged loss) is printed
+        while state["step"] < config.max_steps:
+            model.train()
+            policy = accelerator.unwrap_model(model)
+            micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
+            local_loss, local_tokens = 0.0, 0
+            for index, micro in enumerate(micro_batches):
+                sync = index == len(micro_batches) - 1
+                dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
+                with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
+                    feats = features.get([image_ids[i] for i in micro]).to(accelerator.device)
+                    batch_targets = targets[micro].to(accelerator.device)
+                    per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
+                                          config.label_smoothing)
+                    accelerator.backward(per_caption.mean() / len(micro_batches))
+                local_loss += float(per_caption.detach().mean()) / len(micro_batches)
+                local_tokens += int(sequence_mask(batch_targets).sum())
+            loss = reduce_mean(accelerator, local_loss)  # every micro-batch's loss, all processes: one verdict
+            check_loss(accelerator, loss, "xe", state["step"] + 1, hint)
+            if config.grad_clip > 0:
+                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss)
+            state["step"] += 1
+            state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
+            step = state["step"]
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss:.3f}")
+            row: dict[str, Any] = {}
+            if is_due(step, config.log_every) or step == config.max_steps:
+                row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
+            validating = bool(val_ids) and (is_due(step, config.eval_every) or step == config.max_steps)
+            saving = is_due(step, config.save_every) or step == config.max_steps
+            if validating or saving:
+                check_weights(accelerator, model, "xe", step, hint)
+            if validating:
+                score = _validate(accelerator, model, vocab, features, val_ids, val, validate, config)
+                row["val_cider"] = score
+                if accelerator.is_main_process and is_better(score, state["best_score"]):
+                    state["best_score"], state["best_step"] = score, step
+                    save_captioner(out / "best", accelerator.unwrap_model(model), vocab, source,
+                                   {"stage": "xe", "step": step, "val_cider": score})
+                if not math.isfinite(score):
+                    logger.warning("xe step %d: the validation score is %s: never the best model", step, score)
+                logger.info("xe step %d: val CIDEr %.2f (best %s at step %d)", step, score,
+                            _shown(state["best_score"]), state["best_step"])
+            if row:
+                accelerator.log(row, step=step)
+            if saving:
+                state = _broadcast(state)
+                checkpoints.save(state)
+    finally:
+        progress.close()
+    check_weights(accelerator, model, "xe", state["step"], hint)
     final = out / "final"
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
@@ -225,8 +239,18 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
             save_captioner(out / "best", unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
     accelerator.wait_for_everyone()
     finish_trackers(accelerator)
-    return XEResult(out / "best", final, float(state["best_score"]), int(state["best_step"]), int(state["step"]),
-                    losses)
+    best = state["best_score"]
+    return XEResult(out / "best", final, -math.inf if best is None else float(best), int(state["best_step"]),
+                    int(state["step"]), losses)
+
+
+def is_better(score: float, best: float | None) -> bool:
+    """Whether a validation `score` beats the `best` so far (None: none yet); a non-finite score never does."""
+    return math.isfinite(score) and (best is None or score > best)
+
+
+def _shown(best: float | None) -> str:
+    return "none" if best is None else f"{best:.2f}"
 
 
 def _broadcast(state: dict[str, Any]) -> dict[str, Any]:

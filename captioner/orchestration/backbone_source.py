@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metric.common.config import Seed
 from metric.common.errors import InputError
 
 
@@ -21,7 +22,7 @@ class BackboneSource:
     checkpoint: str = ""
     arch: str = ""
     random_config: dict[str, Any] = field(default_factory=dict)
-    random_seed: int = 0
+    random_seed: Seed = 0
     device: str = "auto"
     family: str = ""
 

@@ -3,10 +3,13 @@ Rep-1..4 and %Incorrect — through eval/ (text metrics, fluency) and metric.Sco
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from metric.common.io import finite_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +94,10 @@ def evaluate_captions_detailed(captions: Mapping[str, str], references: Mapping[
                                image_paths: Mapping[str, Any] | None = None, scorers: Mapping[str, Any] | None = None,
                                text_metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice"),
                                contrastive: Mapping[str, np.ndarray] | None = None
-                               ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+                               ) -> tuple[dict[str, float | None], dict[str, np.ndarray]]:
     """The row of `evaluate_captions` and the per-image values (caption order) of its `PER_IMAGE_COLUMNS`.
+
+    A column whose value is not finite (undefined, e.g. the fluency of no captions) is None (JSON null).
 
     `contrastive` gives precomputed per-image contrastive scores (caption order, e.g. gathered from several
     processes) instead of `scorers`; each column is the float32 mean of its per-image values either way.
@@ -112,12 +117,15 @@ def evaluate_captions_detailed(captions: Mapping[str, str], references: Mapping[
         row[column] = float(np.mean(values))
         per_image[column] = values
     row.update(fluency_scores(list(captions.values())))
-    return row, per_image
+    undefined = [column for column, value in row.items() if not math.isfinite(value)]
+    if undefined:  # e.g. Rep-n of no captions: written as JSON null, shown blank
+        logger.warning("undefined (null): %s", ", ".join(undefined))
+    return {column: finite_or_none(value) for column, value in row.items()}, per_image
 
 
 def evaluate_captions(captions: Mapping[str, str], references: Mapping[str, Sequence[str]],
                       image_paths: Mapping[str, Any] | None = None, scorers: Mapping[str, Any] | None = None,
-                      text_metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice")) -> dict[str, float]:
+                      text_metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice")) -> dict[str, float | None]:
     """Every table column that the given inputs allow (contrastive columns need image paths and scorers)."""
     return evaluate_captions_detailed(captions, references, image_paths, scorers, text_metrics)[0]
 

@@ -15,7 +15,7 @@ from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from captioner.orchestration.backbone_source import BackboneSource
-from metric.common.config import NonNegativeInt, PositiveInt, from_dict
+from metric.common.config import NonNegativeInt, PositiveInt, Seed, check_folder_name, from_dict
 from metric.common.config_files import packaged_config
 from metric.common.errors import InputError
 
@@ -93,8 +93,19 @@ class EvalConfig:
     bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
 
     def validate(self) -> None:
-        """Check every test set as a DataConfig (plus `split`) when the config is loaded."""
+        """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""
+        from eval.registry import get_metric
+
+        for name in self.text_metrics:
+            try:
+                kind = get_metric(name).kind
+            except InputError as error:
+                raise InputError(f"text_metrics: {error}") from None
+            if kind != "text":
+                raise InputError(f"text_metrics: {name!r} is not a text metric (text metrics: bleu1-4 meteor "
+                                 f"rouge cider spice)")
         for name, test_set in self.test_sets.items():
+            check_folder_name("every test_sets key", name, "run_dir/features")
             split = test_set.get("split", "test")
             if split is not None and not isinstance(split, str):
                 raise InputError(f"test_sets.{name}.split={split!r}: expected str or null")
@@ -115,8 +126,14 @@ class PipelineConfig:
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
     reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 42
+    seed: Seed = 42
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
+
+    def validate(self) -> None:
+        """`xe.betas`: Adam's two decay rates, each in [0, 1) (checked here: XEConfig types them as floats only)."""
+        betas = self.xe.betas
+        if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
+            raise InputError(f"xe.betas={betas}: expected two floats >= 0 and < 1")
 
 
 def default_config_path() -> Path:

@@ -4,7 +4,10 @@ Each stage records in `<run_dir>/stages/<name>.json` the three parts of its fing
 dict), its inputs (annotation files by path, size and mtime; model checkpoints by sha256; images are not
 hashed) and the output ids of the stages it reads from. On a re-run:
 
-- a finished stage with the same fingerprint is skipped;
+- a finished stage with the same fingerprint is skipped when its outputs are what it made: its record lists every
+  output file's size and digest (`captioner.orchestration.stage_outputs`), checked before the skip; a missing,
+  truncated, rewritten or added file re-runs it (and everything below it) with a log line naming the file;
+- an unreadable record (not JSON, not an object, not UTF-8) re-runs its stage;
 - a finished stage with another fingerprint re-runs from scratch, with one log line naming what changed
   (`stage scst-pac-spp: re-running: scst.lr 5e-06 -> 1e-06`); every stage below it re-runs too, because a
   stage that ran gets a new output id, which is part of its dependants' fingerprints;
@@ -15,8 +18,9 @@ hashed) and the output ids of the stages it reads from. On a re-run:
   starts over;
 - `force` names stages to re-run from scratch whatever their records say (`eval` names every `eval/...`).
 
-Under several processes (accelerate / torchrun) every process takes the same decisions from the same records;
-only the main process deletes, creates and records stage outputs. A `distributed` stage's body runs on every
+Under several processes (accelerate / torchrun) the main process decides for every stage and broadcasts its
+decision (it alone reads the outputs it may then delete); only the main process deletes, creates and records
+stage outputs. A `distributed` stage's body runs on every
 process (it splits its own work); any other runs on the main process while the others wait.
 """
 from __future__ import annotations

@@ -17,7 +17,6 @@ of videos whose correct paragraph scores higher than the foiled one; a tie count
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from eval.benchmarks import Benchmark, register_benchmark
 from eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
 from eval.registry import get_metric
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 from metric.scoring.registry import metric_spec
 from metric.video.frames import FrameSampling
 from metric.video.options import VideoOptions, frame_sampling, idf_corpus
@@ -81,10 +81,7 @@ class ActivityNetFoilData:
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise InputError(f"ActivityNet-FOIL file missing: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: unreadable JSON ({error})") from None
+    return read_json_file(path, "ActivityNet-FOIL")
 
 
 def _submission(path: Path) -> dict[str, list[str]]:

@@ -12,7 +12,6 @@ captions is removed from that image's references (for all its pairs). A clipscor
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 
 from eval.benchmarks import Benchmark, RunContext, kendall_table, register_benchmark, resolve_images, score_unique
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +144,7 @@ def load_raw(folder: Path, kind: str, context: RunContext | None = None) -> Judg
 
 def load_clipscore_json(path: Path, context: RunContext | None = None) -> JudgedRows:
     """Judged rows from a clipscore-format json (one row per `human_judgement`)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"{path}: not a readable json file ({error})") from None
+    data = read_json_file(path, "clipscore-format")
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected an object keyed by image")
     rows = JudgedRows([], [], [], [], np.zeros(0))

@@ -10,7 +10,6 @@ one ("1-ref") or the first four ("4-ref"). Accuracy ×100 of scoring the correct
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 
 from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images, score_unique
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 
 FOIL_FILE = "foilv1.0_test_2017.json"
 COCO_FILE = "captions_val2014.json"
@@ -29,10 +29,7 @@ def _annotations(path: Path) -> list[dict]:
     """The `annotations` list of a COCO-style json, each checked for image_id and caption."""
     if not path.is_file():
         raise InputError(f"{path} not found (data= must hold {FOIL_FILE} and {COCO_FILE})", parameter="data")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise InputError(f"{path}: malformed json ({error})") from None
+    data = read_json_file(path, "annotation")
     annotations = data.get("annotations") if isinstance(data, dict) else None
     if not isinstance(annotations, list):
         raise InputError(f"{path}: expected an object with an 'annotations' list")

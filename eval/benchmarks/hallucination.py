@@ -9,7 +9,6 @@ AUROC of the score for "not hallucinated" (higher score = no hallucination).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from eval.benchmarks import (
     score_unique,
 )
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 
 DOMAINS = ("in-domain", "near-domain", "out-domain")
 
@@ -34,10 +34,7 @@ def _load_list(data: Path, default_name: str) -> tuple[Path, list]:
     path = data / default_name if data.is_dir() else data
     if not path.is_file():
         raise InputError(f"{path} not found")
-    try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise InputError(f"{path}: malformed json ({error})") from None
+    items = read_json_file(path, "benchmark data")
     if not isinstance(items, list):
         raise InputError(f"{path}: expected a json list of items")
     return path, items

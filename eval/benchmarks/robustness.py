@@ -16,7 +16,6 @@ verbs; words without those tags are never substituted). `--data`: a Flickr8k fol
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benc
 from eval.benchmarks.flickr8k import TOKEN_FILE, image_references, read_token_file
 from eval.fluency import INCORRECT_END_WORDS
 from metric.common.errors import InputError, MissingResourceError
+from metric.common.json_input import read_json_file
 
 PERTURBATIONS = ("substitution", "random", "hard-random", "repeat-remove", "shuffle", "truncation", "padding")
 CONTENT_TAGS = ("NOUN", "VERB", "ADJ")
@@ -173,10 +173,7 @@ def load_pools(data: Path) -> dict[str, list[str]]:
             raise InputError(f"{token} not found (data= is a Flickr8k folder or a references json)",
                              parameter="data")
         return image_references(read_token_file(token))
-    try:
-        raw = json.loads(data.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise InputError(f"{data}: not a readable references json ({error})") from None
+    raw = read_json_file(data, "references")
     if not isinstance(raw, dict):
         raise InputError(f"{data}: expected {{image_id: [captions]}}")
     for key, caps in raw.items():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import json
 import os
 import pickle
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from eval.benchmarks import Benchmark, register_benchmark
 from eval.registry import get_metric
 from eval.scoring import MetricSuite
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 from metric.scoring.registry import metric_spec
 from metric.video.frames import FrameSampling, find_videos
 from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
@@ -149,10 +149,7 @@ def _idf_corpus(folder: Path) -> list[str] | None:
     path = folder / IDF_CORPUS_FILE
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: unreadable JSON ({error})") from None
+    data = read_json_file(path, "IDF corpus")
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected {{video_id: [captions]}}")
     corpus: list[str] = []

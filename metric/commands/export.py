@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parser.add_argument("--allow-nonstandard-arch", action="store_true",
                         help="write --format official even when the official code would build another model "
-                             "(e.g. heads != width // 64); pacs then needs --arch FILE to load it")
+                             "(e.g. heads != width // 64); the export also writes OUT_STEM.arch.json next to it, "
+                             "which pacs loads it with (--arch OUT_STEM.arch.json, as the printed hint says)")
     parser.add_argument("--device", default="cpu", help="torch device used while loading (cpu, cuda, ...)")
     parser.set_defaults(func=run_export)

@@ -30,7 +30,7 @@ from typing import Annotated, Any, TypeVar
 
 import pydantic
 import yaml
-from annotated_types import Ge, Gt, Le, Lt
+from annotated_types import Ge, Gt, Interval, Le, Lt
 
 from metric.common.config_files import resolve_config
 from metric.common.errors import InputError
@@ -50,6 +50,8 @@ Fraction = Annotated[float, Ge(0), Lt(1)]
 """A float in [0, 1) (dropout)."""
 Probability = Annotated[float, Ge(0), Le(1)]
 """A float in [0, 1]."""
+Seed = Annotated[int, Interval(ge=0, le=2**32 - 1)]
+"""A random seed: an int in [0, 2**32 - 1] (numpy generators refuse negative seeds)."""
 
 _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT_RE = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
@@ -327,6 +329,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "config
     config = _typed(cls, _prepare(cls, data or {}, where, ""), where)
     _run_checks(config, where)
     return config
+
+
+def check_folder_name(key: str, name: str, parent: str) -> None:
+    """InputError unless `name` is one plain folder name, which `parent / name` keeps inside `parent`."""
+    if (not isinstance(name, str) or not name.strip() or name in (".", "..") or "/" in name or "\\" in name
+            or "\0" in name or os.path.isabs(name)):
+        raise InputError(f"{key} must be a folder name inside {parent}, got {name!r}")
 
 
 def check_batch_split(key: str, batch: int, micro: int, processes: int = 1) -> int:

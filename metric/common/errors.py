@@ -30,3 +30,11 @@ class InputError(PacsError, ValueError):
 
 class MissingResourceError(PacsError, FileNotFoundError):
     """A file, model weight or external tool that pacs needs and cannot find or download."""
+
+
+class NonFiniteError(InputError):
+    """A number that must be finite (a score, an embedding, a model weight, a value written to JSON) is NaN/inf."""
+
+
+class TrainingDivergedError(PacsError):
+    """Training produced a non-finite loss or non-finite weights; the stage stopped (lower the learning rate)."""

@@ -50,7 +50,7 @@ class TrainerConfig(metaclass=_AliasedInit):
     DEPRECATED_ALIASES: ClassVar[dict[str, str]] = DEPRECATED_TRAINER_ALIASES
 
     output_dir: str = "runs/train"
-    seed: int = 0
+    seed: int = 0  # in [0, 2**32 - 1], checked by validate() (subclasses override the default, not the check)
     mixed_precision: str = "no"  # no, fp16 or bf16 (accelerate's autocast)
     resume: str | None = None  # a saved state/checkpoint folder, or "latest"
     save_every: NonNegativeInt = 0  # save resumable state every N optimizer steps (0: no periodic saving)
@@ -61,6 +61,8 @@ class TrainerConfig(metaclass=_AliasedInit):
         """Checks of the shared fields (a subclass's validate() calls this first)."""
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise InputError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise InputError(f"seed={self.seed!r}: expected int >= 0 and <= {2**32 - 1}")
 
     def __getattr__(self, name: str) -> Any:
         """Read a deprecated name (e.g. ``val_every``) as its new field, with a DeprecationWarning."""

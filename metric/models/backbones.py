@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ from metric.models.pruned_forward import (
     supports_pruned_text,
 )
 from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
+from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -294,9 +296,11 @@ def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None =
         raise InputError(f"backbone= {spec}: {pretrained!r} is neither a pretrained tag of {name} "
                          f"(known: {tags}) nor an existing file", parameter="backbone")
     try:
-        with _open_clip_errors_silenced():  # its download failures become one MissingResourceError below
+        with _open_clip_errors_silenced(), quiet_pickle_protocol_warning():  # download failures: one error below
             model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
                                            weights_only=True)
+    except (pickle.UnpicklingError, EOFError) as error:  # a local file torch.load(weights_only=True) refused
+        raise torch_load_error(pretrained, error, parameter="backbone") from None
     except RuntimeError as error:
         if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
             raise MissingResourceError(_missing_pretrained_message(name, pretrained, error),

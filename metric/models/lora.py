@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,11 @@ from typing import Any
 import torch
 
 from metric.common.errors import InputError
+from metric.common.json_input import read_json_file
 from metric.common.provenance import sha256_file
 from metric.models.backbones import Backbone, model_fingerprint, save_backbone
 from metric.models.families import SOURCE_LORA, SOURCE_METADATA
+from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -151,11 +154,8 @@ def read_base_record(folder: str | os.PathLike) -> dict[str, Any]:
         raise InputError(f"{folder}: not a LoRA adapter folder (adapter_config.json missing)")
     if not path.is_file():
         raise InputError(f"{folder}: {BASE_FILE} missing; the adapter does not say which base backbone it needs")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: invalid JSON: {error}") from None
-    if not isinstance(record.get("base"), dict) or not ("backbone" in record["base"] or "checkpoint" in record["base"]):
+    record = read_json_file(path, "adapter base record")
+    if not isinstance(record, dict) or not isinstance(record.get("base"), dict) or not ("backbone" in record["base"] or "checkpoint" in record["base"]):
         raise InputError(f"{path}: key 'base' must name a 'backbone' or a 'checkpoint'")
     return record
 
@@ -179,7 +179,11 @@ def apply_adapter(folder: str | os.PathLike, base: Backbone, record: dict[str, A
         raise InputError(f"{folder}: adapter was trained on base fingerprint {expected_fp[:12]}..., "
                          f"the base given ({base.name}) has {base.fingerprint[:12]}...")
     try:
-        model = peft.PeftModel.from_pretrained(base.model, str(folder))
+        with quiet_pickle_protocol_warning():
+            model = peft.PeftModel.from_pretrained(base.model, str(folder))
+    except (pickle.UnpicklingError, EOFError) as error:  # adapter_model.bin that torch.load(weights_only=True) refused
+        weights = folder / "adapter_model.bin"
+        raise torch_load_error(weights if weights.is_file() else folder, error) from None
     except (RuntimeError, ValueError, KeyError) as error:
         raise InputError(f"{folder}: adapter does not fit base {base.name}: {str(error).splitlines()[0]}") from None
     model.eval()

@@ -20,7 +20,6 @@ Rules (see docs/official_format.md):
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ import open_clip
 import torch
 
 from metric.common.errors import InputError, MissingResourceError
+from metric.common.json_input import read_json_file
 from metric.common.provenance import sha256_file
 from metric.models.backbones import (
     Backbone,
@@ -52,6 +52,7 @@ from metric.models.families import (
     single_variant_preset,
 )
 from metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
+from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +73,10 @@ _MLP_TARGETS = (re.compile(r"\.mlp\.c_fc\.weight$"), re.compile(r"\.mlp\.c_proj\
 def read_torch_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     """Read a torch-saved checkpoint safely (weights_only) and return its state dict (prefix-stripped)."""
     try:
-        data = torch.load(str(path), map_location="cpu", weights_only=True)
+        with quiet_pickle_protocol_warning():
+            data = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch.load raises many types for corrupt / unsafe files
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"{path}: not a readable torch checkpoint (weights_only load failed: {first})") from None
+        raise torch_load_error(path, error) from None
     state = data
     if isinstance(data, Mapping) and "state_dict" in data and isinstance(data["state_dict"], Mapping):
         state = data["state_dict"]
@@ -159,10 +160,7 @@ def read_arch_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if not path.is_file():
         raise MissingResourceError(f"arch= file not found: {path} (nor a preset: {', '.join(ARCH_PRESETS)})",
                                    parameter="arch")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: malformed JSON: {error}") from None
+    data = read_json_file(path, "architecture")
     if not isinstance(data, dict):
         raise InputError(f"{path}: an architecture file must hold a JSON object")
     preprocess: dict[str, Any] = {}

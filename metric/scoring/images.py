@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
+from metric.common.paths_inside import ConfinedRoot
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 COCO_NAME = re.compile(r"^COCO_[A-Za-z0-9]+_(\d{12})$")
@@ -34,6 +35,9 @@ class ImageFinder:
     def __init__(self, images_dir: str | os.PathLike | None = None,
                  image_map: Mapping[str, str | os.PathLike] | None = None) -> None:
         self.images_dir = Path(images_dir) if images_dir is not None else None
+        # every id / relative path must stay inside the folder, symlinks resolved (metric.common.paths_inside)
+        self._root = ConfinedRoot(self.images_dir, f"the image folder images={self.images_dir}") \
+            if self.images_dir is not None else None
         self.image_map = {str(k): Path(v) for k, v in (image_map or {}).items()}
         self._listings: dict[Path, dict[str, list[Path]]] = {}
 
@@ -49,18 +53,26 @@ class ImageFinder:
         return self._listings[folder]
 
     def _in_folder(self, image_id: str, name: str) -> Path | None:
-        assert self.images_dir is not None
-        direct = self.images_dir / name
+        assert self._root is not None
+        what = f"image id {image_id!r}" + (f" (path {name!r})" if name != image_id else "")
+        direct = self._root.join(name, what, parameter="images")  # before any existence check
         if direct.is_file():
             return direct
-        matches = [p for p in self._by_stem(direct.parent).get(direct.name, []) if p.is_file()]
+        candidates = self._by_stem(direct.parent).get(direct.name, [])
+        for path in candidates:  # e.g. a symlink `<id>.png` in the folder that points outside it
+            self._root.check(path, f"{what}: its file {path.name!r}", parameter="images")
+        matches = [p for p in candidates if p.is_file()]
         if len(matches) > 1:
             raise InputError(f"image id {image_id!r} is ambiguous: {', '.join(str(p) for p in matches)} all match "
                              f"(rename one, or pass an image map)")
         return matches[0] if matches else None
 
     def find(self, image_id: Any, relative_path: str | None = None) -> Path | None:
-        """The file of `image_id` (see the module docstring), or None when there is none."""
+        """The file of `image_id` (see the module docstring), or None when there is none.
+
+        An id or relative path that leaves the image folder (`../x`, an absolute path, a symlink pointing
+        outside) is an InputError naming it and the folder, whether or not the outside file exists.
+        """
         key = str(image_id)
         if key in self.image_map:
             path = self.image_map[key]

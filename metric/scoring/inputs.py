@@ -1,13 +1,14 @@
 """Readers for `pacs score` inputs: candidates, references, image lookup (docs/data_layouts.md)."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
+from metric.common.json_input import check_text, read_json_file
+from metric.common.paths_inside import ConfinedRoot
 from metric.scoring.images import IMAGE_SUFFIXES, ImageFinder  # noqa: F401 (re-exported)
 
 
@@ -24,40 +25,47 @@ class Candidate:
         return str(self.image_id)
 
 
-def read_json(path: str | os.PathLike, what: str) -> Any:
-    """Parse a JSON file; InputError naming the file (and line/column) when missing or malformed."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what} file not found: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: malformed JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: not UTF-8 text ({error})") from None
+def read_json(path: str | os.PathLike, what: str, check_strings: bool = True) -> Any:
+    """Parse a JSON file; InputError naming the file (and line/column) when missing or malformed
+    (`metric.common.json_input.read_json_file`)."""
+    return read_json_file(path, what, check_strings=check_strings)
+
+
+def _caption_text(path: str | os.PathLike, text: str, what: str) -> str:
+    """`text` when it is valid Unicode text; InputError `<path>: <what> is not valid Unicode text ...` otherwise."""
+    return check_text(text, f"{path}: {what}")
+
+
+def _check_id(path: str | os.PathLike, image_id: Any) -> None:
+    """An image id that is a string must be valid Unicode text (it becomes a file name and an output key)."""
+    if isinstance(image_id, str):
+        check_text(image_id, f"{path}: image id {image_id!r}")
 
 
 def load_candidates(path: str | os.PathLike) -> list[Candidate]:
     """Read `{"image_id": "caption"}` or a COCO-results list `[{"image_id", "caption"}]` (ids may repeat)."""
-    data = read_json(path, "candidates")
+    data = read_json(path, "candidates", check_strings=False)  # captions are checked below, named by image id
     candidates: list[Candidate] = []
     if isinstance(data, dict):
         for image_id, caption in data.items():
             if not isinstance(caption, str):
                 raise InputError(f"{path}: candidate for image id {image_id!r} is not a string: {caption!r}")
-            candidates.append(Candidate(image_id, caption))
+            _check_id(path, image_id)
+            candidates.append(Candidate(image_id, _caption_text(path, caption, f"caption for image {image_id!r}")))
     elif isinstance(data, list):
         for index, item in enumerate(data):
             if not isinstance(item, dict) or "image_id" not in item or "caption" not in item:
                 raise InputError(f"{path}: entry #{index} is not an object with 'image_id' and 'caption': "
-                                 f"{str(item)[:80]}")
+                                 f"{item!r:.80}")
             image_id, caption = item["image_id"], item["caption"]
             if not isinstance(image_id, (str, int)) or isinstance(image_id, bool):
                 raise InputError(f"{path}: entry #{index} has an image_id that is not a string or integer: "
                                  f"{image_id!r}")
             if not isinstance(caption, str):
                 raise InputError(f"{path}: candidate #{index} (image id {image_id!r}) is not a string: {caption!r}")
-            candidates.append(Candidate(image_id, caption))
+            _check_id(path, image_id)
+            candidates.append(Candidate(image_id, _caption_text(
+                path, caption, f"caption #{index} for image {image_id!r}")))
     else:
         raise InputError(f"{path}: candidates must be a JSON object {{image_id: caption}} or a list of "
                          f"{{image_id, caption}} objects, not {type(data).__name__}")
@@ -68,7 +76,7 @@ def load_candidates(path: str | os.PathLike) -> list[Candidate]:
 
 def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
     """Read `{"image_id": ["ref", ...]}` or COCO annotations `{"annotations": [{"image_id", "caption"}]}`."""
-    data = read_json(path, "references")
+    data = read_json(path, "references", check_strings=False)  # references are checked below, named by image id
     references: dict[str, list[str]] = {}
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         for index, item in enumerate(data["annotations"]):
@@ -77,16 +85,20 @@ def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
             if not isinstance(item["caption"], str):
                 raise InputError(f"{path}: annotations[{index}] (image id {item['image_id']!r}) has a caption that "
                                  f"is not a string: {item['caption']!r}")
-            references.setdefault(str(item["image_id"]), []).append(item["caption"])
+            _check_id(path, item["image_id"])
+            references.setdefault(str(item["image_id"]), []).append(_caption_text(
+                path, item["caption"], f"annotations[{index}] (reference for image {item['image_id']!r})"))
     elif isinstance(data, dict):
         for image_id, refs in data.items():
             if isinstance(refs, str):
                 refs = [refs]
             if not isinstance(refs, list) or not refs:
                 raise InputError(f"{path}: references of image id {image_id!r} must be a non-empty list of strings")
-            for ref in refs:
+            for number, ref in enumerate(refs):
                 if not isinstance(ref, str):
                     raise InputError(f"{path}: a reference of image id {image_id!r} is not a string: {ref!r}")
+                _caption_text(path, ref, f"reference #{number} for image {image_id!r}")
+            _check_id(path, image_id)
             references[str(image_id)] = list(refs)
     else:
         raise InputError(f"{path}: references must be {{image_id: [captions]}} or {{'annotations': [...]}}")
@@ -104,16 +116,22 @@ def references_for(candidates: list[Candidate], references: dict[str, list[str]]
 
 
 def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
-    """Read `{image_id: path}`; relative paths are relative to the map file's folder."""
+    """Read `{image_id: path}`; relative paths are relative to the map file's folder and must stay inside it
+    (symlinks resolved; `metric.common.paths_inside`), absolute paths are taken as given."""
     data = read_json(path, "image map")
     if not isinstance(data, dict):
         raise InputError(f"{path}: an image map must be a JSON object {{image_id: path}}")
     base = Path(path).resolve().parent
+    folder = ConfinedRoot(base, f"the image map's folder {base} (or be absolute)")
     result: dict[str, Path] = {}
     for image_id, image_path in data.items():
         if not isinstance(image_path, str):
             raise InputError(f"{path}: path of image id {image_id!r} is not a string: {image_path!r}")
-        result[str(image_id)] = (base / image_path) if not os.path.isabs(image_path) else Path(image_path)
+        if os.path.isabs(image_path):
+            result[str(image_id)] = Path(image_path)
+        else:
+            result[str(image_id)] = folder.join(image_path, f"{path}: the entry of image id {image_id!r} "
+                                                            f"({image_path!r})")
     return result
 
 

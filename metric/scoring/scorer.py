@@ -35,6 +35,7 @@ from metric.models.backbones import Backbone
 from metric.models.preprocess import open_image
 from metric.models.pruned_forward import common_prefix_length, prefix_states
 from metric.scoring.embedding_cache import EmbeddingCache, image_identity
+from metric.scoring.finite import check_embeddings, check_scores, image_label
 from metric.scoring.registry import default_w
 from metric.scoring.scores import clip_score, ref_score
 
@@ -115,6 +116,10 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
             raise InputError(f"{what} #{index} is not a string: {text!r}")
 
 
+
+def _stack_or_empty(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(tensors) if tensors else torch.zeros(0, 0)
+
 class Scorer:
     """Embeds and scores with one backbone; owns the image-embedding caches.
 
@@ -160,6 +165,21 @@ class Scorer:
 
     def _precision(self) -> contextlib.AbstractContextManager:
         return precision_context(self.device, self.dtype)
+
+    def cache_state(self) -> dict[str, Any]:
+        """The in-memory image and text embeddings (texts in LRU order): what a resumed run restores so that it
+        encodes the same texts in the same batches as the run it continues (the floats depend on the batches)."""
+        texts = list(self._text_cache)
+        return {"image_keys": list(self._image_cache),
+                "image_embeddings": _stack_or_empty(list(self._image_cache.values())),
+                "texts": texts, "text_embeddings": _stack_or_empty([self._text_cache[t][0] for t in texts]),
+                "text_truncated": torch.tensor([bool(self._text_cache[t][1]) for t in texts], dtype=torch.bool)}
+
+    def load_cache_state(self, state: dict[str, Any]) -> None:
+        """Replace the in-memory image and text embeddings by `cache_state()`'s (the prompt prefix is recomputed)."""
+        self._image_cache = dict(zip(state["image_keys"], state["image_embeddings"]))
+        self._text_cache = OrderedDict((text, (embedding, bool(cut))) for text, embedding, cut in
+                                       zip(state["texts"], state["text_embeddings"], state["text_truncated"].tolist()))
 
     def clear_caches(self) -> None:
         """Forget every in-memory embedding (images, texts, prompt prefix); the disk cache is keyed by weights."""
@@ -236,7 +256,7 @@ class Scorer:
                     raise InputError(f"image file not found: {image}")
                 file_hashes[key] = self.disk_cache.file_hash(image)
                 cached = self.disk_cache.get(file_hashes[key])
-                if cached is not None:
+                if cached is not None and np.isfinite(cached).all():  # a non-finite entry is re-encoded
                     self._image_cache[key] = torch.from_numpy(cached)
                     del todo[key]
         pending = list(todo.items())
@@ -248,6 +268,7 @@ class Scorer:
             with self._precision():
                 raw = self.backbone.encode_image(pixels)
             embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
+            check_embeddings(embeddings, lambda i, chunk=chunk: image_label(*chunk[i], labels), self.backbone)
             self.images_encoded += len(chunk)
             for (key, _), embedding in zip(chunk, embeddings):
                 self._image_cache[key] = embedding.clone()
@@ -305,6 +326,8 @@ class Scorer:
         missing = list(dict.fromkeys(text for text in full if text not in self._text_cache))
         if missing:
             embeddings, truncated = self._embed_text_batch(missing)
+            cut = len(self.prompt) if prompt else 0
+            check_embeddings(embeddings, lambda i: f"caption {missing[i][cut:]!r}", self.backbone)
             for text, embedding, cut in zip(missing, embeddings, truncated):
                 self._text_cache[text] = (embedding, cut)
         results = []
@@ -331,6 +354,7 @@ class Scorer:
         image_embs = torch.as_tensor(image_embs).float().cpu()
         if image_embs.shape[0] != len(candidates):
             raise InputError(f"{image_embs.shape[0]} image embeddings but {len(candidates)} candidates")
+        check_embeddings(image_embs, lambda i: f"the image of candidate #{i} {candidates[i]!r}", self.backbone)
         image_embs = torch.nn.functional.normalize(image_embs, dim=-1) if len(candidates) else image_embs
         text = self.embed_texts_detailed(candidates)
         n_empty = sum(is_empty_caption(c) for c in candidates)
@@ -360,6 +384,7 @@ class Scorer:
                 terms.append((rows @ text.embeddings[index]).max())
             ref_terms = torch.stack(terms).numpy().astype(np.float32)
             scores = ref_score(clip, ref_terms)
+        check_scores(np.asarray(scores), candidates, w, self.backbone)
         if n_empty and self.warn_empty:
             logger.warning("%d empty caption(s) scored as the prompt %r alone", n_empty, self.prompt)
         return ScoreResult(scores=np.asarray(scores, dtype=np.float32), clip_scores=clip, ref_terms=ref_terms,

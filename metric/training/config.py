@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from metric.common.config import (
+    Fraction,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -21,8 +22,8 @@ class LoraOptions:
     """peft LoRA settings (PAC-S++: rank 4, alpha 1 as the official code, both towers + patch embedding)."""
 
     rank: PositiveInt = 4
-    alpha: float = 1.0
-    dropout: float = 0.0
+    alpha: PositiveFloat = 1.0
+    dropout: Fraction = 0.0
     patch_embedding: bool = True
     targets: list[str] = field(default_factory=lambda: ["attn", "mlp.c_fc", "mlp.c_proj"])
 
@@ -31,13 +32,13 @@ class LoraOptions:
 class LossOptions:
     """Loss weights: PAC-S++ defaults λv = 0.1, λt = 0.001 (PAC-S: 0.05, 0.1); extra terms off."""
 
-    lambda_v: float = 0.1
-    lambda_t: float = 0.001
+    lambda_v: NonNegativeFloat = 0.1
+    lambda_t: NonNegativeFloat = 0.001
     directions: str = "mean"
-    relative_weight: float = 0.0
+    relative_weight: NonNegativeFloat = 0.0
     relative_weighting: str = "uniform"
-    margin_weight: float = 0.0
-    margin: float = 0.2
+    margin_weight: NonNegativeFloat = 0.0
+    margin: NonNegativeFloat = 0.2  # cosine margin of the hard-negative term
 
 
 @dataclass
@@ -50,8 +51,8 @@ class DataOptions:
     train_split: str = "train"
     val_split: str = "val"
     skip_missing: bool = False
-    num_workers: int = 0
-    max_val_pairs: int = 5000
+    num_workers: NonNegativeInt = 0
+    max_val_pairs: PositiveInt = 5000  # validation pairs used (the first ones of the validation split)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class CorrelationOptions:
     benchmark: str | None = None
     data: str | None = None
     images: str | None = None
-    every: int = 0
+    every: NonNegativeInt = 0  # correlation at every N-th validation (0: at each)
 
 
 @dataclass
@@ -84,8 +85,8 @@ class MetricTrainConfig(TrainerConfig):
     train_logit_scale: bool = False
     lr: PositiveFloat = 1e-4
     weight_decay: NonNegativeFloat = 0.0
-    batch_size: int = 256  # the global batch: pairs per optimizer step (and per contrastive loss), all processes
-    micro_batch_size: int = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
+    batch_size: int = 256  # the global batch: pairs per optimizer step (and per loss), all processes; >= 2 (validate)
+    micro_batch_size: NonNegativeInt = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
     max_steps: NonNegativeInt = 0
     max_epochs: PositiveInt = 50
     eval_every: NonNegativeInt = 100  # validation loss every N steps (0: only after the last step)

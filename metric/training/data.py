@@ -20,6 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from metric.common.errors import InputError
+from metric.common.paths_inside import path_inside
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +51,10 @@ class Manifest:
     skipped: list[str] = field(default_factory=list)
 
 
-def _resolve(value: str, root: Path) -> Path:
+def _resolve(value: str, root: Path, where: str) -> Path:
+    """An absolute path as written (a manifest may point anywhere on purpose); a relative one must stay in `root`."""
     path = Path(value).expanduser()
-    return path if path.is_absolute() else root / path
+    return path if path.is_absolute() else path_inside(root, path, where, "the image root")
 
 
 def read_manifest(path: str | os.PathLike, image_root: str | os.PathLike | None = None, skip_missing: bool = False,
@@ -83,8 +85,9 @@ def read_manifest(path: str | os.PathLike, image_root: str | os.PathLike | None 
                 raise InputError(f"{path} line {number}: missing key(s) {', '.join(missing_keys)}")
             record = ManifestRecord(
                 image_id=str(row["image_id"]), caption_id=str(row["caption_id"]),
-                real_image=_resolve(str(row["real_image"]), root), caption=str(row["caption"]),
-                gen_caption=str(row["gen_caption"]), gen_image=_resolve(str(row["gen_image"]), root),
+                real_image=_resolve(str(row["real_image"]), root, f"{path} line {number}: real_image"),
+                caption=str(row["caption"]),
+                gen_caption=str(row["gen_caption"]), gen_image=_resolve(str(row["gen_image"]), root, f"{path} line {number}: gen_image"),
                 split=row.get("split"), line=number)
             if splits is not None and record.split not in splits:
                 continue

@@ -8,7 +8,9 @@ Two formats (`EXPORT_FORMATS`):
   weights as they are, so every trained delta is merged into the base weights and the LoRA tensors are written
   as zeros: whichever deltas the official code applies (or a fresh model merges), it adds zero.
   The architecture must be one the official code builds (heads = width // 64, MLP ratio 4, QuickGELU + OpenAI
-  normalisation for PAC-S++, ...); otherwise export refuses and names every difference.
+  normalisation for PAC-S++, ...); otherwise export refuses and names every difference. Allowed anyway
+  (``allow_nonstandard_arch``), or with a normalisation no ``--arch`` preset has, the export also writes
+  ``<name>.arch.json`` next to the file (open_clip ``model_cfg`` + ``preprocess_cfg``), what ``--arch`` needs.
 - ``folder``: ``open_clip_model.safetensors`` (pacs' own checkpoint format: the open_clip state dict with its
   config in the header), ``open_clip_config.json`` (open_clip's ``model_cfg`` + ``preprocess_cfg``, and a
   ``pacs`` section: family, metric, w, fingerprint, provenance) and a model card ``README.md``.
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 
 from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
+from metric.common.io import atomic_path, chmod_like_umask, write_json_atomic, write_text_atomic
 from metric.common.provenance import provenance, sha256_file
 from metric.models.backbones import (
     EXPORT_CONFIG_FILE,
@@ -234,14 +236,6 @@ def official_state_dict(backbone: Backbone, dtype: str = "fp32",
     return ordered, _official_preset(backbone)
 
 
-def _chmod_like_umask(path: Path) -> None:
-    """Give `path` (and a folder's files) the modes a plain open()/mkdir() would (temp files are private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
-        os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~umask)
-
-
 @contextlib.contextmanager
 def _atomic_folder(target: Path, overwrite: bool) -> Iterator[Path]:
     """Yield an empty temporary folder next to `target`; move it onto `target` only if the block succeeds."""
@@ -250,7 +244,7 @@ def _atomic_folder(target: Path, overwrite: bool) -> Iterator[Path]:
     old: Path | None = None
     try:
         yield tmp
-        _chmod_like_umask(tmp)
+        chmod_like_umask(tmp)
         if target.exists() or target.is_symlink():
             if not overwrite:
                 raise InputError(f"{target} exists (pass overwrite= to replace it)", parameter="overwrite")
@@ -352,18 +346,28 @@ def export_folder(backbone: Backbone, out: Path, overwrite: bool = False, w: flo
                         n_tensors=len(backbone.model.state_dict()), load_hint=f"--checkpoint {out}")
 
 
+def official_arch_file(out: Path) -> Path:
+    """The architecture file `export_official` writes next to `out` when no `--arch` preset rebuilds the model."""
+    return out.with_name(f"{out.stem}.arch.json")
+
+
 def export_official(backbone: Backbone, out: Path, overwrite: bool = False, dtype: str = "fp32",
                     allow_nonstandard_arch: bool = False) -> ExportResult:
     """Write `backbone` as an official PAC-S / PAC-S++ checkpoint (`{"state_dict": ...}`), atomically."""
     if out.is_dir():
         raise InputError(f"{out} is a folder; the official format is one file (e.g. {out / 'model.pth'})")
-    if out.exists() and not overwrite:
-        raise InputError(f"{out} exists (pass overwrite= to replace it)", parameter="overwrite")
+    arch_file = official_arch_file(out)
+    for target in (out, arch_file):
+        if target.exists() and not overwrite:
+            raise InputError(f"{target} exists (pass overwrite= to replace it)", parameter="overwrite")
     state, preset = official_state_dict(backbone, dtype=dtype, allow_nonstandard_arch=allow_nonstandard_arch)
+    if official_differences(backbone) or preset is None:  # no preset rebuilds it: its own architecture file
+        config = {key: value for key, value in backbone.open_clip_config.items() if key != "preprocess_cfg"}
+        write_json_atomic(arch_file, {"model_cfg": config, "preprocess_cfg": backbone.preprocess.config()})
+        preset = str(arch_file)
     with atomic_path(out) as tmp:
         torch.save({"state_dict": state}, str(tmp))
-        _chmod_like_umask(tmp)
-    hint = f"--checkpoint {out} --arch {preset or 'FILE'}"
+    hint = f"--checkpoint {out} --arch {preset}"
     return ExportResult(path=out, format="official", family=str(backbone.family),
                         fingerprint=sha256_file(out), n_tensors=len(state), load_hint=hint)
 

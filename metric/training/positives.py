@@ -21,9 +21,10 @@ from typing import Any
 from PIL import Image
 from tqdm.auto import tqdm
 
-from metric.common.config import NonNegativeInt, PositiveInt
+from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
+from metric.common.paths_inside import path_inside
 from metric.common.provenance import provenance
 from metric.training.data import load_rgb
 
@@ -45,11 +46,11 @@ class PositivesConfig:
     splits: list[str] = field(default_factory=lambda: ["train", "restval", "val"])
     captioner: str = DEFAULT_CAPTIONER
     text_to_image: str = DEFAULT_TEXT_TO_IMAGE
-    seed: int = 0
+    seed: Seed = 0
     caption_max_length: PositiveInt = 30
     caption_num_beams: PositiveInt = 3
     num_inference_steps: PositiveInt = 50
-    guidance_scale: float = 7.5
+    guidance_scale: NonNegativeFloat = 7.5
     image_size: PositiveInt = 512
     safety_checker: bool = True
     batch_size: PositiveInt = 8
@@ -110,7 +111,8 @@ def _read_karpathy(data: dict, path: Path, root: Path) -> list[SourceImage]:
             raise InputError(f"{path}: images[{index}] lacks {error}") from None
         captions = [str(s.get("raw", " ".join(s.get("tokens", [])))) for s in sentences]
         ids = [str(s.get("sentid", f"{image_id}_{k}")) for k, s in enumerate(sentences)]
-        images.append(SourceImage(image_id, root / relpath, relpath, str(entry.get("split", "train")), captions, ids))
+        file = path_inside(root, relpath, f"{path}: images[{index}] (image {image_id!r}) file", "the image root")
+        images.append(SourceImage(image_id, file, relpath, str(entry.get("split", "train")), captions, ids))
     return images
 
 
@@ -121,7 +123,8 @@ def _read_coco(data: dict, path: Path, root: Path) -> list[SourceImage]:
             image_id, filename = str(entry["id"]), str(entry["file_name"])
         except (KeyError, TypeError) as error:
             raise InputError(f"{path}: images[{index}] lacks {error}") from None
-        by_id[image_id] = SourceImage(image_id, root / filename, filename, str(entry.get("split", "train")), [], [])
+        file = path_inside(root, filename, f"{path}: images[{index}] (image {image_id!r}) file_name", "the image root")
+        by_id[image_id] = SourceImage(image_id, file, filename, str(entry.get("split", "train")), [], [])
     for index, annotation in enumerate(data["annotations"]):
         try:
             image_id, caption = str(annotation["image_id"]), str(annotation["caption"])
@@ -346,7 +349,7 @@ def _generate_shard(images: list[SourceImage], part: Path, out: Path, config: Po
                            "gen_image": f"gen_images/{image.caption_ids[k]}.png",
                            "split": "train" if image.split == "restval" else image.split,
                            "seed": caption_seed(config.seed, image.caption_ids[k])}
-                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    handle.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
                 handle.flush()
             progress.update(len(batch))
     progress.close()
@@ -360,7 +363,7 @@ def _merge_shards(images: list[SourceImage], out: Path, manifest: Path, skipped:
             if caption_id not in by_caption:
                 raise InputError(f"image {image.image_id} caption {caption_id}: no generated positives found in "
                                  f"the shard files of {out}")
-            lines.append(json.dumps(by_caption[caption_id], ensure_ascii=False))
+            lines.append(json.dumps(by_caption[caption_id], ensure_ascii=False, allow_nan=False))
     with atomic_path(manifest) as tmp:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     from metric.common.config import to_dict

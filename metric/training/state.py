@@ -12,7 +12,7 @@ from torch import nn
 
 from metric.common.config import dump_yaml, to_dict
 from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
+from metric.common.io import chmod_like_umask, write_json_atomic
 from metric.common.provenance import provenance
 from metric.training.config import FAMILY_OF_MODE, MetricTrainConfig
 
@@ -35,7 +35,7 @@ class TrainerState:
         self.batch_in_epoch = 0
         self.best_val = math.inf
         self.best_step = 0
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, float | None]] = []  # an undefined correlation is None (null)
         self.train_losses: list[float] = []  # the global batch's total loss at every optimizer step
         self.best_weights: dict[str, torch.Tensor] = {}
 
@@ -102,6 +102,7 @@ def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module,
     files: dict[str, str] = {"checkpoint": CHECKPOINT_FILE}
     if config.mode == "lora":
         save_adapter(backbone, output_dir / ADAPTER_DIR, base=base_source)
+        chmod_like_umask(output_dir / ADAPTER_DIR)  # peft/safetensors write 0600 files: follow the umask
         files["adapter"] = ADAPTER_DIR
         backbone = merge_lora(backbone)
     else:

@@ -9,11 +9,12 @@ early stopping after ``patience`` steps without improvement (the best weights ar
 periodic correlation on an eval benchmark, resumable state
 (``save_state`` / ``load_state``). The temperature is the model's ``logit_scale``; it is frozen unless
 ``train_logit_scale`` is set. Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
-``metric.models.backbones.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
+``metric.models.factory.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from metric.common.errors import InputError
+from metric.common.io import chmod_like_umask, finite_or_none
 from metric.common.optim import make_adam
 from metric.training.config import (
     FAMILY_OF_MODE,
@@ -40,6 +42,7 @@ from metric.training.data import (
     collate_positives,
     split_micro_batches,
 )
+from metric.training.divergence import any_process, check_loss, check_weights, diverged
 from metric.training.encoding import (
     PROJECTION_PREFIXES,
     DualEncoder,
@@ -170,21 +173,26 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     tokenize = trained.tokenize
     device = accelerator.device
 
-    def evaluate(step: int) -> dict[str, float]:
-        record = {"step": float(step), **validation_loss(encoder, tokenize, val_dataset, config.batch_size, micro,
-                                                         config.loss, device, rank, processes,
-                                                         config.data.num_workers)}
+    stage, hint = f"metric training ({config.mode})", f"lr={config.lr:g}"
+
+    def evaluate(step: int) -> dict[str, float | None]:
+        check_weights(accelerator, unwrapped, stage, step, hint)
+        losses = validation_loss(encoder, tokenize, val_dataset, config.batch_size, micro, config.loss, device, rank,
+                                 processes, config.data.num_workers)
+        record: dict[str, float | None] = {"step": float(step), **losses}
         image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
         record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
         every = config.correlation.every or 1
         due = every and (step // max(config.eval_every, 1)) % every == 0
         if correlate is not None and due and accelerator.is_main_process:  # logging only: no effect on stopping
             for name, value in correlate(dataclasses.replace(trained, model=unwrapped)).items():
-                record[f"corr_{name}"] = float(value)
+                record[f"corr_{name}"] = finite_or_none(value)  # an undefined correlation is null, not NaN
+        if any_process(accelerator, not math.isfinite(record["val_total"])):
+            raise diverged(stage, step, f"the validation loss is {record['val_total']}", hint)
         return record
 
-    def remember_if_best(record: dict[str, float]) -> None:
-        if record["val_total"] < state.best_val:
+    def remember_if_best(record: dict[str, float | None]) -> None:
+        if record["val_total"] < state.best_val:  # finite: evaluate() stops a run whose loss is not
             state.best_val, state.best_step = record["val_total"], int(record["step"])
             state.best_weights = {name: p.detach().cpu().clone() for name, p in trainable_parameters(unwrapped).items()}
 
@@ -205,41 +213,49 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         logger.info("training encodes no %s: their loss weight is 0",
                     " and no ".join(name for name, needed in zip(("generated images (v')", "generated captions (t')"),
                                                                   needed_positives) if not needed))
-    while not stop and state.epoch < config.max_epochs:
-        batches = ShardedEpochBatches(len(train_dataset), config.batch_size, config.seed, state.epoch,
-                                      state.batch_in_epoch, rank, processes)
-        loader = DataLoader(train_dataset, batch_sampler=batches, collate_fn=collate_positives,
-                            num_workers=config.data.num_workers)
-        for batch in loader:  # this process's share of one global batch
-            terms = grad_cache_step(
-                split_micro_batches(batch, micro),
-                lambda part: encode_positives(encoder, tokenize, part, device, *needed_positives),
-                lambda embeddings, scale: loss_on_embeddings(embeddings, scale, config.loss), accelerator.backward,
-                lambda: accelerator.no_sync(encoder), averaged_over=processes, device=device)
-            optimizer.step()
-            optimizer.zero_grad()
-            state.batch_in_epoch += 1
-            running.append(float(terms.total.detach()))
-            state.train_losses.append(running[-1])
-            state.step += 1
-            progress.update(1)
-            if config.log_every and state.step % config.log_every == 0:
-                progress.set_postfix(loss=sum(running) / len(running))
-                running = []
-            if config.eval_every and state.step % config.eval_every == 0:
-                record = evaluate(state.step)
-                state.history.append(record)
-                remember_if_best(record)
-                logger.info("step %d: %s", state.step, _fmt(record))
-            if config.save_every and state.step % config.save_every == 0:
-                accelerator.save_state(str(output_dir / STATE_DIR / f"step_{state.step:08d}"))
-            if state.step >= total_steps or state.step - state.best_step >= config.patience:
-                stop = True
-                break
-        else:
-            state.epoch += 1
-            state.batch_in_epoch = 0
-    progress.close()
+    try:  # the bar is closed before an error (e.g. a diverged loss) is printed
+        while not stop and state.epoch < config.max_epochs:
+            batches = ShardedEpochBatches(len(train_dataset), config.batch_size, config.seed, state.epoch,
+                                          state.batch_in_epoch, rank, processes)
+            loader = DataLoader(train_dataset, batch_sampler=batches, collate_fn=collate_positives,
+                                num_workers=config.data.num_workers)
+            for batch in loader:  # this process's share of one global batch
+                terms = grad_cache_step(
+                    split_micro_batches(batch, micro),
+                    lambda part: encode_positives(encoder, tokenize, part, device, *needed_positives),
+                    lambda embeddings, scale: loss_on_embeddings(embeddings, scale, config.loss), accelerator.backward,
+                    lambda: accelerator.no_sync(encoder), averaged_over=processes, device=device)
+                check_loss(accelerator, float(terms.total.detach()), stage, state.step + 1, hint)
+                optimizer.step()
+                optimizer.zero_grad()
+                state.batch_in_epoch += 1
+                running.append(float(terms.total.detach()))
+                state.train_losses.append(running[-1])
+                state.step += 1
+                progress.update(1)
+                if config.log_every and state.step % config.log_every == 0:
+                    progress.set_postfix(loss=sum(running) / len(running))
+                    running = []
+                if config.eval_every and state.step % config.eval_every == 0:
+                    record = evaluate(state.step)
+                    state.history.append(record)
+                    remember_if_best(record)
+                    logger.info("step %d: %s", state.step, _fmt(record))
+                if config.save_every and state.step % config.save_every == 0:
+                    check_weights(accelerator, unwrapped, stage, state.step, hint)
+                    saved = output_dir / STATE_DIR / f"step_{state.step:08d}"
+                    accelerator.save_state(str(saved))
+                    accelerator.wait_for_everyone()
+                    if accelerator.is_main_process:
+                        chmod_like_umask(saved)  # safetensors writes 0600 files: give them the umask's mode
+                if state.step >= total_steps or state.step - state.best_step >= config.patience:
+                    stop = True
+                    break
+            else:
+                state.epoch += 1
+                state.batch_in_epoch = 0
+    finally:
+        progress.close()
     if config.eval_every == 0 or state.history[-1]["step"] != state.step:
         record = evaluate(state.step)
         state.history.append(record)
@@ -280,5 +296,5 @@ def _allow_new_precision(mixed_precision: str) -> None:
         AcceleratorState._reset_state()
 
 
-def _fmt(record: dict[str, float]) -> str:
-    return " ".join(f"{k}={v:.4f}" for k, v in record.items() if k != "step")
+def _fmt(record: dict[str, float | None]) -> str:
+    return " ".join(f"{k}={'null' if v is None else f'{v:.4f}'}" for k, v in record.items() if k != "step")

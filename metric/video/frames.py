@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from metric.common.errors import InputError, MissingResourceError
+from metric.common.paths_inside import ConfinedRoot
 
 logger = logging.getLogger(__name__)
 
@@ -266,12 +267,12 @@ def find_video(videos_dir: str | os.PathLike | None, video_id: str,
         return path if path.exists() else None
     if videos_dir is None:
         return None
-    folder = Path(videos_dir)
-    direct = folder / video_id
+    folder = ConfinedRoot(videos_dir, f"the video folder videos={videos_dir}")  # ids stay inside, symlinks resolved
+    direct = folder.join(video_id, f"video id {video_id!r}", parameter="videos")
     if direct.is_dir() or direct.is_file():
         return direct
     for extension in VIDEO_EXTENSIONS:
-        candidate = folder / f"{video_id}{extension}"
+        candidate = folder.join(f"{video_id}{extension}", f"video id {video_id!r}", parameter="videos")
         if candidate.is_file():
             return candidate
     return None

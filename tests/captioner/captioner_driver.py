@@ -4,6 +4,7 @@ usage:
   captioner_driver.py multi OUT IMAGES_DIR XE_MICRO SCST_MICRO   features + XE + SCST (beams, dropout off)
   captioner_driver.py scst OUT MICRO STEPS KILL_AT_CALL          SCST, dropout on, multinomial samples;
                                                                  SIGKILLs itself at reward call KILL_AT_CALL
+  captioner_driver.py scst-learned OUT MICRO STEPS KILL_AT_CALL  the same with a learned reward (tiny CLIP)
   captioner_driver.py xe OUT MICRO STEPS KILL_AT_VALIDATION       XE, dropout on, validated every step;
                                                                  SIGKILLs itself in validation KILL_AT_VALIDATION
 Prints `RESULT <name> <json list of float reprs>` lines.
@@ -82,23 +83,58 @@ def run_xe_resumable(out: Path, data_dir: Path, micro: int, steps: int, kill_at:
     return train_xe(config, tiny_model_config(dropout=0.1), vocab, cache, train, val, validate=validate).losses
 
 
-def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, variant: str) -> list[float]:
-    """SCST steps: `resume` = dropout on + multinomial samples; `ddp` = dropout off + beams."""
-    calls = {"n": 0}
+class KillingReward:
+    """A reward that SIGKILLs its process at call `kill_at` (0: never); its caches go into SCST checkpoints."""
 
-    def reward(ids, captions, refs):
-        calls["n"] += 1
-        if calls["n"] == kill_at:
+    def __init__(self, inner, kill_at: int) -> None:
+        self.inner, self.kill_at, self.calls = inner, kill_at, 0
+
+    def __call__(self, ids, captions, refs):
+        self.calls += 1
+        if self.calls == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        return overlap_reward(ids, captions, refs)
+        return self.inner(ids, captions, refs)
+
+    def state_dict(self) -> dict:
+        return self.inner.state_dict() if hasattr(self.inner, "state_dict") else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if hasattr(self.inner, "load_state_dict"):
+            self.inner.load_state_dict(state)
+
+
+def learned_reward():
+    """RefCLIP-S of a tiny random CLIP on one small image per id (its colour from the id): a learned reward."""
+    from PIL import Image
+
+    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from metric.scoring.scorer import Scorer
+    from rewards import build_reward
+
+    backbone = build_backbone_from_config(tiny_clip_config(), seed=0, name="tiny-reward")
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]
+
+    def image(image_id: str) -> Image.Image:
+        index = int(image_id[3:])
+        return Image.new("RGB", (40 + index % 5, 40), colours[index % 4])
+
+    scorer = Scorer(backbone, batch_size=4, progress=False)
+    return build_reward("ref-clip-s", scorer=scorer, image_loader=image)
+
+
+def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, variant: str) -> list[float]:
+    """SCST steps: `resume` = dropout on + multinomial samples; `learned`: the same with a learned reward (its
+    embedding caches are restored on resume); `ddp` = dropout off + beams."""
+    reward = KillingReward(learned_reward() if variant == "learned" else overlap_reward, kill_at)
 
     cache, train, _ = tiny_data(data_dir)
-    init = data_dir / ("init" if variant == "resume" else "init-nodrop")
+    resumable = variant in ("resume", "learned")
+    init = data_dir / ("init" if resumable else "init-nodrop")
     with process_state().main_process_first():
         if not (init / "captioner.json").is_file():
-            tiny_checkpoint(data_dir, dropout=0.1 if variant == "resume" else 0.0, name=init.name)
+            tiny_checkpoint(data_dir, dropout=0.1 if resumable else 0.0, name=init.name)
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
-                        epochs=4, max_steps=steps, samples="multinomial" if variant == "resume" else "beam",
+                        epochs=4, max_steps=steps, samples="multinomial" if resumable else "beam",
                         k=3, save_every=3, keep_checkpoints=5, tensorboard=False)
     items = list({image_id: [caption] for image_id, caption in train}.items())
     return train_scst(config, init, cache, items, reward).losses
@@ -121,7 +157,8 @@ def main() -> None:
     elif mode == "xe":
         emit("xe", run_xe_resumable(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])))
     else:
-        emit("scst", run_scst(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), "resume"))
+        variant = "learned" if mode == "scst-learned" else "resume"
+        emit("scst", run_scst(out, data_dir, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), variant))
 
 
 if __name__ == "__main__":

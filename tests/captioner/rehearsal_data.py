@@ -8,6 +8,7 @@ happens with real COCO / nocaps / VizWiz ids.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,8 +26,9 @@ def flickr8k_captions(flickr8k: Path) -> dict[str, list[str]]:
 
 
 def _link(source: Path, target: Path) -> None:
+    """Copy an image into a data set's folder (a symlink pointing outside the image root is refused)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.symlink_to(source)
+    shutil.copyfile(source, target)
 
 
 def build_rehearsal_sets(flickr8k: Path, root: Path, n_train: int = 24, n_val: int = 4,

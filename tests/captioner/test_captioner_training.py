@@ -103,6 +103,21 @@ def test_sigkill_mid_epoch_then_resume_gives_bit_identical_losses(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigkill_then_resume_with_a_learned_reward_gives_bit_identical_losses(tmp_path):
+    """RefCLIP-S of a tiny CLIP as the reward: the resumed run restores the reward's embedding caches from the
+    checkpoint, so it encodes the same texts and images in the same batches as the run it continues."""
+    _, full = _driver(["scst-learned", str(tmp_path / "full"), "4", "8", "0"])
+    code, _ = _driver(["scst-learned", str(tmp_path / "killed"), "4", "8", "10"], check=False)
+    assert code == -9
+    checkpoint = tmp_path / "killed" / "checkpoints" / "step-00000003"
+    saved = torch.load(checkpoint / "extra_state_0.pt", weights_only=True)["reward"]["fn"]
+    assert len(saved["images"]["ids"]) == 24 and len(saved["scorer"]["texts"]) > 24  # 3 steps of 8 images
+    _, resumed = _driver(["scst-learned", str(tmp_path / "killed"), "4", "8", "0"])
+    assert len(resumed["scst"]) == 5 and len(set(full["scst"])) > 1
+    assert resumed["scst"] == full["scst"][3:]  # exact float equality
+
+
+@pytest.mark.slow
 def test_xe_sigkill_then_resume_gives_bit_identical_losses_and_micro_batch_size_does_not_matter(tmp_path):
     """XE with dropout on: SIGKILL during step 5's validation, resume from step 3 (checkpoints every 3 steps)."""
     _, full = _driver(["xe", str(tmp_path / "full"), "8", "8", "0"])

@@ -136,7 +136,7 @@ def test_missing_image_is_an_error_unless_skipped(flickr_subset, shared_data, ti
     assert len(judged) >= 2
     images = tmp_path / "images"  # only the first judged image is present
     images.mkdir()
-    (images / judged[0]).symlink_to(shared_data / "flickr8k" / "images" / judged[0])
+    (images / judged[0]).write_bytes((shared_data / "flickr8k" / "images" / judged[0]).read_bytes())
     argv = ["correlate", "flickr8k-expert", "--data", str(flickr_subset), "--metrics", "clip-s,bleu1",
             "--images", str(images), "--checkpoint", str(tiny_checkpoint), "--batch-size", "8"]
     assert run(argv) == 2
