@@ -14,6 +14,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Every test runs torch on one thread, whichever test files are collected: the float results of a run do not depend
+# on which conftests were imported, and two test processes do not oversubscribe two cores.
+torch.set_num_threads(1)
 
 
 def _shared_root() -> Path | None:

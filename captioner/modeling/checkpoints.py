@@ -200,10 +200,11 @@ def load_captioner(folder: str | os.PathLike, device: str | torch.device = "cpu"
         raise MissingResourceError(f"{folder} is not a captioner checkpoint (needs captioner.json and model.safetensors)")
     try:
         info = json.loads(info_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # ValueError: bad JSON or bytes that are not UTF-8
         raise InputError(f"{info_path}: invalid JSON ({error})") from None
-    if info.get("format") != "pacs-captioner":
-        raise InputError(f"{info_path}: not a pacs captioner description (format={info.get('format')!r})")
+    if not isinstance(info, dict) or info.get("format") != "pacs-captioner":
+        found = info.get("format") if isinstance(info, dict) else type(info).__name__
+        raise InputError(f"{info_path}: not a pacs captioner description (format={found!r})")
     model = Captioner(from_dict(CaptionerConfig, info["model"], f"{info_path}:model"))
     try:
         state = load_file(str(weights))

@@ -42,7 +42,7 @@ class FeatureCache:
         meta_path = self.folder / "meta.json"
         if not meta_path.is_file():
             raise MissingResourceError(f"no feature cache at {self.folder} (missing meta.json): extract features first")
-        self.meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.meta: dict[str, Any] = _read_meta(meta_path)
         self.index = _scan_index(self.folder)
         self._handles: dict[str, Any] = {}
 
@@ -77,7 +77,12 @@ class FeatureCache:
 
     def _handle(self, shard: str) -> Any:
         if shard not in self._handles:
-            self._handles[shard] = safe_open(str(self.folder / "shards" / shard), framework="pt")
+            path = self.folder / "shards" / shard
+            try:
+                self._handles[shard] = safe_open(str(path), framework="pt")
+            except Exception as error:  # noqa: BLE001 - safetensors raises several types for corrupt files
+                raise InputError(f"feature shard {path} is unreadable ({error}); delete it and re-extract (pacs "
+                                 "train re-runs a features stage whose files changed)") from None
         return self._handles[shard]
 
     def get(self, image_ids: Sequence[str]) -> torch.Tensor:
@@ -87,7 +92,11 @@ class FeatureCache:
             shard = self.index.get(str(image_id))
             if shard is None:
                 raise InputError(f"image id {image_id!r} is not in the feature cache {self.folder}")
-            tensors.append(self._handle(shard).get_tensor(str(image_id)))
+            try:
+                tensors.append(self._handle(shard).get_tensor(str(image_id)))
+            except Exception as error:  # noqa: BLE001 - a shard truncated after it was opened
+                raise InputError(f"feature shard {self.folder / 'shards' / shard} is unreadable at image id "
+                                 f"{image_id!r} ({error}); delete it and re-extract") from None
         return torch.stack(tensors).float()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -103,9 +112,12 @@ def _scan_index(folder: Path) -> dict[str, str]:
     shard_dir = folder / "shards"
     shards = sorted(p.name for p in shard_dir.glob("shard-*.safetensors")) if shard_dir.is_dir() else []
     if index_path.is_file():
-        stored = json.loads(index_path.read_text(encoding="utf-8"))
-        if sorted(set(stored.get("shards", []))) == shards:
-            return dict(stored["ids"])
+        try:
+            stored = json.loads(index_path.read_text(encoding="utf-8"))
+            if sorted(set(stored["shards"])) == shards and isinstance(stored["ids"], dict):
+                return {str(key): str(value) for key, value in stored["ids"].items()}
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
+            logger.warning("%s is unreadable; listing the shards instead", index_path)
     for shard in shards:
         try:
             with safe_open(str(shard_dir / shard), framework="pt") as handle:
@@ -113,6 +125,17 @@ def _scan_index(folder: Path) -> dict[str, str]:
         except Exception as error:  # noqa: BLE001 - safetensors raises several types for corrupt files
             raise InputError(f"feature shard {shard_dir / shard} is unreadable ({error}); delete it and re-extract") from None
     return index
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """A cache's meta.json as a dict; InputError naming the file when it is not one."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:
+        raise InputError(f"{path} is unreadable ({error}); delete the feature cache and re-extract") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{path} is not a feature-cache description; delete the feature cache and re-extract")
+    return meta
 
 
 def _write_index(folder: Path) -> dict[str, str]:
@@ -124,7 +147,7 @@ def _write_index(folder: Path) -> dict[str, str]:
 def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
     path = folder / "meta.json"
     if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = _read_meta(path)
         for key in ("fingerprint", "feature_dim", "tokens", "dtype"):
             if old.get(key) != meta.get(key):
                 raise InputError(f"{path}: the cache holds features with {key}={old.get(key)!r}, this run asks for "

@@ -202,6 +202,8 @@ def load_vocab(path: str | os.PathLike) -> Vocab:
         raise MissingResourceError(f"vocabulary file not found: {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # ValueError: bad JSON or bytes that are not UTF-8
         raise InputError(f"{path}: invalid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a vocabulary (expected a JSON object)")
     return vocab_from_dict(data, str(path))
