@@ -207,18 +207,16 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
         accelerator.wait_for_everyone()
     todo = [str(i) for i in sorted(images, key=str) if str(i) not in done][rank::world]
     logger.info("features: %d cached, %d to extract on process %d/%d", len(done), len(todo), rank, world)
-    pending: dict[str, torch.Tensor] = {}
+    writer = ShardWriter(folder, shard_size)
     progress = tqdm(total=len(todo), desc="grid features", unit="img", disable=not is_main)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         pixels = load_pixels(backbone, images, chunk)
         grid = visual_grid_features(backbone, pixels.to(device)).to(_DTYPES[dtype]).cpu()
         for image_id, tensor in zip(chunk, grid):
-            pending[image_id] = tensor.contiguous()
-        if len(pending) >= shard_size:
-            _flush(folder, pending)
+            writer.add(image_id, tensor)
         progress.update(len(chunk))
-    _flush(folder, pending)
+    writer.close()
     progress.close()
     if accelerator is not None:
         accelerator.wait_for_everyone()
@@ -229,26 +227,71 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     return FeatureCache(folder)
 
 
-def _flush(folder: Path, pending: dict[str, torch.Tensor]) -> None:
-    if not pending:
-        return
-    target = folder / "shards" / f"shard-{uuid.uuid4().hex[:16]}.safetensors"
-    with atomic_path(target) as tmp:
-        save_file(dict(pending), str(tmp))
-    pending.clear()
+MAX_SHARD_BYTES = 256 * 1024 * 1024  # a shard never holds more, whatever shard_size asks for
 
 
-def write_feature_cache(features: Mapping[str, torch.Tensor], cache_dir: str | os.PathLike,
-                        meta: Mapping[str, Any] | None = None) -> FeatureCache:
-    """Store precomputed features ({image_id: [R, D]}) as a cache (e.g. from another extractor or a test)."""
+class ShardWriter:
+    """Writes features into shards of at most `shard_size` images and MAX_SHARD_BYTES bytes: the memory it holds is
+    one shard, however many features pass through it."""
+
+    def __init__(self, folder: Path, shard_size: int = 512) -> None:
+        if shard_size < 1:
+            raise InputError(f"shard_size must be >= 1, got {shard_size}", parameter="shard_size")
+        self.folder, self.shard_size = folder, int(shard_size)
+        self.pending: dict[str, torch.Tensor] = {}
+        self.bytes = 0
+        self.shards_written = 0
+
+    def add(self, image_id: str, tensor: torch.Tensor) -> None:
+        """Queue one image's features; a full shard is written at once."""
+        tensor = tensor.detach().cpu().contiguous()
+        size = tensor.numel() * tensor.element_size()
+        if self.pending and self.bytes + size > MAX_SHARD_BYTES:
+            self.flush()
+        self.pending[str(image_id)] = tensor
+        self.bytes += size
+        if len(self.pending) >= self.shard_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued features as one shard (atomically)."""
+        if not self.pending:
+            return
+        target = self.folder / "shards" / f"shard-{uuid.uuid4().hex[:16]}.safetensors"
+        with atomic_path(target) as tmp:
+            save_file(self.pending, str(tmp))
+        self.pending, self.bytes = {}, 0
+        self.shards_written += 1
+
+    def close(self) -> None:
+        """Write what is left."""
+        self.flush()
+
+
+def write_feature_cache(features: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+                        cache_dir: str | os.PathLike, meta: Mapping[str, Any] | None = None,
+                        shard_size: int = 512) -> FeatureCache:
+    """Store precomputed features ({image_id: [R, D]} or an iterable of (image_id, [R, D]) pairs, e.g. a generator
+    reading another extractor's output) as a cache, in shards of bounded size."""
     folder = Path(cache_dir)
-    first = next(iter(features.values()))
+    pairs = iter(features.items() if isinstance(features, Mapping) else features)
+    first_pair = next(pairs, None)
+    if first_pair is None:
+        raise InputError("write_feature_cache: no features given")
+    first = first_pair[1]
     full_meta = {"backbone": "external", "fingerprint": "", "feature_dim": int(first.shape[-1]),
                  "tokens": int(first.shape[0]), "dtype": str(first.dtype).replace("torch.", "")}
     full_meta.update(meta or {})
     _check_meta(folder, full_meta)
     (folder / "shards").mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / "meta.json", full_meta)
-    _flush(folder, {str(k): v.contiguous() for k, v in features.items()})
+    writer = ShardWriter(folder, shard_size)
+    writer.add(str(first_pair[0]), first)
+    for image_id, tensor in pairs:
+        if tuple(tensor.shape) != tuple(first.shape):
+            raise InputError(f"write_feature_cache: image {image_id!r} has features of shape {tuple(tensor.shape)}, "
+                             f"the first one {tuple(first.shape)}")
+        writer.add(str(image_id), tensor)
+    writer.close()
     _write_index(folder)
     return FeatureCache(folder)

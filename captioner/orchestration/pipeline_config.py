@@ -53,6 +53,9 @@ class FeaturesConfig:
     batch_size: PositiveInt = 64
     shard_size: PositiveInt = 512
     dtype: str = "float16"
+    # features extracted elsewhere: CACHE_DIR/<set> (train, and each test set's name) holds a pacs feature cache
+    # (meta.json + shards) whose recorded fingerprint must be `source`'s; nothing is extracted then
+    cache_dir: str = ""
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from captioner_testkit import tiny_checkpoint, tiny_data
 
 from captioner.modeling.checkpoints import load_captioner
@@ -54,3 +55,32 @@ def test_a_truncated_feature_shard_or_meta_is_one_clear_error_and_a_bad_index_is
     (folder / "meta.json").write_text("[")
     with pytest.raises(InputError, match="meta.json is unreadable"):
         FeatureCache(folder)
+
+
+def test_features_are_written_in_bounded_shards_from_a_stream(tmp_path, monkeypatch):
+    """write_feature_cache takes a generator and never holds more than one shard (issue 22)."""
+    from captioner.modeling import features as feature_module
+
+    monkeypatch.setattr(feature_module, "MAX_SHARD_BYTES", 3 * 5 * 16 * 4)  # three [5, 16] fp32 tensors
+    produced: list[str] = []
+    peak = {"pending": 0}
+    original_add = feature_module.ShardWriter.add
+
+    def add(self, image_id, tensor):
+        original_add(self, image_id, tensor)
+        peak["pending"] = max(peak["pending"], len(self.pending))
+
+    monkeypatch.setattr(feature_module.ShardWriter, "add", add)
+
+    def stream():
+        for index in range(10):
+            produced.append(f"img{index}")
+            yield f"img{index}", torch.full((5, 16), float(index))
+
+    cache = feature_module.write_feature_cache(stream(), tmp_path / "feats", shard_size=1000)
+    shards = sorted((tmp_path / "feats" / "shards").glob("shard-*.safetensors"))
+    assert len(shards) == 4 and peak["pending"] <= 3  # 3 + 3 + 3 + 1 images, whatever shard_size asked for
+    assert cache.ids() == sorted(produced)
+    assert all(cache.get([f"img{i}"])[0].eq(float(i)).all() for i in range(10))
+    with pytest.raises(InputError, match=r"image 'b' has features of shape \(4, 16\)"):
+        feature_module.write_feature_cache([("a", torch.zeros(5, 16)), ("b", torch.zeros(4, 16))], tmp_path / "x")

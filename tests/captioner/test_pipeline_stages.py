@@ -102,3 +102,29 @@ def test_pacs_train_refuses_unknown_force_and_unsplittable_batch_before_any_work
     assert main(["train", "--config", smoke, "xe.batch_size=30", "xe.micro_batch_size=7", f"runs_dir={tmp_path}"]) == 2
     assert "demo.xe: batch_size=30 must be a multiple of micro_batch_size (7)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+@pytest.mark.slow
+def test_a_precomputed_feature_cache_is_used_after_its_fingerprint_is_checked(tmp_path, shared_data):
+    """`features.cache_dir`: features extracted elsewhere (here by a first run) are checked, not re-extracted, and
+    give the same table; a cache of another backbone, or one missing images, is one clear error (issue 22)."""
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(_config(tmp_path, shared_data)))
+    first = run_from_config(str(config), [])
+    elsewhere = tmp_path / "extracted"
+    (tmp_path / "run" / "features").rename(elsewhere)  # as if another machine had extracted them
+    second_run = tmp_path / "second"
+    second = run_from_config(str(config), [f"run_dir={second_run}", f"features.cache_dir={elsewhere}"])
+    assert second["rows"] == first["rows"]
+    assert not (second_run / "features").exists()  # nothing extracted
+    record = json.loads((second_run / "stages" / "features" / "train.json").read_text())
+    assert record["summary"]["cache"] == str(elsewhere / "train")
+    with pytest.raises(InputError, match=r"features.cache_dir: .*train/meta.json records features of backbone .* "
+                                         r"but features.source is .*set features.source to the backbone"):
+        run_from_config(str(config), [f"run_dir={tmp_path / 'third'}", f"features.cache_dir={elsewhere}",
+                                      "features.source.random_seed=1"])
+    shard = next((elsewhere / "flickr8k" / "shards").glob("*.safetensors"))
+    shard.unlink()
+    with pytest.raises(InputError, match=r"features.cache_dir: .*flickr8k lacks the features of \d+ image\(s\) of "
+                                         r"set 'flickr8k'"):
+        run_from_config(str(config), [f"run_dir={tmp_path / 'fourth'}", f"features.cache_dir={elsewhere}"])
