@@ -102,41 +102,13 @@ class _Run:
         stage = f"features/{name}"
         f = self.config.features
         if f.cache_dir:
-            return self._precomputed_features(stage, name, image_paths, selection, inputs)
+            from captioner.orchestration.precomputed_features import precomputed_feature_stage
+
+            return precomputed_feature_stage(self.stages, f, self.backbone, name, image_paths, selection, inputs)
         self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
                         {"source": settings_of(f.source), "dtype": f.dtype, "images": selection},
                         {**inputs, **source_inputs(self.stages, f.source)}, resumable=True, distributed=True)
         return FeatureCache(self.dir / stage)
-
-
-    def _precomputed_features(self, stage: str, name: str, image_paths: dict[str, Any], selection: dict[str, Any],
-                              inputs: dict[str, Any]) -> Any:
-        """Stage `features/<name>` over `features.cache_dir/<name>`: checked, not extracted (main process)."""
-        from captioner.modeling.features import FeatureCache
-        from captioner.orchestration.recipe_stages import settings_of, source_inputs
-        from captioner.orchestration.stages import file_input
-
-        f = self.config.features
-        folder = Path(f.cache_dir).expanduser() / name
-
-        def check() -> dict[str, Any]:
-            cache = FeatureCache(folder)
-            expected = self.backbone().fingerprint
-            if cache.fingerprint != expected:
-                raise InputError(f"features.cache_dir: {folder / 'meta.json'} records features of backbone "
-                                 f"{cache.meta.get('backbone', '?')!r} (fingerprint {cache.fingerprint or 'none'!r}),"
-                                 f" but features.source is {self.backbone().name!r} (fingerprint {expected!r}); set "
-                                 "features.source to the backbone that extracted them", parameter="features.cache_dir")
-            missing = cache.missing(image_paths)
-            if missing:
-                raise InputError(f"features.cache_dir: {folder} lacks the features of {len(missing)} image(s) of "
-                                 f"set {name!r}, e.g. {missing[:3]}", parameter="features.cache_dir")
-            return {"images": len(image_paths), "cache": str(folder)}
-
-        self.stages.run(stage, check, {"source": settings_of(f.source), "images": selection, "cache_dir": str(folder)},
-                        {**inputs, **source_inputs(self.stages, f.source), "meta": file_input(folder / "meta.json"),
-                         "shards": file_input(folder / "shards")}, outputs=[])
-        return FeatureCache(folder)
 
 
 def _take(items: list, limit: int) -> list:
