@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def cider_uncached() -> None:
         fast.fn.tokenized_references.clear()
-        fast.fn.scorer._ref_cache.clear()
+        fast.fn.scorer.clear()
         fast(ids, captions, refs)
 
     repeats = args.repeats

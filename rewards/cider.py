@@ -2,8 +2,10 @@
 
 Candidates and references are normalised by the same tokenizer (`rewards.text`: PTB-style, lower-cased,
 punctuation removed; `cider_tokenizer="fast"` in Python by default, `"ptb"` for pycocoevalcap's Java one).
-Tokenized references and their n-gram statistics are cached for the whole run; the document frequencies
-are computed once (and kept on disk with `cider_df_cache=PATH`).
+Tokenized references are cached for the whole run; the document frequencies are computed once per training
+set as compact arrays (and kept on disk with `cider_df_cache=PATH`), their lookup structure built once and
+shared with any evaluation given the same table (`reward.fn.document_frequency`). A reward call costs the same
+whatever the size of the training set: it prepares only the batch's references and looks n-grams up in the table.
 """
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ class CiderDReward:
         self.scorer = CiderD(document_frequency=document_frequency)
         self.tokenizer = tokenizer
         self.tokenized_references: dict[tuple[str, ...], list[str]] = {}
+
+    @property
+    def document_frequency(self) -> DocumentFrequency:
+        """The training-set document frequencies (pass them to `eval.cider_d` to evaluate with the same table)."""
+        return self.scorer.document_frequency
 
     def _references(self, references: list[list[str]], image_ids: list[str]) -> list[list[str]]:
         """Tokenized references per image, cached by their text; new ones are tokenized in one call."""
