@@ -71,15 +71,18 @@ class HashCache:
         self.path = path
         self.writer = writer
         try:
-            self.known: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            self.known = {}
+            known = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):  # a cache: unreadable means empty
+            known = {}
+        self.known: dict[str, dict[str, Any]] = {key: value for key, value in known.items()
+                                                  if isinstance(value, dict)} if isinstance(known, dict) else {}
 
     def file_sha256(self, path: Path) -> str:
         """The sha256 of one file, hashed only when its size or mtime changed since last time."""
         stat = _stat(path)
         entry = self.known.get(str(path))
-        if entry and entry["size"] == stat["size"] and entry["mtime_ns"] == stat["mtime_ns"]:
+        if entry and entry.get("size") == stat["size"] and entry.get("mtime_ns") == stat["mtime_ns"] \
+                and isinstance(entry.get("sha256"), str):
             return entry["sha256"]
         self.known[str(path)] = {**stat, "sha256": sha256_file(path)}
         if self.writer:

@@ -141,3 +141,15 @@ def test_large_files_get_a_sampled_digest_that_sees_a_change_in_the_middle(tmp_p
     data[offset] ^= 1
     big.write_bytes(bytes(data))
     assert stage_outputs.file_digest(big, len(data)) != before
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"5", b'{"x": 5}', b'{"/a": {"size": 1}}', b"[" * 100000])
+def test_an_unreadable_hash_cache_is_an_empty_one(tmp_path, content):
+    """stages/hashes.json only saves re-hashing: whatever it holds, checkpoints are hashed again, never a crash."""
+    from captioner.orchestration.stages import HashCache
+
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"weights")
+    (tmp_path / "hashes.json").write_bytes(content)
+    cache = HashCache(tmp_path / "hashes.json", writer=True)
+    assert cache.file_sha256(weights) == hashlib.sha256(b"weights").hexdigest()
