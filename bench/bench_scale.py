@@ -1,0 +1,234 @@
+"""Benchmark: `pacs train` at COCO scale on one machine — time and peak memory of every stage as N grows.
+
+For each N (training images; default 1,000 / 4,000 / 16,000 / 64,000, `--coco` adds 113,287) it builds
+COCO-shaped synthetic data: a Karpathy-format JSON (N train, `--val-images` val, `--test-images` test images, five
+synthetic captions each over a 3,000-word vocabulary, no image files) and ViT-B/32-shaped grid features (50 × 768,
+fp16, random) written by the project's own streaming writer (`write_feature_cache`, bounded shards). Then it runs
+the real recipe pipeline on it in a fresh process (`features.cache_dir`: the features are checked, not extracted):
+vocab, the feature stages, an XE slice, an SCST slice with the `cider` reward, and the evaluation of the test
+split (beam 1, CIDEr-D). A sampler thread in that process reads its resident memory every 20 ms; each stage's
+row is its wall seconds and the peak RSS between the end of the stage before it and its own end.
+
+It prints, per stage, seconds and peak RSS (MB) for every N, the growth exponent (log-log least-squares slope over
+the sizes run: 1.0 is linear, 0 flat) and the extrapolation to COCO Karpathy's 113,287 training images. The
+feature pages the OS maps in from disk count in RSS; the feature files' size is reported on its own row.
+
+    python bench/bench_scale.py [--sizes 1000,4000,16000,64000] [--coco] [--test-images 5000]
+        [--xe-steps 20] [--scst-steps 10] [--threads 1] [--work /tmp/pacs-scale] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+COCO_TRAIN = 113_287
+WORDS = 3000
+
+
+def synthetic_caption(rng: random.Random) -> str:
+    """A random sentence of 8-14 words over a Zipf-like vocabulary."""
+    return " ".join(f"w{min(int(rng.paretovariate(1.1)), WORDS)}" for _ in range(rng.randint(8, 14)))
+
+
+def write_karpathy(path: Path, n_train: int, n_val: int, n_test: int, seed: int = 0) -> dict[str, list[str]]:
+    """A Karpathy-format split file with five captions per image (no image files); the ids per split."""
+    rng = random.Random(seed)
+    images, ids = [], {"train": [], "val": [], "test": []}
+    for index in range(n_train + n_val + n_test):
+        split = "train" if index < n_train else "val" if index < n_train + n_val else "test"
+        ids[split].append(str(index))
+        images.append({"cocoid": index, "filepath": "images", "filename": f"{index}.jpg", "split": split,
+                       "sentences": [{"raw": synthetic_caption(rng)} for _ in range(5)]})
+    path.write_text(json.dumps({"images": images}))
+    return ids
+
+
+def write_features(folder: Path, ids: list[str], meta: dict[str, Any], seed: int) -> float:
+    """Random ViT-B/32-shaped grid features for `ids`, streamed into a cache; seconds taken."""
+    import torch
+
+    from captioner.modeling.features import write_feature_cache
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def stream():
+        for image_id in ids:
+            yield image_id, (torch.randn(50, 768, generator=generator) * 0.1).half()
+
+    start = time.perf_counter()
+    write_feature_cache(stream(), folder, meta=meta)
+    return time.perf_counter() - start
+
+
+def tiny_source() -> dict[str, Any]:
+    """The feature source the cache claims (a seeded tiny random CLIP: its fingerprint is checked)."""
+    from metric.models.backbones import tiny_clip_config
+
+    return {"random_config": tiny_clip_config(), "random_seed": 0}
+
+
+def recipe(work: Path, data: Path, features: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline config of one size."""
+    return {
+        "run_dir": str(work / "run"),
+        "data": {"name": "coco-karpathy", "path": str(data), "missing_images": "keep"},
+        "vocab": {"kind": "word", "min_count": 5, "max_length": 16},
+        "features": {"source": tiny_source(), "cache_dir": str(features)},
+        "model": {"d_model": 64, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 128},
+        "xe": {"max_steps": args.xe_steps, "batch_size": 50, "micro_batch_size": 50, "eval_every": 0,
+               "save_every": args.xe_steps, "val_max_images": 100, "val_beam_size": 1, "tensorboard": False},
+        "scst": {"batch_size": 16, "micro_batch_size": 16, "max_steps": args.scst_steps, "k": 5, "lr": 5e-6,
+                 "save_every": args.scst_steps, "tensorboard": False},
+        "rewards": ["cider"],
+        "reward_models": {"clip": {"backbone": ""}, "pac": {"backbone": ""}},
+        "evaluation": {"test_sets": {"coco": {"name": "coco-karpathy", "path": str(data), "split": "test",
+                                              "missing_images": "keep"}},
+                       "beam_size": 1, "text_metrics": ["cider"], "bootstrap": 0},
+    }
+
+
+class StagePeaks(logging.Handler):
+    """Peak RSS between stage ends: a sampler thread reads this process's RSS; each 'stage X: done' closes a row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import psutil
+
+        self.process = psutil.Process()
+        self.peak = self.overall = 0
+        self.rows: dict[str, int] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            rss = self.process.memory_info().rss
+            self.peak, self.overall = max(self.peak, rss), max(self.overall, rss)
+            time.sleep(0.02)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Close the row of a stage that finished (or was skipped)."""
+        message = record.getMessage()
+        if message.startswith("stage ") and (": done in " in message or ": unchanged" in message):
+            self.rows[message.split()[1].rstrip(":")] = max(self.peak, self.process.memory_info().rss)
+            self.peak = 0
+
+
+def drive(config_path: str, threads: int) -> None:
+    """The measured process: run the pipeline, print one JSON line of stage seconds and peaks."""
+    import torch
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    logging.basicConfig(level=logging.WARNING)
+    peaks = StagePeaks()
+    stages_logger = logging.getLogger("captioner.orchestration.stages")
+    stages_logger.setLevel(logging.INFO)
+    stages_logger.addHandler(peaks)
+    from captioner.entry import run_from_config
+
+    run_from_config(config_path, [])
+    peaks.stop.set()
+    import yaml
+
+    records = Path(yaml.safe_load(Path(config_path).read_text())["run_dir"]) / "stages"
+    seconds = {}
+    for path in sorted(records.rglob("*.json")):
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and "stage" in record:
+            seconds[record["stage"]] = float(record.get("seconds", 0.0))
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_rss": peaks.rows,
+                                  "overall_peak_rss": peaks.overall, "wall": time.perf_counter() - start}))
+
+
+def fit_exponent(sizes: list[int], values: list[float]) -> float:
+    """Least-squares slope of log(value) against log(size)."""
+    points = [(math.log(s), math.log(max(v, 1e-9))) for s, v in zip(sizes, values)]
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    den = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / den if den else float("nan")
+
+
+def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Build the data of size n and run the pipeline on it in a fresh process."""
+    from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone
+
+    work = Path(args.work) / f"n{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    data = work / "dataset_coco.json"
+    ids = write_karpathy(data, n, args.val_images, args.test_images)
+    source = load_source_backbone(BackboneSource(**tiny_source()), "cpu")
+    meta = {"backbone": source.name, "fingerprint": source.fingerprint}
+    features = work / "features"
+    write_s = write_features(features / "train", ids["train"] + ids["val"], meta, 1)
+    write_s += write_features(features / "coco", ids["test"], meta, 2)
+    feature_mb = sum(p.stat().st_size for p in features.rglob("*.safetensors")) / 2**20
+    config = work / "recipe.yaml"
+    import yaml
+
+    config.write_text(yaml.safe_dump(recipe(work, data, features, args)))
+    done = subprocess.run([sys.executable, __file__, "--driver", str(config), "--threads", str(args.threads)],
+                          capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"n={n}: the pipeline failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    result.update(write_features_s=write_s, feature_mb=feature_mb)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the sizes and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,4000,16000,64000")
+    parser.add_argument("--coco", action="store_true", help=f"also N = {COCO_TRAIN:,} (COCO Karpathy train)")
+    parser.add_argument("--val-images", type=int, default=500)
+    parser.add_argument("--test-images", type=int, default=5000)
+    parser.add_argument("--xe-steps", type=int, default=20)
+    parser.add_argument("--scst-steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", default="/tmp/pacs-scale")
+    parser.add_argument("--keep", action="store_true", help="keep each size's data and run folder")
+    parser.add_argument("--driver", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.driver:
+        drive(args.driver, args.threads)
+        return
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sizes = [int(s) for s in args.sizes.split(",")] + ([COCO_TRAIN] if args.coco else [])
+    results = {n: measure(n, args) for n in sizes}
+    stages = list(next(iter(results.values()))["peak_rss"])  # in the order they ran
+    header = " | ".join(f"{n:,}" for n in sizes)
+    print(f"| stage | what | {header} | exponent | at {COCO_TRAIN:,} |")
+    print("|---|---|" + "---|" * len(sizes) + "---|---|")
+    rows = [("write features (streamed)", "s", [results[n]["write_features_s"] for n in sizes]),
+            ("feature files", "MB on disk", [results[n]["feature_mb"] for n in sizes])]
+    for stage in stages:
+        rows.append((stage, "s", [results[n]["seconds"].get(stage, float("nan")) for n in sizes]))
+        rows.append((stage, "peak RSS MB", [results[n]["peak_rss"].get(stage, 0) / 2**20 for n in sizes]))
+    rows.append(("whole process", "peak RSS MB", [results[n]["overall_peak_rss"] / 2**20 for n in sizes]))
+    rows.append(("whole process", "s", [results[n]["wall"] for n in sizes]))
+    for name, what, values in rows:
+        exponent = fit_exponent(sizes, values) if len(sizes) > 1 else float("nan")
+        at_coco = values[-1] * (COCO_TRAIN / sizes[-1]) ** exponent if not math.isnan(exponent) else float("nan")
+        cells = " | ".join(f"{v:,.1f}" for v in values)
+        print(f"| {name} | {what} | {cells} | {exponent:.2f} | {at_coco:,.1f} |")
+
+
+if __name__ == "__main__":
+    main()
