@@ -31,7 +31,7 @@ SOURCE_ROOTS = ("captioner", "eval", "metric", "rewards")
 
 # Build outputs and caches of the checkout (.gitignore), which a fresh clone would not have.
 IGNORED = ("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", "runs", ".cache", "*.tmp", ".git",
-           ".ruff_cache")
+           ".ruff_cache", ".venv*")  # .venv-ci/: the environment .ci/run builds inside the clone
 
 
 def _build_wheel(tmp_path: Path) -> Path:
