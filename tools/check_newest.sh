@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The newest-versions check: a new virtual environment with no lock (whatever the package index serves today
 # within setup.cfg's ranges), then lint and the whole test suite in a random order. It prints every package whose
-# version differs from requirements/lock-py311.txt, and the result. Record the run in docs/dependencies.md.
+# version differs from requirements.txt, and the result. Record the run in docs/dependencies.md.
 #   bash tools/check_newest.sh             # the whole suite
 #   bash tools/check_newest.sh tests/eval  # arguments go to pytest
 set -uo pipefail
@@ -24,7 +24,7 @@ python -m pip install -q --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || 
 python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]" 2>&1 | { grep -v "^WARNING: Location" || true; }
 set +e
 
-echo "== versions that differ from requirements/lock-py311.txt (lock -> newest)"
+echo "== versions that differ from requirements.txt (lock -> newest)"
 python - <<'PY'
 import re
 from importlib.metadata import distributions
@@ -32,7 +32,7 @@ from pathlib import Path
 
 canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
 locked = {}
-for line in Path("requirements/lock-py311.txt").read_text().splitlines():
+for line in Path("requirements.txt").read_text().splitlines():
     match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line)
     if match:
         locked[canon(match[1])] = match[2]
