@@ -134,13 +134,13 @@ def check_json_finite(data: Any, path: str | os.PathLike) -> None:
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
     """Serialise `data` as strict JSON into `path` atomically (NonFiniteError on NaN/inf: no file is written)."""
-    check_json_finite(data, path)
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         try:
             json.dump(data, handle, indent=indent, ensure_ascii=False, allow_nan=False)
-        except ValueError as error:  # a non-finite number in a type the walk above does not visit
+        except ValueError as error:
             if "float" not in str(error):
                 raise
+            check_json_finite(data, path)  # only on failure: find the key path of the first non-finite number
             raise NonFiniteError(f"{path}: refusing to write a non-JSON number ({error})") from None
         handle.write("\n")
 
