@@ -108,13 +108,13 @@ class RunDirectoryLock:
         self._handle = None
 
 
-def _broadcast(message: str | None, state: Any) -> str | None:
-    """The main process's outcome on every rank (one process: as is)."""
+def _broadcast(outcome: tuple[str, bool] | None, state: Any) -> tuple[str, bool] | None:
+    """The main process's outcome (refusal message, whether the directory is busy) on every rank."""
     if getattr(state, "num_processes", 1) <= 1:
-        return message
+        return outcome
     from accelerate.utils import broadcast_object_list
 
-    box = [message]
+    box = [outcome]
     broadcast_object_list(box, from_process=0)
     return box[0]
 
@@ -124,16 +124,16 @@ def hold_run_directory(run_dir: str | os.PathLike, state: Any = None) -> Iterato
     """Hold `run_dir`'s lock for the block: the main process locks; every rank of a refused launch raises."""
     is_main = getattr(state, "is_main_process", True)
     lock = RunDirectoryLock(run_dir)
-    refusal: str | None = None
-    busy = False
+    refusal: tuple[str, bool] | None = None
     if is_main:
         try:
             lock.acquire()
         except InputError as error:
-            refusal, busy = str(error), isinstance(error, RunDirectoryBusyError)
+            refusal = (str(error), isinstance(error, RunDirectoryBusyError))
     refusal = _broadcast(refusal, state)
     if refusal is not None:
-        raise (RunDirectoryBusyError if busy or "is in use by" in refusal else InputError)(refusal)
+        message, busy = refusal
+        raise (RunDirectoryBusyError if busy else InputError)(message)
     try:
         yield
     finally:
