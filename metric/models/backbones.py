@@ -35,6 +35,7 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
+from metric.models.open_clip_traits import open_clip_traits, wrap_open_clip_tokenizer
 from metric.models.preprocess import ImagePreprocess
 from metric.models.pruned_forward import (
     encode_image_pruned,
@@ -43,6 +44,7 @@ from metric.models.pruned_forward import (
     supports_pruned_text,
 )
 from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
+from metric.models.traits import CLIP_TRAITS, BackboneTraits
 from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
@@ -56,10 +58,13 @@ EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
 
 @dataclass
 class Backbone:
-    """A CLIP-like dual encoder (eval mode, fp32) with its preprocessing, tokenizer and identity.
+    """A dual encoder (eval mode, fp32) with its preprocessing, tokenizer, identity and family traits.
 
     `family` is None when nothing established it (see `metric.models.families`); `family_source` says how it was
-    established ("pacs-metadata", "lora-keys", "official-name:<file>", "user --family", ...).
+    established ("pacs-metadata", "lora-keys", "official-name:<file>", "user --family", ...). `traits`
+    (`metric.models.traits.BackboneTraits`) is what the model family declares: tokenizer, pooling, pad id and
+    which fast paths are valid; `family_kind` names the family (``open_clip-clip``, ``open_clip-siglip``,
+    ``transformers-clip``, ``transformers-siglip``, ``transformers-siglip2``).
     """
 
     model: torch.nn.Module
@@ -72,6 +77,7 @@ class Backbone:
     context_length: int = 77
     source: dict = field(default_factory=dict)
     family_source: str = SOURCE_BUILT
+    traits: BackboneTraits = CLIP_TRAITS
 
     @property
     def device(self) -> torch.device:
@@ -79,36 +85,66 @@ class Backbone:
         return next(self.model.parameters()).device
 
     @property
+    def family_kind(self) -> str:
+        """The model family (`metric.models.traits.FAMILY_KINDS`), e.g. ``open_clip-clip``."""
+        return self.traits.kind
+
+    @property
+    def logit_scale(self) -> float:
+        """The model's similarity scale, exponentiated (CLIP ~100 when trained; SigLIP ~ 10-120)."""
+        value = getattr(self.model, "logit_scale", None)
+        if value is None:
+            raise InputError(f"backbone {self.name} has no logit_scale")
+        return float(torch.as_tensor(value).detach().float().exp().reshape(-1)[0])
+
+    @property
+    def logit_bias(self) -> float | None:
+        """The model's sigmoid-loss bias (SigLIP, SigLIP2), None for models trained with InfoNCE (CLIP)."""
+        value = getattr(self.model, "logit_bias", None)
+        if value is None:
+            return None
+        return float(torch.as_tensor(value).detach().float().reshape(-1)[0])
+
+    @property
     def supports_trimmed_text(self) -> bool:
-        """True when the text tower is open_clip's causal CLIP text transformer (trimming is exact)."""
-        return supports_pruned_text(self.model) and isinstance(self.tokenize, ClipTokenizer)
+        """True when trailing padding may be cut and the prompt prefix reused (open_clip's causal CLIP text tower)."""
+        return (self.traits.trimmed_text and supports_pruned_text(self.model)
+                and isinstance(self.tokenize, ClipTokenizer))
 
     def tokenize_batch(self, texts: list[str]) -> TokenizedBatch:
-        """Tokenize texts into id lists (with the truncation count); needs the CLIP BPE tokenizer."""
-        if not isinstance(self.tokenize, ClipTokenizer):
-            tokens = self.tokenize(texts)
-            return TokenizedBatch(ids=[row.tolist() for row in tokens], n_truncated=0, truncated=[False] * len(texts))
-        return self.tokenize.encode(texts)
+        """Tokenize texts into id lists with per-text truncation flags (every family).
+
+        CLIP: SOT + BPE + EOT, unpadded (the scorer pads). Other families: each row padded to the full context
+        with the tokenizer's pad id (`metric.models.hf_tokenizer`).
+        """
+        encode = getattr(self.tokenize, "encode", None)
+        if callable(encode):
+            return encode(texts)
+        tokens = self.tokenize(texts)  # a tokenizer without truncation report: refuse to say "not truncated"
+        raise InputError(f"backbone {self.name}: its tokenizer {type(self.tokenize).__name__} cannot report "
+                         f"truncation ({len(tokens)} texts)")
 
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """Unnormalised image embeddings of preprocessed pixels `[N, 3, H, W]` (class-token-only last block)."""
-        if supports_pruned_image(self.model):
+        """Unnormalised image embeddings of preprocessed pixels (class-token-only last block where valid)."""
+        if self.traits.pruned_image and supports_pruned_image(self.model):
             return encode_image_pruned(self.model, pixels)
         return self.model.encode_image(pixels)
 
     def encode_text(self, tokens: torch.Tensor, prefix_length: int = 0,
                     prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
-        """Unnormalised text embeddings of ids `[N, L]` with L <= context length (trailing padding may be cut).
+        """Unnormalised text embeddings of ids `[N, L]` with L <= context length.
 
-        The text tower is causal and pools at the first EOT (argmax of the ids), so the padding after the
-        longest sequence never influences any output: running at length L is exactly the 77-token result.
+        Causal CLIP (`supports_trimmed_text`): pooled at the first EOT (argmax of the ids), so the padding after
+        the longest sequence never influences any output: running at length L is exactly the 77-token result.
         `prefix_kv` (from `metric.models.pruned_forward.prefix_states`) holds the per-layer keys/values of the first
-        `prefix_length` ids, shared by every row, which are then not recomputed.
+        `prefix_length` ids, shared by every row, which are then not recomputed. Other families: shorter rows
+        are padded on the right to the full context with the family's pad id and run through the model's own
+        forward (their ids from `tokenize_batch` already have the full length).
         """
         length = tokens.shape[1]
         if not self.supports_trimmed_text:
             if length != self.context_length:
-                tokens = torch.nn.functional.pad(tokens, (0, self.context_length - length))
+                tokens = torch.nn.functional.pad(tokens, (0, self.context_length - length), value=self.traits.pad_id)
             return self.model.encode_text(tokens)
         return encode_text_pruned(self.model, tokens, prefix_length if prefix_kv else 0, prefix_kv)
 
@@ -174,7 +210,7 @@ def _default_tokenizer(config: Mapping[str, Any], name: str) -> Callable[..., to
     text_cfg = config.get("text_cfg", {})
     context_length = int(text_cfg.get("context_length", 77))
     if text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name"):
-        return open_clip.get_tokenizer(name, context_length=context_length)
+        return wrap_open_clip_tokenizer(open_clip.get_tokenizer(name, context_length=context_length))
     return ClipTokenizer(context_length=context_length)
 
 
@@ -196,10 +232,11 @@ def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preproc
         model = model.to(device)
     except (RuntimeError, AssertionError) as error:
         raise InputError(f"cannot move the model to device {device!r}: {error}") from None
+    tokenizer = wrap_open_clip_tokenizer(tokenizer) if tokenizer is not None else _default_tokenizer(config, name)
     return Backbone(
         model=model,
         preprocess=preprocess,
-        tokenize=tokenizer or _default_tokenizer(config, name),
+        tokenize=tokenizer,
         name=name,
         fingerprint=fingerprint,
         family=family,
@@ -207,6 +244,7 @@ def assemble_backbone(model: torch.nn.Module, config: Mapping[str, Any], preproc
         context_length=int(config.get("text_cfg", {}).get("context_length", 77)),
         source=dict(source or {}),
         family_source=family_source if family is not None else NOT_ESTABLISHED,
+        traits=open_clip_traits(model, config, tokenizer),
     )
 
 

@@ -2,7 +2,10 @@
 
 It handles an open_clip `NAME[/PRETRAINED]`, a local open_clip checkpoint, an official PAC-S / PAC-S++ file
 (`metric.models.official`), a pacs checkpoint written by `save_backbone`, a pacs peft adapter folder
-(`metric.models.lora`) and a `pacs export` folder (`metric.training.export`). Sitting on top of those modules, it
+(`metric.models.lora`), a `pacs export` folder (`metric.training.export`), open_clip SigLIP / SigLIP2 names and
+``local-dir:`` folders (`metric.models.open_clip_local`) and transformers CLIP / SigLIP / Siglip2 folders
+(`metric.models.transformers_backbone`). A folder is recognised by what it holds (docs/metric.md, "Backbone
+families"). Sitting on top of those modules, it
 keeps them free of import cycles.
 """
 from __future__ import annotations
@@ -14,14 +17,29 @@ from typing import Any
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
 from metric.models.backbones import (
+    EXPORT_CONFIG_FILE,
     EXPORT_WEIGHTS_FILE,
     Backbone,
     load_open_clip_backbone,
     load_pacs_safetensors,
+    parse_backbone_spec,
 )
 from metric.models.families import check_declared_family
 from metric.models.lora import BASE_FILE, apply_adapter, read_base_record
 from metric.models.official import load_state_dict_checkpoint
+from metric.models.open_clip_local import (
+    LOCAL_DIR,
+    has_hf_tokenizer,
+    is_open_clip_folder,
+    load_local_dir_backbone,
+    load_named_hf_text_backbone,
+)
+from metric.models.transformers_backbone import (
+    HF_CONFIG_FILE,
+    MODEL_TYPES,
+    folder_model_type,
+    load_transformers_backbone,
+)
 
 
 def load_backbone(backbone: str | None = None, checkpoint: str | None = None, arch: str | None = None,
@@ -53,20 +71,14 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     if checkpoint is None:
         if arch is not None:
             raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))
-        return load_open_clip_backbone(backbone, device=device, family=family)
+        return _load_named(backbone, device, family)
     path = Path(checkpoint)
     if not path.exists():
         raise MissingResourceError(f"checkpoint not found: {path}")
+    if backbone is not None and path.is_file() and has_hf_tokenizer(parse_backbone_spec(backbone)[0]):
+        return load_named_hf_text_backbone(backbone, device=device, family=family, checkpoint=str(path))
     if path.is_dir():
-        if (path / "pacs_base.json").is_file():
-            adapter = load_adapter_backbone(str(path), device=device)
-            check_declared_family(adapter.family, adapter.family_source, family, str(path))
-            return adapter
-        if (path / EXPORT_WEIGHTS_FILE).is_file():  # a `pacs export` folder: its weights are a pacs checkpoint
-            path = path / EXPORT_WEIGHTS_FILE
-        else:
-            raise InputError(f"checkpoint {path} is a folder without pacs_base.json or {EXPORT_WEIGHTS_FILE} "
-                             "(not a pacs adapter or export folder)")
+        return _load_folder(path, device, family, arch)
     if path.suffix == ".safetensors":
         loaded = load_pacs_safetensors(path, device, family)
         if loaded is not None:
@@ -76,6 +88,39 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
             return loaded
     return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode,
                                       family=family)
+
+
+def _load_named(spec: str, device: str, family: str | None) -> Backbone:
+    """`backbone=` alone: ``local-dir:FOLDER``, a name with a Hugging Face tokenizer (SigLIP), else open_clip CLIP."""
+    if spec.startswith(LOCAL_DIR):
+        return load_local_dir_backbone(spec[len(LOCAL_DIR):], device=device, family=family)
+    if has_hf_tokenizer(parse_backbone_spec(spec)[0]):
+        return load_named_hf_text_backbone(spec, device=device, family=family)
+    return load_open_clip_backbone(spec, device=device, family=family)
+
+
+def _load_folder(path: Path, device: str, family: str | None, arch: str | None) -> Backbone:
+    """Dispatch a checkpoint folder on what it holds (never on its name); anything else is one InputError."""
+    if (path / "pacs_base.json").is_file():
+        adapter = load_adapter_backbone(str(path), device=device)
+        check_declared_family(adapter.family, adapter.family_source, family, str(path))
+        return adapter
+    if (path / EXPORT_WEIGHTS_FILE).is_file():  # a `pacs export` folder: its weights are a pacs checkpoint
+        loaded = load_pacs_safetensors(path / EXPORT_WEIGHTS_FILE, device, family)
+        if loaded is not None:
+            if arch is not None:
+                raise InputError(f"{path} is a pacs export that carries its architecture: drop arch= {arch}",
+                                 parameter="arch")
+            return loaded
+    if is_open_clip_folder(path):
+        return load_local_dir_backbone(path, device=device, family=family)
+    model_type = folder_model_type(path)
+    if model_type is not None:
+        return load_transformers_backbone(path, device=device, family=family)
+    raise InputError(f"checkpoint {path} is a folder that holds no known backbone: expected {BASE_FILE} (a pacs "
+                     f"adapter), {EXPORT_CONFIG_FILE} + {EXPORT_WEIGHTS_FILE} (a pacs export or open_clip local-dir "
+                     f"folder) or {HF_CONFIG_FILE} with model_type {', '.join(MODEL_TYPES)} (a transformers folder)",
+                     parameter="checkpoint")
 
 
 def _load_base(folder: Path, record: dict[str, Any], device: str) -> Backbone:

@@ -58,3 +58,48 @@ def aligned_backbone() -> Backbone:
 
     backbone.fingerprint = model_fingerprint(model, backbone.open_clip_config, backbone.preprocess)
     return backbone
+
+
+@pytest.fixture(scope="session")
+def tiny_family_folder(tmp_path_factory: pytest.TempPathFactory):
+    """`get(name) -> folder` of the tiny backbone `name` (a key of `backbone_fixtures.BUILDERS`), built once."""
+    from backbone_fixtures import BUILDERS
+
+    built: dict[str, str] = {}
+
+    def get(name: str) -> str:
+        if name not in built:
+            built[name] = BUILDERS[name](tmp_path_factory.mktemp(name.replace("-", "_")))
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_open_clip_siglip(tiny_family_folder) -> str:
+    """Folder of a tiny open_clip SigLIP-style model (local-dir layout), see tests/backbone_fixtures.py."""
+    return tiny_family_folder("open_clip-siglip")
+
+
+@pytest.fixture(scope="session")
+def tiny_open_clip_siglip2(tiny_family_folder) -> str:
+    """Folder of a tiny open_clip SigLIP2-style model (local-dir layout)."""
+    return tiny_family_folder("open_clip-siglip2")
+
+
+@pytest.fixture(scope="session")
+def tiny_transformers_clip(tiny_family_folder) -> str:
+    """Folder of a tiny transformers CLIPModel + CLIPProcessor."""
+    return tiny_family_folder("transformers-clip")
+
+
+@pytest.fixture(scope="session")
+def tiny_transformers_siglip(tiny_family_folder) -> str:
+    """Folder of a tiny transformers SiglipModel + SiglipProcessor."""
+    return tiny_family_folder("transformers-siglip")
+
+
+@pytest.fixture(scope="session")
+def tiny_transformers_siglip2(tiny_family_folder) -> str:
+    """Folder of a tiny transformers Siglip2Model + Siglip2Processor."""
+    return tiny_family_folder("transformers-siglip2")

@@ -1,0 +1,42 @@
+"""The family traits of an open_clip model, read from the model itself; open_clip's HF tokenizer made to report truncation."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from metric.models.pruned_forward import supports_pruned_image
+from metric.models.tokenizer import ClipTokenizer
+from metric.models.traits import CLIP_TRAITS, OPEN_CLIP_CLIP, OPEN_CLIP_SIGLIP, BackboneTraits
+
+
+def wrap_open_clip_tokenizer(tokenizer: Any) -> Any:
+    """open_clip's `HFTokenizer` wrapped to report truncation (`HFTextTokenizer`), its CLIP BPE as `ClipTokenizer`."""
+    from open_clip.tokenizer import HFTokenizer, SimpleTokenizer
+
+    from metric.models.hf_tokenizer import HFTextTokenizer
+
+    if isinstance(tokenizer, HFTokenizer) and not getattr(tokenizer, "tokenizer_mode", ""):
+        return HFTextTokenizer.from_open_clip(tokenizer)
+    if type(tokenizer) is SimpleTokenizer:  # the CLIP BPE: pacs' OpenAI-spelled tokenizer, same context
+        return ClipTokenizer(context_length=tokenizer.context_length or 77)
+    return tokenizer
+
+
+def open_clip_traits(model: torch.nn.Module, config: Mapping[str, Any], tokenizer: Any) -> BackboneTraits:
+    """The traits of an open_clip model, read from the model itself (logit bias, text pooling, visual pooling)."""
+    if isinstance(tokenizer, ClipTokenizer) and getattr(model, "logit_bias", None) is None:
+        return CLIP_TRAITS
+    text_cfg = config.get("text_cfg", {})
+    visual = getattr(model, "visual", None)
+    image_pooling = ("attention (MAP)" if getattr(visual, "attn_pool", None) is not None
+                     or (config.get("vision_cfg", {}).get("timm_pool") == "map") else "class token")
+    return BackboneTraits(
+        kind=OPEN_CLIP_SIGLIP if getattr(model, "logit_bias", None) is not None else OPEN_CLIP_CLIP,
+        tokenizer=getattr(tokenizer, "description", type(tokenizer).__name__),
+        text_pooling=str(text_cfg.get("pool_type", "argmax")) + (
+            "" if text_cfg.get("no_causal_mask") else ", causal"),
+        image_pooling=image_pooling, pad_id=int(getattr(tokenizer, "pad_id", 0)),
+        trimmed_text=False, pruned_image=supports_pruned_image(model),
+        sigmoid_loss=getattr(model, "logit_bias", None) is not None)
