@@ -13,17 +13,26 @@ logger = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add this package's sub-commands to the `pacs` parser."""
-    caption = subparsers.add_parser("caption", help="caption a folder of images with a trained captioner")
-    caption.add_argument("--checkpoint", required=True, help="captioner folder (model.safetensors + captioner.json)")
+    caption = subparsers.add_parser("caption", help="caption a folder of images with a trained captioner or a "
+                                                    "transformers image-to-text model (BLIP, BLIP-2, GIT, LLaVA-style)")
+    caption.add_argument("--checkpoint", required=True,
+                         help="captioner folder (model.safetensors + captioner.json), or a transformers image-to-text "
+                              "folder (config.json with a model_type; loaded offline)")
     caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (extensions in any case)")
     caption.add_argument("--ids", default="stem", metavar="stem|coco|FILE.json",
                          help="image ids of the results: the file stem (default), the integer of a COCO file name "
                               "(COCO_val2014_000000391895.jpg -> 391895), or a JSON file {file name: id}")
     caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
-    caption.add_argument("--beam-size", type=int, default=5)
+    caption.add_argument("--beam-size", type=int, default=5, help="beam size (transformers: num_beams; default 5)")
     caption.add_argument("--min-length", type=int, default=0, metavar="N",
-                         help="forbid the end token before N words (default 0: the model decides; an "
-                              "under-trained captioner's most probable caption may be empty, see docs/captioner.md)")
+                         help="forbid the end token before N words (transformers: N new tokens, min_new_tokens; "
+                              "default 0: the model decides; an under-trained captioner's most probable caption may "
+                              "be empty, see docs/captioner.md)")
+    caption.add_argument("--prompt", default=None, metavar="TEXT",
+                         help="transformers models only: the prompt of a conditional (BLIP, GIT) or instruction-tuned "
+                              "(LLaVA-style, required there) model; the prompt the model echoes is stripped")
+    caption.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                         help="transformers models only: the most tokens generated after the prompt (default 30)")
     caption.add_argument("--batch-size", type=int, default=32)
     caption.add_argument("--device", default="cpu")
     caption.set_defaults(func=run_caption)
@@ -94,17 +103,51 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
     return captions
 
 
+def transformers_captions(args: argparse.Namespace, images: dict[Any, Path]) -> dict[Any, str]:
+    """Caption `images` with the transformers folder `--checkpoint` (captioner.modeling.hf_captioning)."""
+    from captioner.modeling.hf_captioning import (
+        HFCaptionOptions,
+        check_folder,
+        generate_captions,
+        load_hf_captioner,
+    )
+
+    options = HFCaptionOptions(prompt=args.prompt, beam_size=args.beam_size, min_length=args.min_length,
+                               batch_size=args.batch_size, device=args.device)
+    if args.max_new_tokens is not None:
+        options.max_new_tokens = args.max_new_tokens
+    options.validate()  # before the model loads
+    check_folder(args.checkpoint, options.prompt)
+    return generate_captions(load_hf_captioner(args.checkpoint, args.device), images, options)
+
+
 def run_caption(args: argparse.Namespace) -> int:
     """`pacs caption`: write COCO-format results for a folder of images, with the ids `--ids` gives."""
+    from captioner.modeling.hf_captioning import TRANSFORMERS, checkpoint_kind
     from captioner.orchestration.evaluation import results_json
     from metric.common.io import write_json_atomic
 
+    kind = checkpoint_kind(args.checkpoint)
+    if kind != TRANSFORMERS:
+        given = [flag for flag, value in (("--prompt", args.prompt), ("--max-new-tokens", args.max_new_tokens))
+                 if value is not None]
+        if given:
+            raise InputError(f"{' and '.join(given)}: only for transformers models; --checkpoint {args.checkpoint} "
+                             "is a pacs captioner")
     images = list_images(args.images, args.ids)  # every id checked before the model is loaded
-    captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device,
-                              min_length=args.min_length)
+    if kind == TRANSFORMERS:
+        captions = transformers_captions(args, images)
+    else:
+        captions = caption_images(args.checkpoint, images, args.beam_size, args.batch_size, args.device,
+                                  min_length=args.min_length)
     write_json_atomic(args.out, results_json(captions))
-    empty = len(empty_captions(captions))
-    note = f" ({empty} empty: the captioner ended them at once; --min-length 1 forbids it)" if empty else ""
+    empty = empty_captions(captions)
+    hint = "--min-length N asks for at least N new tokens" if kind == TRANSFORMERS else "--min-length 1 forbids it"
+    if empty and kind == TRANSFORMERS:
+        logger.warning("%d of %d captions are empty (e.g. %s): the model ended them at once, or said nothing "
+                       "after the prompt; %s", len(empty), len(captions), ", ".join(map(str, empty[:3])), hint)
+    what = "the model" if kind == TRANSFORMERS else "the captioner"
+    note = f" ({len(empty)} empty: {what} ended them at once; {hint})" if empty else ""
     print(f"captioned {len(captions)} images -> {args.out}{note}")
     return 0
 
