@@ -16,7 +16,8 @@ COMMAND_MODULES = (
     "metric.commands.train",  # train-metric, generate-positives
     "metric.commands.score_video",  # score-video
     "metric.commands.export",  # export
-    "eval.commands.correlate",  # correlate, evaluate
+    "eval.commands.correlate",  # correlate
+    "eval.commands.evaluate",  # evaluate
     "eval.commands.report",  # report
     "captioner.commands.caption_train",  # caption, train
 )

@@ -208,3 +208,37 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     if data is None:
         data = _shared_data(benchmark)
     return run_correlation(correlation_options(benchmark, data, metrics, **options)).table
+
+
+def evaluate_systems(candidates: Sequence[str], references: str | os.PathLike, metrics: str | Sequence[str],
+                     **options: Any) -> dict[str, Any]:
+    """A system-level table: the JSON `pacs evaluate --candidates NAME=FILE ... --json` writes.
+
+    `candidates` are `NAME=FILE` strings (or plain files, named after their stems); `options` are the command's
+    other options with Python names: `human_baseline`, `equal_refs`, `skip_single_reference_images`,
+    `baseline`, `bootstrap`, `recompute_corpus`, `seed`, the scoring options (`images`, `image_map`,
+    `skip_missing_images`, `spice_corenlp`, `grammar_backend`, ...) and the model options (`ModelOptions`).
+    Unknown ones: InputError.
+    """
+    from eval.registry import parse_metric_list
+    from eval.system_scoring import ScoringOptions
+    from eval.system_table import TableRequest, build_system_table
+
+    names = parse_metric_list(metrics if isinstance(metrics, str) else list(metrics))
+    table_fields = {"seed", "bootstrap", "human_baseline", "equal_refs", "skip_single_reference_images", "baseline",
+                    "recompute_corpus"}
+    scoring_fields = {f.name for f in dataclasses.fields(ScoringOptions)} - {"metrics"}
+    model_fields = {f.name for f in dataclasses.fields(ModelOptions)}
+    for key in options:
+        if key not in table_fields | scoring_fields | model_fields:
+            known = ", ".join(sorted(table_fields | scoring_fields | model_fields))
+            raise InputError(f"unknown evaluate option {key!r} (known: {known})", parameter=key)
+    scoring = {k: v for k, v in options.items() if k in scoring_fields}
+    scoring["images"] = images_folder(scoring.get("images"))
+    scoring["image_map"] = image_map_table(scoring.get("image_map"))
+    request = TableRequest(
+        candidates=[os.fspath(c) for c in candidates], references=os.fspath(references), metrics=names,
+        scoring=ScoringOptions(metrics=names, **scoring),
+        model=ModelOptions(**{k: v for k, v in options.items() if k in model_fields}),
+        **{k: v for k, v in options.items() if k in table_fields})
+    return build_system_table(request)

@@ -333,3 +333,83 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
         return target
     write_text_atomic(target, _page(run_dir, None, digest))
     return target
+
+
+# ------------------------------------------------------------------------------------------------ system tables
+def normalised_columns(table: dict[str, Any]) -> list[list[float]]:
+    """Rows × metrics of a system table, each metric scaled to [0, 1] over the rows (NaN where blank; 0.5 for a
+    metric equal on every row)."""
+    metrics, rows = table["metrics"], table["rows"]
+    grid = [[_number(row["values"].get(m)) for m in metrics] for row in rows]
+    out = [[float("nan")] * len(metrics) for _ in rows]
+    for column in range(len(metrics)):
+        values = [line[column] for line in grid if line[column] is not None]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        for index, line in enumerate(grid):
+            if line[column] is not None:
+                out[index][column] = 0.5 if high == low else (line[column] - low) / (high - low)
+    return out
+
+
+def plot_system_table(table: dict[str, Any]) -> bytes:
+    """A heat map of a system table (rows × metrics, values normalised per metric, the values written in the
+    cells) as PNG bytes."""
+    import numpy as np
+
+    metrics, rows = table["metrics"], table["rows"]
+    grid = np.ma.masked_invalid(np.array(normalised_columns(table), dtype=float).reshape(len(rows), len(metrics)))
+    figure, axis = plt.subplots(figsize=(1.0 + 0.9 * len(metrics), 0.9 + 0.45 * len(rows)))
+    colours = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    axis.imshow(grid, cmap=colours, vmin=0.0, vmax=1.0, aspect="auto")
+    axis.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=8)
+    axis.set_yticks(range(len(rows)), [str(r["system"]) for r in rows], fontsize=8)
+    for i, row in enumerate(rows):
+        for j, metric in enumerate(metrics):
+            value = _number(row["values"].get(metric))
+            text = "-" if value is None else (f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}")
+            shade = grid[i, j]
+            colour = "white" if shade is np.ma.masked or shade < 0.5 else "black"
+            axis.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
+    axis.set_title("each metric scaled from its lowest (dark) to its highest (light) row value", fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def system_table_html(table: dict[str, Any], png: bytes | None = None) -> str:
+    """A self-contained HTML page of a system table: header, values with intervals, differences against the
+    baseline (coloured when the paired interval excludes 0) and the normalised heat map."""
+    metrics, rows = table["metrics"], table["rows"]
+    head = '<th class="name">system</th>' + "".join(f"<th>{html.escape(m)}</th>" for m in metrics)
+
+    def value_cell(row: dict[str, Any], metric: str) -> str:
+        interval = (row.get("ci") or {}).get(metric)
+        value = row["values"].get(metric)
+        if _number(value) is None:
+            return "<td>-</td>"
+        extra = (f"<br><small>[{_format(interval[0])}, {_format(interval[1])}]</small>"
+                 if isinstance(interval, list) and len(interval) == 2 else "")
+        return f"<td>{_format(value)}{extra}</td>"
+
+    body = "".join('<tr><td class="name">' + html.escape(str(r["system"])) + "</td>"
+                   + "".join(value_cell(r, m) for m in metrics) + "</tr>" for r in rows)
+    parts = [f"<p>{html.escape(str(table.get('header', '')))}</p>",
+             f'<table class="results" id="system-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>']
+    baseline = table.get("baseline")
+    paired = [r for r in rows if r.get("delta_ci")]
+    if baseline and paired:
+        lines = "".join('<tr><td class="name">' + html.escape(str(r["system"])) + "</td>"
+                        + "".join(_interval_cell((r.get("delta") or {}).get(m), r["delta_ci"].get(m)) for m in metrics)
+                        + "</tr>" for r in paired)
+        parts.append(f"<h3>Difference against {html.escape(str(baseline))} (paired bootstrap 95% interval; "
+                     f'coloured when it excludes 0)</h3><table id="delta-table"><thead><tr>{head}</tr></thead>'
+                     f"<tbody>{lines}</tbody></table>")
+    if png:
+        parts.append(f'<img class="plot" id="system-plot" alt="normalised system table" src="{_png_data_uri(png)}">')
+    title = "pacs system-level table"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{STYLE}</style></head><body><h1>{title}</h1>{''.join(parts)}</body></html>\n")

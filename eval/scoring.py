@@ -58,6 +58,12 @@ class MetricSuite:
             self._scorers[name] = self.scorer_factory(name)
         return self._scorers[name]
 
+    def clear_text_caches(self) -> None:
+        """Forget the text embeddings of every built scorer (image embeddings stay): the next captions are
+        embedded in fresh batches, exactly as by new scorers."""
+        for scorer in self._scorers.values():
+            scorer.clear_text_cache()
+
     def score(self, candidates: Sequence[str], references: Sequence[Sequence[str]],
               images: Sequence[Any] | None = None) -> dict[str, np.ndarray]:
         """Per-caption scores of every metric, in input order (NaN for an unavailable metric)."""

@@ -1,0 +1,155 @@
+"""`pacs evaluate`: the captioning table of one candidate file, or a system-level table of several systems
+(and a human baseline) with bootstrap intervals (`eval.system_table`)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from eval.system_table import DEFAULT_BOOTSTRAP, DEFAULT_EVALUATE_METRICS
+
+log = logging.getLogger(__name__)
+
+
+def _metrics(args: argparse.Namespace) -> list[str]:
+    """The requested metrics (canonical names), or the defaults."""
+    from eval.registry import parse_metric_list
+    from eval.system_table import default_metrics
+
+    if args.metrics:
+        return parse_metric_list(args.metrics)
+    return default_metrics(args.images, getattr(args, "checkpoint", None), getattr(args, "backbone", None))
+
+
+def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
+    """The scoring options of the parsed flags."""
+    from eval.api import image_map_table, images_folder
+    from eval.system_scoring import ScoringOptions
+
+    return ScoringOptions(metrics=metrics, images=images_folder(args.images), image_map=image_map_table(args.image_map),
+                          skip_missing_images=args.skip_missing_images, spice_corenlp=args.spice_corenlp,
+                          grammar_backend=args.grammar_backend, languagetool_jar_dir=args.languagetool_jar_dir,
+                          languagetool_url=args.languagetool_url)
+
+
+def _is_table(args: argparse.Namespace) -> bool:
+    """True for a system-level table: several systems, a NAME=FILE pair, a human baseline or table outputs."""
+    single = args.candidates[0] if len(args.candidates) == 1 else None
+    plain = single is not None and ("=" not in single or Path(single).is_file())
+    return not plain or bool(args.human_baseline or args.csv or args.plot or args.html or args.baseline
+                             or args.bootstrap_recompute_corpus)
+
+
+def _format(value: Any) -> str:
+    """A table cell."""
+    if isinstance(value, float):
+        return f"{value:.3f}" if math.isfinite(value) else "nan"
+    return "-" if value is None else str(value)
+
+
+def run_single(args: argparse.Namespace) -> int:
+    """One candidate file: the metric lines and the JSON `{"metrics", "n", ...}` (the same scoring as a table row)."""
+    from eval.api import json_safe, scorer_factory
+    from eval.system_inputs import canonical_rows, parse_candidate_specs
+    from eval.system_scoring import SharedScoring, score_rows
+    from metric.common.io import write_json_atomic
+    from metric.common.provenance import provenance
+    from metric.common.seeding import seed_everything
+    from metric.scoring.inputs import load_references
+    from metric.scoring.model_options import ModelOptions
+
+    seed_everything(args.seed)
+    (spec,) = parse_candidate_specs(args.candidates)
+    references = load_references(args.references)
+    ids, captions = canonical_rows(spec.path, references, unique=False)
+    metrics = _metrics(args)
+    models: dict[str, Any] = {}
+    model = ModelOptions.from_mapping(args)
+    shared = SharedScoring(_scoring_options(args, metrics), scorer_factory(model, models))
+    result = score_rows(shared, ids, captions, [references[key] for key in ids])
+    failed = {m: {"n": len(rows), "items": [ids[r] for r in rows]} for m, rows in result.failed.items()}
+    print(f"{len(captions)} captions, {len(set(ids))} images")
+    for name, value in result.values.items():
+        suffix = f"  [{result.grammar_backend}]" if name == "grammar" and result.grammar_backend else ""
+        reason = f"  (unavailable: {result.unavailable[name]})" if name in result.unavailable else ""
+        if name in failed:
+            reason += f"  (failed on {failed[name]['n']} of {len(captions)} captions, mean over the others)"
+        print(f"{name:<12} {_format(value)}{suffix}{reason}")
+    if args.json:
+        output = {"metrics": result.values, "n": len(captions), "n_empty": result.n_empty,
+                  "grammar_backend": result.grammar_backend, "unavailable": result.unavailable, "failed": failed,
+                  "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
+                      "candidates": str(spec.path), "references": str(args.references), "metrics": metrics,
+                      "images": args.images, "checkpoint": getattr(args, "checkpoint", None),
+                      "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend},
+                      models=models)}
+        write_json_atomic(args.json, json_safe(output))
+        print(f"-> {args.json}")
+    return 0
+
+
+def run_table(args: argparse.Namespace) -> int:
+    """Several systems (and the human baseline): print the table, write JSON / CSV / PNG / HTML."""
+    from eval.system_table import TableRequest, build_system_table, table_text, write_table
+    from metric.scoring.model_options import ModelOptions
+
+    metrics = _metrics(args)
+    request = TableRequest(
+        candidates=list(args.candidates), references=args.references, metrics=metrics,
+        scoring=_scoring_options(args, metrics), model=ModelOptions.from_mapping(args), seed=args.seed,
+        bootstrap=args.bootstrap, human_baseline=args.human_baseline, equal_refs=args.human_baseline_equal_refs,
+        skip_single_reference_images=args.skip_single_reference_images, baseline=args.baseline,
+        recompute_corpus=args.bootstrap_recompute_corpus)
+    table = build_system_table(request)
+    print(table_text(table))
+    for path in write_table(table, args.json, args.csv, args.plot, args.html):
+        print(f"-> {path}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """`pacs evaluate`: one candidate file's table, or a system-level table."""
+    return run_table(args) if _is_table(args) else run_single(args)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `evaluate` sub-command to the `pacs` parser."""
+    from eval.commands.correlate import add_common_options
+
+    evaluate = subparsers.add_parser(
+        "evaluate", help="the captioning table: BLEU, METEOR, ROUGE-L, CIDEr, SPICE, CLIP-S/PAC-S++, Rep-n, ...",
+        description="Evaluate candidate captions against references (and images): one file, or a system-level "
+                    "table of several systems (NAME=FILE) with a human baseline and bootstrap intervals.")
+    evaluate.add_argument("--candidates", required=True, nargs="+", metavar="NAME=FILE",
+                          help='one FILE, or NAME=FILE per system; {"image_id": "caption"} or '
+                               '[{"image_id", "caption"}] (a plain FILE is named after its stem)')
+    evaluate.add_argument("--references", required=True, metavar="FILE",
+                          help='{"image_id": [refs]} or COCO annotations')
+    evaluate.add_argument("--metrics", help=f"comma-separated (default: {','.join(DEFAULT_EVALUATE_METRICS)}, "
+                                            "plus clip-s/pac-s++ and their Ref- variants with --images and a model)")
+    evaluate.add_argument("--grammar-backend", default="harper", help="harper (offline, default) or languagetool")
+    evaluate.add_argument("--languagetool-jar-dir", metavar="DIR", help="local LanguageTool folder")
+    evaluate.add_argument("--languagetool-url", metavar="URL", help="LanguageTool server URL")
+    table = evaluate.add_argument_group("system-level table")
+    table.add_argument("--human-baseline", action="store_true",
+                       help="add a human row: per image one reference (chosen with --seed) scored against the others")
+    table.add_argument("--human-baseline-equal-refs", action="store_true",
+                       help="score every system against the human row's remaining references too (default: "
+                            "systems keep all references, the papers' protocol)")
+    table.add_argument("--skip-single-reference-images", action="store_true",
+                       help="with --human-baseline, leave out (and count) images with fewer than 2 references")
+    table.add_argument("--baseline", metavar="NAME",
+                       help="the row every system is compared with (paired bootstrap; default: the human row)")
+    table.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
+                       help=f"image resamples for the 95%% intervals (default {DEFAULT_BOOTSTRAP}; 0: none)")
+    table.add_argument("--bootstrap-recompute-corpus", action="store_true",
+                       help="recompute CIDEr-D (document frequencies included) and METEOR's corpus aggregate on "
+                            "every resample (costly: a CIDEr-D run and a METEOR jar aggregation per resample; "
+                            "default: their per-caption values are resampled)")
+    table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --json)")
+    table.add_argument("--plot", metavar="FILE.png", help="write a heat map (rows x metrics, normalised per metric)")
+    table.add_argument("--html", metavar="FILE", help="write an HTML page with the table, intervals and heat map")
+    add_common_options(evaluate)
+    evaluate.set_defaults(func=run_evaluate)

@@ -1,0 +1,366 @@
+"""System-level tables: many captioners (and a human baseline) scored on the same images with every metric.
+
+`build_system_table(request)` loads every system (`eval.system_inputs`), scores them with shared state
+(`eval.system_scoring`: each image encoded once, one CIDEr-D scorer per reference configuration), adds the
+human row (`eval.human_baseline`), per-row bootstrap 95% intervals over images and a paired bootstrap against
+the baseline row (`eval.correlation.bootstrap`: every row is resampled with the same image indices), and
+returns the JSON table; `table_text`, `table_csv` render it, `write_table` writes JSON / CSV / PNG / HTML.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_out_references
+from eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
+from eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
+from metric.common.errors import InputError
+from metric.scoring.model_options import ModelOptions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVALUATE_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge", "cider", "spice",
+                            "rep1", "rep2", "rep3", "rep4", "incorrect", "grammar")
+DEFAULT_BOOTSTRAP = 1000
+LEVEL = 0.95
+#: how each metric's interval is obtained (the JSON's bootstrap.methods)
+METHODS = {
+    "bleu": "corpus BLEU recomputed on every resample (pycocoevalcap's formula over the resampled captions' "
+            "n-gram statistics)",
+    "cider": "mean of per-caption CIDEr-D over the resample, document frequencies of the full image set "
+             "(--bootstrap-recompute-corpus recomputes them per resample: a full CIDEr-D run per resample)",
+    "cider-recomputed": "corpus CIDEr-D recomputed on every resample (document frequencies of the resampled "
+                        "images' references, repeats counted, as pycocoevalcap would on that data)",
+    "meteor": "mean of per-caption METEOR over the resample (approximation: the jar's corpus aggregate is "
+              "recomputed per resample only with --bootstrap-recompute-corpus)",
+    "meteor-recomputed": "corpus METEOR recomputed on every resample (the jar's aggregate of the resampled "
+                         "captions' sufficient statistics, eval.meteor_stats)",
+    "mean": "mean of per-caption values over the resample (the row's value is that mean)",
+}
+
+
+def default_metrics(images: str | None, checkpoint: str | None, backbone: str | None) -> list[str]:
+    """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model)."""
+    metrics = list(DEFAULT_EVALUATE_METRICS)
+    if images and (checkpoint or backbone):
+        metrics += ["pac-s++", "ref-pac-s++"] if checkpoint else ["clip-s", "ref-clip-s"]
+    return metrics
+
+
+@dataclass
+class TableRequest:
+    """A system-level table to build: systems, references, metrics and every option, typed."""
+
+    candidates: list[str]
+    references: str
+    metrics: list[str]
+    scoring: ScoringOptions = field(default_factory=lambda: ScoringOptions([]))
+    model: ModelOptions = field(default_factory=ModelOptions)
+    seed: int = 0
+    bootstrap: int = DEFAULT_BOOTSTRAP
+    human_baseline: bool = False
+    equal_refs: bool = False
+    skip_single_reference_images: bool = False
+    baseline: str | None = None
+    recompute_corpus: bool = False
+
+
+def bootstrap_method(metric: str, recompute_corpus: bool = False) -> str:
+    """The key of `METHODS` for a metric."""
+    if metric.startswith("bleu"):
+        return "bleu"
+    if metric in ("cider", "meteor") and recompute_corpus:
+        return f"{metric}-recomputed"
+    return metric if metric in ("cider", "meteor") else "mean"
+
+
+def _mean(values: np.ndarray) -> float:
+    """Mean, ignoring NaN (captions a metric did not score) only when there are any."""
+    if np.isnan(values).any():
+        return float(np.nanmean(values)) if (~np.isnan(values)).any() else float("nan")
+    return float(values.mean())
+
+
+def bootstrap_samples(scores: RowScores, metrics: list[str], n_resamples: int, seed: int,
+                      recompute_corpus: bool = False) -> dict[str, np.ndarray]:
+    """The row's statistic for every metric on `n_resamples` image resamples (`eval.correlation.bootstrap`);
+    with `recompute_corpus`, corpus CIDEr-D (document frequencies included) and corpus METEOR (the jar's
+    aggregate) are recomputed on each resample."""
+    from eval.cider import CiderD
+    from eval.correlation import bootstrap
+    from eval.meteor_stats import MeteorStats
+
+    usable = [m for m in metrics if scores.values.get(m) is not None
+              and (m in scores.per_row or (m.startswith("bleu") and scores.bleu is not None))]
+    if not usable or n_resamples < 1 or scores.n_rows == 0:
+        return {}
+
+    recompute = [m for m in ("cider", "meteor") if recompute_corpus and m in usable and scores.tokens is not None]
+    captions, references = scores.tokens if recompute else ([], [])
+
+    def statistic(indices: np.ndarray) -> dict[str, float]:
+        bleu = corpus_bleu(scores.bleu, indices) if scores.bleu is not None else None
+        values = {m: float(bleu[int(m[-1]) - 1]) if m.startswith("bleu") else _mean(scores.per_row[m][indices])
+                  for m in usable}
+        if "cider" in recompute:
+            values["cider"] = float(CiderD()([captions[i] for i in indices], [references[i] for i in indices]).mean())
+        if "meteor" in recompute:
+            values["meteor"] = jar.corpus([meteor_stats[i] for i in indices])
+        return values
+
+    if "meteor" not in recompute:
+        return bootstrap(statistic, scores.n_rows, n_resamples, seed, description="bootstrap")
+    with MeteorStats() as jar:
+        meteor_stats = jar.stats(captions, references)
+        return bootstrap(statistic, scores.n_rows, n_resamples, seed, description="bootstrap")
+
+
+def _p_value(delta: np.ndarray) -> float:
+    """Two-sided paired bootstrap p-value of a difference: 2 min(P(delta <= 0), P(delta >= 0)), +1 smoothed."""
+    finite = delta[np.isfinite(delta)]
+    if not len(finite):
+        return float("nan")
+    below, above = np.sum(finite <= 0), np.sum(finite >= 0)
+    return float(min(1.0, 2 * (min(below, above) + 1) / (len(finite) + 1)))
+
+
+def _row(name: str, kind: str, file: str | None, scores: RowScores, ids: list[str]) -> dict[str, Any]:
+    """The JSON row of one system before intervals."""
+    return {"system": name, "kind": kind, "file": file, "values": dict(scores.values), "n": scores.n_rows,
+            "n_empty": scores.n_empty, "grammar_backend": scores.grammar_backend,
+            "unavailable": dict(scores.unavailable),
+            "failed": {m: {"n": len(rows), "items": [ids[r] for r in rows]} for m, rows in scores.failed.items()}}
+
+
+def _header(n_images: int, systems: list[Any], skipped_refs: list[str], protocol: str | None,
+            baseline: str | None, n_resamples: int) -> str:
+    """The table's header: images, skips, the human protocol and the baseline."""
+    parts = [f"{n_images} images"]
+    missing = {s.name: len(s.missing) for s in systems if s.missing}
+    if missing:
+        counts = ", ".join(f"{name}: {count}" for name, count in missing.items())
+        parts.append(f"every system scored on the {n_images} images common to all (missing per system: {counts})")
+    if skipped_refs:
+        parts.append(f"{len(skipped_refs)} image(s) with fewer than 2 references skipped")
+    if protocol == PROTOCOL_PAPERS:
+        parts.append("human row: one reference per image against the others; systems against all references "
+                     "(the papers' protocol); B-4 left out for humans")
+    elif protocol == PROTOCOL_EQUAL_REFS:
+        parts.append("human row: one reference per image against the others; every row against the same "
+                     "remaining references (equal terms); B-4 left out for humans")
+    if n_resamples:
+        parts.append(f"95% bootstrap intervals over images ({n_resamples} resamples)"
+                     + (f", differences against {baseline!r} paired" if baseline else ""))
+    return "; ".join(parts)
+
+
+def _check_baseline(baseline: str | None, names: list[str]) -> str | None:
+    """The baseline row's name (the human row by default when present); InputError for an unknown one."""
+    if baseline is None:
+        return HUMAN_ROW if HUMAN_ROW in names else None
+    if baseline not in names:
+        raise InputError(f"--baseline {baseline!r} is not a row of the table (rows: {', '.join(names)})",
+                         parameter="baseline")
+    return baseline
+
+
+def add_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: list[str], baseline: str | None,
+                  n_resamples: int, seed: int, recompute_corpus: bool = False) -> None:
+    """Per-row 95% intervals, and the paired difference against the baseline row with its interval."""
+    from eval.correlation import confidence_interval
+
+    samples = [bootstrap_samples(s, metrics, n_resamples, seed, recompute_corpus) for s in scores]
+    for row, own in zip(rows, samples):
+        if row["kind"] == HUMAN_ROW:
+            own.pop("bleu4", None)
+        row["ci"] = {m: confidence_interval(values, LEVEL) for m, values in own.items()}
+    if baseline is None:
+        return
+    index = [row["system"] for row in rows].index(baseline)
+    base_values, base_samples = rows[index]["values"], samples[index]
+    for row, own in zip(rows, samples):
+        if row["system"] == baseline:
+            continue
+        both = [m for m in metrics if m in own and m in base_samples]
+        row["delta"] = {m: row["values"][m] - base_values[m] for m in metrics
+                        if row["values"].get(m) is not None and base_values.get(m) is not None}
+        row["delta_ci"] = {m: confidence_interval(own[m] - base_samples[m], LEVEL) for m in both}
+        row["p_value"] = {m: _p_value(own[m] - base_samples[m]) for m in both}
+
+
+def build_system_table(request: TableRequest) -> dict[str, Any]:
+    """Score every system (and the human baseline) on the same images; the JSON table `pacs evaluate` writes."""
+    from eval.api import json_safe, scorer_factory
+    from metric.common.provenance import provenance
+    from metric.common.seeding import seed_everything
+    from metric.scoring.inputs import load_references
+
+    seed_everything(request.seed)
+    if request.bootstrap < 0:
+        raise InputError(f"--bootstrap must be >= 0, got {request.bootstrap}", parameter="bootstrap")
+    if request.equal_refs and not request.human_baseline:
+        raise InputError("--human-baseline-equal-refs needs --human-baseline", parameter="human_baseline")
+    specs = parse_candidate_specs(request.candidates)
+    if request.human_baseline and any(spec.name == HUMAN_ROW for spec in specs):
+        raise InputError(f"system name {HUMAN_ROW!r} is the human baseline's row: name that system otherwise",
+                         parameter="candidates")
+    references = load_references(request.references)
+    systems, common = load_systems(specs, references, request.scoring.skip_missing_images)
+    human, protocol, skipped_refs = None, None, []
+    if request.human_baseline:
+        human = hold_out_references(common, references, request.seed, request.skip_single_reference_images)
+        skipped_refs = human.skipped
+        if skipped_refs:
+            keep = set(human.held_out)
+            common = [key for key in common if key in keep]
+            for system in systems:
+                rows = [(i, c) for i, c in zip(system.ids, system.captions) if i in keep]
+                system.ids, system.captions = [i for i, _ in rows], [c for _, c in rows]
+            if not common:
+                raise InputError("no image with 2 or more references is left for the human baseline")
+        protocol = PROTOCOL_EQUAL_REFS if request.equal_refs else PROTOCOL_PAPERS
+    full_refs = [list(references[key]) for key in common]
+    system_refs, system_key = full_refs, "all references"
+    if human is not None and request.equal_refs:
+        system_refs, system_key = [human.remaining[key] for key in common], "remaining references"
+    models: dict[str, Any] = {}
+    shared = SharedScoring(ScoringOptions(**{**request.scoring.__dict__, "metrics": list(request.metrics)}),
+                           scorer_factory(request.model, models))
+    if shared.needs_tokens:  # one PTB call for every caption and reference of the table
+        shared.tokenize([c for s in systems for c in s.captions] + [r for refs in full_refs for r in refs])
+    rows, scores = [], []
+    for system in systems:
+        result = score_rows(shared, common, system.captions, system_refs, system_key)
+        rows.append(_row(system.name, "system", str(system.path), result, common))
+        rows[-1]["n_missing_images"] = len(system.missing)
+        scores.append(result)
+    if human is not None:
+        result = score_rows(shared, common, [human.captions[k] for k in common],
+                            [human.remaining[k] for k in common], "remaining references")
+        if "bleu4" in result.values:
+            result.values["bleu4"] = None  # B-4 left out for humans, as in the papers
+        rows.append(_row(HUMAN_ROW, HUMAN_ROW, None, result, common))
+        scores.append(result)
+    names = [row["system"] for row in rows]
+    baseline = _check_baseline(request.baseline, names)
+    add_intervals(rows, scores, list(request.metrics), baseline, request.bootstrap, request.seed,
+                  request.recompute_corpus)
+    backends = {row["grammar_backend"] for row in rows if row["grammar_backend"]}
+    table = {
+        "header": _header(len(common), systems, skipped_refs, protocol, baseline, request.bootstrap),
+        "systems": names, "metrics": list(request.metrics), "baseline": baseline, "rows": rows,
+        "images": {"n": len(common), "ids": common,
+                   "missing": {s.name: {"n": len(s.missing), "ids": s.missing} for s in systems},
+                   "skipped_single_reference": {"n": len(skipped_refs), "ids": skipped_refs}},
+        "human_baseline": None if human is None else {"protocol": protocol, "seed": human.seed,
+                                                      "held_out": human.held_out},
+        "bootstrap": {"n": request.bootstrap, "seed": request.seed, "level": LEVEL,
+                      "methods": {m: METHODS[bootstrap_method(m, request.recompute_corpus)]
+                                  for m in request.metrics}},
+        "grammar_backend": next(iter(backends)) if len(backends) == 1 else sorted(backends) or None,
+        "provenance": provenance(seed=request.seed, w=request.model.w, config={
+            "candidates": [f"{s.name}={s.path}" for s in specs], "references": str(request.references),
+            "metrics": list(request.metrics), "images": str(request.scoring.images or "") or None,
+            "checkpoint": request.model.checkpoint, "backbone": request.model.backbone,
+            "human_baseline": protocol, "bootstrap": request.bootstrap,
+            "skip_missing_images": request.scoring.skip_missing_images,
+            "grammar_backend": request.scoring.grammar_backend}, models=models),
+    }
+    return json_safe(table)
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+def _cell(value: Any) -> str:
+    """A number with 3 decimals, '-' for none."""
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _interval(pair: Any) -> str:
+    return "" if not pair or pair[0] is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
+
+
+def table_text(table: dict[str, Any]) -> str:
+    """The printed table: the header, the values, the intervals and the differences against the baseline."""
+    metrics, rows = table["metrics"], table["rows"]
+    width = max(len("system"), *(len(r["system"]) for r in rows)) + 2
+    lines = [table["header"]]
+
+    def block(title: str, cell: Any, size: int, skip: str | None = None) -> None:
+        lines.append(title)
+        lines.append("system".ljust(width) + "".join(m.rjust(size) for m in metrics))
+        for row in (r for r in rows if r["system"] != skip):
+            lines.append(row["system"].ljust(width) + "".join(cell(row, m).rjust(size) for m in metrics))
+
+    block("values", lambda r, m: _cell(r["values"].get(m)), 10)
+    if any(r.get("ci") for r in rows):
+        block("95% intervals", lambda r, m: _interval(r.get("ci", {}).get(m)), 18)
+    if table.get("baseline"):
+        block(f"difference against {table['baseline']} [paired 95% interval]",
+              lambda r, m: ("" if m not in r.get("delta", {}) else f"{r['delta'][m]:+.3f} "
+                            + _interval(r.get("delta_ci", {}).get(m))), 26, skip=table["baseline"])
+    return "\n".join(lines)
+
+
+def table_csv(table: dict[str, Any]) -> str:
+    """One CSV row per system: n, then per metric its value, interval, difference, its interval and p-value."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    columns = ["system", "kind", "n"]
+    for m in table["metrics"]:
+        columns += [m, f"{m}_ci_low", f"{m}_ci_high", f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high",
+                    f"{m}_p_value"]
+    writer.writerow(columns)
+
+    def text(value: Any) -> str:
+        return "" if value is None else repr(float(value))
+
+    for row in table["rows"]:
+        cells = [row["system"], row["kind"], str(row["n"])]
+        for m in table["metrics"]:
+            ci = (row.get("ci") or {}).get(m) or [None, None]
+            dci = (row.get("delta_ci") or {}).get(m) or [None, None]
+            cells += [text(row["values"].get(m)), text(ci[0]), text(ci[1]), text((row.get("delta") or {}).get(m)),
+                      text(dci[0]), text(dci[1]), text((row.get("p_value") or {}).get(m))]
+        writer.writerow(cells)
+    return buffer.getvalue()
+
+
+def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: str | None = None,
+                png_path: str | None = None, html_path: str | None = None) -> list[Path]:
+    """Write the table as JSON, CSV (next to the JSON when no CSV path is given), PNG plot and HTML page
+    (each atomically, all rendered before the first is written); the paths written."""
+    from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
+
+    if json_path and not csv_path:
+        csv_path = str(Path(json_path).with_suffix(".csv"))
+    rendered: dict[str, Any] = {}
+    if csv_path:
+        rendered["csv"] = table_csv(table)
+    if png_path or html_path:
+        from eval.report import plot_system_table, system_table_html
+
+        png = plot_system_table(table)
+        rendered["png"] = png
+        if html_path:
+            rendered["html"] = system_table_html(table, png)
+    written = []
+    if json_path:
+        write_json_atomic(json_path, table)
+        written.append(Path(json_path))
+    if csv_path:
+        write_text_atomic(csv_path, rendered["csv"])
+        written.append(Path(csv_path))
+    if png_path:
+        with atomic_path(Path(png_path)) as tmp:
+            Path(tmp).write_bytes(rendered["png"])
+        written.append(Path(png_path))
+    if html_path:
+        write_text_atomic(html_path, rendered["html"])
+        written.append(Path(html_path))
+    return written
