@@ -14,10 +14,17 @@ reward, subtracts the mean reward of the image's k samples (the PAC-S++ baseline
 pass an open_clip name (`ViT-B-32/openai`) or `--checkpoint` for a real reward model.
 
     PACS_SHARED=/path/to/shared python recipes/dropin_reward_example.py --steps 5 --reward cider:1,clip-s:1
+
+Guards against reward hacking (docs/rewards.md "Guard rewards"): add the repetition / length penalties to the
+spec (`--reward clip-s:1,rep-penalty:0.5,length-penalty:0.25`), and `--kl-coef BETA` keeps the policy near a
+frozen copy of its starting weights: `scst_step_with_kl` subtracts `BETA·Σ_t (log π(y_t) − log π_ref(y_t))`
+from each sampled caption's reward before the baseline (TRL's `beta`; with TRL's `GRPOTrainer` set
+`GRPOConfig(beta=...)` instead, and pass the same spec to `rewards.trl.reward_function`).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import sys
 from collections import Counter
@@ -55,6 +62,7 @@ class DropInConfig:
     lr: float = 1e-3
     images: int = 16
     seed: int = 0
+    kl_coef: float = 0.0  # β of the KL penalty to the starting weights (0: off)
 
 
 def build_tokenizer(captions: Sequence[str]) -> Any:
@@ -140,6 +148,35 @@ def scst_step(model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, rewa
     return {"loss": float(loss.detach()), "rewards": rewards, "captions": captions}
 
 
+def frozen_reference(model: Any) -> Any:
+    """A frozen copy of `model` (eval mode, no gradients): the reference policy of the KL penalty."""
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+def scst_step_with_kl(model: Any, reference: Any, kl_coef: float, optimizer: torch.optim.Optimizer, tokenizer: Any,
+                      reward: Any, pixel_values: torch.Tensor, image_ids: list[str], references: list[list[str]],
+                      k: int, max_length: int) -> dict[str, Any]:
+    """`scst_step` with TRL's KL penalty: r − kl_coef·Σ_t (log π(y_t) − log π_ref(y_t)), before the baseline."""
+    model.eval()
+    sequences = sample_captions(model, pixel_values, k, max_length)
+    texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
+    captions = [texts[b * k:(b + 1) * k] for b in range(len(image_ids))]
+    rewards = reward(image_ids, captions, references)  # [B, k], the pacs reward protocol
+    pixels = pixel_values.repeat_interleave(k, dim=0)
+    with torch.no_grad():  # both in eval mode: the KL is exactly 0 while the model equals its reference
+        kl = (sequence_log_probs(model, pixels, sequences, tokenizer.eos_token_id)
+              - sequence_log_probs(reference, pixels, sequences, tokenizer.eos_token_id)).view(len(image_ids), k)
+    shaped = rewards - kl_coef * kl.cpu()
+    advantages = shaped - shaped.mean(dim=1, keepdim=True)
+    model.train()
+    log_probs = sequence_log_probs(model, pixels, sequences, tokenizer.eos_token_id).view(len(image_ids), k)
+    loss = -(advantages.to(log_probs.device) * log_probs).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return {"loss": float(loss.detach()), "rewards": rewards, "kl": kl, "captions": captions}
+
+
 def reward_context(config: DropInConfig, dataset: CaptionDataset) -> dict[str, Any]:
     """What `build_reward` needs: the reward model, where the images are, the training references."""
     context: dict[str, Any] = {"image_paths": dataset.image_paths(),
@@ -167,14 +204,19 @@ def run(config: DropInConfig, data: Path) -> list[dict[str, Any]]:
     processor = build_image_processor(config.image_size)
     reward = build_reward(config.reward, **reward_context(config, dataset))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    reference = frozen_reference(model) if config.kl_coef > 0 else None
     history = []
     for step in range(config.steps):
         start = (step * config.batch_size) % len(dataset)
         batch = [dataset.items[(start + i) % len(dataset)] for i in range(config.batch_size)]
         images = [Image.open(item.image_path).convert("RGB") for item in batch]
         pixel_values = processor(images=images, return_tensors="pt").pixel_values
-        result = scst_step(model, optimizer, tokenizer, reward, pixel_values, [item.image_id for item in batch],
-                           [item.captions for item in batch], config.k, config.max_length)
+        ids, refs = [item.image_id for item in batch], [item.captions for item in batch]
+        if reference is None:
+            result = scst_step(model, optimizer, tokenizer, reward, pixel_values, ids, refs, config.k, config.max_length)
+        else:
+            result = scst_step_with_kl(model, reference, config.kl_coef, optimizer, tokenizer, reward, pixel_values,
+                                       ids, refs, config.k, config.max_length)
         logger.info("step %d: loss %.4f, reward %.4f, e.g. %r", step, result["loss"],
                     float(result["rewards"].mean()), result["captions"][0][0])
         history.append(result)
@@ -186,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = DropInConfig()
     parser.add_argument("--data", type=Path, default=None, help="raw Flickr8k folder (default: $PACS_SHARED/data/flickr8k)")
-    for field_name in ("reward", "backbone", "checkpoint", "steps", "batch_size", "k", "images", "lr", "seed"):
+    for field_name in ("reward", "backbone", "checkpoint", "steps", "batch_size", "k", "images", "lr", "seed",
+                       "kl_coef"):
         default = getattr(defaults, field_name)
         parser.add_argument("--" + field_name.replace("_", "-"), default=default,
                             type=type(default) if default is not None else str)

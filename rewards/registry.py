@@ -4,7 +4,7 @@ A factory is one function `factory(**context) -> reward`, where `reward(image_id
 returns a float tensor `[B, k]`; `context` carries whatever the factories need (a scorer or backbone, an image
 loader, the training references, ...); each factory reads the keys it knows and ignores the others.
 A spec is one registered name or a weighted mix `"cider:1,pac-s++:0.5"`.
-The built-in rewards (`rewards.cider`, `rewards.contrastive`) register themselves the first time the registry is
+The built-in rewards (`rewards.cider`, `rewards.contrastive`, `rewards.guards`) register themselves the first time the registry is
 used (any function below), so importing `rewards` stays cheap.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from rewards.resources import RewardResources
 RewardFactory = Callable[..., RewardFn]
 REWARDS: dict[str, RewardFactory] = {}
 #: modules whose import registers the built-in rewards (imported on first use of the registry)
-BUILTIN_MODULES = ("rewards.cider", "rewards.contrastive")
+BUILTIN_MODULES = ("rewards.cider", "rewards.contrastive", "rewards.guards")
 
 
 def load_builtin_rewards() -> dict[str, RewardFactory]:
@@ -70,7 +70,7 @@ def reward_names() -> list[str]:
 
     >>> from rewards import reward_names
     >>> reward_names()  # doctest: +ELLIPSIS
-    ['cider', 'clip-s', ..., 'ref-pac-s++']
+    ['cider', 'clip-s', ..., 'ref-pac-s++', 'rep-penalty']
     """
     return sorted(load_builtin_rewards())
 

@@ -4,7 +4,8 @@
 `reward_func(prompts=..., completions=..., completion_ids=..., trainer_state=..., log_extra=..., log_metric=...,
 **columns)`, with one list entry per completion (each prompt repeated `num_generations` times) and every
 dataset column other than `prompt` passed as a keyword list; it expects one float (or None: "does not apply")
-per completion. The callable returned here reads the images from the `image` column (one path, PIL image or
+per completion. The callable returned here reads the images from the `image` column (one path, PIL image, image
+tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see `metric.scoring.image_inputs` — or
 `datasets` image dict per row; or the `images` column with one image per row) and the reference captions from
 the `references` column; both names are configurable. It builds the reward once with `rewards.build_reward`,
 so image embeddings are cached across calls (an image is encoded once per run, whatever the number of
@@ -26,7 +27,7 @@ from rewards.resources import RewardResources
 logger = logging.getLogger(__name__)
 
 IMAGE_COLUMNS = ("image", "images")  # TRL's own image columns, tried in this order when none is named
-REFERENCE_BASED_TEXT_REWARDS = frozenset({"cider"})
+REFERENCE_BASED_TEXT_REWARDS = frozenset({"cider", "length-penalty"})  # length-penalty: the refs limit
 TRL_CONTROL_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
 
 
@@ -65,12 +66,14 @@ def decode_image(value: Any, row: int, column: str) -> Any:
         return str(value)
     if isinstance(value, (str, Image.Image)):
         return value
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):  # an image tensor
+        return value
     if isinstance(value, dict) and (value.get("path") or value.get("bytes")):  # datasets.Image(decode=False)
         if value.get("bytes"):
             return Image.open(io.BytesIO(value["bytes"])).convert("RGB")
         return str(value["path"])
-    raise InputError(f"column {column!r}, row {row}: expected an image path, a PIL image or a datasets image dict, "
-                     f"got {type(value).__name__}")
+    raise InputError(f"column {column!r}, row {row}: expected an image path, a PIL image, an image tensor or a "
+                     f"datasets image dict, got {type(value).__name__}")
 
 
 def check_references(value: Any, row: int, column: str) -> list[str]:
@@ -104,6 +107,19 @@ class PacsRewardFunction:
         self._load_image: Callable[[str], Any] = self._batch_images.__getitem__  # one object: one image cache
         self.reward: Reward = build_reward(spec, image_loader=self._load_image, resources=self.resources,
                                            **model_options)
+        self.last_truncated: list[bool | None] = []  # per completion of the last call (None: not scored)
+        self.n_truncated = 0  # completions cut to the text context, over all calls
+
+    def _truncated_rows(self, n_rows: int) -> list[bool]:
+        """Whether each scored row's caption was cut to the text context by any contrastive term."""
+        rewards = [term for _, _, term in self.reward.components] if isinstance(self.reward, WeightedReward) \
+            else [self.reward]
+        flags = [False] * n_rows
+        for reward in rewards:
+            marks = getattr(reward.fn, "last_truncated", None)
+            if marks is not None and marks.numel() == n_rows:
+                flags = [flag or bool(mark) for flag, mark in zip(flags, marks.reshape(-1).tolist())]
+        return flags
 
     def __repr__(self) -> str:
         return f"PacsRewardFunction({self.spec!r}, name={self.__name__!r})"
@@ -173,8 +189,14 @@ class PacsRewardFunction:
         finally:
             self._batch_images.clear()  # the embeddings stay cached; the decoded images do not
         result: list[float | None] = [None] * n
+        self.last_truncated = [None] * n
+        cut = self._truncated_rows(len(rows)) if rows else []
         for index, row in enumerate(rows):
             result[row] = float(values[index, 0])
+            self.last_truncated[row] = cut[index]
+        self.n_truncated += sum(cut)
+        if log_metric is not None and rows and self.needs_images:
+            log_metric(f"{self.__name__}/truncated", float(sum(cut)) / len(rows))
         if log_metric is not None and isinstance(self.reward, WeightedReward) and rows:
             for term, term_values in self.reward.last_components.items():
                 log_metric(f"{self.__name__}/{term}", float(term_values.mean()))
@@ -186,7 +208,10 @@ def reward_function(spec: str, *, image_column: str | None = None, references_co
     """A TRL `GRPOTrainer` reward function scoring completions with the pacs reward `spec` (e.g. `"pac-s++"`).
 
     `model_options` are `rewards.build_reward`'s context (`backbone=`, `checkpoint=`, `scorer=`, `w=`,
-    `device=`, `train_references=` for `cider`, ...). Images come from the dataset column `image_column`
+    `device=`, `score=` "cosine" or "sigmoid", `long_captions=` "truncate" or "chunk", `train_references=` for
+    `cider`, ...). After each call, `last_truncated` marks the completions cut to the text context (None where
+    not scored) and `n_truncated` counts them over all calls; with TRL's `log_metric`, the share is logged as
+    `<name>/truncated`. Images come from the dataset column `image_column`
     (default: `image`, else `images`), references from `references_column`; `name` is the name TRL logs
     (`rewards/<name>/mean`; default: the spec).
 

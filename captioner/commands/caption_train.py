@@ -127,6 +127,7 @@ def run_caption(args: argparse.Namespace) -> int:
     from captioner.orchestration.evaluation import results_json
     from metric.common.io import write_json_atomic
 
+    images = list_images(args.images, args.ids)  # every id checked before the model is loaded
     kind = checkpoint_kind(args.checkpoint)
     if kind != TRANSFORMERS:
         given = [flag for flag, value in (("--prompt", args.prompt), ("--max-new-tokens", args.max_new_tokens))
@@ -134,7 +135,6 @@ def run_caption(args: argparse.Namespace) -> int:
         if given:
             raise InputError(f"{' and '.join(given)}: only for transformers models; --checkpoint {args.checkpoint} "
                              "is a pacs captioner")
-    images = list_images(args.images, args.ids)  # every id checked before the model is loaded
     if kind == TRANSFORMERS:
         captions = transformers_captions(args, images)
     else:

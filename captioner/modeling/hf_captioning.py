@@ -82,7 +82,8 @@ def checkpoint_kind(folder: str | os.PathLike) -> str:
     """`"pacs"` (captioner.json) or `"transformers"` (config.json); InputError naming the folder otherwise."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError(f"checkpoint={folder} is not a folder", parameter="checkpoint")
+        raise InputError(f"checkpoint={folder} is not a captioner checkpoint: no such folder (expected a pacs "
+                         "captioner folder or a transformers image-to-text folder)", parameter="checkpoint")
     if (folder / "captioner.json").is_file():
         return PACS
     if (folder / "config.json").is_file():

@@ -10,12 +10,22 @@ example index) (`captioner.modeling.example_rng`), so 1 or N processes and any m
 and gradients, and a resume needs only the step number.
 Non-finite rewards are replaced by the baseline (their advantage is 0), counted and logged; if they occur
 in `nonfinite_patience` consecutive steps training stops with an error.
+
+Guards against reward hacking (issue 24; each off by default, formulas in docs/captioner.md "SCST guards"):
+`kl_coef` (β) shapes each sampled caption's reward before the baseline, r'(y) = r(y) − β·KL(y) with
+KL(y) = Σ_t log π(y_t) − log π_ref(y_t) over its sampled tokens (`captioner.modeling.reference_policy`; the
+`kl` column of log.csv is the mean KL(y)); `monitor_every` runs the hacking monitor
+(`captioner.modeling.hacking_monitor`, `<output_dir>/monitor.csv`); `select_by` (`cider` / `reward`) keeps the
+monitored step with the best validation score in `<output_dir>/best`. Repetition and length penalties are
+reward components (`rewards.guards`: `rep-penalty`, `length-penalty`).
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import math
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +38,10 @@ from captioner.modeling.checkpoints import CheckpointManager, load_captioner, sa
 from captioner.modeling.decoding import Decoded, beam_search, decode_texts, greedy, sample
 from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
 from captioner.modeling.features import FeatureCache
+from captioner.modeling.hacking_monitor import MONITOR_FILE, GamingThresholds, HackingMonitor
 from captioner.modeling.model import shift_right, token_log_probs
+from captioner.modeling.reference_policy import ReferencePolicy
+from captioner.modeling.train_xe import is_better
 from captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
 from metric.common.config import (
     NonNegativeFloat,
@@ -48,9 +61,16 @@ logger = logging.getLogger(__name__)
 
 RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
 SCST_COLUMNS = ("loss", "lr", "reward_mean", "reward_std", "advantage_mean", "advantage_abs", "length", "rep1",
-                "incorrect", "nonfinite", "epoch")
+                "incorrect", "nonfinite", "epoch", "kl")
 BASELINES = ("mean", "loo", "greedy")
 SAMPLINGS = ("beam", "multinomial")
+#: `select_by` -> the monitor column that picks the best checkpoint (`last`: the last step, no selection)
+SELECT_BY = {"last": None, "cider": "cider", "reward": "reward"}
+#: the guard settings (issue 24): left out of stage fingerprints while at their defaults (off), so runs finished
+#: before they existed stay done; the monitor's warning thresholds never determine an output
+GUARD_FIELDS = ("kl_coef", "kl_reference", "select_by", "monitor_every", "monitor_images")
+MONITOR_THRESHOLD_FIELDS = ("monitor_reward_rise", "monitor_rep_rise", "monitor_length_rise",
+                            "monitor_distinct_drop", "monitor_incorrect_rise", "monitor_cider_drop")
 
 
 class NonFiniteRewardError(PacsError):
@@ -86,6 +106,18 @@ class SCSTConfig(TrainerConfig):
     log_every: NonNegativeInt = 1  # log every N steps (0: only the last step)
     seed: int = 42
     tensorboard: bool = True
+    # guards against reward hacking (all off by default; docs/captioner.md "SCST guards")
+    kl_coef: NonNegativeFloat = 0.0  # β of the per-token KL to the reference policy (0: off)
+    kl_reference: str = ""  # the reference captioner folder ("": the SCST init checkpoint, i.e. the XE model)
+    select_by: str = "last"  # the reported model: last step, or the monitored step with the best cider / reward
+    monitor_every: NonNegativeInt = 0  # hacking monitor on validation every N steps (0: off)
+    monitor_images: NonNegativeInt = 100  # validation images the monitor captions (0: all)
+    monitor_reward_rise: NonNegativeFloat = 0.0  # warn only when the validation reward rose by more than this
+    monitor_rep_rise: NonNegativeFloat = 0.5  # ... and Rep-2 rose by more than this
+    monitor_length_rise: NonNegativeFloat = 0.2  # ... or the mean length by more than this fraction
+    monitor_distinct_drop: NonNegativeFloat = 0.1  # ... or distinct-2 fell by more than this
+    monitor_incorrect_rise: NonNegativeFloat = 10.0  # ... or %Incorrect rose by more than these points
+    monitor_cider_drop: NonNegativeFloat = 0.2  # ... or the validation CIDEr-D fell by more than this fraction
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
@@ -101,16 +133,60 @@ class SCSTConfig(TrainerConfig):
             raise InputError(f"baseline={self.baseline!r}: unknown SCST baseline (known: {', '.join(BASELINES)})")
         if self.baseline == "loo" and self.k < 2:
             raise InputError(f"k={self.k}: the leave-one-out baseline needs k >= 2 captions per image")
+        self.check_guards()
+
+    def check_guards(self) -> None:
+        """The guards' cross-field checks (also run by `train_scst` for a config built in code)."""
+        if self.select_by not in SELECT_BY:
+            raise InputError(f"select_by={self.select_by!r}: unknown (known: {', '.join(SELECT_BY)})")
+        if self.select_by != "last" and not self.monitor_every:
+            raise InputError(f"select_by={self.select_by!r} needs monitor_every > 0: the validation score that "
+                             "selects the checkpoint is computed by the hacking monitor")
+        if self.kl_reference and not self.kl_coef:
+            raise InputError(f"kl_reference={self.kl_reference!r} has no effect with kl_coef=0: set kl_coef > 0")
 
 
 @dataclass
 class SCSTResult:
-    """What stage 2 produced."""
+    """What stage 2 produced (`best_*`: the checkpoint `select_by` chose; None / 0 with `select_by: last`)."""
 
     final_dir: Path
     steps: int
     losses: list[float]
     nonfinite_total: int
+    best_dir: Path | None = None
+    best_step: int = 0
+    best_score: float | None = None
+    select_by: str = "last"
+
+    @property
+    def selected_dir(self) -> Path:
+        """The model to report: `best_dir` when a validation signal selected one, else `final_dir`."""
+        return self.best_dir if self.best_dir is not None else self.final_dir
+
+
+def gaming_thresholds(config: SCSTConfig) -> GamingThresholds:
+    """The hacking monitor's warning thresholds from `scst.monitor_*`."""
+    return GamingThresholds(reward_rise=config.monitor_reward_rise, rep_rise=config.monitor_rep_rise,
+                            length_rise=config.monitor_length_rise, distinct_drop=config.monitor_distinct_drop,
+                            incorrect_rise=config.monitor_incorrect_rise, cider_drop=config.monitor_cider_drop)
+
+
+def guard_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` (an SCST config as a dict) without the monitor thresholds and the guard keys at their default."""
+    defaults = SCSTConfig()
+    return {key: value for key, value in settings.items() if key not in MONITOR_THRESHOLD_FIELDS
+            and not (key in GUARD_FIELDS and value == getattr(defaults, key))}
+
+
+def scst_loss(logits: torch.Tensor, tokens: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """SCST's policy-gradient loss `−mean((r − b)·log p(y))` for logits `[B·k, T, V]` of captions `tokens` `[B·k, T]`.
+
+    log p(y) is summed over the tokens up to **and including** the first <eos> (`token_log_probs`), so the end
+    token's log-probability is always in the gradient; `advantages` is `[B, k]`.
+    """
+    log_p = token_log_probs(logits, tokens).sum(1).view_as(advantages)
+    return -(advantages.to(log_p.device) * log_p).mean()
 
 
 def compute_advantages(rewards: torch.Tensor, baseline: str,
@@ -168,21 +244,26 @@ def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
 
 def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache,
                train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
-               on_step: Callable[[int, Any], None] | None = None) -> SCSTResult:
+               on_step: Callable[[int, Any], None] | None = None,
+               validation: Mapping[str, Sequence[str]] | None = None) -> SCSTResult:
     """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
 
     Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names); writes
     `<output_dir>/final` (a captioner folder) and `<output_dir>/log.csv`. `on_step(step, model)`, when given, is
     called on every process with the unwrapped captioner before the first update (step 0, or the resumed step)
     and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
+    `validation` ({image_id: references}, features cached) feeds the hacking monitor (`monitor_every`), which
+    writes `<output_dir>/monitor.csv` and, with `select_by` cider / reward, `<output_dir>/best`.
     """
     if config.samples not in SAMPLINGS:
         raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
     if config.baseline not in BASELINES:
         raise InputError(f"unknown SCST baseline {config.baseline!r} (known: {', '.join(BASELINES)})")
+    config.check_guards()  # also for a config built in code
     missing = features.missing(image_id for image_id, _ in train)
     if missing:
         raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
+    monitored = _monitor_sample(config, validation, features)
     out = Path(config.output_dir)
     model, vocab, info = load_captioner(init_checkpoint)
     bad = nonfinite_parameter(model.named_parameters())
@@ -192,6 +273,10 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
                              parameter="init_checkpoint")
     config.max_length = min(config.max_length, model.config.max_length)
     accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
+    reference = None
+    if config.kl_coef > 0:
+        reference = ReferencePolicy(config.kl_reference or init_checkpoint, vocab, accelerator.device)
+        logger.info("scst: KL guard, beta=%g, reference policy %s", config.kl_coef, reference.folder)
     seed_everything(config.seed)
     plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
                      config.seed, "scst")
@@ -203,8 +288,18 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     optimizer = make_adam(model.parameters(), lr=config.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(resume_target(config.resume)) or {
-        "step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+    state = checkpoints.restore(resume_target(config.resume))
+    resumed = state is not None
+    state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+    state.setdefault("best_score", None)  # checkpoints written before the guards lack them
+    state.setdefault("best_step", 0)
+    if not resumed and accelerator.is_main_process:
+        for stale in (out / "best", out / MONITOR_FILE):  # left by an earlier run in this folder
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.exists():
+                stale.unlink()
+    accelerator.wait_for_everyone()
     restored = checkpoints.restored_extra()
     if restored is not None and "reward" in restored and hasattr(reward, "load_state_dict"):
         reward.load_state_dict(restored["reward"])  # the caches of the run it continues: the same batches
@@ -214,16 +309,41 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     stage, hint = f"scst[{config.reward}]", f"lr={config.lr:g}"
     progress = tqdm(total=total_steps, initial=state["step"], desc=stage,
                     disable=not accelerator.is_main_process)
+    monitor = None
+    if monitored:
+        monitor = HackingMonitor(out / MONITOR_FILE, monitored, features, vocab, reward, gaming_thresholds(config),
+                                 config.max_length, config.monitor_every, total_steps,
+                                 resume_step=state["step"] if resumed else None)
+
+    def monitor_step(step: int) -> None:
+        """Monitor row of `step`; with `select_by`, keep the model in `best/` when its score is the best so far."""
+        row = monitor(accelerator, accelerator.unwrap_model(model), step)
+        column = SELECT_BY[config.select_by]
+        if column is None or step == 0:  # step 0 is the init model: the monitor's baseline, never a candidate
+            return
+        score = row[column]
+        if is_better(score, state["best_score"]):
+            state["best_score"], state["best_step"] = score, step
+            if accelerator.is_main_process:
+                save_captioner(out / "best", accelerator.unwrap_model(model), vocab, info.get("features", {}),
+                               {"stage": "scst", "reward": config.reward, "step": step,
+                                "init_checkpoint": str(init_checkpoint), "select_by": config.select_by,
+                                f"val_{column}": score})
+        elif not math.isfinite(score):
+            logger.warning("scst step %d: validation %s is %s: never the best model", step, column, score)
+
+    if monitor is not None and monitor.due(state["step"]):
+        monitor_step(state["step"])
     if on_step is not None:
         on_step(state["step"], accelerator.unwrap_model(model))
     try:  # the bar is closed before an error (e.g. a diverged loss) is printed
         while state["step"] < total_steps:
             micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
-            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0}
+            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": []}
             for index, micro in enumerate(micro_batches):
                 _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
                                  stats, len(micro_batches), sync=index == len(micro_batches) - 1,
-                                 step=state["step"], indices=micro)
+                                 step=state["step"], indices=micro, reference=reference)
             loss = reduce_mean(accelerator, stats["loss"])  # every micro-batch's loss, all processes: one verdict
             check_loss(accelerator, loss, stage, state["step"] + 1, hint)
             if config.grad_clip > 0:
@@ -240,8 +360,11 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
             losses.append(loss)
             progress.update(1)
             saving = is_due(step, config.save_every) or step == total_steps
-            if on_step is not None or saving:  # never monitor, checkpoint or save a model with non-finite weights
-                check_weights(accelerator, model, stage, step, hint)
+            monitoring = monitor is not None and monitor.due(step)
+            if on_step is not None or saving or monitoring:  # never monitor, select, checkpoint or save a model
+                check_weights(accelerator, model, stage, step, hint)  # with non-finite weights
+            if monitoring:
+                monitor_step(step)
             if on_step is not None:
                 on_step(step, accelerator.unwrap_model(model))
             if is_due(step, config.log_every) or step == total_steps:
@@ -267,12 +390,43 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
                         "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
     accelerator.wait_for_everyone()
     finish_trackers(accelerator)
-    return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]))
+    best_dir = None
+    if SELECT_BY[config.select_by] is not None:
+        if state["best_score"] is None:
+            raise NonFiniteError(f"scst select_by={config.select_by}: no monitored step had a finite validation "
+                                 f"{config.select_by} score, so no checkpoint can be selected",
+                                 parameter="scst.select_by")
+        best_dir = out / "best"
+        logger.info("scst: selected step %d by validation %s (%.4g); the last step is in %s", state["best_step"],
+                    config.select_by, state["best_score"], final)
+    return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]), best_dir,
+                      int(state["best_step"]), state["best_score"], config.select_by)
+
+
+def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] | None,
+                    features: FeatureCache) -> dict[str, list[str]]:
+    """The validation images the hacking monitor captions (empty when it is off); InputError when it has none."""
+    if not config.monitor_every:
+        return {}
+    if not validation:
+        raise InputError(f"scst.monitor_every={config.monitor_every}: the hacking monitor needs validation images "
+                         "(train_scst(validation={image_id: references}))")
+    ids = list(validation)[:config.monitor_images] if config.monitor_images else list(validation)
+    missing = features.missing(str(i) for i in ids)
+    if missing:
+        raise InputError(f"scst monitor: {len(missing)} validation image id(s) lack cached features, "
+                         f"e.g. {missing[:3]}")
+    for image_id in ids:
+        refs = validation[image_id]
+        if isinstance(refs, str) or not refs:
+            raise InputError(f"scst monitor: validation image {image_id!r} needs a non-empty list of references")
+    return {str(i): list(validation[i]) for i in ids}
 
 
 def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: FeatureCache,
                      batch: Sequence[tuple[str, Sequence[str]]], reward: RewardFn, config: SCSTConfig,
-                     stats: dict[str, Any], n_micro: int, sync: bool, step: int, indices: Sequence[int]) -> None:
+                     stats: dict[str, Any], n_micro: int, sync: bool, step: int, indices: Sequence[int],
+                     reference: ReferencePolicy | None = None) -> None:
     image_ids = [str(image_id) for image_id, _ in batch]
     references = [list(refs) for _, refs in batch]
     feats = features.get(image_ids).to(accelerator.device)
@@ -281,22 +435,30 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
     decoded = _decode(policy, feats, config,
                       ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
     captions = decode_texts(vocab, decoded.tokens)
-    greedy_rewards = None
+    greedy_rewards, greedy_tokens = None, None
     if config.baseline == "greedy":
-        greedy_captions = decode_texts(vocab, greedy(policy, feats, config.max_length).tokens)
+        greedy_tokens = greedy(policy, feats, config.max_length).tokens
+        greedy_captions = decode_texts(vocab, greedy_tokens)
         greedy_rewards = torch.as_tensor(reward(image_ids, greedy_captions, references)).float().cpu().view(-1)
     raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()
     if raw.shape != (len(batch), config.k):
         raise InputError(f"reward {config.reward!r} returned shape {tuple(raw.shape)}, expected {(len(batch), config.k)}")
     repaired, advantages, count = compute_advantages(raw, config.baseline, greedy_rewards)
-    model.train()
     b, k, length = decoded.tokens.shape
     tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
+    if reference is not None:  # KL guard: r'(y) = r(y) − β·KL(y), before the baseline (policy still in eval mode)
+        with accelerator.autocast():
+            kl = reference.sequence_kl(policy, feats, tokens, repeats=k).float().cpu().view(b, k)
+            greedy_kl = None if greedy_tokens is None else reference.sequence_kl(
+                policy, feats, greedy_tokens.view(b, -1).to(accelerator.device)).float().cpu()
+        shaped_greedy = None if greedy_rewards is None else greedy_rewards - config.kl_coef * greedy_kl
+        _, advantages, _ = compute_advantages(raw - config.kl_coef * kl, config.baseline, shaped_greedy)
+        stats["kl"].append(kl)
+    model.train()
     dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, feats.device))
     with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
         logits = model(feats, shift_right(tokens), repeats=k)
-        log_p = token_log_probs(logits, tokens).sum(1).view(b, k)
-        loss = -(advantages.to(log_p.device) * log_p).mean()
+        loss = scst_loss(logits, tokens, advantages)
         accelerator.backward(loss / n_micro)
     stats["loss"] += float(loss.detach()) / n_micro
     stats["rewards"].append(repaired)
@@ -311,8 +473,11 @@ def _log_row(accelerator: Any, stats: dict[str, Any], loss: float, lr: float, no
     advantages = accelerator.gather(torch.cat(stats["advantages"]).to(accelerator.device)).float()
     words = [len(c.split()) for c in stats["captions"]]
     rep1, incorrect = fluency_stats(stats["captions"])
-    return {"loss": loss, "lr": lr, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-            "advantage_mean": float(advantages.mean()), "advantage_abs": float(advantages.abs().mean()),
-            "length": reduce_mean(accelerator, sum(words) / max(1, len(words))),
-            "rep1": reduce_mean(accelerator, rep1), "incorrect": reduce_mean(accelerator, incorrect),
-            "nonfinite": nonfinite, "epoch": epoch}
+    row = {"loss": loss, "lr": lr, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+           "advantage_mean": float(advantages.mean()), "advantage_abs": float(advantages.abs().mean()),
+           "length": reduce_mean(accelerator, sum(words) / max(1, len(words))),
+           "rep1": reduce_mean(accelerator, rep1), "incorrect": reduce_mean(accelerator, incorrect),
+           "nonfinite": nonfinite, "epoch": epoch}
+    if stats["kl"]:  # the KL guard is on: mean KL(y) over every sampled caption of the step, all processes
+        row["kl"] = float(accelerator.gather(torch.cat(stats["kl"]).to(accelerator.device)).float().mean())
+    return row

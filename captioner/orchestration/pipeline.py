@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from captioner.modeling.train_scst import SCSTConfig
+from captioner.modeling.train_scst import SCSTConfig, guard_settings
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.training import process_state
 from captioner.orchestration.backbone_source import load_source_backbone, resolve_device
@@ -35,6 +35,7 @@ from captioner.orchestration.pipeline_config import (
 from captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
     check_reward_models,
+    guard_reward_settings,
     reward_context,
     reward_scorers,
 )
@@ -145,6 +146,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
+    from captioner.data.compact_captions import CaptionStore
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.vocab import build_vocab, load_vocab
@@ -155,6 +157,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         settings_of,
         trainer_settings,
     )
+    from eval.text_metrics import TextMetricSession
 
     state.wait_for_everyone()
     run = _Run(config)
@@ -164,6 +167,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
+    train_store = CaptionStore.from_items(train_items)  # XE / SCST examples: flat arrays, decoded per index
     stages = run.stages
     data_settings, data_files = settings_of(config.data), data_inputs(config.data)
 
@@ -188,7 +192,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
                           "xe")
     stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
-                                               [(i.image_id, c) for i in train_items for c in i.captions],
+                                               train_store.pairs(),
                                                {i.image_id: i.captions for i in val_items}, feature_source=source)),
                {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
                 "seed": config.seed},
@@ -204,18 +208,19 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
 
         def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
-            reward = build_pipeline_reward(spec, config, dataset_references={i.image_id: i.captions
-                                                                             for i in train_items},
+            reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
                                            image_paths=images)
             return _summary(train_scst(scst, xe_dir / "best", features,
-                                       [(i.image_id, i.captions) for i in train_items], reward))
+                                       train_store.reference_sets(), reward,
+                                       validation={i.image_id: i.captions for i in val_items}))
 
-        stages.run(name, body, {"scst": trainer_settings(config.scst), "reward": spec, "reward_models": reward_settings,
-                                "data": data_settings, "seed": config.seed},
+        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
+                                "reward_models": reward_settings, "data": data_settings, "seed": config.seed,
+                                **guard_reward_settings(config, spec)},
                    {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
-                    **reward_model_inputs(stages, config.reward_models)},
+                    **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
                    upstream=["xe", "features/train"], resumable=True, distributed=True)
-        models[spec] = out / "final"
+        models[spec] = out / ("final" if scst.select_by == "last" else "best")  # the model scst.select_by chose
         model_stages[spec] = name
     test_sets = prepare_test_sets(run)
     eval_stages = []
@@ -233,7 +238,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                                   outputs=[out, out.with_name(f"{set_name}.results.json")])
             if action != "skipped":
                 eval_stages.append(name)
-    result = evaluate_models(run, models, test_sets)  # split over the processes; rows on the main process
+    with TextMetricSession():  # one METEOR process and PTB memo for every evaluation of the run
+        result = evaluate_models(run, models, test_sets)  # split over the processes; rows on the main process
     for name in eval_stages:
         stages.finish(name)
     state.wait_for_everyone()
@@ -241,9 +247,18 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
 
 
 def _summary(result: Any) -> dict[str, Any]:
-    """What a stage record keeps of an XE / SCST result (steps and last loss)."""
+    """What a stage record keeps of an XE / SCST result (steps and last loss; SCST's selected checkpoint)."""
     losses = list(getattr(result, "losses", []) or [])
-    return {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
+    summary = {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
+    if getattr(result, "select_by", "last") != "last":  # SCST with select_by cider / reward
+        summary.update(select_by=result.select_by, best_step=result.best_step, best_score=result.best_score,
+                       selected=str(result.best_dir))
+    return summary
+
+
+def _kl_reference_input(stages: StageRunner, scst: SCSTConfig) -> dict[str, Any]:
+    """The KL guard's reference captioner as a checkpoint input, when `scst.kl_reference` names one."""
+    return {"kl_reference": stages.checkpoint(scst.kl_reference)} if scst.kl_coef and scst.kl_reference else {}
 
 
 def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Gt, Le
 
 from captioner.modeling.model import CaptionerConfig
 from captioner.modeling.train_scst import SCSTConfig
@@ -80,6 +82,35 @@ class RewardModelConfig:
             raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
 
 
+@dataclass
+class RewardGuardsConfig:
+    """Options of the guard rewards `rep-penalty` and `length-penalty` (`rewards.guards`; used only by specs naming them).
+
+    `rep_n`: the n of Rep-n that `rep-penalty` subtracts; `length_limit`: `refs` (each image's longest reference),
+    `train` (the `length_percentile` percentile of the training references' word counts) or a number of words.
+    """
+
+    rep_n: PositiveInt = 2
+    length_limit: str = "refs"
+    length_percentile: Annotated[float, Gt(0), Le(100)] = 95.0
+
+    def validate(self) -> None:
+        """`length_limit` is refs, train or a whole number of words >= 1."""
+        text = str(self.length_limit).strip()
+        if text not in ("refs", "train") and not (text.isdigit() and int(text) >= 1):
+            raise InputError(f"length_limit={self.length_limit!r}: expected refs, train or a number of words >= 1")
+
+    def context(self) -> dict[str, Any]:
+        """The `build_reward` context keys of `rewards.guards`."""
+        text = str(self.length_limit).strip()
+        return {"rep_n": self.rep_n, "length_limit": int(text) if text.isdigit() else text,
+                "length_percentile": self.length_percentile}
+
+
+#: the rewards whose options `reward_guards` holds
+GUARD_REWARDS = ("rep-penalty", "length-penalty")
+
+
 # (family, `reward_models` field): the model slot of each contrastive family.
 REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
 
@@ -128,6 +159,7 @@ class PipelineConfig:
     scst: SCSTConfig = field(default_factory=SCSTConfig)
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
     reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
+    reward_guards: RewardGuardsConfig = field(default_factory=RewardGuardsConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: Seed = 42
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)

@@ -5,7 +5,7 @@ import logging
 from typing import Any
 
 from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
-from captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig
+from captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -15,7 +15,8 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
                    image_paths: dict[str, Any]) -> dict[str, Any]:
     """The `build_reward` context of a pipeline: training references, image paths and reward models."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
-                               "device": resolve_device(config.reward_models.device)}
+                               "device": resolve_device(config.reward_models.device),
+                               **config.reward_guards.context()}
     from metric.scoring.registry import METRICS
 
     scorers = reward_scorers(config)
@@ -42,6 +43,17 @@ def check_reward_models(config: PipelineConfig) -> None:
             if not _source_given(getattr(config.reward_models, slots[family])):
                 raise InputError(f"rewards: {spec!r} needs a {family} model: set reward_models.{slots[family]} "
                                  f"(reward_models.pac is the PAC-S++ model, reward_models.pacs the PAC-S model)")
+
+
+def guard_reward_settings(config: PipelineConfig, spec: str) -> dict[str, Any]:
+    """`{"reward_guards": ...}` for a spec with a guard reward (`rep-penalty`, `length-penalty`), else nothing."""
+    import dataclasses
+
+    from rewards.registry import parse_reward_spec
+
+    if not any(name in GUARD_REWARDS for name, _ in parse_reward_spec(spec)):
+        return {}
+    return {"reward_guards": dataclasses.asdict(config.reward_guards)}
 
 
 def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],

@@ -305,7 +305,7 @@ def test_a_folder_of_neither_kind_is_one_clear_error(images, tmp_path, capsys):
     (folder / "model.safetensors").write_bytes(b"not a model")
     line = _refused(capsys, folder, images, tmp_path / "out.json")
     assert f"--checkpoint {folder} is neither a pacs captioner folder" in line and "config.json" in line
-    assert "is not a folder" in _refused(capsys, tmp_path / "missing", images, tmp_path / "out.json")
+    assert "is not a captioner checkpoint: no such folder" in _refused(capsys, tmp_path / "missing", images, tmp_path / "out.json")
     (folder / "config.json").write_text(json.dumps({"architectures": ["X"]}))
     assert "its config.json has no model_type" in _refused(capsys, folder, images, tmp_path / "out.json")
 

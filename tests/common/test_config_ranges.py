@@ -49,6 +49,10 @@ DEMO_BAD = [
     ("evaluate.beam_size", 0), ("evaluate.gallery_size", -1), ("evaluate.bootstrap_resamples", 0),
 ]
 PIPELINE_BAD = [
+    ("scst.kl_coef", -0.1), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
+    ("scst.monitor_reward_rise", -0.1), ("scst.monitor_rep_rise", -0.5), ("scst.monitor_length_rise", -0.2),
+    ("scst.monitor_distinct_drop", -0.1), ("scst.monitor_incorrect_rise", -1.0), ("scst.monitor_cider_drop", -0.2),
+    ("reward_guards.rep_n", 0), ("reward_guards.length_percentile", 0.0), ("reward_guards.length_percentile", 101.0),
     ("data.max_train_images", -1), ("data.max_val_images", -1), ("vocab.min_count", 0), ("vocab.vocab_size", 0),
     ("vocab.max_length", 0), ("features.source.random_seed", -1), ("features.batch_size", 0),
     ("features.shard_size", 0), ("model.vocab_size", -1), ("model.feature_dim", -1), ("model.d_model", 0),

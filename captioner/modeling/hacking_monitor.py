@@ -1,0 +1,240 @@
+"""SCST's hacking monitor: drift of the captions on a fixed validation sample, next to the reward.
+
+Every `scst.monitor_every` optimizer steps (and at the start — step 0 is the init model, the baseline every
+drift is measured from — and after the last step) the model captions the first `scst.monitor_images`
+validation images greedily (eval mode, no gradients; split over the processes) and one row goes to
+`<output_dir>/monitor.csv`:
+
+| column | what |
+|---|---|
+| `reward` | mean training reward of the validation captions (the same reward object; NaN values left out) |
+| `cider` | corpus CIDEr-D ×100 against the validation references (XE's validation score) |
+| `length` | mean words per caption (`eval.fluency.words`) |
+| `rep1`..`rep4` | Rep-n (`eval.fluency.rep_n`: mean repeated n-grams per caption) |
+| `distinct1`, `distinct2` | distinct-n: distinct n-grams / all n-grams over the sample's captions |
+| `incorrect` | %Incorrect (`eval.fluency`: % of captions ending with a preposition, conjunction or determiner) |
+| `grammar_errors` | % of captions with a grammar error (`eval.grammar`, Harper); NaN when no backend |
+
+A logging WARNING names the signature when the reward rose above its step-0 value by more than
+`monitor_reward_rise` while a drift from step 0 passed its threshold (`gaming_signatures`).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from captioner.modeling.decoding import decode_texts, greedy
+from captioner.modeling.features import FeatureCache
+from eval.fluency import incorrect_rate, rep_n, words
+from metric.common.io import write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+MONITOR_COLUMNS = ("step", "reward", "cider", "length", "rep1", "rep2", "rep3", "rep4", "distinct1", "distinct2",
+                   "incorrect", "grammar_errors")
+MONITOR_FILE = "monitor.csv"
+
+
+def distinct_n(captions: Sequence[str], n: int) -> float:
+    """Distinct-n (Li et al., 2016): distinct n-grams / n-gram occurrences over all `captions` (NaN if none)."""
+    grams = [tuple(tokens[i:i + n]) for tokens in (words(c) for c in captions) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def caption_stats(captions: Sequence[str]) -> dict[str, float]:
+    """Length, Rep-1..4, distinct-1/2 and %Incorrect of a list of captions."""
+    captions = list(captions)
+    stats = {"length": sum(len(words(c)) for c in captions) / len(captions) if captions else float("nan")}
+    stats.update({f"rep{n}": float(rep_n(captions, n)) for n in range(1, 5)})
+    stats.update({f"distinct{n}": distinct_n(captions, n) for n in (1, 2)})
+    stats["incorrect"] = float(incorrect_rate(captions))
+    return stats
+
+
+@dataclass
+class GamingThresholds:
+    """How far a monitored statistic may drift from step 0 before a rising reward is called gaming."""
+
+    reward_rise: float = 0.0  # the reward must exceed its step-0 value by more than this
+    rep_rise: float = 0.5  # Rep-2 increase (repeated word pairs per caption)
+    length_rise: float = 0.2  # relative increase of the mean length (0.2: +20%)
+    distinct_drop: float = 0.1  # decrease of distinct-2
+    incorrect_rise: float = 10.0  # %Incorrect increase, in percentage points
+    cider_drop: float = 0.2  # relative decrease of the validation CIDEr-D (0.2: −20%)
+
+
+def _finite(*values: float) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def gaming_signatures(start: Mapping[str, float], now: Mapping[str, float],
+                      thresholds: GamingThresholds) -> list[tuple[str, str]]:
+    """[(signature, drift)] for each drift of `now` from `start` beyond its threshold, when the reward rose.
+
+    Empty when the reward did not rise by more than `reward_rise` (or a value is missing / NaN).
+    """
+    if not _finite(start.get("reward", math.nan), now.get("reward", math.nan)) \
+            or now["reward"] - start["reward"] <= thresholds.reward_rise:
+        return []
+    found = []
+
+    def delta(key: str) -> float | None:
+        a, b = start.get(key, math.nan), now.get(key, math.nan)
+        return b - a if _finite(a, b) else None
+
+    rep = delta("rep2")
+    if rep is not None and rep > thresholds.rep_rise:
+        found.append(("repetition gaming", f"rep2 {rep:+.3g}"))
+    length = delta("length")
+    if length is not None and start["length"] > 0 and length / start["length"] > thresholds.length_rise:
+        found.append(("length gaming", f"length {length:+.3g} words ({100 * length / start['length']:+.0f}%)"))
+    distinct = delta("distinct2")
+    if distinct is not None and -distinct > thresholds.distinct_drop:
+        found.append(("diversity collapse", f"distinct2 {distinct:+.3g}"))
+    incorrect = delta("incorrect")
+    if incorrect is not None and incorrect > thresholds.incorrect_rise:
+        found.append(("bad endings", f"%incorrect {incorrect:+.3g}"))
+    cider = delta("cider")
+    if cider is not None and start["cider"] > 0 and -cider / start["cider"] > thresholds.cider_drop:
+        found.append(("reward/CIDEr-D divergence", f"CIDEr-D {cider:+.3g} ({100 * cider / start['cider']:+.0f}%)"))
+    return found
+
+
+def gaming_warning(step: int, start: Mapping[str, float], now: Mapping[str, float],
+                   thresholds: GamingThresholds) -> str | None:
+    """The warning text for `now` (None when no signature): 'reward +x while rep2 +y, ...: repetition gaming'."""
+    found = gaming_signatures(start, now, thresholds)
+    if not found:
+        return None
+    rise = now["reward"] - start["reward"]
+    return (f"scst step {step}: validation reward {rise:+.3g} ({start['reward']:.4g} -> {now['reward']:.4g}) while "
+            f"{', '.join(drift for _, drift in found)} since step {int(start['step'])}: "
+            f"{', '.join(name for name, _ in found)}")
+
+
+def read_monitor_rows(path: Path, up_to_step: int | None = None) -> list[dict[str, float]]:
+    """The rows of a monitor CSV (those after `up_to_step` dropped); none when absent or unreadable."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines or tuple(lines[0].split(",")) != MONITOR_COLUMNS:
+        logger.warning("%s is not an SCST monitor file; starting it again", path)
+        return []
+    try:
+        rows = [dict(zip(MONITOR_COLUMNS, map(float, line.split(",")))) for line in lines[1:] if line]
+    except ValueError:
+        logger.warning("%s is not an SCST monitor file; starting it again", path)
+        return []
+    return [row for row in rows if up_to_step is None or row["step"] <= up_to_step]
+
+
+def write_monitor_rows(path: Path, rows: Sequence[Mapping[str, float]]) -> None:
+    """Write the rows (atomically) with the header `MONITOR_COLUMNS`."""
+    lines = [",".join(MONITOR_COLUMNS)]
+    lines += [",".join(str(int(row["step"])) if c == "step" else f"{row[c]:.8g}" for c in MONITOR_COLUMNS)
+              for row in rows]
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+class GrammarRate:
+    """% of captions with a grammar error by `eval.grammar`'s default backend, NaN (noted once) without one."""
+
+    def __init__(self) -> None:
+        self.checker: Any = None
+        self.unavailable = False
+
+    def __call__(self, captions: Sequence[str]) -> float:
+        """The rate, or NaN."""
+        if self.unavailable:
+            return float("nan")
+        if self.checker is None:
+            from eval.grammar import build_grammar_checker
+            from metric.common.errors import PacsError
+
+            try:
+                self.checker = build_grammar_checker()
+            except (PacsError, ImportError, OSError) as error:
+                logger.warning("scst monitor: grammar_errors not measured (NaN): %s", error)
+                self.unavailable = True
+                return float("nan")
+        from eval.grammar import grammar_error_rate
+
+        return float(grammar_error_rate(list(captions), self.checker).rate)
+
+
+class HackingMonitor:
+    """Monitors SCST on a fixed validation sample (see the module docstring); one CSV row per monitored step."""
+
+    def __init__(self, path: Path, validation: Mapping[str, Sequence[str]], features: FeatureCache, vocab: Any,
+                 reward: Any, thresholds: GamingThresholds, max_length: int, every: int, last_step: int,
+                 resume_step: int | None = None, batch_size: int = 100) -> None:
+        self.path, self.features, self.vocab, self.reward = path, features, vocab, reward
+        self.references = {str(k): list(v) for k, v in validation.items()}
+        self.ids = list(self.references)
+        self.thresholds, self.max_length, self.every, self.last_step = thresholds, max_length, every, last_step
+        self.batch_size = batch_size
+        self.rows = read_monitor_rows(path, resume_step) if resume_step is not None else []
+        self.grammar = GrammarRate()
+
+    def due(self, step: int) -> bool:
+        """Whether step `step` is monitored (step 0, every `every`-th, the last) and not monitored yet."""
+        wanted = step == 0 or step == self.last_step or (self.every > 0 and step % self.every == 0)
+        return wanted and all(int(row["step"]) != step for row in self.rows)
+
+    @torch.no_grad()
+    def captions(self, accelerator: Any, model: Any) -> dict[str, str]:
+        """Greedy captions of the sample (each process its share, gathered on every process)."""
+        from accelerate.utils import gather_object
+
+        was_training = model.training
+        model.eval()
+        local = list(self.ids[accelerator.process_index::accelerator.num_processes])
+        out: dict[str, str] = {}
+        try:
+            for start in range(0, len(local), self.batch_size):
+                chunk = local[start:start + self.batch_size]
+                decoded = greedy(model, self.features.get(chunk).to(accelerator.device), self.max_length)
+                out.update({i: row[0] for i, row in zip(chunk, decode_texts(self.vocab, decoded.tokens))})
+        finally:
+            model.train(was_training)
+        if accelerator.num_processes > 1:
+            return {k: v for part in gather_object([out]) for k, v in part.items()}
+        return out
+
+    def score(self, step: int, captions: Mapping[str, str]) -> dict[str, float]:
+        """The row of `step` for the sample's captions."""
+        from captioner.modeling.train_xe import cider_validator
+
+        ids = [i for i in self.ids if i in captions]
+        texts = [captions[i] for i in ids]
+        refs = [self.references[i] for i in ids]
+        values = torch.as_tensor(self.reward(ids, [[t] for t in texts], refs)).float().view(-1)
+        finite = values[torch.isfinite(values)]
+        row = {"step": float(step), "reward": float(finite.mean()) if len(finite) else float("nan"),
+               "cider": cider_validator(dict(zip(ids, texts)), dict(zip(ids, refs)))}
+        row.update(caption_stats(texts))
+        row["grammar_errors"] = self.grammar(texts)
+        return row
+
+    def __call__(self, accelerator: Any, model: Any, step: int) -> dict[str, float]:
+        """Monitor step `step`: caption, score (main process), share the row, write the CSV, warn on gaming."""
+        from accelerate.utils import broadcast_object_list
+
+        captions = self.captions(accelerator, model)
+        box = [self.score(step, captions) if accelerator.is_main_process else None]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(box, from_process=0)
+        row = box[0]
+        self.rows.append(row)
+        if accelerator.is_main_process:
+            write_monitor_rows(self.path, self.rows)
+            message = gaming_warning(step, self.rows[0], row, self.thresholds) if step > 0 else None
+            if message:
+                logger.warning("%s", message)
+        return row
