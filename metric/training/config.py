@@ -14,6 +14,7 @@ from metric.common.errors import InputError
 from metric.common.trainer_config import TrainerConfig
 
 MODES = ("lora", "projection", "full")
+LOSS_KINDS = ("auto", "infonce", "sigmoid")  # auto: sigmoid for a model with a logit_bias (SigLIP), else InfoNCE
 FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
 
 
@@ -30,8 +31,13 @@ class LoraOptions:
 
 @dataclass
 class LossOptions:
-    """Loss weights: PAC-S++ defaults λv = 0.1, λt = 0.001 (PAC-S: 0.05, 0.1); extra terms off."""
+    """Loss kind and weights: PAC-S++ defaults λv = 0.1, λt = 0.001 (PAC-S: 0.05, 0.1); extra terms off.
 
+    `kind`: ``infonce`` (CLIP's symmetric InfoNCE), ``sigmoid`` (SigLIP's pairwise sigmoid loss with the model's
+    own scale and bias) or ``auto`` (sigmoid when the model has a ``logit_bias`` parameter, i.e. SigLIP / SigLIP2).
+    """
+
+    kind: str = "auto"
     lambda_v: NonNegativeFloat = 0.1
     lambda_t: NonNegativeFloat = 0.001
     directions: str = "mean"
@@ -82,7 +88,7 @@ class MetricTrainConfig(TrainerConfig):
     loss: LossOptions = field(default_factory=LossOptions)
     data: DataOptions = field(default_factory=DataOptions)
     correlation: CorrelationOptions = field(default_factory=CorrelationOptions)
-    train_logit_scale: bool = False
+    train_logit_scale: bool = False  # also trains the logit bias of a sigmoid-loss (SigLIP) model
     lr: PositiveFloat = 1e-4
     weight_decay: NonNegativeFloat = 0.0
     batch_size: int = 256  # the global batch: pairs per optimizer step (and per loss), all processes; >= 2 (validate)
@@ -104,6 +110,8 @@ class MetricTrainConfig(TrainerConfig):
         micro = self.micro_batch_size or self.batch_size
         if micro < 1 or self.batch_size % micro:
             raise InputError(f"micro_batch_size ({micro}) must be >= 1 and divide batch_size ({self.batch_size})")
+        if self.loss.kind not in LOSS_KINDS:
+            raise InputError(f"loss.kind must be one of {', '.join(LOSS_KINDS)}, got {self.loss.kind!r}")
         if self.loss.directions not in ("mean", "sum"):
             raise InputError(f"loss.directions must be 'mean' or 'sum', got {self.loss.directions!r}")
         if self.loss.relative_weighting not in ("uniform", "similarity"):

@@ -1,8 +1,11 @@
 """The model side of metric training: trainable parameters per mode, encoding positives, the loss, validation.
 
-`DualEncoder` wraps an open_clip model so that one forward returns normalised image and text embeddings;
-`encode_positives` + `loss_on_embeddings` are the two halves GradCache combines; `validation_loss` and
-`image_to_text_recall` are the trainer's validation numbers.
+`DualEncoder` wraps an open_clip model so that one forward returns normalised image and text embeddings and the
+*temperature*: the scalar ``logit_scale`` for InfoNCE, or the 2-vector ``[scale, bias]`` for the SigLIP sigmoid loss
+(`resolve_loss_kind`); `encode_positives` + `loss_on_embeddings` are the two halves GradCache combines (the
+temperature travels with the embeddings, whatever its shape); `validation_loss` and `image_to_text_recall` are the
+trainer's validation numbers. Texts are tokenized by the backbone's own tokenizer to its full context and the text
+tower runs its full forward (no trimming: SigLIP's text tower pools the last position of the padded context).
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from accelerate.logging import get_logger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from metric.common.errors import InputError
-from metric.training.config import FAMILY_OF_MODE, LossOptions, MetricTrainConfig
+from metric.common.errors import InputError, PacsError
+from metric.training.config import FAMILY_OF_MODE, LOSS_KINDS, LossOptions, MetricTrainConfig
 from metric.training.data import (
     ShardedEpochBatches,
     collate_positives,
@@ -31,22 +34,63 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)  # accelerate's: logs once, on the main process
 
-# PAC-S mode: ViT `visual.proj` + `text_projection`; ResNets: the attention pooling; timm/HF towers: their heads
-PROJECTION_PREFIXES = ("visual.attnpool.", "visual.head.proj.", "text_projection.", "text.proj.")
+# PAC-S mode: ViT `visual.proj` + `text_projection`; ResNets: the attention pooling; timm/HF towers: their heads;
+# open_clip custom text towers (SigLIP): `text.text_projection`; timm SigLIP towers without a projection
+# (`timm_proj: none`): their MAP attention-pooling head, as for ResNets
+PROJECTION_PREFIXES = ("visual.attnpool.", "visual.head.proj.", "text_projection.", "text.proj.",
+                       "text.text_projection.", "visual.trunk.attn_pool.")
+CLIP_SCALE_MAX = 100.0  # InfoNCE: CLIP's temperature cap (exp(logit_scale) <= 100)
+DEFAULT_LORA_TARGETS = ("attn", "mlp.c_fc", "mlp.c_proj")  # open_clip's ViT blocks (LoraOptions' default)
+# open_clip models whose vision tower is a timm ViT (every open_clip SigLIP / SigLIP2 config): the text tower's
+# nn.MultiheadAttention + MLP, the timm blocks' qkv / proj / fc1 / fc2 (timm's Attention module itself is not a
+# layer peft can wrap), the MAP head (attention pooling: q, kv, proj and its MLP), and the patch embedding.
+TIMM_VIT_LORA_TARGETS = (r"resblocks.\d+.attn", "mlp.c_fc", "mlp.c_proj", "attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2",
+                         "attn_pool.q", "attn_pool.kv", "attn_pool.proj")
+TIMM_PATCH_EMBEDDING = "patch_embed.proj"
+
+
+def _named_parameter(model: nn.Module, leaf: str) -> nn.Parameter | None:
+    """The parameter whose name ends in `leaf` (e.g. ``logit_bias``; peft prefixes names), or None."""
+    for name, param in model.named_parameters():
+        if name.split(".")[-1] == leaf:
+            return param
+    return None
+
+
+def resolve_loss_kind(kind: str, model: nn.Module) -> str:
+    """``infonce`` or ``sigmoid`` for `kind` (``auto``: sigmoid when the model has a ``logit_bias``, i.e. SigLIP)."""
+    if kind not in LOSS_KINDS:
+        raise InputError(f"loss.kind must be one of {', '.join(LOSS_KINDS)}, got {kind!r}")
+    has_bias = _named_parameter(model, "logit_bias") is not None
+    if kind == "auto":
+        return "sigmoid" if has_bias else "infonce"
+    if kind == "sigmoid" and not has_bias:
+        raise InputError("loss.kind=sigmoid needs a model with a logit_bias (SigLIP / SigLIP2, or an open_clip config "
+                         "with init_logit_bias); this backbone has none: use loss.kind=infonce or auto")
+    return kind
 
 
 class DualEncoder(nn.Module):
-    """Wraps an open_clip model so that one forward returns normalised image and text embeddings."""
+    """Wraps an open_clip model so that one forward returns normalised image and text embeddings and the temperature.
 
-    def __init__(self, model: nn.Module):
+    `loss_kind` (``auto``, ``infonce``, ``sigmoid``; see `resolve_loss_kind`) fixes the temperature's form: the
+    scalar ``exp(logit_scale)`` capped at 100 (CLIP) for InfoNCE, the 2-vector ``[exp(logit_scale), logit_bias]``
+    (the model's own values, uncapped, as SigLIP's forward) for the sigmoid loss.
+    """
+
+    def __init__(self, model: nn.Module, loss_kind: str = "auto"):
         super().__init__()
         self.model = model
+        self.loss_kind = resolve_loss_kind(loss_kind, model)
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return ``(image_emb, text_emb, logit_scale)`` with L2-normalised embeddings."""
+        """Return ``(image_emb, text_emb, temperature)`` with L2-normalised embeddings."""
         image_emb = nn.functional.normalize(self.model.encode_image(images), dim=-1)
         text_emb = nn.functional.normalize(self.model.encode_text(tokens), dim=-1)
-        return image_emb, text_emb, self.model.logit_scale.exp().clamp(max=100.0)
+        if self.loss_kind == "sigmoid":
+            return image_emb, text_emb, torch.stack([self.model.logit_scale.exp().reshape(()),
+                                                     self.model.logit_bias.reshape(())])
+        return image_emb, text_emb, self.model.logit_scale.exp().clamp(max=CLIP_SCALE_MAX)
 
 
 def build_base_backbone(config: MetricTrainConfig) -> Backbone:
@@ -62,20 +106,46 @@ def build_base_backbone(config: MetricTrainConfig) -> Backbone:
             arch = arch.get("open_clip_equivalent", arch)
         else:
             arch = tiny_clip_config()
-        return build_backbone_from_config(arch, seed=config.seed)
+        # a SigLIP-style arch (with init_logit_bias) keeps its own activation; CLIP archs get QuickGELU as before
+        quick_gelu = bool(arch.get("quick_gelu", False)) if "init_logit_bias" in arch else True
+        return build_backbone_from_config(arch, seed=config.seed, quick_gelu=quick_gelu)
     return load_backbone(backbone=None if config.checkpoint else config.backbone, checkpoint=config.checkpoint,
                          arch=config.arch)
 
 
+def lora_targets(model: nn.Module, targets: Sequence[str], patch_embedding: bool) -> tuple[list[str], bool]:
+    """The LoRA target names for `model` (and whether `attach_lora` adds ``visual.conv1``).
+
+    The default targets on a model with a timm vision trunk (open_clip SigLIP / SigLIP2) become
+    `TIMM_VIT_LORA_TARGETS` (+ the timm patch embedding); any other choice is passed on unchanged.
+    """
+    trunk = getattr(getattr(model, "visual", None), "trunk", None)
+    if tuple(targets) != DEFAULT_LORA_TARGETS or not isinstance(trunk, nn.Module):
+        return list(targets), patch_embedding
+    return [*TIMM_VIT_LORA_TARGETS, *([TIMM_PATCH_EMBEDDING] if patch_embedding else [])], False
+
+
+def check_trainable_backbone(backbone: Backbone) -> None:
+    """InputError unless `backbone` is an open_clip model (CLIP, SigLIP, SigLIP2): the run writes open_clip weights."""
+    if not {"embed_dim", "vision_cfg", "text_cfg"} <= set(backbone.open_clip_config):
+        kind = getattr(backbone, "family_kind", "")
+        raise InputError(f"backbone {backbone.name}{f' ({kind})' if kind else ''}: metric training needs an open_clip "
+                         "model (CLIP, SigLIP, SigLIP2: a name, local-dir: folder or checkpoint with its open_clip "
+                         "config); transformers folders can be scored but not trained")
+
+
 def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone:
-    """Set requires_grad for the mode (LoRA adapters, final projections, or everything) and the logit scale."""
+    """Set requires_grad for the mode (LoRA adapters, final projections, or everything), the logit scale and bias.
+
+    The scale (and, for the sigmoid loss, the bias) is trained with `train_logit_scale` or in `full` mode only.
+    """
     model = backbone.model
     if config.mode == "lora":
         from metric.models.lora import attach_lora
 
-        backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha,
-                               targets=config.lora.targets, patch_embedding=config.lora.patch_embedding,
-                               dropout=config.lora.dropout)
+        targets, patch_embedding = lora_targets(model, config.lora.targets, config.lora.patch_embedding)
+        backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha, targets=targets,
+                               patch_embedding=patch_embedding, dropout=config.lora.dropout)
         model = backbone.model
     elif config.mode == "projection":
         found = []
@@ -89,16 +159,15 @@ def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone
     else:
         for param in model.parameters():
             param.requires_grad_(True)
-    scale = _logit_scale_param(model)
-    scale.requires_grad_(bool(config.train_logit_scale) or config.mode == "full")
+    train_temperature = bool(config.train_logit_scale) or config.mode == "full"
+    scale = _named_parameter(model, "logit_scale")
+    if scale is None:
+        raise InputError("the backbone has no logit_scale parameter")
+    scale.requires_grad_(train_temperature)
+    bias = _named_parameter(model, "logit_bias")
+    if bias is not None:  # used by the sigmoid loss only: trained with the scale then, else frozen
+        bias.requires_grad_(train_temperature and resolve_loss_kind(config.loss.kind, model) == "sigmoid")
     return dataclasses.replace(backbone, family=FAMILY_OF_MODE[config.mode])
-
-
-def _logit_scale_param(model: nn.Module) -> nn.Parameter:
-    for name, param in model.named_parameters():
-        if name.split(".")[-1] == "logit_scale":
-            return param
-    raise InputError("the backbone has no logit_scale parameter")
 
 
 def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -114,7 +183,8 @@ def encode_positives(encoder: nn.Module, tokenize: Callable[[list[str]], torch.T
                      gen_texts: bool = True) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Encode a batch of positives (real and generated images in one pass, texts in one pass).
 
-    Returns ``([v, t, v', t'], logit_scale)``: four float32 ``[n, E]`` normalised embeddings and the temperature.
+    Returns ``([v, t, v', t'], temperature)``: four float32 ``[n, E]`` normalised embeddings and the temperature
+    (`DualEncoder`: the scale, or ``[scale, bias]`` for the sigmoid loss).
     With `gen_images` / `gen_texts` False, v' / t' are not encoded (None): training skips the positives whose loss
     terms have weight 0 (`losses.positives_needed`), e.g. plain contrastive training with λv = λt = 0 encodes
     half as much.
@@ -131,12 +201,23 @@ def encode_positives(encoder: nn.Module, tokenize: Callable[[list[str]], torch.T
 
 def loss_on_embeddings(embeddings: Sequence[torch.Tensor | None], scale: torch.Tensor,
                        options: LossOptions) -> LossTerms:
-    """The positive-augmented loss (with the configured extra terms) of ``[v, t, v', t']`` embeddings (v'/t' may be None)."""
+    """The positive-augmented loss (with the configured extra terms) of ``[v, t, v', t']`` embeddings (v'/t' may be None).
+
+    `scale` is the encoder's temperature: a scalar (InfoNCE) or ``[scale, bias]`` (sigmoid); ``options.kind``
+    ``auto`` follows its form, an explicit kind must match it.
+    """
     img, txt, gen_img, gen_txt = embeddings
+    with_bias = scale.numel() == 2
+    kind = options.kind if options.kind != "auto" else ("sigmoid" if with_bias else "infonce")
+    if (kind == "sigmoid") != with_bias:
+        raise PacsError(f"loss.kind={options.kind} but the encoder gives a temperature of {scale.numel()} value(s) "
+                         "(1: InfoNCE scale, 2: sigmoid [scale, bias]): build DualEncoder with the same loss_kind")
+    logit_scale, logit_bias = (scale[0], scale[1]) if with_bias else (scale, None)
     return positive_augmented_loss(
-        img, txt, gen_img, gen_txt, scale, lambda_v=options.lambda_v, lambda_t=options.lambda_t,
+        img, txt, gen_img, gen_txt, logit_scale, lambda_v=options.lambda_v, lambda_t=options.lambda_t,
         directions=options.directions, relative_weight=options.relative_weight,
-        relative_weighting=options.relative_weighting, margin_weight=options.margin_weight, margin=options.margin)
+        relative_weighting=options.relative_weighting, margin_weight=options.margin_weight, margin=options.margin,
+        kind=kind, logit_bias=logit_bias)
 
 
 def compute_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], batch: PositivesBatch,

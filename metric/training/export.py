@@ -15,7 +15,9 @@ Two formats (`EXPORT_FORMATS`):
   config in the header), ``open_clip_config.json`` (open_clip's ``model_cfg`` + ``preprocess_cfg``, and a
   ``pacs`` section: family, metric, w, fingerprint, provenance) and a model card ``README.md``.
   ``load_backbone(checkpoint=FOLDER)`` reloads it bit-identically; ``open_clip.create_model("local-dir:FOLDER")``
-  reads the same weights.
+  reads the same weights. A model with a Hugging Face tokenizer (SigLIP / SigLIP2: ``text_cfg.hf_tokenizer_name``)
+  also gets its tokenizer files (``save_pretrained``), so the folder is a complete open_clip ``local-dir``
+  (``open_clip.get_tokenizer("local-dir:FOLDER")`` and ``load_backbone(backbone="local-dir:FOLDER")`` work offline).
 
 Writes are atomic: the file or folder appears complete under its name, or not at all.
 """
@@ -285,6 +287,26 @@ def _input_sha256(path: Path) -> str:
     return sha256_file(path)
 
 
+def has_hf_tokenizer(backbone: Backbone) -> bool:
+    """True for an open_clip model whose text tower reads a Hugging Face tokenizer (SigLIP, SigLIP2)."""
+    return bool(backbone.open_clip_config.get("text_cfg", {}).get("hf_tokenizer_name"))
+
+
+def save_tokenizer_files(backbone: Backbone, folder: Path) -> list[str]:
+    """Write the Hugging Face tokenizer of `backbone` into `folder` (open_clip's local-dir layout); the file names.
+
+    Only for a model with ``text_cfg.hf_tokenizer_name`` (SigLIP / SigLIP2); CLIP's BPE ships with open_clip.
+    """
+    if not has_hf_tokenizer(backbone):
+        return []
+    hf_tokenizer = getattr(backbone.tokenize, "tokenizer", None)
+    if not hasattr(hf_tokenizer, "save_pretrained"):
+        raise InputError(f"{backbone.name}: its text tower reads the Hugging Face tokenizer "
+                         f"{backbone.open_clip_config['text_cfg']['hf_tokenizer_name']}, but the loaded tokenizer "
+                         f"({type(backbone.tokenize).__name__}) cannot be saved with the export")
+    return sorted({Path(name).name for name in hf_tokenizer.save_pretrained(str(folder))})
+
+
 def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
     """The folder's README.md: what the model is, how to load and score with it, where it came from."""
     vision, text = backbone.open_clip_config["vision_cfg"], backbone.open_clip_config["text_cfg"]
@@ -292,8 +314,14 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
     source = pacs_section["provenance"]["exported_from"]
     training = pacs_section["provenance"].get("training") or {}
     config = backbone.open_clip_config
+    siglip = "init_logit_bias" in config
+    if has_hf_tokenizer(backbone):
+        tokenizer_note = (f"the tokenizer files in this folder ({text.get('hf_tokenizer_name')}), texts padded to the "
+                          f"full context of {text.get('context_length')}")
+    else:
+        tokenizer_note = 'the OpenAI CLIP tokenizer, and prefix captions with "A photo depicts "'
     lines = [
-        "---", "library_name: open_clip", "tags:", "- pacs", f"- {family}", "- clip",
+        "---", "library_name: open_clip", "tags:", "- pacs", f"- {family}", "- siglip" if siglip else "- clip",
         "- image-captioning-evaluation", "---", "",
         f"# {backbone.name} ({family.upper()})", "",
         (f"A {family} captioning metric trained with pacs, exported by `pacs export`. Score with `{metric}` "
@@ -305,6 +333,8 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
          f"context {text.get('context_length')} |"),
         f"| embedding | {config.get('embed_dim')} |",
         f"| activation | {'QuickGELU' if config.get('quick_gelu') else 'GELU'} |",
+        *(["| trained with | SigLIP's sigmoid loss (scale and bias of the model: sigmoid(scale·cos + bias)) |"]
+          if siglip else []),
         f"| fingerprint | `{pacs_section['fingerprint']}` |",
         f"| exported from | `{source['path']}` (sha256 `{source['sha256']}`) |",
     ]
@@ -317,8 +347,8 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
         "```python", "from metric import load_backbone", "from metric import Scorer", "",
         'backbone = load_backbone(checkpoint="THIS_FOLDER")  # bit-identical to the trained model',
         f'print(Scorer(backbone, w={w}).score(["image.jpg"], ["a dog runs on the grass"]).scores)', "```", "",
-        ('open_clip reads the same weights: `open_clip.create_model("local-dir:THIS_FOLDER")` (tokenize with the '
-         'OpenAI CLIP tokenizer and prefix captions with "A photo depicts " to reproduce pacs\' scores).'), "",
+        ('open_clip reads the same weights: `open_clip.create_model("local-dir:THIS_FOLDER")` (tokenize with '
+         f"{tokenizer_note} to reproduce pacs' scores)."), "",
         ("Files: `open_clip_model.safetensors` (weights, pacs metadata in the header), `open_clip_config.json` "
          "(open_clip `model_cfg` + `preprocess_cfg`; its `pacs` section holds family, metric, w and provenance)."),
         "",
@@ -342,6 +372,7 @@ def export_folder(backbone: Backbone, out: Path, overwrite: bool = False, w: flo
                                                      "preprocess_cfg": backbone.preprocess.config(),
                                                      "pacs": pacs_section})
         write_text_atomic(tmp / CARD_FILE, model_card(backbone, pacs_section))
+        save_tokenizer_files(backbone, tmp)
     return ExportResult(path=out, format="folder", family=str(backbone.family), fingerprint=fingerprint,
                         n_tensors=len(backbone.model.state_dict()), load_hint=f"--checkpoint {out}")
 

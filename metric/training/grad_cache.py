@@ -5,6 +5,8 @@ Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited S
 2. the cached embeddings become leaf tensors, are gathered across processes (gradient through the local shard,
    `metric.training.distributed.gather_with_grad`), the loss is computed on the full global batch and differentiated
    with respect to the leaves (d loss / d embeddings, and d loss / d temperature);
+   the temperature is any tensor the encoder returns with the embeddings: CLIP's scalar scale, or SigLIP's
+   ``[scale, bias]`` for the sigmoid loss (every element gets its cached gradient back in pass 2);
 3. pass 2: every micro-batch is encoded again with a graph (same RNG state, so dropout masks repeat) and
    back-propagated with its slice of the cached gradients.
 The parameter gradients equal those of one forward/backward of the full batch on one process. Memory: the
@@ -23,8 +25,8 @@ import torch
 from metric.common.errors import PacsError
 from metric.training.distributed import gather_with_grad, world_size
 
-# a micro-batch -> (embedding tensors [n, E] each, or None for one not encoded, temperature); the same encoder in
-# both passes; the first embedding is always present (it gives the micro-batch size)
+# a micro-batch -> (embedding tensors [n, E] each, or None for one not encoded, temperature: a scalar or
+# [scale, bias]); the same encoder in both passes; the first embedding is always present (the micro-batch size)
 Encode = Callable[[Any], tuple[Sequence[torch.Tensor | None], torch.Tensor]]
 
 

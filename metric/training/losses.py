@@ -4,7 +4,12 @@ Decisions the papers leave open (docs/formulas.md), fixed here:
 - the symmetric InfoNCE *averages* its two directions (image→text and text→image), as PAC-S++ §3.1 says;
   ``directions="sum"`` gives the PAC-S Eq. 2 form (exactly twice the value);
 - the temperature is the model's own ``logit_scale`` (``exp`` of CLIP's learned log-scale); whether it is
-  trained is the trainer's choice (frozen by default, see ``metric.training.trainer``).
+  trained is the trainer's choice (frozen by default, see ``metric.training.trainer``);
+- for SigLIP / SigLIP2 backbones (``kind="sigmoid"``) each of the paper's terms L(V,T), L(V',T), L(V,T') is SigLIP's
+  pairwise sigmoid loss on that pair of embedding sets (``open_clip.loss.SigLipLoss``: positives on the diagonal,
+  every other pair a negative) with the model's own scale and bias; λv, λt unchanged. The sigmoid loss has no
+  directions (``directions`` applies to InfoNCE only); the optional relative term stays InfoNCE-shaped with the
+  model's scale, the margin term works on cosines either way.
 All embeddings given to these functions are L2-normalised ``[N, E]`` tensors.
 """
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch.nn.functional as F
 from metric.common.errors import PacsError
 
 Directions = Literal["mean", "sum"]
+LossKind = Literal["infonce", "sigmoid"]
 
 
 def _check_pair(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
@@ -36,6 +42,19 @@ def symmetric_infonce(img: torch.Tensor, txt: torch.Tensor, logit_scale: torch.T
     text_to_image = F.cross_entropy(logits.t(), targets)
     total = image_to_text + text_to_image
     return total / 2 if directions == "mean" else total
+
+
+def sigmoid_pairwise(img: torch.Tensor, txt: torch.Tensor, logit_scale: torch.Tensor | float,
+                     logit_bias: torch.Tensor | float) -> torch.Tensor:
+    """SigLIP's pairwise sigmoid loss ``-Σ_ij log σ(z_ij·(s·cos_ij + b)) / N`` (z = +1 if i = j else -1).
+
+    Row i of `img` matches row i of `txt`; every other pair of the batch is a negative. The computation is
+    open_clip's own (`open_clip.loss.SigLipLoss`, one process: the caller gathers the global batch first).
+    """
+    from open_clip.loss import SigLipLoss
+
+    _check_pair(img, txt, "sigmoid_pairwise")
+    return SigLipLoss()(img, txt, logit_scale, logit_bias)
 
 
 @dataclass
@@ -137,20 +156,32 @@ def positive_augmented_loss(img: torch.Tensor, txt: torch.Tensor, gen_img: torch
                             logit_scale: torch.Tensor | float, lambda_v: float = 0.1, lambda_t: float = 0.001,
                             directions: Directions = "mean", relative_weight: float = 0.0,
                             relative_weighting: Literal["uniform", "similarity"] = "uniform",
-                            margin_weight: float = 0.0, margin: float = 0.2) -> LossTerms:
+                            margin_weight: float = 0.0, margin: float = 0.2, kind: LossKind = "infonce",
+                            logit_bias: torch.Tensor | float | None = None) -> LossTerms:
     """``L = L(V,T) + λv·L(V',T) + λt·L(V,T')`` (+ optional relative and margin terms, off by default).
 
     `img`/`txt` are the real pair, `gen_img` the image generated from `txt` (v'), `gen_txt` the caption
     generated from `img` (t'). Defaults are PAC-S++'s λv = 0.1, λt = 0.001 (PAC-S: 0.05 / 0.1).
     `gen_img` / `gen_txt` may be None where no term uses them (`positives_needed`): that term is then None.
+    `kind="sigmoid"` makes each L the SigLIP sigmoid loss with `logit_scale` and `logit_bias` (`sigmoid_pairwise`).
     """
     need_images, need_texts = positives_needed(lambda_v, lambda_t, relative_weight)
     for name, value, needed in (("gen_img", gen_img, need_images), ("gen_txt", gen_txt, need_texts)):
         if value is None and needed:
             raise PacsError(f"positive_augmented_loss: {name} is None but a loss term with a non-zero weight uses it")
-    real = symmetric_infonce(img, txt, logit_scale, directions)
-    gen_image = symmetric_infonce(gen_img, txt, logit_scale, directions) if gen_img is not None else None
-    gen_text = symmetric_infonce(img, gen_txt, logit_scale, directions) if gen_txt is not None else None
+    if kind not in ("infonce", "sigmoid"):
+        raise PacsError(f"positive_augmented_loss: unknown loss kind {kind!r} (known: infonce, sigmoid)")
+    if kind == "sigmoid" and logit_bias is None:
+        raise PacsError("positive_augmented_loss: the sigmoid loss needs the model's logit_bias")
+
+    def pair_loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if kind == "sigmoid":
+            return sigmoid_pairwise(a, b, logit_scale, logit_bias)
+        return symmetric_infonce(a, b, logit_scale, directions)
+
+    real = pair_loss(img, txt)
+    gen_image = pair_loss(gen_img, txt) if gen_img is not None else None
+    gen_text = pair_loss(img, gen_txt) if gen_txt is not None else None
     total = real
     if gen_image is not None:
         total = total + lambda_v * gen_image

@@ -90,7 +90,7 @@ def restore_best(model: nn.Module, best: dict[str, torch.Tensor]) -> None:
 
 
 def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module, state: TrainerState,
-                  output_dir: Path, seconds: float) -> None:
+                  output_dir: Path, seconds: float, loss_kind: str | None = None) -> None:
     from metric.models.backbones import model_fingerprint, save_backbone
     from metric.models.lora import base_from_source, merge_lora, save_adapter
 
@@ -100,6 +100,11 @@ def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module,
     if base_source is not None and config.arch:
         base_source["arch"] = config.arch
     files: dict[str, str] = {"checkpoint": CHECKPOINT_FILE}
+    if config.mode == "lora" and config.train_logit_scale and base_source is not None:
+        # peft saves the LoRA matrices only: the trained logit scale (and SigLIP's bias) would be lost on a base
+        # reloaded from its name or file, so the adapter carries its base weights with the trained values
+        logger.info("train_logit_scale: adapter/ embeds its base weights (with the trained logit scale / bias)")
+        base_source = {}  # an empty record: save_adapter embeds the base (base.safetensors)
     if config.mode == "lora":
         save_adapter(backbone, output_dir / ADAPTER_DIR, base=base_source)
         chmod_like_umask(output_dir / ADAPTER_DIR)  # peft/safetensors write 0600 files: follow the umask
@@ -116,5 +121,5 @@ def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module,
         "history": state.history, "best_step": state.best_step, "best_val_total": state.best_val,
         "steps": state.step, "train_losses": state.train_losses, "seconds": seconds, "files": files,
         "provenance": provenance(config=to_dict(config), seed=config.seed, mode=config.mode,
-                                 base=trained.name, family=FAMILY_OF_MODE[config.mode])})
+                                 base=trained.name, family=FAMILY_OF_MODE[config.mode], loss_kind=loss_kind)})
     logger.info("saved %s (best step %d, val loss %.4f)", output_dir, state.best_step, state.best_val)

@@ -7,8 +7,9 @@ seeded global batch, encodes it in micro-batches, and the contrastive loss cover
 ``accelerator.backward``; validation loss (over global batches too) every ``eval_every`` optimizer steps with
 early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional
 periodic correlation on an eval benchmark, resumable state
-(``save_state`` / ``load_state``). The temperature is the model's ``logit_scale``; it is frozen unless
-``train_logit_scale`` is set. Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
+(``save_state`` / ``load_state``). The loss is InfoNCE, or SigLIP's sigmoid loss for a model with a ``logit_bias``
+(``loss.kind``, see ``metric.training.losses``). The temperature is the model's ``logit_scale`` (and ``logit_bias`` for
+the sigmoid loss); both are frozen unless ``train_logit_scale`` is set (or in ``full`` mode). Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
 ``metric.models.factory.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ from metric.training.encoding import (
     DualEncoder,
     PositivesBatch,
     build_base_backbone,
+    check_trainable_backbone,
     compute_loss,
     embed_pairs,
     encode_positives,
@@ -137,6 +139,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     micro = micro_batch_size(config, processes)
     set_seed(config.seed)
     base = backbone if backbone is not None else build_base_backbone(config)
+    check_trainable_backbone(base)
     if train_dataset is None or val_dataset is None:
         file_train, file_val = _datasets_from_config(config, base)
         train_dataset = train_dataset if train_dataset is not None else file_train
@@ -152,7 +155,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
                 config.batch_size // processes // micro, micro)
     logger.info("mode %s: %d trainable tensors, %d parameters (of %d)", config.mode, len(params),
                 sum(p.numel() for p in params.values()), sum(p.numel() for p in model.parameters()))
-    encoder = DualEncoder(model)
+    encoder = DualEncoder(model, config.loss.kind)
+    logger.info("loss: %s (loss.kind=%s)", encoder.loss_kind, config.loss.kind)
     optimizer = make_adam(params.values(), decoupled_weight_decay=True, lr=config.lr,
                           weight_decay=config.weight_decay)
     encoder, optimizer = accelerator.prepare(encoder, optimizer)
@@ -263,7 +267,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         restore_best(unwrapped, state.best_weights)
-        save_outputs(config, trained, unwrapped, state, output_dir, time.time() - started)
+        save_outputs(config, trained, unwrapped, state, output_dir, time.time() - started,
+                     loss_kind=accelerator.unwrap_model(encoder).loss_kind)
     accelerator.wait_for_everyone()
     if config.mixed_precision != "no" and accelerator.num_processes == 1:
         _allow_new_precision("no")  # do not leave autocast on for later Accelerators of this process

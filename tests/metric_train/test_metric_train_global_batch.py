@@ -16,7 +16,9 @@ from safetensors.torch import load_file
 from torch import nn
 
 from metric.common.errors import InputError
+from metric.training.config import LossOptions
 from metric.training.data import ShardedEpochBatches, split_micro_batches
+from metric.training.encoding import loss_on_embeddings
 from metric.training.grad_cache import grad_cache_step
 from metric.training.losses import positive_augmented_loss, symmetric_infonce
 from metric.training.trainer import MetricTrainConfig, micro_batch_size
@@ -45,6 +47,18 @@ class _DropoutEncoder(nn.Module):
         return [F.normalize(e, dim=-1) for e in embed], self.log_scale.exp()
 
 
+class _SigmoidDropoutEncoder(_DropoutEncoder):
+    """The same toy encoder with SigLIP's temperature: ``[exp(log_scale), bias]`` (both learnable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.tensor(-2.0))
+
+    def forward(self, batch):
+        embeddings, scale = super().forward(batch)
+        return embeddings, torch.stack([scale, self.bias])
+
+
 def _toy_batch(n: int) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(11)
     return (torch.randn(n, 6, generator=generator), torch.randn(n, 5, generator=generator),
@@ -56,23 +70,33 @@ def _loss(embeddings, scale):
                                    margin_weight=0.5)
 
 
-def test_grad_cache_gives_the_full_batch_gradient_with_dropout_replayed():
+def _sigmoid_loss(embeddings, temperature):
+    """The PAC-S++ loss with SigLIP's sigmoid terms (temperature = [scale, bias]) and every extra term."""
+    return loss_on_embeddings(embeddings, temperature, LossOptions(kind="sigmoid", lambda_v=0.3, lambda_t=0.2,
+                                                                   relative_weight=0.5, margin_weight=0.5))
+
+
+@pytest.mark.parametrize(("encoder", "loss"), [(_DropoutEncoder, _loss), (_SigmoidDropoutEncoder, _sigmoid_loss)],
+                         ids=["infonce", "sigmoid"])
+def test_grad_cache_gives_the_full_batch_gradient_with_dropout_replayed(encoder, loss):
     batch = _toy_batch(8)
     micro = [tuple(part[i:i + 2] for part in batch) for i in range(0, 8, 2)]
     # direct: the same micro-batches encoded with a graph in the same order (same dropout draws), one loss, one backward
-    direct_model = _DropoutEncoder()
+    direct_model = encoder()
     torch.manual_seed(0)
     parts = [direct_model(m) for m in micro]
     embeddings = [torch.cat([p[0][k] for p in parts]) for k in range(4)]
-    expected = _loss(embeddings, parts[-1][1])
+    expected = loss(embeddings, parts[-1][1])
     expected.total.backward()
-    model = _DropoutEncoder()
+    model = encoder()
     torch.manual_seed(0)
-    terms = grad_cache_step(micro, model, _loss, lambda t: t.backward())
+    terms = grad_cache_step(micro, model, loss, lambda t: t.backward())
     assert float(terms.total.detach()) == pytest.approx(float(expected.total.detach()), abs=1e-6)
     for (name, got), want in zip(model.named_parameters(), direct_model.parameters()):
         assert torch.allclose(got.grad, want.grad, atol=1e-6), name
     assert model.log_scale.grad.abs() > 1e-3 and float(terms.relative.detach()) > 0 and float(terms.margin.detach()) > 0
+    if encoder is _SigmoidDropoutEncoder:  # the bias is trained through the cache too
+        assert model.bias.grad.abs() > 1e-3
     # the RNG goes on as after one pass over the micro-batches (the replay draws nothing extra)
     next_draw = torch.rand(1)
     torch.manual_seed(0)
@@ -107,13 +131,14 @@ def _gather_worker(rank: int, port: int, out: str) -> None:
     # and as one micro-batch (the direct path)
     share = tuple(part[4 * rank:4 * rank + 4] for part in _toy_batch(8))
     results = {"loss": loss.detach(), "img": local_img.grad, "txt": local_txt.grad}
-    for name, micro in (("cache", [tuple(part[i:i + 2] for part in share) for i in (0, 2)]), ("direct", [share])):
-        model = _DropoutEncoder()
-        model.drop.p = 0.0
-        ddp = nn.parallel.DistributedDataParallel(model)
-        terms = grad_cache_step(micro, ddp, _loss, lambda t: t.backward(), ddp.no_sync, averaged_over=2)
-        results[f"{name}_loss"] = terms.total.detach()
-        results[f"{name}_grads"] = {key: param.grad for key, param in model.named_parameters()}
+    for kind, encoder, loss in (("", _DropoutEncoder, _loss), ("sigmoid_", _SigmoidDropoutEncoder, _sigmoid_loss)):
+        for name, micro in (("cache", [tuple(part[i:i + 2] for part in share) for i in (0, 2)]), ("direct", [share])):
+            model = encoder()
+            model.drop.p = 0.0
+            ddp = nn.parallel.DistributedDataParallel(model)
+            terms = grad_cache_step(micro, ddp, loss, lambda t: t.backward(), ddp.no_sync, averaged_over=2)
+            results[f"{kind}{name}_loss"] = terms.total.detach()
+            results[f"{kind}{name}_grads"] = {key: param.grad for key, param in model.named_parameters()}
     torch.save(results, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -138,16 +163,17 @@ def test_gathered_loss_and_ddp_grad_cache_on_two_processes_give_the_full_batch_o
         assert float(got["loss"]) == pytest.approx(expected, abs=1e-6)
         assert torch.allclose(got["img"], full_img.grad[2 * rank:2 * rank + 2], atol=1e-6)
         assert torch.allclose(got["txt"], full_txt.grad[2 * rank:2 * rank + 2], atol=1e-6)
-    model = _DropoutEncoder()  # the DDP GradCache gradients: those of one process on the whole toy batch
-    model.drop.p = 0.0
-    full = _loss(*model(_toy_batch(8)))
-    full.total.backward()
-    for rank in (0, 1):
-        got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        for path in ("cache", "direct"):
-            assert float(got[f"{path}_loss"]) == pytest.approx(float(full.total.detach()), abs=1e-6)
-            for name, param in model.named_parameters():
-                assert torch.allclose(got[f"{path}_grads"][name], param.grad, atol=1e-6), (rank, path, name)
+    for kind, encoder, loss in (("", _DropoutEncoder, _loss), ("sigmoid_", _SigmoidDropoutEncoder, _sigmoid_loss)):
+        model = encoder()  # the DDP GradCache gradients: those of one process on the whole toy batch
+        model.drop.p = 0.0
+        full = loss(*model(_toy_batch(8)))
+        full.total.backward()
+        for rank in (0, 1):
+            got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+            for path in ("cache", "direct"):
+                assert float(got[f"{kind}{path}_loss"]) == pytest.approx(float(full.total.detach()), abs=1e-6)
+                for name, param in model.named_parameters():
+                    assert torch.allclose(got[f"{kind}{path}_grads"][name], param.grad, atol=1e-6), (rank, path, name)
     local_only = _hand_infonce(img[:2].tolist(), txt[:2].tolist(), 2.0)
     assert abs(local_only - expected) > 1e-2  # what a process saw before: its own pairs only
 

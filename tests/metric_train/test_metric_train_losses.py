@@ -11,6 +11,7 @@ from metric.training.losses import (
     positive_augmented_loss,
     relative_infonce,
     relative_positive_loss,
+    sigmoid_pairwise,
     symmetric_infonce,
 )
 
@@ -140,6 +141,61 @@ def test_hard_negative_margin_matches_loop():
     assert float(hard_negative_margin(eye, eye, 1.5)) == pytest.approx(0.5)
     terms = positive_augmented_loss(v, t, v, t, 10.0, margin_weight=2.0)
     assert float(terms.margin) == pytest.approx((image_side + text_side) / 2, rel=1e-9)
+
+
+def _loop_sigmoid(v, t, scale, bias):
+    """SigLIP's loss by hand: -sum_ij log sigmoid(z_ij (s cos_ij + b)) / n, z = +1 on the diagonal, -1 elsewhere."""
+    n = v.shape[0]
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            z = 1.0 if i == j else -1.0
+            total += -math.log(1.0 / (1.0 + math.exp(-z * (scale * float(v[i] @ t[j]) + bias))))
+    return total / n
+
+
+@pytest.mark.parametrize(("scale", "bias"), [(10.0, -10.0), (1.0, 0.0), (117.3, -12.9)])
+def test_sigmoid_pairwise_matches_hand_computation(scale, bias):
+    v, t = _unit(6, 8, 30), _unit(6, 8, 31)
+    assert float(sigmoid_pairwise(v, t, scale, bias)) == pytest.approx(_loop_sigmoid(v, t, scale, bias), rel=1e-9)
+    # swapping the two sets transposes the logit matrix; the labels are symmetric, so the sum is the same
+    assert float(sigmoid_pairwise(t, v, scale, bias)) == pytest.approx(_loop_sigmoid(v, t, scale, bias), rel=1e-9)
+
+
+def test_positive_augmented_sigmoid_loss_combines_three_terms():
+    v, t, vg, tg = (_unit(5, 8, s) for s in range(40, 44))
+    scale, bias = 9.0, -4.0
+    terms = positive_augmented_loss(v, t, vg, tg, scale, lambda_v=0.1, lambda_t=0.001, kind="sigmoid",
+                                    logit_bias=bias)
+    expected = {"real": _loop_sigmoid(v, t, scale, bias), "gen_image": _loop_sigmoid(vg, t, scale, bias),
+                "gen_text": _loop_sigmoid(v, tg, scale, bias)}
+    for name, value in expected.items():
+        assert float(getattr(terms, name)) == pytest.approx(value, rel=1e-9), name
+    assert float(terms.total) == pytest.approx(expected["real"] + 0.1 * expected["gen_image"]
+                                               + 0.001 * expected["gen_text"], rel=1e-9)
+    # directions applies to InfoNCE only; the relative term keeps its InfoNCE form with the model's scale
+    summed = positive_augmented_loss(v, t, vg, tg, scale, kind="sigmoid", logit_bias=bias, directions="sum")
+    assert float(summed.total) == pytest.approx(float(terms.total), rel=1e-12)
+    with_relative = positive_augmented_loss(v, t, vg, tg, scale, kind="sigmoid", logit_bias=bias, relative_weight=0.5)
+    assert float(with_relative.relative) == pytest.approx(float(relative_positive_loss(v, t, vg, tg, scale)), rel=1e-12)
+
+
+def test_sigmoid_loss_needs_a_bias_and_trains_scale_and_bias():
+    from metric.common.errors import PacsError
+
+    v, t = _unit(4, 8, 50).requires_grad_(True), _unit(4, 8, 51)
+    with pytest.raises(PacsError, match="logit_bias"):
+        positive_augmented_loss(v, t, v, t, 10.0, kind="sigmoid")
+    log_scale = torch.tensor(math.log(10.0), dtype=torch.float64, requires_grad=True)
+    bias = torch.tensor(-10.0, dtype=torch.float64, requires_grad=True)
+    positive_augmented_loss(v, t, None, None, log_scale.exp(), lambda_v=0.0, lambda_t=0.0, kind="sigmoid",
+                            logit_bias=bias).total.backward()
+    # d/db of -sum_ij log sigmoid(z (s c + b)) / n = -sum_ij z (1 - sigmoid(z (s c + b))) / n
+    cos = (v @ t.t()).detach()
+    z = 2 * torch.eye(4, dtype=torch.float64) - 1
+    expected = float(-(z * (1 - torch.sigmoid(z * (10.0 * cos - 10.0)))).sum() / 4)
+    assert float(bias.grad) == pytest.approx(expected, rel=1e-9)
+    assert log_scale.grad is not None and abs(float(log_scale.grad)) > 0 and v.grad is not None
 
 
 def test_shape_mismatch_is_an_error():
