@@ -5,6 +5,13 @@ cached by the image itself — resolved path or pixel hash — never by its id a
 metric's default w (`metric.scoring.registry.default_w`) unless the context gives `w`. The reward model is frozen
 (eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `metric.scoring.scorer`) sets the compute
 precision of a scorer the reward builds itself; a given `scorer=` keeps its own.
+
+The context's `score` ("cosine" default: `w·max(cos, 0)`; "sigmoid": the model's calibrated probability, refused
+for a model without a logit bias) and `long_captions` ("truncate" default, or "chunk": sentence pieces, the
+references chunked the same way) apply to every contrastive term of the spec, e.g.
+`build_reward("pac-s++", checkpoint=..., score="sigmoid", long_captions="chunk")`. Each call marks the captions
+cut to the text context: `last_truncated` (bool `[B, k]`) and the running count `n_truncated`.
+Images given by `image_loader` / `image_paths` may be paths, PIL images or tensors (`metric.scoring.image_inputs`).
 """
 from __future__ import annotations
 
@@ -25,11 +32,16 @@ logger = logging.getLogger(__name__)
 class ContrastiveReward:
     """One contrastive metric as a reward over `[B, k]` sampled captions."""
 
-    def __init__(self, spec: MetricSpec, scorer: Any, images: ImageEmbeddingCache, w: float) -> None:
+    def __init__(self, spec: MetricSpec, scorer: Any, images: ImageEmbeddingCache, w: float,
+                 score: str = "cosine", long_captions: str = "truncate") -> None:
         self.spec = spec
         self.scorer = scorer
         self.images = images
         self.w = float(w)
+        self.score_kind = score
+        self.long_captions = long_captions
+        self.last_truncated = torch.zeros(0, 0, dtype=torch.bool)
+        self.n_truncated = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The scorer's embedding caches and this reward's image embeddings (see `Reward.state_dict`)."""
@@ -51,7 +63,13 @@ class ContrastiveReward:
                 if not row:
                     raise InputError(f"{self.spec.name} reward: image {image_id!r} has no references")
             refs = [row for row in references for _ in range(k)]
-        result = self.scorer.score_embeddings(image_embs, flat, references=refs, w=self.w)
+        result = self.scorer.score_embeddings(image_embs, flat, references=refs, w=self.w, score=self.score_kind,
+                                              long_captions=self.long_captions)
+        self.last_truncated = torch.as_tensor(result.truncated, dtype=torch.bool).reshape(len(image_ids), k)
+        self.n_truncated += result.n_truncated
+        if result.n_truncated:
+            logger.debug("%s reward: %d of %d captions truncated to the text context", self.spec.name,
+                         result.n_truncated, len(flat))
         return torch.as_tensor(result.scores, dtype=torch.float32).reshape(len(image_ids), k)
 
 
@@ -97,16 +115,23 @@ def contrastive_factory(name: str):
                 checkpoint: str | None = None, arch: str | None = None, device: str = "cpu", batch_size: int = 64,
                 w: float | None = None, image_loader: ImageLoader | None = None,
                 image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
-                resources: RewardResources | None = None, dtype: str = "fp32", **_: Any) -> ContrastiveReward:
+                resources: RewardResources | None = None, dtype: str = "fp32", score: str = "cosine",
+                long_captions: str = "truncate", **_: Any) -> ContrastiveReward:
+        from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+
+        score, long_captions = check_score_kind(score), check_long_captions(long_captions)
         resources = resources if resources is not None else RewardResources()
         chosen = scorer_from_context(name, scorer, scorers, backbone, checkpoint, arch, device, batch_size, resources,
                                      dtype)
+        if score == "sigmoid":
+            calibration(chosen.backbone)  # one clear error for a model without a logit bias
         family = chosen.backbone.family
         if family is not None and family != spec.family:  # None: family not established
             logger.warning("%s reward computed with a %r-family model (%s)", name, family, chosen.backbone.name)
         cache = resources.image_cache(chosen, image_loader=image_loader, image_paths=image_paths,
                                       embeddings=image_embeddings)
-        return ContrastiveReward(spec, chosen, cache, w if w is not None else default_w(name, chosen.backbone))
+        return ContrastiveReward(spec, chosen, cache, w if w is not None else default_w(name, chosen.backbone),
+                                 score=score, long_captions=long_captions)
 
     factory.__name__ = factory.__qualname__ = f"{name.replace('-', '_').replace('+', 'p')}_reward"
     factory.__doc__ = f"The {name} reward (metric/ scorer on cached image embeddings)."

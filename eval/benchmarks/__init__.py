@@ -222,7 +222,21 @@ def score_unique(context: RunContext, candidates: Sequence[str], references: Seq
     order = [first[key] for key in distinct]
     scores = context.suite.score([candidates[i] for i in order], [list(references[i]) for i in order],
                                  [images[i] for i in order] if images is not None else None)
+    note_truncation(context)
     return {name: values[inverse] for name, values in scores.items()}
+
+
+def note_truncation(context: RunContext) -> None:
+    """Report, per contrastive metric, how many distinct candidates were cut to the text context so far
+    (`truncated_captions[METRIC]` in the counts; with `long_captions="chunk"`, those with a sentence too long)."""
+    from eval.registry import get_metric
+
+    for name in context.metrics:
+        if get_metric(name).kind != "contrastive" or name in context.suite.unavailable:
+            continue
+        truncated = getattr(context.suite.scorer(name), "truncated_captions", None)
+        if truncated:
+            context.notes[f"truncated_captions[{name}]"] = len(truncated)
 
 
 def kendall_table(context: RunContext, scores: dict[str, np.ndarray], human: np.ndarray) -> dict[str, Any]:

@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images
+from eval.benchmarks import (
+    Benchmark,
+    RunContext,
+    accuracy_table,
+    note_truncation,
+    register_benchmark,
+    resolve_images,
+)
 from eval.registry import get_metric
 from metric.common.errors import InputError
 
@@ -215,6 +222,7 @@ class Pascal50S(Benchmark):
             if draw > 0 and not ref_based:
                 break  # reference-free metrics do not depend on the draw
             scores = context.suite.score(sent1 + sent2, refs + refs, (images + images) if images else None)
+            note_truncation(context)
             score_a = {name: values[: len(index)] for name, values in scores.items()}
             score_b = {name: values[len(index):] for name, values in scores.items()}
             table = accuracy_table(context, score_a, score_b, first_preferred[index], data["categories"][index],

@@ -305,10 +305,11 @@ class VatexEval(Benchmark):
             scores.update({name: values for name, values in text_scores(context, data.candidates,
                                                                         data.references).items()
                            if get_metric(name).kind == "baseline"})
-        for n_refs in REFERENCE_SETTINGS[1:]:
-            for name, values in text_scores(context, data.candidates, data.references_at(n_refs)).items():
-                if get_metric(name).kind == "text":
-                    scores[setting_name(name, n_refs)] = values
+        if any(get_metric(name).kind == "text" for name in context.metrics):  # (`length` alone needs no refs)
+            for n_refs in REFERENCE_SETTINGS[1:]:
+                for name, values in text_scores(context, data.candidates, data.references_at(n_refs)).items():
+                    if get_metric(name).kind == "text":
+                        scores[setting_name(name, n_refs)] = values
         scores = {key: scores[key] for name in context.metrics for key in
                   (name, setting_name(name, 1), setting_name(name, 9)) if key in scores}
         table: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
+from metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
 from metric.scoring.images import ImageFinder
 from metric.scoring.inputs import (
     load_candidates,
@@ -68,6 +69,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                        help="compute precision of the towers (torch.autocast for bf16/fp16; default fp32, as the "
                             "official code)")
+    group.add_argument("--score", choices=SCORE_KINDS, default="cosine",
+                       help="score convention: cosine = w·max(cos, 0), range [0, w], the papers' (default); sigmoid "
+                            "= the model's calibrated sigmoid(scale·cos + bias), range (0, 1), for models with a "
+                            "logit bias (SigLIP / SigLIP2); Ref- variants: the harmonic mean of the mapped terms")
+    group.add_argument("--long-captions", choices=LONG_CAPTION_MODES, default="truncate",
+                       help="captions longer than the text context: truncate (default, as the papers; the end token "
+                            "kept) or chunk (split at sentence boundaries into pieces that fit, prompt included; "
+                            "the mean of their normalised embeddings; references are chunked the same way)")
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
@@ -110,28 +119,36 @@ def run_score(args: argparse.Namespace) -> int:
     if result.n_truncated:
         logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
                        scorer.backbone.context_length)
-    summary = (f"{spec.name} (w={result.w:g}, {scorer.backbone.name}): mean {result.mean:.4f} over "
-               f"{len(candidates)} captions, {len(paths)} images; {result.n_truncated} truncated, "
+    weight = f"w={result.w:g}" if result.score_kind == "cosine" else "sigmoid"
+    summary = (f"{spec.name} ({weight}, {scorer.backbone.name}): mean {result.mean:.4f} over "
+               f"{len(candidates)} captions, {len(paths)} images; {result.n_truncated} truncated"
+               f"{f', {result.n_chunked} chunked' if result.long_captions == 'chunk' else ''}, "
                f"{result.n_empty} empty")
     if args.out:
         output = {
             "metric": spec.name,
+            "score": result.score_kind,
+            "long_captions": result.long_captions,
             "w": result.w,
             "backbone": scorer.backbone.name,
             "mean": result.mean,
             "n": len(candidates),
             "n_images": len(paths),
             "n_truncated": result.n_truncated,
+            "n_truncated_references": result.n_truncated_references,
+            "n_chunked": result.n_chunked,
             "n_empty": result.n_empty,
-            "per_instance": [{"image_id": c.image_id, "caption": c.caption, "score": float(score)}
-                             for c, score in zip(candidates, result.scores)],
+            "per_instance": [{"image_id": c.image_id, "caption": c.caption, "score": float(score),
+                              "truncated": bool(cut)}
+                             for c, score, cut in zip(candidates, result.scores, result.truncated)],
             "provenance": provenance(
                 **model_provenance(scorer), w=result.w, seed=args.seed,
                 config={"metric": spec.name, "candidates": str(args.candidates), "references": args.references,
                         "images": args.images, "image_map": args.image_map, "batch_size": scorer.batch_size,
                         "prompt": scorer.prompt, "lora_mode": args.lora_mode, "arch": args.arch,
                         "family": args.family, "allow_family_mismatch": args.allow_family_mismatch,
-                        "device": args.device, "dtype": scorer.dtype}),
+                        "device": args.device, "dtype": scorer.dtype, "score": result.score_kind,
+                        "long_captions": result.long_captions}),
         }
         write_json_atomic(args.out, output)
         summary += f" -> {args.out}"

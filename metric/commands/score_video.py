@@ -107,7 +107,8 @@ def run_score_video(args: argparse.Namespace) -> int:
     if result.n_truncated:
         logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
                        getattr(scorer.backbone, "context_length", 77))
-    summary = (f"{spec.name} video (w={result.w:g}, {scorer.backbone.name}): mean {mean:.4f} over "
+    weight = f"w={result.w:g}" if result.score_kind == "cosine" else "sigmoid"
+    summary = (f"{spec.name} video ({weight}, {scorer.backbone.name}): mean {mean:.4f} over "
                f"{len(candidates)} captions, {len(paths)} videos, {scorer.stats['frames_embedded']} frames embedded; "
                f"{result.n_truncated} truncated, {result.n_empty} empty")
     if scorer.short_videos:
@@ -118,7 +119,7 @@ def run_score_video(args: argparse.Namespace) -> int:
             row = {"video_id": candidate.image_id, "caption": candidate.caption,
                    "score": float(result.scores[index]), "coarse": float(result.coarse[index]),
                    "fine": float(result.fine[index]), "precision": float(result.precision[index]),
-                   "recall": float(result.recall[index])}
+                   "recall": float(result.recall[index]), "truncated": bool(result.truncated[index])}
             if result.ref_terms is not None:
                 row["video_score"] = float(result.video_scores[index])
                 row["ref_term"] = float(result.ref_terms[index])
@@ -129,9 +130,10 @@ def run_score_video(args: argparse.Namespace) -> int:
                   "prompt": scorer.prompt, "fps": sampling.fps, "num_frames": sampling.num_frames,
                   "max_frames": sampling.max_frames, "idf_corpus": corpus_name,
                   "idf_documents": idf.n_documents, "lora_mode": args.lora_mode, "arch": args.arch,
-                  "device": args.device}
+                  "device": args.device, "score": result.score_kind, "long_captions": scorer.long_captions}
         output = {
-            "metric": spec.name, "w": result.w, "backbone": scorer.backbone.name, "mean": mean,
+            "metric": spec.name, "score": result.score_kind, "long_captions": scorer.long_captions,
+            "w": result.w, "backbone": scorer.backbone.name, "mean": mean,
             "n": len(candidates), "n_videos": len(paths), "n_truncated": result.n_truncated,
             "n_empty": result.n_empty, "n_short_videos": len(scorer.short_videos),
             "short_videos": [{"video": short.source, "requested": short.requested, "distinct": short.distinct}

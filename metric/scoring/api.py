@@ -26,6 +26,9 @@ class MetricScores:
     """Per-caption scores (float32, input order) and their mean, with the metric, w and model that produced them.
 
     `details` is the scorer's full `metric.scoring.scorer.ScoreResult` (reference-free scores, reference terms, cosines).
+    `score_kind` is the convention ("cosine": `w·max(cos, 0)`; "sigmoid": the model's calibrated probability),
+    `long_captions` the long-caption mode ("truncate" or "chunk") and `truncated[i]` whether caption i was cut to
+    the text context (`n_truncated` of them).
 
     >>> import numpy as np
     >>> from metric import MetricScores
@@ -42,6 +45,9 @@ class MetricScores:
     n_truncated: int = 0
     n_empty: int = 0
     details: Any = field(default=None, repr=False, compare=False)
+    score_kind: str = "cosine"
+    long_captions: str = "truncate"
+    truncated: tuple[bool, ...] = ()
 
     def __len__(self) -> int:
         """The number of scored captions."""
@@ -54,7 +60,7 @@ def _check_inputs(images: Sequence[Any], captions: Sequence[str],
     if isinstance(captions, str):
         raise InputError("captions must be a list of strings, not a single string")
     if isinstance(images, (str, os.PathLike)):
-        raise InputError("images must be a list (of paths or PIL images), not a single path")
+        raise InputError("images must be a list (of paths, PIL images or tensors), not a single path")
     if len(images) != len(captions):
         raise InputError(f"{len(images)} images but {len(captions)} captions")
     if references is not None:
@@ -69,13 +75,15 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
                  arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
                  w: float | None = None, device: str = "cpu", batch_size: int = 64,
                  cache_dir: str | os.PathLike | None = None, lora_mode: str = "official",
-                 dtype: str = "fp32") -> Any:
+                 dtype: str = "fp32", score: str | None = None, long_captions: str | None = None) -> Any:
     """The `metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`).
 
     `backbone` may also be an already-loaded `Backbone` (wrapped in a new Scorer) or a `Scorer` (returned as it
-    is, keeping its caches); either way the metric's family is checked against the model's.
+    is, keeping its caches and its own `score` / `long_captions` unless given here, per call in `score()`); either way the metric's
+    family is checked against the model's. `score="sigmoid"` on a model without a logit bias is an InputError.
     """
     from metric.models.backbones import Backbone
+    from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
     from metric.scoring.registry import check_metric_family
     from metric.scoring.scorer import Scorer
 
@@ -89,9 +97,13 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
         loaded = backbone.backbone if isinstance(backbone, Scorer) else backbone
         check_metric_family(spec.name, loaded, allow_family_mismatch, option="allow_family_mismatch=True")
         if isinstance(backbone, Scorer):
+            check_long_captions(long_captions)
+            if check_score_kind(score) == "sigmoid":
+                calibration(backbone.backbone)
             return backbone
         return Scorer(loaded, w=w if w is not None else default_w(spec.name, loaded), batch_size=batch_size,
-                      device=device, cache_dir=cache_dir, progress=False, dtype=dtype)
+                      device=device, cache_dir=cache_dir, progress=False, dtype=dtype, score=score,
+                      long_captions=long_captions)
     if backbone is not None and not isinstance(backbone, str):
         raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
                          f"got {type(backbone).__name__}")
@@ -101,7 +113,8 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
     options = ModelOptions(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            backbone=backbone, arch=arch, family=family,
                            allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                           batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+                           batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
+                           score=check_score_kind(score), long_captions=check_long_captions(long_captions))
     scorer = build_scorer(options, spec.name)
     scorer.progress = False
     return scorer
@@ -111,8 +124,17 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
           metric: str = "ref-pac-s++", checkpoint: str | os.PathLike | None = None, backbone: Any = None, *,
           arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
           w: float | None = None, device: str = "cpu", batch_size: int = 64, lora_mode: str = "official",
-          cache_dir: str | os.PathLike | None = None, dtype: str = "fp32") -> MetricScores:
-    """Score caption i against image i (paths or PIL images) and its references: per-caption scores + mean.
+          cache_dir: str | os.PathLike | None = None, dtype: str = "fp32", score: str | None = None,
+          long_captions: str | None = None) -> MetricScores:
+    """Score caption i against image i and its references: per-caption scores + mean.
+
+    Images are paths, PIL images, uint8 tensors `[C, H, W]` (raw 0..255 pixels, preprocessed here) or float
+    tensors `[3, H, W]` already preprocessed by the model's own preprocessing (see
+    `metric.scoring.image_inputs`); tensors are cached by content. `score` is "cosine" (`w·max(cos, 0)`, the
+    papers' convention, default; a given Scorer keeps its own when None) or "sigmoid" (the model's calibrated `sigmoid(scale·cos + bias)`, SigLIP-style
+    models only); `long_captions` is "truncate" (default, as the papers) or "chunk" (a caption longer than the
+    text context is split at sentence boundaries and its embedding is the mean of its pieces'); the result
+    records both and marks each truncated caption (`truncated`).
 
     `metric` is one of clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++; the model options are the
     CLI's (`pacs score --help`): `checkpoint` (an official PAC-S / PAC-S++ file, an open_clip state dict, a pacs
@@ -157,12 +179,14 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
     _check_inputs(images, captions, references)
     scorer = build_scorer(spec.name, backbone=backbone, checkpoint=checkpoint, arch=arch, family=family,
                           allow_family_mismatch=allow_family_mismatch, w=w, device=device, batch_size=batch_size,
-                          cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+                          cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype, score=score,
+                          long_captions=long_captions)
     chosen_w = float(w) if w is not None else default_w(spec.name, scorer.backbone)
-    result = scorer.score(images, captions, references, w=chosen_w)
+    result = scorer.score(images, captions, references, w=chosen_w, score=score, long_captions=long_captions)
     if result.n_truncated:
         logger.warning("%d caption(s) longer than %d tokens were truncated", result.n_truncated,
                        scorer.backbone.context_length)
     return MetricScores(metric=spec.name, scores=result.scores, mean=result.mean, w=result.w,
                         backbone=scorer.backbone.name, n_truncated=result.n_truncated, n_empty=result.n_empty,
-                        details=result)
+                        details=result, score_kind=result.score_kind, long_captions=result.long_captions,
+                        truncated=tuple(result.truncated))

@@ -34,6 +34,12 @@ class ModelOptions:
     cache_dir: str | None = field(default=None, metadata={"help": "persistent image-embedding cache folder"})
     lora_mode: str = field(default="official", metadata={"help": "PAC-S++ LoRA deltas: official, all or none"})
     dtype: str = field(default="fp32", metadata={"help": "compute precision of the towers: fp32, bf16 or fp16"})
+    score: str = field(default="cosine", metadata={
+        "help": "score convention: cosine (w·max(cos, 0), the papers') or sigmoid (the model's calibrated "
+                "sigmoid(scale·cos + bias); SigLIP-style models only)"})
+    long_captions: str = field(default="truncate", metadata={
+        "help": "captions longer than the text context: truncate (the papers') or chunk (sentence pieces, "
+                "mean of their normalised embeddings)"})
 
     @classmethod
     def from_mapping(cls, values: Any) -> ModelOptions:
@@ -73,14 +79,18 @@ def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
 
 def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
     """A Scorer for `metric` from the options; w = `options.w`, else the metric's default for this backbone."""
+    from metric.scoring.conventions import check_long_captions, check_score_kind
     from metric.scoring.scorer import Scorer
 
     if metric is not None:
         metric_spec(metric)  # unknown names fail before any model is loaded
+    check_score_kind(options.score)
+    check_long_captions(options.long_captions)
     backbone = load_model(options, metric)
     w = options.w if options.w is not None else (default_w(metric, backbone) if metric else None)
     return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "cpu",
-                  cache_dir=options.cache_dir, dtype=options.dtype or "fp32")
+                  cache_dir=options.cache_dir, dtype=options.dtype or "fp32", score=options.score or "cosine",
+                  long_captions=options.long_captions or "truncate")
 
 
 def model_identity(backbone: Backbone) -> dict[str, Any]:
@@ -95,4 +105,5 @@ def model_provenance(scorer: Scorer) -> dict[str, Any]:
     return {"backbone": backbone.name, "family": backbone.family, "family_source": backbone.family_source,
             "model_fingerprint": backbone.fingerprint,
             "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
-            "open_clip_config": backbone.open_clip_config}
+            "open_clip_config": backbone.open_clip_config, "score": getattr(scorer, "score_kind", "cosine"),
+            "long_captions": getattr(scorer, "long_captions", "truncate")}

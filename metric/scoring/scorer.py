@@ -8,6 +8,12 @@
   each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
   (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.models.pruned_forward`).
 - Results do not depend on the batch size or on the order of the inputs (up to float rounding, <= 1e-5).
+- `score` ("cosine" default, or "sigmoid": the model's calibrated `sigmoid(scale·cos + bias)`) and
+  `long_captions` ("truncate" default, or "chunk": sentence pieces averaged) are the conventions of
+  `metric.scoring.conventions` and `metric.scoring.long_captions`; every result records both and marks each
+  truncated caption (`ScoreResult.truncated`).
+- Images are paths, PIL images, uint8 tensors `[C, H, W]` or preprocessed float tensors `[3, H, W]`
+  (`metric.scoring.image_inputs`), cached by content.
 - `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
   convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
   backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
@@ -16,12 +22,10 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,79 +36,26 @@ from tqdm.auto import tqdm
 
 from metric.common.errors import InputError
 from metric.models.backbones import Backbone
-from metric.models.preprocess import open_image
 from metric.models.pruned_forward import common_prefix_length, prefix_states
-from metric.scoring.embedding_cache import EmbeddingCache, image_identity
+from metric.scoring import image_inputs
+from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+from metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
 from metric.scoring.finite import check_embeddings, check_scores, image_label
+from metric.scoring.long_captions import mean_of_normalised, pack_pieces
+from metric.scoring.precision import (  # noqa: F401 (check_dtype and DTYPES are re-exported)
+    DTYPES,
+    check_dtype,
+    dtype_fingerprint,
+    precision_context,
+)
 from metric.scoring.registry import default_w
+from metric.scoring.results import ScoreResult, TextEmbeddings
 from metric.scoring.scores import clip_score, ref_score
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = "A photo depicts "
 _FAMILY_METRIC = {"clip": "clip-s", "pac-s": "pac-s", "pac-s++": "pac-s++"}
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def check_dtype(dtype: str | torch.dtype | None) -> str:
-    """The canonical name ("fp32", "bf16", "fp16") of a compute dtype given by name or torch dtype; None is fp32."""
-    if dtype is None:
-        return "fp32"
-    if isinstance(dtype, torch.dtype):
-        for name, value in DTYPES.items():
-            if value == dtype:
-                return name
-    elif str(dtype).strip().lower() in DTYPES:
-        return str(dtype).strip().lower()
-    raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-
-
-def precision_context(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    """`torch.autocast(device.type, dtype)` for bf16/fp16; no context at all for fp32."""
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype])
-
-
-def dtype_fingerprint(fingerprint: str, dtype: str) -> str:
-    """The model fingerprint of embeddings computed in `dtype`: unchanged for fp32, sha256(fp|dtype) otherwise."""
-    if dtype == "fp32":
-        return fingerprint
-    return hashlib.sha256(f"{fingerprint}|dtype={dtype}".encode()).hexdigest()
-
-
-@dataclass
-class ScoreResult:
-    """Per-instance scores (float32 arrays in input order) and counts."""
-
-    scores: np.ndarray
-    clip_scores: np.ndarray
-    ref_terms: np.ndarray | None
-    cosines: np.ndarray
-    n_truncated: int
-    n_empty: int
-    w: float
-    n_truncated_references: int = 0
-
-    @property
-    def mean(self) -> float:
-        """Mean of `scores` (NaN for an empty result)."""
-        return float(np.mean(self.scores)) if len(self.scores) else float("nan")
-
-
-@dataclass
-class TextEmbeddings:
-    """L2-normalised text embeddings with tokenization facts."""
-
-    embeddings: torch.Tensor
-    truncated: list[bool]
-
-    @property
-    def n_truncated(self) -> int:
-        """How many of the texts were longer than the context and truncated."""
-        return sum(self.truncated)
-
-
 def is_empty_caption(caption: str) -> bool:
     """True for a caption that is empty after whitespace stripping (scored as the prompt alone)."""
     return not caption.strip()
@@ -135,12 +86,14 @@ class Scorer:
     ((2,), 2.5, 1)
     >>> bool((result.scores == ref_score(result.clip_scores, result.ref_terms)).all())  # RefCLIP-S
     True
+    >>> result.score_kind, result.truncated  # the convention, and which captions were cut to the context
+    ('cosine', [False, False])
     """
 
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
                  text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True,
-                 dtype: str | torch.dtype = "fp32") -> None:
+                 dtype: str | torch.dtype = "fp32", score: str = "cosine", long_captions: str = "truncate") -> None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
@@ -153,6 +106,11 @@ class Scorer:
         self.progress = progress
         self.warn_empty = warn_empty
         self.dtype = check_dtype(dtype)
+        self.score_kind = check_score_kind(score)
+        self.long_captions = check_long_captions(long_captions)
+        if self.score_kind == "sigmoid":
+            calibration(backbone)  # refused here, once, for a model without a logit bias
+        self._pixel_shape: tuple[int, ...] | None = None
         self.disk_cache = (EmbeddingCache(cache_dir, dtype_fingerprint(backbone.fingerprint, self.dtype),
                                           backbone.name if self.dtype == "fp32" else f"{backbone.name} ({self.dtype})")
                            if cache_dir is not None else None)
@@ -162,6 +120,7 @@ class Scorer:
         self._prefix_cache: dict[tuple[int, ...], list] = {}
         self.images_encoded = 0
         self.texts_encoded = 0
+        self.truncated_captions: set[str] = set()  # distinct candidates truncated so far (for run summaries)
 
     def _precision(self) -> contextlib.AbstractContextManager:
         return precision_context(self.device, self.dtype)
@@ -194,29 +153,25 @@ class Scorer:
     # ------------------------------------------------------------------ images
     @staticmethod
     def image_key(image: Any) -> str:
-        """The identity of an image: `path:<realpath>|<size>|<mtime_ns>` of a file, `pil:<sha256 of pixels>`."""
-        if isinstance(image, (str, os.PathLike)):
-            return image_identity(image)
-        if isinstance(image, Image.Image):
-            digest = hashlib.sha256(f"{image.mode}|{image.size}".encode())
-            digest.update(image.tobytes())
-            return f"pil:{digest.hexdigest()}"
-        raise InputError(f"an image must be a path or a PIL image, got {type(image).__name__}")
+        """The identity of an image: `path:<realpath>|<size>|<mtime_ns>`, `pil:<sha256>`, `tensor:<sha256>`."""
+        return image_inputs.image_key(image)
+
+    def _expected_pixel_shape(self) -> tuple[int, ...]:
+        if self._pixel_shape is None:  # what the backbone's own preprocessing produces
+            self._pixel_shape = tuple(self.backbone.preprocess(Image.new("RGB", (8, 8))).shape)
+        return self._pixel_shape
 
     def _load_pixels(self, image: Any) -> torch.Tensor:
-        pil = image if isinstance(image, Image.Image) else open_image(image)
-        try:
-            return self.backbone.preprocess(pil)
-        except (OSError, ValueError) as error:
-            where = image if not isinstance(image, Image.Image) else "a PIL image"
-            raise InputError(f"cannot preprocess image {where}: {error}") from None
+        return image_inputs.load_pixels(image, self.backbone.preprocess, self._expected_pixel_shape)
 
     def _load_pixels_for(self, key: str, image: Any, names: dict[str, str]) -> torch.Tensor:
         try:
             return self._load_pixels(image)
         except InputError as error:
             name = names.get(key, key)
-            if isinstance(image, Image.Image) or name == str(image):
+            if isinstance(image, (Image.Image, torch.Tensor)) or name == str(image):
+                if key in names:
+                    raise InputError(f"image id {name}: {error}") from None
                 raise
             raise InputError(f"image id {name}: {error}") from None
 
@@ -250,7 +205,7 @@ class Scorer:
         if self.disk_cache is not None and todo:
             for key in list(todo):
                 image = todo[key]
-                if isinstance(image, Image.Image):
+                if isinstance(image, (Image.Image, torch.Tensor)):
                     continue
                 if not Path(image).is_file():
                     raise InputError(f"image file not found: {image}")
@@ -318,11 +273,44 @@ class Scorer:
         self.texts_encoded += len(texts)
         return torch.stack(output), tokenized.truncated  # type: ignore[arg-type]
 
-    def embed_texts_detailed(self, texts: Sequence[str], prompt: bool = True) -> TextEmbeddings:
-        """Like `embed_texts`, also reporting which texts were truncated."""
+    def embed_texts_detailed(self, texts: Sequence[str], prompt: bool = True,
+                             long_captions: str | None = None) -> TextEmbeddings:
+        """Like `embed_texts`, also reporting which texts were truncated (and into how many pieces each was cut).
+
+        `long_captions` (None: the scorer's) is "truncate" or "chunk" (`metric.scoring.long_captions`).
+        """
         texts = list(texts)
         _check_texts(texts, "text")
-        full = [(self.prompt + text) if prompt else text for text in texts]
+        if check_long_captions(long_captions or self.long_captions) == "chunk":
+            return self._embed_chunked(texts, prompt)
+        return self._embed_full([(self.prompt + text) if prompt else text for text in texts], prompt)
+
+    def _fits(self, texts: list[str]) -> list[bool]:
+        """Whether each (already prompted) text fits the context: cached texts know it, others are tokenized."""
+        unknown = list(dict.fromkeys(text for text in texts if text not in self._text_cache))
+        truncated = dict(zip(unknown, self.backbone.tokenize_batch(unknown).truncated)) if unknown else {}
+        return [not (self._text_cache[text][1] if text in self._text_cache else truncated[text]) for text in texts]
+
+    def _embed_chunked(self, texts: list[str], prompt: bool) -> TextEmbeddings:
+        """`long_captions="chunk"`: texts that fit are embedded as they are, longer ones as sentence pieces."""
+        prefix = self.prompt if prompt else ""
+        fits = self._fits([prefix + text for text in texts])
+        pieces = [[text] if fit else pack_pieces(text, lambda piece: self._fits([piece])[0], prefix)
+                  for text, fit in zip(texts, fits)]
+        flat = [prefix + piece for group in pieces for piece in group]
+        embedded = self._embed_full(flat, prompt) if flat else TextEmbeddings(torch.zeros(0, 0), [])
+        rows, truncated, start = [], [], 0
+        for group in pieces:
+            block = embedded.embeddings[start:start + len(group)]
+            rows.append(block[0] if len(group) == 1 else mean_of_normalised(block))
+            truncated.append(any(embedded.truncated[start:start + len(group)]))
+            start += len(group)
+        if not rows:
+            return TextEmbeddings(torch.zeros(0, 0), [], [])
+        return TextEmbeddings(torch.stack(rows), truncated, [len(group) for group in pieces])
+
+    def _embed_full(self, full: list[str], prompt: bool) -> TextEmbeddings:
+        """Embeddings of the exact (already prompted) texts, truncated to the context where longer (cached)."""
         missing = list(dict.fromkeys(text for text in full if text not in self._text_cache))
         if missing:
             embeddings, truncated = self._embed_text_batch(missing)
@@ -337,8 +325,8 @@ class Scorer:
         while len(self._text_cache) > self._text_cache_size:
             self._text_cache.popitem(last=False)
         if not results:
-            return TextEmbeddings(torch.zeros(0, 0), [])
-        return TextEmbeddings(torch.stack([r[0] for r in results]), [r[1] for r in results])
+            return TextEmbeddings(torch.zeros(0, 0), [], [])
+        return TextEmbeddings(torch.stack([r[0] for r in results]), [r[1] for r in results], [1] * len(results))
 
     def embed_texts(self, texts: Sequence[str], prompt: bool = True) -> torch.Tensor:
         """L2-normalised text embeddings `[N, E]` of `prompt + text`, encoded at each batch's longest length."""
@@ -346,23 +334,35 @@ class Scorer:
 
     # ------------------------------------------------------------------ scores
     def score_embeddings(self, image_embs: torch.Tensor, candidates: Sequence[str],
-                         references: Sequence[Sequence[str]] | None = None, w: float | None = None) -> ScoreResult:
-        """Score candidates against precomputed image embeddings `[N, E]` (and references, one list each)."""
+                         references: Sequence[Sequence[str]] | None = None, w: float | None = None,
+                         score: str | None = None, long_captions: str | None = None) -> ScoreResult:
+        """Score candidates against precomputed image embeddings `[N, E]` (and references, one list each).
+
+        `score` and `long_captions` (None: the scorer's own) choose the convention and the long-caption mode;
+        references follow the same long-caption mode as the candidates.
+        """
         candidates = list(candidates)
         _check_texts(candidates, "candidate")
         w = self.w if w is None else float(w)
+        kind = check_score_kind(score or self.score_kind)
+        mode = check_long_captions(long_captions or self.long_captions)
+        mapping = calibration(self.backbone) if kind == "sigmoid" else None
         image_embs = torch.as_tensor(image_embs).float().cpu()
         if image_embs.shape[0] != len(candidates):
             raise InputError(f"{image_embs.shape[0]} image embeddings but {len(candidates)} candidates")
         check_embeddings(image_embs, lambda i: f"the image of candidate #{i} {candidates[i]!r}", self.backbone)
         image_embs = torch.nn.functional.normalize(image_embs, dim=-1) if len(candidates) else image_embs
-        text = self.embed_texts_detailed(candidates)
+        text = self.embed_texts_detailed(candidates, long_captions=mode)
         n_empty = sum(is_empty_caption(c) for c in candidates)
         if not candidates:
             empty = np.zeros(0, dtype=np.float32)
-            return ScoreResult(empty, empty, None if references is None else empty, empty, 0, 0, w)
+            return ScoreResult(empty, empty, None if references is None else empty, empty, 0, 0, w,
+                               score_kind=kind, long_captions=mode)
         cosines = (image_embs * text.embeddings).sum(-1)
-        clip = clip_score(image_embs, text.embeddings, w).numpy().astype(np.float32)
+        if mapping is None:
+            clip = clip_score(image_embs, text.embeddings, w).numpy().astype(np.float32)
+        else:
+            clip = mapping.apply(cosines).numpy().astype(np.float32)
         ref_terms = None
         n_trunc_refs = 0
         scores = clip
@@ -375,7 +375,7 @@ class Scorer:
                     raise InputError(f"candidate #{index} has no references")
                 _check_texts(refs, f"reference of candidate #{index}:")
             flat = list(dict.fromkeys(ref for refs in references for ref in refs))
-            ref_text = self.embed_texts_detailed(flat)
+            ref_text = self.embed_texts_detailed(flat, long_captions=mode)
             n_trunc_refs = ref_text.n_truncated
             position = {ref: i for i, ref in enumerate(flat)}
             terms = []
@@ -383,27 +383,35 @@ class Scorer:
                 rows = ref_text.embeddings[[position[ref] for ref in refs]]
                 terms.append((rows @ text.embeddings[index]).max())
             ref_terms = torch.stack(terms).numpy().astype(np.float32)
+            if mapping is not None:  # sigmoid is increasing: the max of the sigmoids is the sigmoid of the max
+                ref_terms = mapping.apply(ref_terms)
             scores = ref_score(clip, ref_terms)
         check_scores(np.asarray(scores), candidates, w, self.backbone)
+        self.truncated_captions.update(c for c, cut in zip(candidates, text.truncated) if cut)
         if n_empty and self.warn_empty:
             logger.warning("%d empty caption(s) scored as the prompt %r alone", n_empty, self.prompt)
         return ScoreResult(scores=np.asarray(scores, dtype=np.float32), clip_scores=clip, ref_terms=ref_terms,
                            cosines=cosines.numpy().astype(np.float32), n_truncated=text.n_truncated,
-                           n_empty=n_empty, w=w, n_truncated_references=n_trunc_refs)
+                           n_empty=n_empty, w=w, n_truncated_references=n_trunc_refs,
+                           truncated=[bool(cut) for cut in text.truncated], score_kind=kind, long_captions=mode,
+                           n_chunked=text.n_chunked)
 
     def score(self, images: Sequence[Any], candidates: Sequence[str],
               references: Sequence[Sequence[str]] | None = None, w: float | None = None,
-              keys: Sequence[str] | None = None, names: Sequence[str] | None = None) -> ScoreResult:
-        """Score candidate i against image i (paths or PIL images; repeated images are encoded once).
+              keys: Sequence[str] | None = None, names: Sequence[str] | None = None,
+              score: str | None = None, long_captions: str | None = None) -> ScoreResult:
+        """Score candidate i against image i (paths, PIL images or tensors; repeated images are encoded once).
 
-        `names`/`keys` only label images in error messages (see `embed_images`).
+        `names`/`keys` only label images in error messages (see `embed_images`); `score` and `long_captions`
+        as in `score_embeddings`.
         """
         images = list(images)
         if len(images) != len(candidates):
             raise InputError(f"{len(images)} images but {len(candidates)} candidates")
         _check_texts(list(candidates), "candidate")
         image_embs = self.embed_images(images, keys=keys, names=names)
-        return self.score_embeddings(image_embs, candidates, references, w)
+        return self.score_embeddings(image_embs, candidates, references, w, score=score,
+                                     long_captions=long_captions)
 
 
 def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:

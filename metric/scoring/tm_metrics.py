@@ -4,7 +4,8 @@ Optional extra: `pip install "pacs-captioning[torchmetrics]"`. Each metric is a 
 scores with `metric.scoring.scorer.Scorer` (the numbers of `pacs score`, nothing re-implemented):
 
 - construction takes the CLI's model options (`checkpoint`, `backbone`, `arch`, `family`,
-  `allow_family_mismatch`, `w`, `device`, `batch_size`, `cache_dir`, `lora_mode`, `dtype`; see
+  `allow_family_mismatch`, `w`, `device`, `batch_size`, `cache_dir`, `lora_mode`, `dtype`, `score` ("cosine" or
+  "sigmoid") and `long_captions` ("truncate" or "chunk"); see
   `metric.commands.score.add_model_options`) or an already loaded `Backbone` as `backbone=`;
 - `reference_based=True` makes the metric the Ref- variant (RefCLIP-S, RefPAC-S, RefPAC-S++): `update` then
   needs `references` (one list of strings per caption); a reference-free metric refuses them, so one metric
@@ -14,8 +15,9 @@ scores with `metric.scoring.scorer.Scorer` (the numbers of `pacs score`, nothing
   `torch.randint(255, ...)`), float tensors hold 0..1 (torchvision's `ToTensor` convention) and are rounded to
   uint8; each tensor becomes a PIL image and then goes through the checkpoint's own preprocessing (resize,
   crop, normalise), exactly as an image file would;
-- the state is one `scores` list with `dist_reduce_fx="cat"`: torchmetrics' own sync gathers it across
-  processes; `compute()` is the mean (float32 of a float64 mean), or `{"score": mean, "per_sample": scores}`
+- the state is one `scores` list and one `truncated` list (1.0 where a caption was cut to the text context), both
+  with `dist_reduce_fx="cat"`: torchmetrics' own sync gathers them across processes; `n_truncated` counts them
+  and `compute()` with `return_per_sample=True` also returns `"truncated"` (a bool tensor per sample); `compute()` is the mean (float32 of a float64 mean), or `{"score": mean, "per_sample": scores}`
   with `return_per_sample=True` (after a multi-process sync, per-sample scores are in rank order, each
   process's in its update order).
 
@@ -64,7 +66,8 @@ __all__ = ["CLIPScore", "PACScore", "PACScorePlusPlus", "build_scorer", "clip_sc
 def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint: str | None = None,
                  arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
                  w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
-                 lora_mode: str = "official", dtype: str = "fp32") -> Scorer:
+                 lora_mode: str = "official", dtype: str = "fp32", score: str = "cosine",
+                 long_captions: str = "truncate") -> Scorer:
     """The Scorer of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`) or a loaded Backbone."""
     spec = metric_spec(metric)
     if isinstance(backbone, Backbone):
@@ -72,13 +75,14 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
             raise InputError("pass either a loaded Backbone or checkpoint= / arch= / family=, not both")
         check_metric_family(spec.name, backbone, allow_family_mismatch, option="allow_family_mismatch=True")
         scorer = Scorer(backbone, w=w if w is not None else default_w(spec.name, backbone), batch_size=batch_size,
-                        device=device, cache_dir=cache_dir, dtype=dtype)
+                        device=device, cache_dir=cache_dir, dtype=dtype, score=score, long_captions=long_captions)
     else:
         from metric.scoring.model_options import ModelOptions, build_scorer
 
         options = ModelOptions(checkpoint=checkpoint, backbone=backbone, arch=arch, family=family,
                                allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                               batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+                               batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
+                               score=score, long_captions=long_captions)
         scorer = build_scorer(options, spec.name)
     scorer.progress = False
     return scorer
@@ -164,15 +168,33 @@ class _ContrastiveMetric(Metric):
                  arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
                  w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
                  lora_mode: str = "official", dtype: str = "fp32", reference_based: bool = False,
-                 return_per_sample: bool = False, **kwargs: Any) -> None:
+                 return_per_sample: bool = False, score: str = "cosine", long_captions: str = "truncate",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.reference_based = bool(reference_based)
         self.metric_name = ("ref-" if self.reference_based else "") + self.base_metric
         self.return_per_sample = bool(return_per_sample)
         self.scorer = build_scorer(self.metric_name, backbone=backbone, checkpoint=checkpoint, arch=arch,
                                    family=family, allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                                   batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype)
+                                   batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
+                                   score=score, long_captions=long_captions)
         self.add_state("scores", default=[], dist_reduce_fx="cat")
+        self.add_state("truncated", default=[], dist_reduce_fx="cat")
+
+    @property
+    def score_kind(self) -> str:
+        """The score convention: "cosine" (`w·max(cos, 0)`) or "sigmoid" (the model's calibrated probability)."""
+        return self.scorer.score_kind
+
+    @property
+    def long_captions(self) -> str:
+        """The long-caption mode: "truncate" or "chunk"."""
+        return self.scorer.long_captions
+
+    @property
+    def n_truncated(self) -> int:
+        """How many captions seen so far (all processes, after a sync) were cut to the text context."""
+        return int(self._cat(self.truncated).sum())
 
     @property
     def w(self) -> float:
@@ -194,18 +216,22 @@ class _ContrastiveMetric(Metric):
         refs = _references(references, len(texts)) if references is not None else None
         result = self.scorer.score(inputs, texts, refs)
         self.scores.append(torch.as_tensor(result.scores, dtype=torch.float32).to(self.device))
+        self.truncated.append(torch.as_tensor(result.truncated, dtype=torch.float32).reshape(-1).to(self.device))
+
+    def _cat(self, state: Any) -> torch.Tensor:
+        if isinstance(state, torch.Tensor):
+            return state.reshape(-1)
+        return dim_zero_cat(state).reshape(-1) if state else torch.zeros(0, device=self.device)
 
     def _all_scores(self) -> torch.Tensor:
-        if isinstance(self.scores, torch.Tensor):
-            return self.scores.reshape(-1)
-        return dim_zero_cat(self.scores).reshape(-1) if self.scores else torch.zeros(0, device=self.device)
+        return self._cat(self.scores)
 
     def compute(self) -> torch.Tensor | dict[str, torch.Tensor]:
-        """The mean score (NaN before any sample); `{"score", "per_sample"}` with `return_per_sample=True`."""
+        """The mean score (NaN before any sample); `{"score", "per_sample", "truncated"}` with `return_per_sample=True`."""
         scores = self._all_scores()
         mean = scores.double().mean().float() if scores.numel() else torch.tensor(float("nan"), device=self.device)
         if self.return_per_sample:
-            return {"score": mean, "per_sample": scores}
+            return {"score": mean, "per_sample": scores, "truncated": self._cat(self.truncated) > 0.5}
         return mean
 
 

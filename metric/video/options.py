@@ -55,12 +55,17 @@ def idf_corpus(options: VideoOptions, default: list[str] | None) -> tuple[list[s
 def build_video_scorer(model: ModelOptions, metric: str, sampling: FrameSampling, prompt: str = "",
                        progress: bool = True) -> VideoScorer:
     """A VideoScorer for `metric` from the model options (w defaults to 1: Eqs. 6-14 have no scale)."""
+    from metric.scoring.conventions import check_long_captions
     from metric.video.scorer import VideoScorer
 
+    if check_long_captions(model.long_captions) != "truncate":
+        raise InputError("video scores match every caption token with the frames (PAC-S++ Eqs. 8-12), where "
+                         "sentence chunking is not defined: use long_captions= truncate", parameter="long_captions")
     if (model.dtype or "fp32") != "fp32":
         raise InputError(f"video scores are computed in fp32 only; dtype= {model.dtype} is not supported for video",
                          parameter="dtype")
     backbone = load_model(model, metric)
     return VideoScorer(backbone, sampling, batch_size=model.batch_size or 64, device=model.device,
                        cache_dir=model.cache_dir, prompt=prompt or "", w=model.w if model.w else 1.0,
-                       progress=progress)
+                       progress=progress, score=model.score or "cosine",
+                       long_captions=model.long_captions or "truncate")

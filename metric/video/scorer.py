@@ -13,6 +13,10 @@ disk), embeds captions token by token (`caption_token_embeddings`), computes IDF
   too, as in EMScore, which makes the text-text score symmetric) and, as in EMScore's reference code, the terms are
   maximised over the references separately: `Score(t, R) = (max_r coarse(t, r) + max_r F(t, r)) / 2`.
 The formulas carry no scale factor; `w` (default 1) multiplies the final score and changes no ranking.
+With `score="sigmoid"` (models with a logit bias only) the video score and the reference term are each mapped by
+the model's calibration, `sigmoid(logit_scale·S + logit_bias)`, before Eq. 14's mean (range (0, 1); `w` is not
+applied). Long captions are truncated to the text context (every token is matched, Eqs. 8-12: sentence chunking
+is not defined there) and each truncated caption is reported (`VideoScoreResult.truncated`).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from tqdm import tqdm
 
 from metric.common.errors import InputError
 from metric.models.backbones import Backbone
+from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 from metric.scoring.embedding_cache import EmbeddingCache
 from metric.scoring.scorer import image_identity
 from metric.video.frames import Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video, source_digest
@@ -201,6 +206,8 @@ class VideoScoreResult:
     n_truncated: int = 0
     n_empty: int = 0
     w: float = 1.0
+    truncated: list[bool] | None = None
+    score_kind: str = "cosine"
 
 
 class VideoScorer:
@@ -208,8 +215,16 @@ class VideoScorer:
 
     def __init__(self, backbone: Backbone, sampling: FrameSampling | None = None, batch_size: int = 64,
                  device: str | None = None, cache_dir: str | os.PathLike | None = None, prompt: str = "",
-                 w: float = 1.0, progress: bool = True) -> None:
+                 w: float = 1.0, progress: bool = True, score: str = "cosine",
+                 long_captions: str = "truncate") -> None:
         self.backbone = backbone
+        self.score_kind = check_score_kind(score)
+        if check_long_captions(long_captions) != "truncate":
+            raise InputError("video scores match every caption token with the frames (PAC-S++ Eqs. 8-12), where "
+                             "sentence chunking is not defined: use long_captions= truncate",
+                             parameter="long_captions")
+        self.long_captions = "truncate"
+        self.calibration = calibration(backbone) if self.score_kind == "sigmoid" else None
         self.model = backbone.model
         _check_text_tower(self.model)
         self.sampling = sampling or FrameSampling()
@@ -404,8 +419,13 @@ class VideoScorer:
                               for r in references[index]]
                 ref_terms.append(best_reference_parts(text_parts).score)
         video_scores = np.array([p.score for p in rows], dtype=np.float64)
+        if self.calibration is not None:
+            video_scores = self.calibration.apply(video_scores).astype(np.float64)
+        weight = self.w if self.calibration is None else 1.0
         if refs is not None:
             ref_array = np.array(ref_terms, dtype=np.float64)
+            if self.calibration is not None:
+                ref_array = self.calibration.apply(ref_array).astype(np.float64)
             final = (video_scores + ref_array) / 2.0
         else:
             ref_array, final = None, video_scores
@@ -413,7 +433,8 @@ class VideoScorer:
         if n_empty:
             logger.warning("%d empty caption(s) scored as the prompt alone", n_empty)
         return VideoScoreResult(
-            scores=self.w * final, coarse=np.array([p.coarse for p in rows]),
+            scores=weight * final, coarse=np.array([p.coarse for p in rows]),
             precision=np.array([p.precision for p in rows]), recall=np.array([p.recall for p in rows]),
             fine=np.array([p.fine for p in rows]), video_scores=video_scores, ref_terms=ref_array,
-            n_truncated=sum(c.truncated for c in captions), n_empty=n_empty, w=self.w)
+            n_truncated=sum(c.truncated for c in captions), n_empty=n_empty, w=self.w,
+            truncated=[bool(c.truncated) for c in captions], score_kind=self.score_kind)
