@@ -81,3 +81,47 @@ def candidates_for(item: WorldItem, others: list[WorldItem], rng: np.random.Gene
         if caption is not None and caption != item.references[0]:
             chosen.append((str(kind), caption))
     return chosen
+
+
+LONG_KINDS = ("paragraph", "paragraph-late-error")
+"""Multi-sentence candidates longer than the demo CLIP's text context: a correct paragraph, and the same
+paragraph whose last sentence names a shape that is not in the image (an error only its end shows)."""
+_POSITION_WORDS = {"left": "on the left", "right": "on the right", "top": "at the top", "bottom": "at the bottom",
+                   "middle": "in the middle"}
+
+
+def paragraph(item: WorldItem, rng: np.random.Generator) -> str:
+    """A correct multi-sentence description: the count, one sentence per object (attributes and position)."""
+    from captioner.demo.world import NUMBER_WORDS
+
+    objects = list(item.scene.objects)
+    count = len(objects)
+    opening = f"there {'is' if count == 1 else 'are'} {NUMBER_WORDS[count]} {'shape' if count == 1 else 'shapes'}"
+    sentences = [opening]
+    for index in rng.permutation(count):
+        obj = objects[int(index)]
+        size = SIZE_WORDS[obj.size][int(rng.integers(len(SIZE_WORDS[obj.size])))]
+        shape = SHAPE_WORDS[obj.shape][int(rng.integers(len(SHAPE_WORDS[obj.shape])))]
+        sentences.append(f"a {size} {obj.colour} {shape} is {_POSITION_WORDS[obj.position]}")
+    sentences.append("the background is plain and dark")
+    return " . ".join(sentences) + " ."
+
+
+def late_error_paragraph(item: WorldItem, rng: np.random.Generator) -> str | None:
+    """`paragraph` plus a last sentence naming a shape absent from the image (None if every shape is present)."""
+    present = {o.shape for o in item.scene.objects}
+    absent = [shape for shape in SHAPE_WORDS if shape not in present]
+    if not absent:
+        return None
+    shape = absent[int(rng.integers(len(absent)))]
+    colour = list(COLOURS)[int(rng.integers(len(COLOURS)))]
+    return paragraph(item, rng) + f" there is also a {colour} {shape} next to them ."
+
+
+def long_candidates_for(item: WorldItem, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """The long (kind, caption) candidates of `item`: a correct paragraph and, when possible, a late-error one."""
+    chosen = [("paragraph", paragraph(item, rng))]
+    late = late_error_paragraph(item, rng)
+    if late is not None:
+        chosen.append(("paragraph-late-error", late))
+    return chosen

@@ -88,6 +88,7 @@ class CorrelationStageConfig:
 
     n_images: PositiveInt = 300  # at most world.n_val are used
     candidates_per_image: Annotated[int, Ge(2)] = 5  # the held-out reference and at least one corruption
+    long_captions: bool = True  # + a correct paragraph and one whose last sentence names an absent shape, per image
 
 
 @dataclass
@@ -156,6 +157,37 @@ class ScstStageConfig:
 
 
 @dataclass
+class GuardedScstConfig:
+    """Guarded SCST runs (docs/captioner.md "SCST guards"): the same SCST as `scst` plus a per-token KL penalty to
+    the XE policy and optional repetition / length reward components; every coefficient of `kl_coefs` is trained
+    and the one whose selected checkpoint has the best validation CIDEr-D is reported (never chosen on test)."""
+
+    rewards: list[str] = field(default_factory=list)  # rewards to guard (each also an unguarded `scst.rewards` run)
+    kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.05, 0.1, 0.2])
+    rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
+    length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
+    monitor_every: PositiveInt = 10  # validation CIDEr-D (hacking monitor) every N steps: the selection signal
+    monitor_images: PositiveInt = 300  # validation images of the hacking monitor
+
+    def validate(self) -> None:
+        """Guarded rewards must be trained by the demo; at least one coefficient, no duplicates."""
+        ScstStageConfig(rewards=list(self.rewards)).validate()
+        if self.rewards and not self.kl_coefs:
+            raise InputError("guarded.kl_coefs: expected at least one coefficient")
+        if len(set(self.kl_coefs)) != len(self.kl_coefs):
+            raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
+
+    def reward_spec(self, reward: str) -> str:
+        """The reward spec a guarded run trains on: `reward` plus the enabled penalty components."""
+        parts = [f"{reward}:1"] if (self.rep_penalty or self.length_penalty) else [reward]
+        if self.rep_penalty:
+            parts.append(f"rep-penalty:{self.rep_penalty:g}")
+        if self.length_penalty:
+            parts.append(f"length-penalty:{self.length_penalty:g}")
+        return ",".join(parts)
+
+
+@dataclass
 class EvaluateStageConfig:
     """Evaluation of every captioner on the test split, and the gallery of the report."""
 
@@ -180,6 +212,7 @@ class DemoConfig:
     correlation: CorrelationStageConfig = field(default_factory=CorrelationStageConfig)
     xe: XEStageConfig = field(default_factory=XEStageConfig)
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)
+    guarded: GuardedScstConfig = field(default_factory=GuardedScstConfig)
     evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
 
     def validate(self) -> None:

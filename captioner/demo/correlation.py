@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from captioner.demo.candidates import candidates_for
+from captioner.demo.candidates import LONG_KINDS, candidates_for, long_candidates_for
 from captioner.demo.config import DemoConfig
 from captioner.demo.data import DemoData
 from captioner.demo.judge import judge_caption
@@ -37,14 +37,27 @@ def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Seq
 
 
 def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candidates: Sequence[str],
-                        references: Sequence[Sequence[str]], keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scoring.scorer.Scorer)."""
+                        references: Sequence[Sequence[str]], keys: Sequence[str],
+                        truncated: dict[str, list[bool]] | None = None) -> dict[str, np.ndarray]:
+    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scoring.scorer.Scorer).
+
+    `truncated`, when given, receives each family's per-candidate truncation flags."""
     out = {}
     for name, (family, with_refs) in CONTRASTIVE.items():
         result = scorers[family].score(list(images), list(candidates), references=list(references) if with_refs
                                        else None, keys=list(keys))
         out[name] = np.asarray(result.scores, dtype=float)
+        if truncated is not None:
+            truncated[family] = list(result.truncated)
     return out
+
+
+def chunking_scorers(scorers: Mapping[str, Any]) -> dict[str, Any]:
+    """A `--long-captions chunk` Scorer on the same model, w and prompt as each of `scorers`."""
+    from metric.scoring.scorer import Scorer
+
+    return {family: Scorer(scorer.backbone, w=scorer.w, prompt=scorer.prompt, progress=False,
+                           long_captions="chunk") for family, scorer in scorers.items()}
 
 
 def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float | None]:
@@ -63,26 +76,52 @@ def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, An
     rng = np.random.default_rng([config.seed, 7])
     rows: list[dict[str, Any]] = []
     for item in items:
-        for kind, caption in candidates_for(item, items, rng, config.correlation.candidates_per_image):
+        chosen = candidates_for(item, items, rng, config.correlation.candidates_per_image)
+        if config.correlation.long_captions:
+            chosen += long_candidates_for(item, rng)
+        for kind, caption in chosen:
             judgement = judge_caption(caption, item.scene)
             rows.append({"image_id": item.image_id, "kind": kind, "caption": caption, "judge": judgement.score})
     references = [data.references()[r["image_id"]][1:] for r in rows]  # the first reference is a candidate
     candidates = [r["caption"] for r in rows]
     images = [str(data.image_path(r["image_id"])) for r in rows]
-    metrics = {**contrastive_metrics(scorers, images, candidates, references, [r["image_id"] for r in rows]),
+    keys = [r["image_id"] for r in rows]
+    truncated: dict[str, list[bool]] = {}
+    metrics = {**contrastive_metrics(scorers, images, candidates, references, keys, truncated),
                **per_caption_text_metrics(candidates, references),
                "length": np.asarray([len(c.split()) for c in candidates], dtype=float)}
+    if config.correlation.long_captions:  # the same metrics with every sentence read (`--long-captions chunk`)
+        chunked = contrastive_metrics(chunking_scorers(scorers), images, candidates, references, keys)
+        metrics.update({f"{name} chunk": values for name, values in chunked.items()})
     judge = np.asarray([r["judge"] for r in rows], dtype=float)
     summary = {name: kendall(values, judge) for name, values in metrics.items()}
+    long_rows = np.asarray([r["kind"] in LONG_KINDS for r in rows])
     for name, values in metrics.items():
         for row, value in zip(rows, values):
             row[name] = round(float(value), 6)
-    columns = ["image_id", "kind", "caption", "judge", *metrics]
+    for row, cut in zip(rows, truncated.get("clip", [False] * len(rows))):
+        row["truncated"] = int(cut)
+    columns = ["image_id", "kind", "caption", "judge", *metrics, "truncated"]
     with atomic_path(folder / "scores.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
     write_json_atomic(folder / "correlation.json", summary)
+    if long_rows.any():
+        write_json_atomic(folder / "long_captions.json", long_caption_summary(metrics, judge, long_rows, truncated))
     logger.info("correlation with the judge (Kendall tau_b x100): %s",
                 ", ".join(f"{k} {_tau(v['tau_b'], 1)}" for k, v in summary.items()))
     return {"n_candidates": len(rows), "tau_b": {k: _tau(v["tau_b"], 2) for k, v in summary.items()}}
+
+
+def long_caption_summary(metrics: Mapping[str, np.ndarray], judge: np.ndarray, long_rows: np.ndarray,
+                         truncated: Mapping[str, Sequence[bool]]) -> dict[str, Any]:
+    """Kendall tau of each contrastive metric, truncated and chunked, on the long candidates alone (+ counts)."""
+    names = [name for name in CONTRASTIVE if f"{name} chunk" in metrics]
+    return {"n_long": int(long_rows.sum()),
+            "n_truncated": {family: int(sum(flags)) for family, flags in truncated.items()},
+            "n_long_truncated": {family: int(np.asarray(flags, dtype=bool)[long_rows].sum())
+                                 for family, flags in truncated.items()},
+            "tau_b": {name: {"truncate": kendall(metrics[name][long_rows], judge[long_rows])["tau_b"],
+                             "chunk": kendall(metrics[f"{name} chunk"][long_rows], judge[long_rows])["tau_b"]}
+                      for name in names}}
