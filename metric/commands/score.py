@@ -43,10 +43,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Add `--checkpoint --backbone --arch --w --device --batch-size --cache-dir` (and `--lora-mode`)."""
     group = parser.add_argument_group("model options")
     group.add_argument("--checkpoint", metavar="PATH",
-                       help="official PAC-S / PAC-S++ file, open_clip state dict, pacs checkpoint or adapter folder")
+                       help="official PAC-S / PAC-S++ file, open_clip state dict, pacs checkpoint, adapter or export "
+                            "folder, open_clip local-dir folder, or transformers CLIP/SigLIP/Siglip2 folder")
     group.add_argument("--backbone", metavar="NAME[/PRETRAINED]",
-                       help="open_clip model name with an optional pretrained tag or local weights file "
-                            f"(default for clip-s: {DEFAULT_CLIP_BACKBONE})")
+                       help="open_clip NAME[/TAG or /FILE] (SigLIP: tokenizer files next to FILE) or "
+                            f"local-dir:FOLDER (default for clip-s: {DEFAULT_CLIP_BACKBONE})")
     group.add_argument("--arch", metavar="FILE|PRESET",
                        help="architecture override for --checkpoint: an open_clip model-config JSON or an arch.json "
                             "with 'open_clip_equivalent'; or a preset on the shapes' architecture: "

@@ -35,7 +35,13 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
-from metric.models.open_clip_traits import open_clip_traits, wrap_open_clip_tokenizer
+from metric.models.open_clip_traits import (
+    TOKENIZER_FILES_TEXT,
+    has_tokenizer_files,
+    hf_tokenizer_from_folder,
+    open_clip_traits,
+    wrap_open_clip_tokenizer,
+)
 from metric.models.preprocess import ImagePreprocess
 from metric.models.pruned_forward import (
     encode_image_pruned,
@@ -204,6 +210,49 @@ def instantiate_open_clip(config: Mapping[str, Any]) -> torch.nn.Module:
         return model_class(**kwargs)
     except TypeError as error:
         raise InputError(f"invalid open_clip model config: {error}") from None
+
+
+def _reads_hf_tokenizer(config: Mapping[str, Any]) -> bool:
+    text_cfg = config.get("text_cfg", {})
+    return bool(text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name"))
+
+
+def checkpoint_tokenizer(config: Mapping[str, Any], name: str, weights: Path) -> Callable[..., torch.Tensor] | None:
+    """The Hugging Face tokenizer of a pacs checkpoint / export (SigLIP, SigLIP2); None for the CLIP BPE.
+
+    Looked for, in order: tokenizer files next to `weights` (an export folder holds them), the recorded base `name`
+    (a ``local-dir:`` folder, the folder of a ``NAME/FILE`` weights file, a built-in name's tokenizer in the Hugging
+    Face cache); else one MissingResourceError saying where to put the tokenizer files.
+    """
+    if not _reads_hf_tokenizer(config):
+        return None
+    text_cfg = config.get("text_cfg", {})
+    what = f"checkpoint {weights}"
+    model_name, pretrained = parse_backbone_spec(name)
+    folders = [weights.resolve().parent]
+    if model_name.startswith("local-dir:"):
+        folders.append(Path(model_name[len("local-dir:"):]))
+    elif pretrained and not open_clip.get_pretrained_cfg(model_name, pretrained) and \
+            (Path(pretrained).suffix or os.sep in pretrained):  # NAME/FILE: the tokenizer lay next to FILE
+        folders.append(Path(pretrained).parent)
+    for folder in folders:
+        if has_tokenizer_files(folder):
+            return hf_tokenizer_from_folder(folder, text_cfg, what, parameter="checkpoint")
+    tokenizer_name = text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name")
+    if model_name.startswith("hf-hub:") or (not model_name.startswith("local-dir:")
+                                            and open_clip.get_model_config(model_name) is not None):
+        # a hub or built-in name: its tokenizer may be in the Hugging Face cache
+        try:
+            with _open_clip_errors_silenced():
+                return wrap_open_clip_tokenizer(open_clip.get_tokenizer(
+                    model_name, context_length=int(text_cfg.get("context_length", 77))))
+        except (OSError, ValueError, RuntimeError):
+            pass
+    places = " or ".join(str(folder) for folder in folders)
+    raise MissingResourceError(f"{what}: its text tower reads the Hugging Face tokenizer {tokenizer_name}, found "
+                               f"neither next to the weights nor at the recorded base {name} (looked in {places}): "
+                               f"put the tokenizer files ({TOKENIZER_FILES_TEXT}) in {weights.resolve().parent}",
+                               parameter="checkpoint")
 
 
 def _default_tokenizer(config: Mapping[str, Any], name: str) -> Callable[..., torch.Tensor]:
@@ -382,6 +431,10 @@ def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
 
 
 def load_pacs_safetensors(path: Path, device: str, family: str | None = None) -> Backbone | None:
+    """A pacs checkpoint (`save_backbone`; the weights of a `pacs export` folder), None for another safetensors file.
+
+    The tokenizer of a model with a Hugging Face tokenizer comes from `checkpoint_tokenizer`.
+    """
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -403,12 +456,14 @@ def load_pacs_safetensors(path: Path, device: str, family: str | None = None) ->
     check_declared_family(own_family, own_source, family, str(path))
     if own_family is None and check_family_name(family):
         own_family, own_source = check_family_name(family), SOURCE_USER
+    name = metadata.get("name", path.stem)
+    tokenizer = checkpoint_tokenizer(config, name, path)
     state = load_file(str(path))
     model = instantiate_open_clip(config)
     load_state_strict(model, state, path)
     preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
-    return assemble_backbone(model, config, preprocess=preprocess, name=metadata.get("name", path.stem),
-                             family=own_family, family_source=own_source, device=device,
+    return assemble_backbone(model, config, preprocess=preprocess, name=name, family=own_family,
+                             family_source=own_source, device=device, tokenizer=tokenizer,
                              source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path),
                                      "family_source": own_source})
 

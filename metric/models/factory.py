@@ -139,7 +139,16 @@ def _load_base(folder: Path, record: dict[str, Any], device: str) -> Backbone:
             raise InputError(f"{folder / BASE_FILE}: base checkpoint {path} has sha256 {sha256_file(path)}, "
                              f"the adapter was trained on {expected}")
         return load_backbone(checkpoint=str(path), arch=arch, device=device)
-    return load_backbone(backbone=source["backbone"], arch=arch, device=device)
+    spec = str(source["backbone"])
+    if spec.startswith(LOCAL_DIR) and not Path(spec[len(LOCAL_DIR):]).is_dir():
+        raise MissingResourceError(f"{folder / BASE_FILE}: base folder {spec[len(LOCAL_DIR):]} not found (pass "
+                                   "base_backbone= to use a copy of it elsewhere)", parameter="checkpoint")
+    base = load_backbone(backbone=spec, arch=arch, device=device)
+    expected = source.get("sha256")
+    if expected and spec.startswith(LOCAL_DIR) and base.source.get("sha256") != expected:
+        raise InputError(f"{folder / BASE_FILE}: the weights of base {spec} have sha256 {base.source.get('sha256')}, "
+                         f"the adapter was trained on {expected}")
+    return base
 
 
 def load_adapter_backbone(folder: str | os.PathLike, base_backbone: Backbone | None = None, merge: bool = True,

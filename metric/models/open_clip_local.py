@@ -35,13 +35,13 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
-from metric.models.open_clip_traits import wrap_open_clip_tokenizer
+from metric.models.open_clip_traits import TOKENIZER_FILE, hf_tokenizer_from_folder, wrap_open_clip_tokenizer
 from metric.models.preprocess import ImagePreprocess
 from metric.models.weights_only import LOAD_ERRORS, quiet_pickle_protocol_warning, torch_load_error
 
 LOCAL_DIR = "local-dir:"
+LOCAL_DIR_SOURCE = "open_clip-local-dir"  # Backbone.source["kind"] of a local-dir folder
 WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-TOKENIZER_FILE = "tokenizer_config.json"
 _PREPROCESS_KEYS = ("mean", "std", "interpolation", "resize_mode")
 
 
@@ -79,17 +79,8 @@ def _create(name: str, pretrained: str | None, what: str) -> Any:
 
 
 def _tokenizer(source: str | Path, context_length: int, text_cfg: dict[str, Any], what: str) -> Any:
-    """open_clip's `HFTokenizer` over a local folder (or a hub name already in the cache)."""
-    from open_clip.tokenizer import HFTokenizer
-
-    try:
-        tokenizer = HFTokenizer(str(source), context_length=context_length,
-                                tokenizer_mode=text_cfg.get("tokenizer_mode"), **text_cfg.get("tokenizer_kwargs", {}))
-    except (OSError, ValueError) as error:
-        raise MissingResourceError(f"{what}: cannot load the tokenizer {source} offline ({str(error).splitlines()[0]});"
-                                   f" put the tokenizer files ({TOKENIZER_FILE}, spiece.model / tokenizer.json) "
-                                   "next to the weights, or use local-dir:FOLDER", parameter="backbone") from None
-    return wrap_open_clip_tokenizer(tokenizer)
+    """open_clip's `HFTokenizer` over a local folder (`hf_tokenizer_from_folder`)."""
+    return hf_tokenizer_from_folder(source, {**text_cfg, "context_length": context_length}, what)
 
 
 def load_local_dir_backbone(folder: str | os.PathLike, device: str = "cpu", family: str | None = None) -> Backbone:
@@ -121,7 +112,7 @@ def load_local_dir_backbone(folder: str | os.PathLike, device: str = "cpu", fami
     config["preprocess_cfg"] = resolved
     weights = next(folder / name for name in WEIGHT_FILES if (folder / name).is_file())
     own_family, own_source = _family(family)
-    source = {"kind": "open_clip-local-dir", "path": str(folder), "sha256": sha256_file(weights),
+    source = {"kind": LOCAL_DIR_SOURCE, "path": str(folder), "sha256": sha256_file(weights),
               "family_source": own_source}
     return assemble_backbone(model, config, preprocess=ImagePreprocess.from_open_clip_cfg(resolved),
                              name=f"{LOCAL_DIR}{folder}", family=own_family, family_source=own_source,

@@ -40,13 +40,6 @@ logger = get_logger(__name__)  # accelerate's: logs once, on the main process
 PROJECTION_PREFIXES = ("visual.attnpool.", "visual.head.proj.", "text_projection.", "text.proj.",
                        "text.text_projection.", "visual.trunk.attn_pool.")
 CLIP_SCALE_MAX = 100.0  # InfoNCE: CLIP's temperature cap (exp(logit_scale) <= 100)
-DEFAULT_LORA_TARGETS = ("attn", "mlp.c_fc", "mlp.c_proj")  # open_clip's ViT blocks (LoraOptions' default)
-# open_clip models whose vision tower is a timm ViT (every open_clip SigLIP / SigLIP2 config): the text tower's
-# nn.MultiheadAttention + MLP, the timm blocks' qkv / proj / fc1 / fc2 (timm's Attention module itself is not a
-# layer peft can wrap), the MAP head (attention pooling: q, kv, proj and its MLP), and the patch embedding.
-TIMM_VIT_LORA_TARGETS = (r"resblocks.\d+.attn", "mlp.c_fc", "mlp.c_proj", "attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2",
-                         "attn_pool.q", "attn_pool.kv", "attn_pool.proj")
-TIMM_PATCH_EMBEDDING = "patch_embed.proj"
 
 
 def _named_parameter(model: nn.Module, leaf: str) -> nn.Parameter | None:
@@ -113,18 +106,6 @@ def build_base_backbone(config: MetricTrainConfig) -> Backbone:
                          arch=config.arch)
 
 
-def lora_targets(model: nn.Module, targets: Sequence[str], patch_embedding: bool) -> tuple[list[str], bool]:
-    """The LoRA target names for `model` (and whether `attach_lora` adds ``visual.conv1``).
-
-    The default targets on a model with a timm vision trunk (open_clip SigLIP / SigLIP2) become
-    `TIMM_VIT_LORA_TARGETS` (+ the timm patch embedding); any other choice is passed on unchanged.
-    """
-    trunk = getattr(getattr(model, "visual", None), "trunk", None)
-    if tuple(targets) != DEFAULT_LORA_TARGETS or not isinstance(trunk, nn.Module):
-        return list(targets), patch_embedding
-    return [*TIMM_VIT_LORA_TARGETS, *([TIMM_PATCH_EMBEDDING] if patch_embedding else [])], False
-
-
 def check_trainable_backbone(backbone: Backbone) -> None:
     """InputError unless `backbone` is an open_clip model (CLIP, SigLIP, SigLIP2): the run writes open_clip weights."""
     if not {"embed_dim", "vision_cfg", "text_cfg"} <= set(backbone.open_clip_config):
@@ -141,11 +122,10 @@ def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone
     """
     model = backbone.model
     if config.mode == "lora":
-        from metric.models.lora import attach_lora
+        from metric.models.lora import attach_lora  # it picks the layers for the model's layout (open_clip, timm)
 
-        targets, patch_embedding = lora_targets(model, config.lora.targets, config.lora.patch_embedding)
-        backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha, targets=targets,
-                               patch_embedding=patch_embedding, dropout=config.lora.dropout)
+        backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha, targets=config.lora.targets,
+                               patch_embedding=config.lora.patch_embedding, dropout=config.lora.dropout)
         model = backbone.model
     elif config.mode == "projection":
         found = []

@@ -100,12 +100,7 @@ def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module,
     if base_source is not None and config.arch:
         base_source["arch"] = config.arch
     files: dict[str, str] = {"checkpoint": CHECKPOINT_FILE}
-    if config.mode == "lora" and config.train_logit_scale and base_source is not None:
-        # peft saves the LoRA matrices only: the trained logit scale (and SigLIP's bias) would be lost on a base
-        # reloaded from its name or file, so the adapter carries its base weights with the trained values
-        logger.info("train_logit_scale: adapter/ embeds its base weights (with the trained logit scale / bias)")
-        base_source = {}  # an empty record: save_adapter embeds the base (base.safetensors)
-    if config.mode == "lora":
+    if config.mode == "lora":  # a trained logit scale / bias is recorded in pacs_base.json (peft saves LoRA only)
         save_adapter(backbone, output_dir / ADAPTER_DIR, base=base_source)
         chmod_like_umask(output_dir / ADAPTER_DIR)  # peft/safetensors write 0600 files: follow the umask
         files["adapter"] = ADAPTER_DIR

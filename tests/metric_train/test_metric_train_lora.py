@@ -147,3 +147,68 @@ def test_adapter_and_merged_give_identical_rewards(tmp_path):
             values.append(reward(list(paths), captions, references))
     assert values[0].shape == (4, 2) and (values[0] > 0).any()
     assert torch.equal(values[0], values[2]) and torch.equal(values[1], values[3])
+
+
+# ---- which layers LoRA adapts, per layout (metric.models.lora owns the choice) ----------------------------------------
+
+def _adapted(backbone) -> set[str]:
+    """Names (in the base model) of the modules peft wrapped with LoRA (not the out_proj inside its attention)."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name.removeprefix("base_model.model.") for name, module in backbone.model.named_modules()
+            if isinstance(module, LoraLayer) and ".base_layer." not in name}
+
+
+def test_default_targets_on_open_clip_clip_are_the_block_attention_mlp_and_patch_embedding():
+    import re
+
+    model = _tiny().model
+    # the choice as a plain name pattern (the one pacs used before it picked modules by type)
+    expected = {name for name, _ in model.named_modules()
+                if re.fullmatch(r"(.*\.)?(attn|mlp\.c_fc|mlp\.c_proj)|visual\.conv1", name)}
+    assert len(expected) == 2 * (2 * 3) + 1  # 2 towers x 2 blocks x (attn, c_fc, c_proj) + conv1
+    assert _adapted(attach_lora(_tiny())) == expected
+    assert _adapted(attach_lora(_tiny(), patch_embedding=False)) == expected - {"visual.conv1"}
+    custom = attach_lora(_tiny(), targets=["mlp.c_fc"], patch_embedding=False)  # explicit targets: used as given
+    assert _adapted(custom) == {f"{tower}transformer.resblocks.{i}.mlp.c_fc" for tower in ("", "visual.")
+                                for i in range(2)}
+    with pytest.raises(InputError, match="no module matches"):
+        attach_lora(_tiny(), targets=["no_such_layer"], patch_embedding=False)
+
+
+def test_default_targets_on_a_timm_vision_trunk_are_its_linear_layers():
+    """open_clip's SigLIP configs build the vision tower with timm: its blocks' and MAP head's linear layers."""
+    config = {"embed_dim": 96, "init_logit_bias": -10.0, "custom_text": True,
+              "vision_cfg": {"image_size": 160, "timm_model_name": "test_vit3", "timm_model_pretrained": False,
+                             "timm_pool": "map", "timm_proj": "none"},
+              "text_cfg": {"context_length": 16, "vocab_size": 64, "width": 32, "heads": 2, "layers": 2,
+                           "no_causal_mask": True, "pool_type": "last", "proj_bias": True}}
+    backbone = build_backbone_from_config(config, seed=0, quick_gelu=False)
+    depth = len(backbone.model.visual.trunk.blocks)
+    expected = {f"visual.trunk.blocks.{i}.{layer}" for i in range(depth)
+                for layer in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")}
+    expected |= {f"visual.trunk.attn_pool.{layer}" for layer in ("q", "kv", "proj", "mlp.fc1", "mlp.fc2")}
+    expected |= {f"text.transformer.resblocks.{i}.{layer}" for i in range(2) for layer in ("attn", "mlp.c_fc",
+                                                                                          "mlp.c_proj")}
+    assert _adapted(attach_lora(backbone)) == expected | {"visual.trunk.patch_embed.proj"}
+    assert _adapted(attach_lora(build_backbone_from_config(config, seed=0, quick_gelu=False),
+                                patch_embedding=False)) == expected
+
+
+@pytest.mark.parametrize("embed_dim", [64, 32])
+def test_attention_pooling_is_adapted_when_peft_can_wrap_it(embed_dim):
+    """open_clip's attention pooler maps the vision width (64) to embed_dim: with other widths peft refuses its
+    MultiheadAttention, so it is left out and every other layer is still adapted."""
+    import peft
+
+    config = tiny_clip_config(embed_dim=embed_dim, vision_cfg={"attentional_pool": True, "attn_pooler_queries": 1,
+                                                               "attn_pooler_heads": 2})
+    pooler = build_backbone_from_config(config, seed=0).model.visual.attn_pool.attn
+    assert (pooler.embed_dim, pooler.kdim) == (embed_dim, 64)
+    lone = peft.LoraConfig(r=2, target_modules=r"visual\.attn_pool\.attn")
+    if embed_dim != 64:
+        with pytest.raises(ValueError):  # what peft says about it on its own
+            peft.get_peft_model(build_backbone_from_config(config, seed=0).model, lone)
+    adapted = _adapted(attach_lora(build_backbone_from_config(config, seed=0)))
+    blocks = _adapted(attach_lora(_tiny()))  # the same towers without the pooler
+    assert adapted == blocks | ({"visual.attn_pool.attn"} if embed_dim == 64 else set())

@@ -3,18 +3,20 @@ both towers (attention pooling included), export and reload (issue 23, item 3)."
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import random
 import re
 from collections import Counter
+from pathlib import Path
 
 import open_clip
 import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
+from metric.common.errors import InputError, MissingResourceError
 from metric.common.seeding import seed_everything
 from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.models.factory import load_backbone
@@ -257,17 +259,24 @@ def test_export_of_a_siglip_with_a_hugging_face_tokenizer_is_a_complete_local_di
     merged = load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
     with torch.no_grad():
         want = merged.model.encode_image(images[:4]), merged.model.encode_text(tokens)
-    exported = [load_backbone(checkpoint=str(tmp_path / "export"))]  # pacs' own reader (metadata in the header)
-    shutil.rmtree(tmp_path / "fixture")  # as open_clip local-dir, the export needs nothing else: its tokenizer is copied
+    shutil.rmtree(tmp_path / "fixture")  # the base (and its tokenizer) is gone: the export needs nothing else
     assert (tmp_path / "export" / "tokenizer_config.json").is_file()
     assert open_clip.get_tokenizer("local-dir:" + str(tmp_path / "export"))(texts).tolist() == tokens.tolist()
-    exported.append(load_backbone(backbone="local-dir:" + str(tmp_path / "export")))
+    exported = [load_backbone(checkpoint=str(tmp_path / "export")),  # pacs' reader: tokenizer next to the weights
+                load_backbone(backbone="local-dir:" + str(tmp_path / "export"))]
     for reloaded in exported:
         assert reloaded.tokenize(texts).tolist() == tokens.tolist()  # padded to the full context, same ids
         with torch.no_grad():
             got = reloaded.model.encode_image(images[:4]), reloaded.model.encode_text(tokens)
         assert (got[0] - want[0]).abs().max() <= 1e-5 and (got[1] - want[1]).abs().max() <= 1e-5
         assert reloaded.logit_bias == pytest.approx(merged.logit_bias, abs=0)
+    # the run's checkpoint has no tokenizer beside it and its recorded base folder is gone: one error saying where
+    with pytest.raises(MissingResourceError, match=rf"put the tokenizer files .* in {re.escape(str(run.resolve()))}"):
+        load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
+    for path in (tmp_path / "export").iterdir():  # ... and following it works (the tokenizer files export wrote)
+        if "token" in path.name or path.suffix == ".model":
+            shutil.copy(path, run / path.name)
+    assert load_backbone(checkpoint=str(run / "checkpoint.safetensors")).tokenize(texts).tolist() == tokens.tolist()
 
 
 def test_lora_on_a_timm_vision_trunk_as_open_clips_siglip_configs_have(tmp_path):
@@ -310,7 +319,7 @@ def test_lora_on_a_timm_vision_trunk_as_open_clips_siglip_configs_have(tmp_path)
 
 @pytest.mark.parametrize("train_logit_scale", [False, True])
 def test_adapter_of_a_file_base_keeps_a_trained_scale_and_bias(tmp_path, train_logit_scale):
-    """peft saves LoRA matrices only: with a trained temperature the adapter embeds its base (trained scale + bias)."""
+    """peft saves LoRA matrices only: a trained temperature is recorded in pacs_base.json, the base stays outside."""
     from metric.models.backbones import save_backbone
 
     tokenizer = WordTokenizer(["a dog runs", "a red ball"])
@@ -326,11 +335,64 @@ def test_adapter_of_a_file_base_keeps_a_trained_scale_and_bias(tmp_path, train_l
     merged = load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
     adapter = load_backbone(checkpoint=str(run / "adapter"))
     record = json.loads((run / "adapter" / "pacs_base.json").read_text())
-    assert record["base"]["checkpoint"] == ("base.safetensors" if train_logit_scale
-                                            else str((tmp_path / "base.safetensors").resolve()))
+    assert record["base"]["checkpoint"] == str((tmp_path / "base.safetensors").resolve())  # the base is not embedded
+    assert sorted(path.name for path in (run / "adapter").glob("*.safetensors")) == ["adapter_model.safetensors"]
     trained = (merged.logit_scale, merged.logit_bias)
     assert (trained != pytest.approx((10.0, -10.0), abs=1e-4)) is train_logit_scale
-    assert (adapter.logit_scale, adapter.logit_bias) == pytest.approx(trained, abs=1e-6)
+    assert record["logit_scale"] == [float(merged.model.logit_scale)]  # the raw parameter (log of the scale)
+    assert record["logit_bias"] == [float(merged.model.logit_bias)]
+    for name in ("logit_scale", "logit_bias"):  # exactly the trained values, put on the untouched base file
+        assert torch.equal(getattr(adapter.model, name), getattr(merged.model, name)), name
+    untouched = load_backbone(checkpoint=str(tmp_path / "base.safetensors"))
+    assert (untouched.logit_scale, untouched.logit_bias) == pytest.approx((10.0, -10.0), rel=1e-6)
+
+
+def test_adapter_on_a_local_dir_base_records_the_folder_and_the_trained_temperature(tmp_path):
+    """A local-dir base is recorded by path + weights sha256 (not copied): the adapter stays small, reloads equal to
+    the merged model with the trained scale and bias, and refuses a changed or missing base folder."""
+    import shutil
+
+    from backbone_fixtures import tiny_open_clip_siglip
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(tiny_open_clip_siglip(tmp_path / "base"))
+    base = load_backbone(backbone=f"local-dir:{folder}")
+    generator = torch.Generator().manual_seed(1)
+    images = torch.randn(8, 3, 32, 32, generator=generator)
+    captions = ["a dog runs", "a red ball", "the grass", "a man", "two children", "the water", "a bench", "a log"]
+    data = TensorPositivesDataset(images, captions, images.flip(-1), captions[::-1])
+    config = MetricTrainConfig(mode="lora", random_init=True, batch_size=8, lr=1e-1, max_steps=3, eval_every=0,
+                               log_every=0, seed=0, train_logit_scale=True, output_dir=str(tmp_path / "run"))
+    run = train_metric(config, data, data, backbone=base)
+    adapter_dir = run / "adapter"
+    record = json.loads((adapter_dir / "pacs_base.json").read_text())
+    weights = folder / "open_clip_model.safetensors"
+    assert record["base"] == {"backbone": f"local-dir:{folder.resolve()}",
+                              "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}
+    assert sorted(path.name for path in adapter_dir.glob("*.safetensors")) == ["adapter_model.safetensors"]
+    assert all("lora_" in key for key in load_file(str(adapter_dir / "adapter_model.safetensors")))
+    adapter_bytes = sum(path.stat().st_size for path in adapter_dir.iterdir())
+    assert adapter_bytes < weights.stat().st_size  # no copy of the base: LoRA matrices and a few JSON files
+
+    merged = load_backbone(checkpoint=str(run / "checkpoint.safetensors"))
+    reloaded = load_backbone(checkpoint=str(adapter_dir))
+    assert (merged.logit_scale, merged.logit_bias) != pytest.approx((10.0, -10.0), abs=1e-4)  # trained
+    for name in ("logit_scale", "logit_bias"):
+        assert torch.equal(getattr(reloaded.model, name), getattr(merged.model, name)), name
+    tokens = base.tokenize(captions)
+    with torch.no_grad():
+        for got, want in ((reloaded.model.encode_image(images), merged.model.encode_image(images)),
+                          (reloaded.model.encode_text(tokens), merged.model.encode_text(tokens))):
+            assert (got - want).abs().max() <= 1e-5
+
+    state = load_file(str(weights))  # other weights under the recorded path: refused by the weights' sha256
+    state["logit_scale"] = state["logit_scale"] + 1.0
+    save_file(state, str(weights))
+    with pytest.raises(InputError, match="sha256"):
+        load_backbone(checkpoint=str(adapter_dir))
+    shutil.rmtree(folder)
+    with pytest.raises(MissingResourceError, match="base folder .* not found"):
+        load_backbone(checkpoint=str(adapter_dir))
 
 
 def test_a_transformers_backbone_is_refused_before_training(tmp_path):
