@@ -108,6 +108,14 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
     return factory
 
 
+def scoring_conventions(model: ModelOptions) -> dict[str, str]:
+    """`{"score", "long_captions"}`: the canonical score convention and long-caption mode of the model options
+    (what every contrastive column of a table used; recorded in its provenance `config`)."""
+    from metric.scoring.conventions import check_long_captions, check_score_kind
+
+    return {"score": check_score_kind(model.score), "long_captions": check_long_captions(model.long_captions)}
+
+
 def run_correlation(request: CorrelationRequest) -> CorrelationRun:
     """Run the benchmark of `request`; the table is what `pacs correlate --json` writes."""
     from eval import benchmarks as bench
@@ -126,6 +134,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
         raise InputError(f"data= {data} does not exist", parameter="data")
     models: dict[str, Any] = {}
     model = request.model
+    conventions = scoring_conventions(model)  # a bad score= / long_captions= fails before any work
     suite = MetricSuite(metrics, scorer_factory(model, models), request.spice_corenlp)
     context = bench.RunContext(data=data, suite=suite, images=images_folder(request.images),
                                image_map=image_map_table(request.image_map),
@@ -139,7 +148,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
         "provenance": provenance(seed=request.seed, w=model.w, config={
             "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": request.images,
             "bootstrap": request.bootstrap, "skip_missing_images": request.skip_missing_images,
-            "checkpoint": model.checkpoint, "backbone": model.backbone},
+            "checkpoint": model.checkpoint, "backbone": model.backbone, **conventions},
             models=models),
     })
     return CorrelationRun(benchmark, results, dict(context.notes), json_safe(table))
@@ -191,10 +200,12 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     `options` are the command's other options with Python names and the CLI's defaults: `images`,
     `image_map`, `skip_missing_images`, `bootstrap`, `seed`, `spice_corenlp`, the model options
     (`ModelOptions`: `checkpoint`, `backbone`, `arch`, `family`, `allow_family_mismatch`, `w`, `device`,
-    `batch_size`, `cache_dir`, `lora_mode`, `dtype`) and the benchmark's own (the fields of its
+    `batch_size`, `cache_dir`, `lora_mode`, `dtype`, `score`, `long_captions`) and the benchmark's own (the fields of its
     `options_class`: `num_refs`, `draws`, `num_images`, `videos`, ...).
-    The table maps each metric to its row (e.g. `tau_b`, `tau_c`, `n`), plus `benchmark`, `counts` and
-    `provenance`.
+    The table maps each metric to its row (e.g. `tau_b`, `tau_c`, `n`), plus `benchmark`, `counts` (skips,
+    exclusions and `truncated_captions[METRIC]`: distinct candidates cut to a contrastive model's text context,
+    present when not 0) and `provenance` (its `config` records `score` and `long_captions`; its `models` each
+    contrastive metric's backbone and family).
 
     >>> from eval import correlate
     >>> table = correlate("hat", metrics="cider,length")  # HAT from $PACS_SHARED: AUROC per metric

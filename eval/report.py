@@ -17,7 +17,11 @@ The run-directory layout it reads (every part optional; a missing part is shown 
                               not in the image; `dangling`: a cut-off ending); a filter shows only the images
                               whose models' verdicts disagree
     results.json may also hold per row "delta"/"ci" ({column: value} / {column: [low, high]}: the change
-    against the baseline row and its 95% interval), "reward_gains" and "findings" (sentences): all shown.
+    against the baseline row and its 95% interval), "reward_gains" and "findings" (sentences): all shown; a
+    null cell (the human row's B-4) is shown as '-'; and "system_table" (the layout of `eval.system_table`:
+    {"header", "metrics", "baseline", "rows": [{"system", "values", "ci", "delta", "delta_ci"}]}), shown as the
+    "System-level table" section: values with intervals, differences against the baseline row and the heat map
+    of `plot_system_table` (`system_table_section`, the body of `system_table_html`'s page).
 
 Images and plots are embedded as base64 PNG, so the page is one file with no external resources. The page
 records a digest of everything it was built from (`report_digest`: the files above, the gallery images, the
@@ -161,13 +165,20 @@ def _interval_cell(delta: Any, interval: Any) -> str:
     return (f'<td class="ci-{kind}">{_signed(float(delta))}<br><small>[{_signed(low)}, {_signed(high)}]</small></td>')
 
 
+def _cell(row: dict[str, Any], column: str) -> str:
+    """A results-table cell: the value, '-' for a blank one (null: the human row's B-4), '' when absent."""
+    if column in row and row[column] is None:
+        return "-"
+    return _format(row.get(column, ""))
+
+
 def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra: dict[str, Any] | None = None) -> str:
     if results is None:
         return '<p class="absent">No results.json in this run.</p>'
     columns, rows = results
     head = '<th class="name">model</th>' + "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join('<tr><td class="name">' + html.escape(str(r["model"])) + "</td>"
-                   + "".join(f"<td>{_format(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
+                   + "".join(f"<td>{_cell(r, c)}</td>" for c in columns) + "</tr>" for r in rows)
     parts = [f'<table class="results" id="results-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>']
     extra = extra or {}
     gains = extra.get("reward_gains")
@@ -307,6 +318,7 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
     extra = _read_json(results_path) if results_path is not None else {}
     sections = [
         ("Results", _results_html(load_results(run_dir), extra if isinstance(extra, dict) else {})),
+        *_system_section(extra if isinstance(extra, dict) else {}),
         ("Training curves", curve_html or '<p class="absent">No logs/*.csv in this run.</p>'),
         ("Metric vs ground truth", _correlation_html(load_correlation(run_dir))),
         ("Gallery", _gallery_html(run_dir, load_gallery(run_dir))),
@@ -316,6 +328,20 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="{DIGEST_META}" content="{digest}"><title>{html.escape(title)}</title>'
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
+
+
+def _system_section(extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """The page's "System-level table" section when results.json holds one (`system_table`, in the layout of
+    `eval.system_table`: the demo's rows and the human row): header, values with intervals, differences against
+    the baseline row and the normalised heat map (`plot_system_table`); none otherwise."""
+    table = extra.get("system_table")
+    if not isinstance(table, dict):
+        return []
+    rows, metrics = table.get("rows"), table.get("metrics")
+    if not isinstance(rows, list) or not isinstance(metrics, list) or not all(
+            isinstance(r, dict) and "system" in r and isinstance(r.get("values"), dict) for r in rows):
+        raise InputError("results.json: 'system_table' must be {'metrics': [...], 'rows': [{'system', 'values'}]}")
+    return [("System-level table", system_table_section(table, plot_system_table(table), "system-delta-table"))]
 
 
 def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, reuse: bool = False) -> Path:
@@ -380,9 +406,9 @@ def plot_system_table(table: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def system_table_html(table: dict[str, Any], png: bytes | None = None) -> str:
-    """A self-contained HTML page of a system table: header, values with intervals, differences against the
-    baseline (coloured when the paired interval excludes 0) and the normalised heat map."""
+def system_table_section(table: dict[str, Any], png: bytes | None = None, delta_id: str = "delta-table") -> str:
+    """HTML of a system table: header, values with intervals (`#system-table`), differences against the baseline
+    (`#DELTA_ID`, coloured when the paired interval excludes 0) and the normalised heat map (`#system-plot`)."""
     metrics, rows = table["metrics"], table["rows"]
     head = '<th class="name">system</th>' + "".join(f"<th>{html.escape(m)}</th>" for m in metrics)
 
@@ -406,10 +432,16 @@ def system_table_html(table: dict[str, Any], png: bytes | None = None) -> str:
                         + "".join(_interval_cell((r.get("delta") or {}).get(m), r["delta_ci"].get(m)) for m in metrics)
                         + "</tr>" for r in paired)
         parts.append(f"<h3>Difference against {html.escape(str(baseline))} (paired bootstrap 95% interval; "
-                     f'coloured when it excludes 0)</h3><table id="delta-table"><thead><tr>{head}</tr></thead>'
+                     f'coloured when it excludes 0)</h3><table id="{delta_id}"><thead><tr>{head}</tr></thead>'
                      f"<tbody>{lines}</tbody></table>")
     if png:
         parts.append(f'<img class="plot" id="system-plot" alt="normalised system table" src="{_png_data_uri(png)}">')
+    return "".join(parts)
+
+
+def system_table_html(table: dict[str, Any], png: bytes | None = None) -> str:
+    """A self-contained HTML page of a system table: header, values with intervals, differences against the
+    baseline (coloured when the paired interval excludes 0) and the normalised heat map."""
     title = "pacs system-level table"
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f"<style>{STYLE}</style></head><body><h1>{title}</h1>{''.join(parts)}</body></html>\n")
+            f"<style>{STYLE}</style></head><body><h1>{title}</h1>{system_table_section(table, png)}</body></html>\n")

@@ -94,6 +94,9 @@ class RowScores:
     n_empty: int = 0
     n_rows: int = 0
     tokens: tuple[list[str], list[list[str]]] | None = None  # PTB-tokenized captions and references
+    #: per contrastive metric, how many of the row's scored captions were cut to the model's text context
+    #: (with long_captions="chunk": those holding a sentence longer than the context)
+    truncated: dict[str, int] = field(default_factory=dict)
 
 
 class SharedScoring:
@@ -205,6 +208,24 @@ def _contrastive_scores(shared: SharedScoring, ids: Sequence[str], captions: lis
         full = np.full(len(captions), np.nan)
         full[index] = values
         out.per_row[name] = full
+    out.truncated = truncation_counts(suite, [captions[i] for i in index])
+
+
+def truncation_counts(suite: Any, captions: Sequence[str]) -> dict[str, int]:
+    """`{metric: how many of captions were cut to the text context}` for every available contrastive metric.
+
+    Read from each scorer's `truncated_captions` (the distinct captions it has cut so far): whether a caption is
+    cut depends on its text alone, so the count of a system's captions is the same in a table as alone. A
+    scorer that does not report truncation (a caller's own) is left out.
+    """
+    counts = {}
+    for name in suite.metrics:
+        if get_metric(name).kind != "contrastive" or name in suite.unavailable:
+            continue
+        cut = getattr(suite.scorer(name), "truncated_captions", None)
+        if cut is not None:
+            counts[name] = sum(caption in cut for caption in captions)
+    return counts
 
 
 def _fluency_scores(shared: SharedScoring, captions: list[str], out: RowScores) -> None:

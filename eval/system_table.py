@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ class TableRequest:
     skip_single_reference_images: bool = False
     baseline: str | None = None
     recompute_corpus: bool = False
+    #: contrastive scorers by metric name, instead of the ones `model` builds (a caller holding its own models:
+    #: the demo scores CLIP-S with its CLIP and PAC-S++ with its PAC-S++ model)
+    scorer_factory: Callable[[str], Any] | None = None
 
 
 def bootstrap_method(metric: str, recompute_corpus: bool = False) -> str:
@@ -134,7 +138,7 @@ def _row(name: str, kind: str, file: str | None, scores: RowScores, ids: list[st
     """The JSON row of one system before intervals."""
     return {"system": name, "kind": kind, "file": file, "values": dict(scores.values), "n": scores.n_rows,
             "n_empty": scores.n_empty, "grammar_backend": scores.grammar_backend,
-            "unavailable": dict(scores.unavailable),
+            "unavailable": dict(scores.unavailable), "truncated_captions": dict(scores.truncated),
             "failed": {m: {"n": len(rows), "items": [ids[r] for r in rows]} for m, rows in scores.failed.items()}}
 
 
@@ -158,6 +162,24 @@ def _header(n_images: int, systems: list[Any], skipped_refs: list[str], protocol
         parts.append(f"95% bootstrap intervals over images ({n_resamples} resamples)"
                      + (f", differences against {baseline!r} paired" if baseline else ""))
     return "; ".join(parts)
+
+
+def truncation_note(rows: list[dict[str, Any]], long_captions: str = "truncate") -> str | None:
+    """The header's note on captions cut to a contrastive model's text context (None when none was cut).
+
+    >>> truncation_note([{"system": "A", "truncated_captions": {"clip-s": 3, "ref-clip-s": 3}},
+    ...                  {"system": "B", "truncated_captions": {"clip-s": 0}}])
+    'captions cut to the text context (long_captions=truncate): A: clip-s 3, ref-clip-s 3'
+    """
+    cut = [(row["system"], counts) for row in rows
+           if any((counts := row.get("truncated_captions") or {}).values())]
+    if not cut:
+        return None
+    what = ("captions with a sentence longer than the text context (long_captions=chunk)" if long_captions == "chunk"
+            else f"captions cut to the text context (long_captions={long_captions})")
+    listed = "; ".join(f"{name}: " + ", ".join(f"{metric} {n}" for metric, n in counts.items() if n)
+                       for name, counts in cut)
+    return f"{what}: {listed}"
 
 
 def _check_baseline(baseline: str | None, names: list[str]) -> str | None:
@@ -194,14 +216,19 @@ def add_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: 
         row["p_value"] = {m: _p_value(own[m] - base_samples[m]) for m in both}
 
 
-def build_system_table(request: TableRequest) -> dict[str, Any]:
-    """Score every system (and the human baseline) on the same images; the JSON table `pacs evaluate` writes."""
-    from eval.api import json_safe, scorer_factory
+def build_system_table(request: TableRequest, row_scores: list[RowScores] | None = None) -> dict[str, Any]:
+    """Score every system (and the human baseline) on the same images; the JSON table `pacs evaluate` writes.
+
+    `row_scores`, when given, receives every row's `RowScores` (table order: per-caption values, BLEU statistics)
+    for a caller that adds its own columns or paired comparisons with `add_intervals`.
+    """
+    from eval.api import json_safe, scorer_factory, scoring_conventions
     from metric.common.provenance import provenance
     from metric.common.seeding import seed_everything
     from metric.scoring.inputs import load_references
 
     seed_everything(request.seed)
+    conventions = scoring_conventions(request.model)  # a bad score / long_captions fails before any work
     if request.bootstrap < 0:
         raise InputError(f"--bootstrap must be >= 0, got {request.bootstrap}", parameter="bootstrap")
     if request.equal_refs and not request.human_baseline:
@@ -231,7 +258,7 @@ def build_system_table(request: TableRequest) -> dict[str, Any]:
         system_refs, system_key = [human.remaining[key] for key in common], "remaining references"
     models: dict[str, Any] = {}
     shared = SharedScoring(ScoringOptions(**{**request.scoring.__dict__, "metrics": list(request.metrics)}),
-                           scorer_factory(request.model, models))
+                           request.scorer_factory or scorer_factory(request.model, models))
     if shared.needs_tokens:  # one PTB call for every caption and reference of the table
         shared.tokenize([c for s in systems for c in s.captions] + [r for refs in full_refs for r in refs])
     rows, scores = [], []
@@ -247,13 +274,17 @@ def build_system_table(request: TableRequest) -> dict[str, Any]:
             result.values["bleu4"] = None  # B-4 left out for humans, as in the papers
         rows.append(_row(HUMAN_ROW, HUMAN_ROW, None, result, common))
         scores.append(result)
+    if row_scores is not None:
+        row_scores.extend(scores)
     names = [row["system"] for row in rows]
     baseline = _check_baseline(request.baseline, names)
     add_intervals(rows, scores, list(request.metrics), baseline, request.bootstrap, request.seed,
                   request.recompute_corpus)
     backends = {row["grammar_backend"] for row in rows if row["grammar_backend"]}
+    header = _header(len(common), systems, skipped_refs, protocol, baseline, request.bootstrap)
+    note = truncation_note(rows, conventions["long_captions"])
     table = {
-        "header": _header(len(common), systems, skipped_refs, protocol, baseline, request.bootstrap),
+        "header": header if note is None else f"{header}; {note}",
         "systems": names, "metrics": list(request.metrics), "baseline": baseline, "rows": rows,
         "images": {"n": len(common), "ids": common,
                    "missing": {s.name: {"n": len(s.missing), "ids": s.missing} for s in systems},
@@ -270,7 +301,7 @@ def build_system_table(request: TableRequest) -> dict[str, Any]:
             "checkpoint": request.model.checkpoint, "backbone": request.model.backbone,
             "human_baseline": protocol, "bootstrap": request.bootstrap,
             "skip_missing_images": request.scoring.skip_missing_images,
-            "grammar_backend": request.scoring.grammar_backend}, models=models),
+            "grammar_backend": request.scoring.grammar_backend, **conventions}, models=models),
     }
     return json_safe(table)
 

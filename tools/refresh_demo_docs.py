@@ -2,8 +2,10 @@
 
     python tools/refresh_demo_docs.py [RUN_DIR]      # default runs/demo
 
-Runs nothing: it reads RUN_DIR/results.json (the table, each reward's gain, the changes against XE with their
-intervals and the findings, exactly as the run printed them), RUN_DIR/correlation/correlation.json and
+Runs nothing: it reads RUN_DIR/results.json (the system-level table with the human row and its protocol, each
+reward's gain, the changes against XE and against the human row with their intervals and the findings, exactly as
+the run printed them: `captioner.demo.pipeline.results_markdown`; a results.json written before the human row
+existed still renders), RUN_DIR/correlation/correlation.json and
 RUN_DIR/stages/*.json, and replaces the text between `<!-- demo-results:begin -->` and `<!-- demo-results:end -->`
 in both files.
 """

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from captioner.demo.config import DemoConfig
 from captioner.demo.correlation import per_caption_text_metrics
 from captioner.demo.data import DemoData
-from captioner.demo.judge import highlight_spans, judge_caption
+from captioner.demo.judge import Judgement, highlight_spans, judge_caption
+from captioner.demo.world import Scene
 from captioner.modeling.features import FeatureCache, extract_features
 from captioner.modeling.model import CaptionerConfig
 from captioner.modeling.train_scst import SCSTConfig, train_scst
@@ -20,6 +22,9 @@ from captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
 from captioner.modeling.training import ScheduleConfig, process_state
 from captioner.modeling.vocab import build_vocab, load_vocab
 from metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from eval.system_scoring import RowScores
 
 logger = logging.getLogger(__name__)
 
@@ -134,33 +139,62 @@ def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
-             folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None) -> dict:
+             folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None,
+             kl_coef: float | None = None) -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
     the model is also scored on held-out validation images every `scst.monitor_every` steps
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     """
-    stage = config.scst
+    stage, guarded = config.scst, kl_coef is not None
+    guards: dict[str, Any] = {}
+    if guarded:  # docs/captioner.md "SCST guards": KL to the XE policy, the checkpoint chosen by validation CIDEr-D
+        guards = {"kl_coef": kl_coef, "select_by": "cider", "monitor_every": config.guarded.monitor_every,
+                  "monitor_images": config.guarded.monitor_images}
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
-                      save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+                      save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False, **guards)
+    label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
     monitor = None
     if scorers is not None and stage.monitor_every:
-        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"), folder / "monitor.csv",
-                              stage.monitor_every, stage.monitor_images, stage.steps)
+        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"),
+                              folder / JUDGE_MONITOR_FILE, stage.monitor_every, stage.monitor_images, stage.steps)
+    validation = {item.image_id: item.references for item in data.splits["val"]} if guarded else None
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
-                        on_step=monitor)
+                        on_step=monitor, validation=validation)
     if process_state().is_main_process:
-        shutil.copyfile(folder / "log.csv", logs / f"scst-{reward_slug(spec)}.csv")
+        shutil.copyfile(folder / "log.csv", logs / f"scst-{label}.csv")
         if monitor is not None and monitor.rows:
-            shutil.copyfile(folder / "monitor.csv", logs / f"scst_val-{reward_slug(spec)}.csv")
+            shutil.copyfile(folder / JUDGE_MONITOR_FILE, logs / f"scst_val-{label}.csv")
             reference = {c: monitor.rows[0][c] for c in MONITOR_COLUMNS} if monitor.rows[0]["step"] == 0 else {}
             write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": reference})
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    return {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
+    summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
+    if guarded:
+        summary.update(kl_coef=kl_coef, best_step=result.best_step, best_val_cider=finite_or_none(result.best_score),
+                       model=str(result.selected_dir.relative_to(folder)))
+    return summary
+
+
+JUDGE_MONITOR_FILE = "judge_monitor.csv"
+"""The demo's own validation curve of an SCST stage (judge and metrics); `monitor.csv` is the hacking monitor's."""
+
+
+def guarded_label(spec: str, kl_coef: float) -> str:
+    """Stage / log name of a guarded run: `<reward slug>-kl<coef>` (e.g. `clip-s-kl0.1`)."""
+    return f"{reward_slug(spec)}-kl{kl_coef:g}"
+
+
+def choose_guarded(summaries: Mapping[float, Mapping[str, Any]]) -> float:
+    """The KL coefficient whose selected checkpoint has the best validation CIDEr-D (ties: the smaller one)."""
+    scored = {coef: s.get("best_val_cider") for coef, s in summaries.items()}
+    finite = {coef: value for coef, value in scored.items() if value is not None}
+    if not finite:
+        raise ValueError(f"no guarded run has a finite validation CIDEr-D: {scored}")
+    return min(finite, key=lambda coef: (-finite[coef], coef))
 
 
 def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache, beam_size: int) -> dict[str, str]:
@@ -172,10 +206,35 @@ def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache,
     return generate_captions(model, vocab, features, ids, beam_size=beam_size, batch_size=100, progress=True)
 
 
+#: the table's columns computed by `eval.system_table` (each: the eval metric and its factor to the column's scale)
+SYSTEM_COLUMNS: dict[str, tuple[str, float]] = {
+    "B-4": ("bleu4", 100.0), "C": ("cider", 100.0), "CLIP-S": ("clip-s", 1.0), "PAC-S++": ("pac-s++", 1.0),
+    "RefCLIP-S": ("ref-clip-s", 1.0), "RefPAC-S++": ("ref-pac-s++", 1.0), "Rep-1": ("rep1", 1.0),
+    "Rep-2": ("rep2", 1.0), "Rep-3": ("rep3", 1.0), "Rep-4": ("rep4", 1.0), "%Incorrect": ("incorrect", 1.0),
+    "Length": ("length", 1.0)}
+#: the columns the demo's judge adds to every row (percentages of captions)
+JUDGE_COLUMNS = ("Judge-acc", "Judge", "Halluc.")
+#: every column of the table in its order, with where its values come from (judge columns: the demo's own, factor 1)
+COLUMN_SOURCES: dict[str, tuple[str, float]] = {
+    column: SYSTEM_COLUMNS.get(column, (column, 1.0))
+    for column in (*list(SYSTEM_COLUMNS)[:-1], *JUDGE_COLUMNS, "Length")}
+
+
+def judge_values(captions: Sequence[str], scenes: Sequence[Scene]) -> tuple[dict[str, np.ndarray], list[Judgement]]:
+    """Per-caption Judge-acc (100: correct), Judge (100 x score) and Halluc. (100: an absent shape named), and the
+    judgements (`captioner.demo.judge.judge_caption`)."""
+    judgements = [judge_caption(caption, scene) for caption, scene in zip(captions, scenes)]
+    values = {"Judge-acc": 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float),
+              "Judge": 100.0 * np.asarray([j.score for j in judgements], dtype=float),
+              "Halluc.": 100.0 * np.asarray([j.hallucinated > 0 for j in judgements], dtype=float)}
+    return values, judgements
+
+
 def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]
                    ) -> tuple[dict, dict, dict[str, np.ndarray]]:
-    """The table row of one model (B-4, C, CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge), per-caption
-    details for the gallery, and the per-image values (caption order) of every column: each column is their mean."""
+    """The SCST monitor's quick row of one set of captions (B-4 and C on lower-cased, space-tokenised text, no Java
+    call; CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge, length), per-caption details and the per-image
+    values of every column (each column is their mean). The evaluate stage's table is `evaluate_systems`'."""
     from captioner.orchestration.evaluation import contrastive_per_image
     from eval.fluency import ends_incorrectly, repetitions
 
@@ -184,16 +243,14 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
     scenes = data.scenes()
     texts = [captions[i] for i in ids]
     text = per_caption_text_metrics(texts, [references[i] for i in ids])
-    judgements = [judge_caption(captions[i], scenes[i]) for i in ids]
+    judged, judgements = judge_values(texts, [scenes[i] for i in ids])
     paths = {i: str(data.image_path(i)) for i in ids}
     values: dict[str, np.ndarray] = {"B-4": 100 * text["bleu4"], "C": 100 * text["cider"]}
     values.update(contrastive_per_image(captions, references, paths, scorers))
     for n in range(1, 5):
         values[f"Rep-{n}"] = np.asarray([repetitions(c, n) for c in texts], dtype=float)
     values["%Incorrect"] = 100.0 * np.asarray([ends_incorrectly(c) for c in texts], dtype=float)
-    values["Judge-acc"] = 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float)
-    values["Judge"] = 100.0 * np.asarray([j.score for j in judgements], dtype=float)
-    values["Halluc."] = 100.0 * np.asarray([j.hallucinated > 0 for j in judgements], dtype=float)
+    values.update(judged)
     values["Length"] = np.asarray([len(c.split()) for c in texts], dtype=float)
     row = {column: float(np.mean(v)) for column, v in values.items()}
     per_caption = {i: {"judge": j.score, "verdict": j.verdict, "cider": float(c),
@@ -202,26 +259,138 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
     return row, per_caption, values
 
 
-def write_gallery(run_dir: Path, data: DemoData, captions: Mapping[str, Mapping[str, str]],
-                  per_caption: Mapping[str, Mapping[str, dict]], scorers: Mapping[str, Any], size: int) -> None:
-    """gallery.json (+ gallery/<id>.png) for the report: each test image with every model's caption and scores."""
+@dataclass
+class SystemEvaluation:
+    """The evaluate stage's scoring of every model and the human row, through `eval.system_table`."""
+
+    table: dict[str, Any]  # the JSON `pacs evaluate --candidates ... --human-baseline --json` writes
+    scores: dict[str, RowScores]  # per row: eval metrics' per-caption values, plus the judge columns
+    captions: dict[str, dict[str, str]]  # per row: {image_id: caption} (the human row: its held-out references)
+    judgements: dict[str, dict[str, Judgement]]
+    candidate_files: dict[str, Path]
+    references_file: Path
+
+    @property
+    def image_ids(self) -> list[str]:
+        """The test images, in table order."""
+        return list(self.table["images"]["ids"])
+
+    def row(self, name: str) -> dict[str, float | None]:
+        """The demo table's row `name`: every column on its scale (B-4 of the human row: None)."""
+        values = self.scores[name].values
+        return {column: None if values.get(metric) is None else factor * float(values[metric])
+                for column, (metric, factor) in COLUMN_SOURCES.items()}
+
+    def per_image(self, name: str) -> dict[str, np.ndarray]:
+        """Per-image values (table image order) of every column that is a mean of them (all but B-4)."""
+        per_row = self.scores[name].per_row
+        return {column: factor * per_row[metric] for column, (metric, factor) in COLUMN_SOURCES.items()
+                if metric in per_row}
+
+
+def display_table(evaluation: SystemEvaluation, rows: Sequence[Mapping[str, Any]],
+                  intervals: Mapping[str, Mapping[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
+    """The demo's table in `eval.system_table`'s JSON layout (what `eval.report.plot_system_table` and
+    `system_table_section` draw): every row on the demo's columns (judge columns included) with its own interval
+    and its paired difference against the human row (`intervals`: `findings.paired_intervals` against it)."""
+    from eval.system_inputs import HUMAN_ROW
+
+    table = evaluation.table
+    out_rows = []
+    for row in rows:
+        name = row["model"]
+        own = intervals.get(name, {})
+        out_rows.append({"system": name, "kind": HUMAN_ROW if name == HUMAN_ROW else "system",
+                         "values": {c: row.get(c) for c in columns}, "ci": dict(own.get("value_ci", {})),
+                         **({"delta": dict(own["delta"]), "delta_ci": dict(own["ci"])} if "delta" in own else {})})
+    return {"header": f"{table['header']}; Judge-acc, Judge and Halluc.: the demo's judge on every row's captions",
+            "systems": [r["system"] for r in out_rows], "metrics": list(columns), "baseline": HUMAN_ROW,
+            "rows": out_rows, "human_baseline": table["human_baseline"], "images": {"n": table["images"]["n"]}}
+
+
+def write_system_inputs(captions: Mapping[str, Mapping[str, str]], data: DemoData, folder: Path
+                        ) -> tuple[dict[str, Path], Path]:
+    """`folder/systems/<slug>.json` ({image_id: caption}) per model and `folder/references.json` (the test split's
+    references): the inputs `pacs evaluate --candidates NAME=FILE ... --references FILE` reads."""
+    references = data.references()
+    files = {}
+    for name, model_captions in captions.items():
+        files[name] = folder / "systems" / f"{reward_slug(name.replace(' ', '-'))}.json"
+        write_json_atomic(files[name], dict(model_captions))
+    reference_file = folder / "references.json"
+    write_json_atomic(reference_file, {item.image_id: list(references[item.image_id]) for item in data.splits["test"]})
+    return files, reference_file
+
+
+def evaluate_systems(captions: Mapping[str, Mapping[str, str]], data: DemoData, scorers: Mapping[str, Any],
+                     folder: Path, seed: int, n_resamples: int) -> SystemEvaluation:
+    """Every model's test captions and the human baseline in one `eval.system_table` call (the code path of
+    `pacs evaluate --candidates NAME=FILE ... --human-baseline`: each image encoded once for all rows), then the
+    judge's columns per row. The table (+ CSV, heat map, HTML) is written to `folder/system_table.*`."""
+    from eval.human_baseline import recompute_from_held_out
+    from eval.system_inputs import HUMAN_ROW
+    from eval.system_scoring import ScoringOptions
+    from eval.system_table import TableRequest, build_system_table, write_table
+    from metric.scoring.registry import METRICS
+
+    files, reference_file = write_system_inputs(captions, data, folder)
+    metrics = [metric for metric, _ in SYSTEM_COLUMNS.values()]
+    image_map = {item.image_id: str(data.image_path(item.image_id)) for item in data.splits["test"]}
+
+    def factory(metric: str) -> Any:
+        """The demo's scorer of the metric's family (one per family: each image encoded once)."""
+        return scorers[METRICS[metric].family]
+
+    request = TableRequest(candidates=[f"{name}={path}" for name, path in files.items()],
+                           references=str(reference_file), metrics=metrics,
+                           scoring=ScoringOptions(metrics=metrics, image_map=image_map), seed=seed,
+                           bootstrap=n_resamples, human_baseline=True, scorer_factory=factory)
+    row_scores: list[RowScores] = []
+    table = build_system_table(request, row_scores)
+    write_table(table, str(folder / "system_table.json"), png_path=str(folder / "system_table.png"),
+                html_path=str(folder / "system_table.html"))
+    ids = list(table["images"]["ids"])
+    human, _ = recompute_from_held_out(table["human_baseline"]["held_out"], data.references())
+    all_captions = {name: {i: model_captions[i] for i in ids} for name, model_captions in captions.items()}
+    all_captions[HUMAN_ROW] = {i: human[i] for i in ids}
+    scenes = data.scenes()
+    scores, judgements = {}, {}
+    for row, result in zip(table["rows"], row_scores):
+        name = row["system"]
+        values, judged = judge_values([all_captions[name][i] for i in ids], [scenes[i] for i in ids])
+        for column, per_image in values.items():
+            result.per_row[column] = per_image
+            result.values[column] = float(per_image.mean())
+        scores[name], judgements[name] = result, dict(zip(ids, judged))
+    return SystemEvaluation(table, scores, all_captions, judgements, files, reference_file)
+
+
+def write_gallery(run_dir: Path, data: DemoData, evaluation: SystemEvaluation, size: int) -> None:
+    """gallery.json (+ gallery/<id>.png) for the report: each test image with every row's caption (the human row's
+    held-out reference included), its verdict, the judge's highlights and its scores from the table."""
     ids = [item.image_id for item in data.splits["test"][:size]]
     (run_dir / "gallery").mkdir(exist_ok=True)
     references = data.references()
+    scenes = data.scenes()
+    position = {image_id: index for index, image_id in enumerate(evaluation.image_ids)}
     entries = []
     for image_id in ids:
         target = run_dir / "gallery" / f"{image_id}.png"
         shutil.copyfile(data.image_path(image_id), target)
         entry: dict[str, Any] = {"image_id": image_id, "image": f"gallery/{image_id}.png",
                                  "references": references[image_id], "captions": {}}
-        for model, model_captions in captions.items():
+        for model, model_captions in evaluation.captions.items():
             caption = model_captions[image_id]
-            scores = {"judge": per_caption[model][image_id]["judge"], "C": 100 * per_caption[model][image_id]["cider"]}
-            for name, family in (("CLIP-S", "clip"), ("PAC-S++", "pac-s++")):
-                result = scorers[family].score([str(data.image_path(image_id))], [caption], keys=[image_id])
-                scores[name] = float(result.scores[0])
-            entry["captions"][model] = {"caption": caption, "scores": scores,
-                                        "verdict": per_caption[model][image_id]["verdict"],
-                                        "highlights": per_caption[model][image_id]["highlights"]}
+            judgement = evaluation.judgements[model][image_id]
+            per_image = evaluation.per_image(model)
+            scores = {"judge": judgement.score,
+                      **{column: float(per_image[column][position[image_id]]) for column in GALLERY_SCORES}}
+            entry["captions"][model] = {"caption": caption, "scores": scores, "verdict": judgement.verdict,
+                                        "highlights": [list(span) for span in highlight_spans(caption,
+                                                                                              scenes[image_id])]}
         entries.append(entry)
     write_json_atomic(run_dir / "gallery.json", entries)
+
+
+#: the per-caption scores the gallery shows next to the judge's
+GALLERY_SCORES = ("C", "CLIP-S", "PAC-S++")

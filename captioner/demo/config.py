@@ -53,9 +53,12 @@ class ClipStageConfig:
     lr: PositiveFloat = 1e-3
     weight_decay: NonNegativeFloat = 0.1
     eval_every: NonNegativeInt = 50  # validation every N steps (0: only after the last step)
+    loss: str = "infonce"  # or "sigmoid": SigLIP's pairwise sigmoid loss with a learned logit bias
 
     def validate(self) -> None:
-        """The text tower's two heads split its width; micro-batches split the batch."""
+        """The text tower's two heads split its width; micro-batches split the batch; a known loss."""
+        if self.loss not in ("infonce", "sigmoid"):
+            raise InputError(f"clip.loss={self.loss!r}: expected infonce or sigmoid")
         if self.text_width % 2:
             raise InputError(f"clip.text_width={self.text_width}: expected an even int (two attention heads)")
         if self.micro_batch_size:
@@ -89,6 +92,7 @@ class CorrelationStageConfig:
     n_images: PositiveInt = 300  # at most world.n_val are used
     candidates_per_image: Annotated[int, Ge(2)] = 5  # the held-out reference and at least one corruption
     long_captions: bool = True  # + a correct paragraph and one whose last sentence names an absent shape, per image
+    bootstrap_resamples: PositiveInt = 1000  # paired bootstrap over images of tau_b(PAC-S++) − tau_b(CLIP-S)
 
 
 @dataclass
@@ -214,6 +218,7 @@ class DemoConfig:
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)
     guarded: GuardedScstConfig = field(default_factory=GuardedScstConfig)
     evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
+    captioning: bool = True  # false: only the metric stages (data, clip, pacs, correlation), e.g. demo_siglip.yaml
 
     def validate(self) -> None:
         """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split."""

@@ -109,6 +109,10 @@ def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, An
     write_json_atomic(folder / "correlation.json", summary)
     if long_rows.any():
         write_json_atomic(folder / "long_captions.json", long_caption_summary(metrics, judge, long_rows, truncated))
+    comparisons = compare_taus(metrics, judge, keys, PAIRS, config.correlation.bootstrap_resamples, config.seed)
+    write_json_atomic(folder / "comparisons.json", comparisons)
+    for line in comparison_findings(comparisons):
+        logger.info("%s", line)
     logger.info("correlation with the judge (Kendall tau_b x100): %s",
                 ", ".join(f"{k} {_tau(v['tau_b'], 1)}" for k, v in summary.items()))
     return {"n_candidates": len(rows), "tau_b": {k: _tau(v["tau_b"], 2) for k, v in summary.items()}}
@@ -125,3 +129,55 @@ def long_caption_summary(metrics: Mapping[str, np.ndarray], judge: np.ndarray, l
             "tau_b": {name: {"truncate": kendall(metrics[name][long_rows], judge[long_rows])["tau_b"],
                              "chunk": kendall(metrics[f"{name} chunk"][long_rows], judge[long_rows])["tau_b"]}
                       for name in names}}
+
+
+PAIRS = (("pac-s++", "clip-s"), ("ref-pac-s++", "ref-clip-s"))
+"""(metric, baseline) pairs whose Kendall tau_b difference the correlation stage bootstraps (PAC-S++ Table 8)."""
+
+
+def compare_taus(metrics: Mapping[str, np.ndarray], judge: np.ndarray, image_ids: Sequence[str],
+                 pairs: Sequence[tuple[str, str]], n_resamples: int, seed: int) -> dict[str, Any]:
+    """tau_b(metric) − tau_b(baseline) (x100) per pair with a paired bootstrap 95% interval over images.
+
+    Every resample draws images with replacement and keeps all candidates of each drawn image (candidates of one
+    image are not independent); both taus of a pair are computed on the same resample."""
+    groups: dict[str, list[int]] = {}
+    for index, image_id in enumerate(image_ids):
+        groups.setdefault(image_id, []).append(index)
+    members = list(groups.values())
+    rng = np.random.default_rng([seed, 11])
+    draws = [np.concatenate([members[i] for i in rng.integers(len(members), size=len(members))])
+             for _ in range(n_resamples)]
+
+    def tau(values: np.ndarray, rows: np.ndarray | slice) -> float:
+        return 100 * float(stats.kendalltau(values[rows], judge[rows], variant="b").statistic)
+
+    out: dict[str, Any] = {"n_resamples": n_resamples, "n_images": len(members)}
+    for metric, baseline in pairs:
+        if metric not in metrics or baseline not in metrics:
+            continue
+        delta = tau(metrics[metric], slice(None)) - tau(metrics[baseline], slice(None))
+        deltas = np.asarray([tau(metrics[metric], rows) - tau(metrics[baseline], rows) for rows in draws])
+        deltas = deltas[np.isfinite(deltas)]  # a resample where a metric is constant has no tau
+        low, high = np.percentile(deltas, [2.5, 97.5]) if deltas.size else (float("nan"), float("nan"))
+        out[f"{metric} vs {baseline}"] = {"delta_tau_b": finite_or_none(delta),
+                                          "ci": [finite_or_none(float(low)), finite_or_none(float(high))]}
+    return out
+
+
+def comparison_findings(comparisons: Mapping[str, Any]) -> list[str]:
+    """One sentence per pair: beats / within noise of / below its baseline, by the bootstrap interval."""
+    lines = []
+    for name, entry in comparisons.items():
+        if not isinstance(entry, dict):
+            continue
+        metric, baseline = name.split(" vs ")
+        low, high = entry["ci"]
+        if entry["delta_tau_b"] is None or low is None or high is None:
+            lines.append(f"{metric} vs {baseline}: no tau_b difference (a metric is constant on these candidates)")
+            continue
+        verdict = ("beats" if low > 0 else "falls below" if high < 0 else "is within noise of")
+        lines.append(f"{metric} {verdict} {baseline} against the judge: tau_b difference "
+                     f"{entry['delta_tau_b']:+.1f} [{low:+.1f}, {high:+.1f}] (paired bootstrap over images, "
+                     f"{comparisons['n_resamples']} resamples)")
+    return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
@@ -24,14 +25,21 @@ logger = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.safetensors"
 
 
+SIGLIP_LOGITS = {"init_logit_scale": math.log(10.0), "init_logit_bias": -10.0}
+"""SigLIP's initial temperature and bias (Zhai et al. 2023, the values open_clip's SigLIP configs use)."""
+
+
 def clip_arch(config: ClipStageConfig, image_size: int) -> dict:
-    """The open_clip model config of the demo's tiny CLIP."""
+    """The open_clip model config of the demo's tiny CLIP (with `clip.loss: sigmoid`: SigLIP's logit bias and initial
+    temperature; the towers stay CLIP's, so the change measured is the loss)."""
+    sigmoid = config.loss == "sigmoid"
     return tiny_clip_config(
         embed_dim=config.embed_dim,
         vision_cfg={"image_size": image_size, "patch_size": config.patch_size, "width": config.vision_width,
                     "layers": config.vision_layers, "head_width": 32},
         text_cfg={"context_length": config.context_length, "width": config.text_width, "heads": 2,
-                  "layers": config.text_layers})
+                  "layers": config.text_layers},
+        **(SIGLIP_LOGITS if sigmoid else {}))
 
 
 def _pixels(backbone: Backbone, images: list[Image.Image]) -> torch.Tensor:
@@ -86,7 +94,8 @@ def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) 
             [pixels[i] for i, _ in rows], [config.prompt + web[i][(k + 1) % per_image] for i, k in rows],
             image_ids=[items[i].image_id for i, _ in rows])
     trainer = _trainer_config("full", folder, config.seed, stage.steps, stage.batch_size, stage.lr,
-                              stage.weight_decay, stage.eval_every, LossOptions(lambda_v=0.0, lambda_t=0.0),
+                              stage.weight_decay, stage.eval_every,
+                              LossOptions(lambda_v=0.0, lambda_t=0.0, kind=stage.loss),
                               micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
     if process_state().is_main_process:

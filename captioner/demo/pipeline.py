@@ -66,8 +66,18 @@ def stage_names(config: DemoConfig) -> list[str]:
     """The demo's stages, in the order they run."""
     from captioner.demo.captioning import reward_slug
 
+    if not config.captioning:
+        return ["data", "clip", "pacs", "correlation"]
     return ["data", "clip", "pacs", "correlation", "features", "xe",
-            *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], "evaluate"]
+            *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], *guarded_stage_names(config), "evaluate"]
+
+
+def guarded_stage_names(config: DemoConfig) -> list[str]:
+    """The guarded SCST stages: one per guarded reward and KL coefficient (`scst-<reward>-kl<coef>`)."""
+    from captioner.demo.captioning import guarded_label
+
+    return [f"scst-{guarded_label(config.guarded.reward_spec(reward), coef)}"
+            for reward in config.guarded.rewards for coef in config.guarded.kl_coefs]
 
 
 def run_demo_config(config: DemoConfig) -> dict[str, Any]:
@@ -131,6 +141,9 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
                                                                   runner.folder("correlation")),
                {**common, "correlation": to_dict(config.correlation)}, upstream=["pacs"])
 
+    if not config.captioning:  # a metric-only preset (e.g. demo_siglip.yaml): the correlation is the result
+        return _finish_metrics_only(run_dir, runner, state)
+
     def extract() -> dict:
         from metric.models.factory import load_backbone
 
@@ -152,10 +165,13 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
                    {"seed": config.seed, "scst": scst_settings, "reward": spec}, upstream=["xe", "pacs"],
                    distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
+    guard_choices = _run_guarded(config, data, runner, features, scorers, logs, scst_micro, scst_settings, models)
     scst_stages = [f"scst-{captioning.reward_slug(spec)}" for spec in config.scst.rewards]
+    scst_stages += guarded_stage_names(config)
     runner.run("evaluate", lambda: _evaluate(config, data, models, features(), scorers(), run_dir,
-                                             runner.folder("evaluate")),
-               {"evaluate": to_dict(config.evaluate)}, upstream=["xe", "pacs", *scst_stages])
+                                             runner.folder("evaluate"), guard_choices),
+               {"evaluate": to_dict(config.evaluate), "guarded": guard_choices},
+               upstream=["xe", "pacs", *scst_stages])
     report = run_dir / "report.html"
     if state.is_main_process:
         rows = _publish(run_dir, runner, config)
@@ -170,11 +186,86 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
             "seconds": runner.seconds, "report": str(report)}
 
 
+def correlation_markdown(run_dir: Path) -> str:
+    """Kendall tau of every metric against the judge, the paired comparisons, and the long-caption subset."""
+    from captioner.demo.correlation import comparison_findings
+
+    folder = run_dir / "correlation"
+    summary = json.loads((folder / "correlation.json").read_text(encoding="utf-8"))
+    lines = ["| metric | τb | τc |", "|---|---|---|"]
+    lines += [f"| {name} | {_tau_cell(v.get('tau_b'))} | {_tau_cell(v.get('tau_c'))} |"
+              for name, v in summary.items() if isinstance(v, dict)]
+    parts = ["Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
+             + "\n".join(lines) + "\n"]
+    comparisons = folder / "comparisons.json"
+    if comparisons.is_file():
+        findings = comparison_findings(json.loads(comparisons.read_text(encoding="utf-8")))
+        parts.append("".join(f"* {line}\n" for line in findings))
+    long_path = folder / "long_captions.json"
+    if long_path.is_file():
+        long = json.loads(long_path.read_text(encoding="utf-8"))
+        rows = ["| metric | τb truncated | τb chunked |", "|---|---|---|"]
+        rows += [f"| {name} | {_tau_cell(v['truncate'])} | {_tau_cell(v['chunk'])} |"
+                 for name, v in long["tau_b"].items()]
+        parts.append(f"On the {long['n_long']} long candidates alone ({long['n_long_truncated'].get('clip', 0)} "
+                     "longer than the CLIP's text context), truncated vs chunked (`--long-captions chunk`):\n\n"
+                     + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def _tau_cell(value: Any) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, Any]:
+    """End of a metric-only run: print the correlation tables and findings, write the report."""
+    from eval.report import write_report
+
+    report = run_dir / "report.html"
+    if state.is_main_process:
+        report = write_report(run_dir, reuse=True)
+        print(correlation_markdown(run_dir))
+        print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
+              f"cached: {', '.join(runner.skipped) or 'none'}")
+        print(f"report: {report}")
+    state.wait_for_everyone()
+    return {"run_dir": str(run_dir), "rows": [], "ran": runner.ran + runner.resumed, "skipped": runner.skipped,
+            "seconds": runner.seconds, "report": str(report)}
+
+
+def _run_guarded(config: DemoConfig, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
+                 scst_micro: int, scst_settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
+    """The guarded SCST stages; adds each guarded reward's chosen run (best validation CIDEr-D) to `models`."""
+    from captioner.demo import captioning, findings
+
+    choices: dict[str, Any] = {}
+    for reward in config.guarded.rewards:
+        spec = config.guarded.reward_spec(reward)
+        summaries: dict[float, dict[str, Any]] = {}
+        for coef in config.guarded.kl_coefs:
+            name = f"scst-{captioning.guarded_label(spec, coef)}"
+            guard = {"kl_coef": coef, "select_by": "cider", "monitor_every": config.guarded.monitor_every,
+                     "monitor_images": config.guarded.monitor_images}
+            runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers: captioning.run_scst(
+                           config, data, features(), _reward(spec, data, fresh()), spec, runner.folder("xe"),
+                           runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef),
+                       {"seed": config.seed, "scst": scst_settings, "reward": spec, "guard": guard},
+                       upstream=["xe", "pacs"], distributed=True)
+            summaries[coef] = (runner.record(name) or {}).get("summary", {})
+        chosen = captioning.choose_guarded(summaries)
+        name = f"scst-{captioning.guarded_label(spec, chosen)}"
+        models[findings.guarded_model_name(reward)] = runner.folder(name) / summaries[chosen]["model"]
+        choices[reward] = {"spec": spec, "chosen_kl_coef": chosen,
+                           "val_cider": {f"{coef:g}": s.get("best_val_cider") for coef, s in summaries.items()},
+                           "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()}}
+    return choices
+
+
 def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
     from rewards import build_reward
 
     train = {item.image_id: item.references for item in data.splits["train"]}
-    paths = {image_id: str(data.image_path(image_id)) for image_id in train}
+    paths = {**data.image_paths("train"), **data.image_paths("val")}  # val: the guarded runs' hacking monitor
     from metric.common.errors import InputError
     from metric.scoring.registry import METRICS
     from rewards.registry import parse_reward_spec
@@ -188,26 +279,43 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
 
 
 def _evaluate(config: DemoConfig, data: Any, models: dict[str, Path], features: Any, scorers: dict[str, Any],
-              run_dir: Path, out: Path) -> dict:
+              run_dir: Path, out: Path, guarded: dict[str, Any] | None = None) -> dict:
+    """Stage `evaluate`: every model's test captions and the human baseline (one reference per test image, drawn
+    with the seed) scored in one system-level table by `eval.system_table` (the code path of `pacs evaluate
+    --candidates NAME=FILE ... --human-baseline`; `captioning.evaluate_systems`), the judge's columns per row,
+    paired intervals against XE (findings, each reward's gain) and against the human row, and the gallery."""
     from captioner.demo import captioning, findings
+    from eval.system_inputs import HUMAN_ROW
 
-    rows, all_captions, per_caption, per_image = [], {}, {}, {}
-    for name, folder in models.items():
-        captions = captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
-        row, details, values = captioning.evaluate_model(captions, data, scorers)
-        rows.append({"model": name, **row})
-        all_captions[name], per_caption[name], per_image[name] = captions, details, values
-    image_ids = list(next(iter(all_captions.values()))) if all_captions else []
+    captions = {name: captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
+                for name, folder in models.items()}
     resamples = config.evaluate.bootstrap_resamples
-    findings.add_row_intervals(rows, per_image, image_ids, resamples, config.seed)
+    evaluation = captioning.evaluate_systems(captions, data, scorers, out, config.seed, resamples)
+    names = list(evaluation.scores)  # table order: the models, then the human row
+    rows = [{"model": name, **evaluation.row(name)} for name in names]
+    findings.add_row_intervals(rows, evaluation.scores, captioning.COLUMN_SOURCES, resamples, config.seed)
+    versus_human = findings.paired_intervals(evaluation.scores, names, HUMAN_ROW, captioning.COLUMN_SOURCES,
+                                             resamples, config.seed)
+    per_image = {name: evaluation.per_image(name) for name in models}
     gains = findings.reward_gains(config.scst.rewards, per_image, resamples, config.seed)
-    write_json_atomic(out / "captions.json", all_captions)
+    guarded = guarded or {}
+    guarded_gains = findings.reward_gains(list(guarded), per_image, resamples, config.seed,
+                                          {reward: findings.guarded_model_name(reward) for reward in guarded})
+    table = evaluation.table
+    write_json_atomic(out / "captions.json", evaluation.captions)
     write_json_atomic(out / "results.json", {
         "columns": TABLE_COLUMNS, "rows": rows, "baseline": findings.BASELINE, "bootstrap_resamples": resamples,
-        "reward_gains": gains, "findings": findings.findings(rows, gains),
+        "reward_gains": gains, "guarded": {"choices": guarded, "reward_gains": guarded_gains},
+        "findings": findings.findings(rows, gains, versus_human)
+        + findings.guarded_findings(rows, guarded_gains, guarded),
+        "human_baseline": {**table["human_baseline"], "row": HUMAN_ROW, "header": table["header"],
+                           "system_table": "evaluate/system_table.json"},
+        "versus_human": {name: {"delta": v["delta"], "ci": v["ci"]} for name, v in versus_human.items()
+                         if "delta" in v},
+        "system_table": captioning.display_table(evaluation, rows, versus_human, TABLE_COLUMNS),
         "provenance": provenance(config=to_dict(config), seed=config.seed)})
-    captioning.write_gallery(run_dir, data, all_captions, per_caption, scorers, config.evaluate.gallery_size)
-    return {"models": list(models)}
+    captioning.write_gallery(run_dir, data, evaluation, config.evaluate.gallery_size)
+    return {"models": list(models), "images": len(evaluation.image_ids)}
 
 
 def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, Any]]:
@@ -228,10 +336,18 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
 
 
 def results_markdown(results: dict[str, Any]) -> str:
-    """The printed results: the table, each reward's own gain, every column's change against XE, the findings."""
+    """The printed results: the table (with the human row and its protocol), each reward's own gain, every
+    column's change against XE and against the human row, the findings."""
     from captioner.demo import findings
 
-    parts = [_markdown(results["rows"])]
+    parts = []
+    human = results.get("human_baseline")
+    if human:
+        parts.append(f"System-level table (`eval.system_table`, the code path of `pacs evaluate --candidates NAME=FILE "
+                     f"... --human-baseline`, seed {human.get('seed')}): {human.get('header')}. The `human` row is "
+                     "one of the world's references per test image (its index in `results.json` "
+                     "`human_baseline.held_out`); its Judge-acc, Judge and Halluc. are the judge's verdicts on it.\n")
+    parts.append(_markdown(results["rows"]))
     if results.get("reward_gains"):
         parts.append(f"Each reward's own value on the test split (paired bootstrap, "
                      f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
@@ -239,15 +355,21 @@ def results_markdown(results: dict[str, Any]) -> str:
     if any(row.get("ci") for row in results["rows"]):
         parts.append("Change of every column against XE (95% interval):\n\n"
                      + findings.delta_table(results["rows"], TABLE_COLUMNS))
+    if results.get("versus_human"):
+        rows = [{"model": name, **values} for name, values in results["versus_human"].items()]
+        parts.append("Change of every column against the human row (paired 95% interval of row − human):\n\n"
+                     + findings.delta_table(rows, TABLE_COLUMNS, "Δ vs human"))
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {line}\n" for line in results["findings"]))
     return "\n".join(parts)
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
+    """The results table as markdown: a row per model (and the human row; a blank value, the human B-4, is '-')."""
     header = "| model | " + " | ".join(TABLE_COLUMNS) + " |"
     lines = [header, "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
     for row in rows:
-        cells = [f"{row[c]:.2f}" if isinstance(row.get(c), (int, float)) else "" for c in TABLE_COLUMNS]
+        cells = [f"{row[c]:.2f}" if isinstance(row.get(c), (int, float)) else "-" if c in row else ""
+                 for c in TABLE_COLUMNS]
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

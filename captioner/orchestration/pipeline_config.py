@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import Gt, Le
 
@@ -111,6 +111,29 @@ class RewardGuardsConfig:
 GUARD_REWARDS = ("rep-penalty", "length-penalty")
 
 
+@dataclass
+class ContrastiveRewardConfig:
+    """How every contrastive reward term scores (clip-s, pac-s, pac-s++ and their Ref- variants; `rewards.contrastive`).
+
+    `score`: `cosine` (the papers' `w·max(cos, 0)`, default) or `sigmoid` (the reward model's calibrated
+    `sigmoid(scale·cos + bias)`, range (0, 1); SigLIP-style models only, refused for a model without a logit bias).
+    `long_captions`: `truncate` (the papers', default) or `chunk` (sentence pieces that fit the text context, the
+    mean of their normalised embeddings). Values other than the defaults enter the SCST stage fingerprint.
+    """
+
+    score: Literal["cosine", "sigmoid"] = "cosine"
+    long_captions: Literal["truncate", "chunk"] = "truncate"
+
+    def context(self) -> dict[str, Any]:
+        """The `build_reward` context keys of `rewards.contrastive` (`score`, `long_captions`)."""
+        return {"score": self.score, "long_captions": self.long_captions}
+
+    def changed(self) -> dict[str, Any]:
+        """The keys set to something other than their default (what a stage fingerprint records)."""
+        defaults = ContrastiveRewardConfig()
+        return {key: value for key, value in self.context().items() if value != getattr(defaults, key)}
+
+
 # (family, `reward_models` field): the model slot of each contrastive family.
 REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
 
@@ -160,6 +183,7 @@ class PipelineConfig:
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
     reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
     reward_guards: RewardGuardsConfig = field(default_factory=RewardGuardsConfig)
+    contrastive_reward: ContrastiveRewardConfig = field(default_factory=ContrastiveRewardConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: Seed = 42
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)

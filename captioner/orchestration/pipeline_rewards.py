@@ -13,10 +13,11 @@ logger = logging.getLogger(__name__)
 
 def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
                    image_paths: dict[str, Any]) -> dict[str, Any]:
-    """The `build_reward` context of a pipeline: training references, image paths and reward models."""
+    """The `build_reward` context of a pipeline: training references, image paths, reward models, the guard
+    rewards' options and the contrastive rewards' `score` / `long_captions` (`contrastive_reward`)."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device),
-                               **config.reward_guards.context()}
+                               **config.reward_guards.context(), **config.contrastive_reward.context()}
     from metric.scoring.registry import METRICS
 
     scorers = reward_scorers(config)
@@ -46,14 +47,23 @@ def check_reward_models(config: PipelineConfig) -> None:
 
 
 def guard_reward_settings(config: PipelineConfig, spec: str) -> dict[str, Any]:
-    """`{"reward_guards": ...}` for a spec with a guard reward (`rep-penalty`, `length-penalty`), else nothing."""
+    """The reward options a spec's SCST stage fingerprint records: `{"reward_guards": ...}` for a spec with a guard
+    reward (`rep-penalty`, `length-penalty`), plus `{"contrastive_reward": ...}` (only the keys off their
+    defaults) for a spec with a contrastive term; nothing else, so run folders made before these keys existed
+    stay done."""
     import dataclasses
 
+    from metric.scoring.registry import METRICS
     from rewards.registry import parse_reward_spec
 
-    if not any(name in GUARD_REWARDS for name, _ in parse_reward_spec(spec)):
-        return {}
-    return {"reward_guards": dataclasses.asdict(config.reward_guards)}
+    names = [name for name, _ in parse_reward_spec(spec)]
+    settings: dict[str, Any] = {}
+    if any(name in GUARD_REWARDS for name in names):
+        settings["reward_guards"] = dataclasses.asdict(config.reward_guards)
+    changed = config.contrastive_reward.changed()
+    if changed and any(name in METRICS for name in names):
+        settings["contrastive_reward"] = changed
+    return settings
 
 
 def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],

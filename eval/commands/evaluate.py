@@ -51,7 +51,7 @@ def _format(value: Any) -> str:
 
 def run_single(args: argparse.Namespace) -> int:
     """One candidate file: the metric lines and the JSON `{"metrics", "n", ...}` (the same scoring as a table row)."""
-    from eval.api import json_safe, scorer_factory
+    from eval.api import json_safe, scorer_factory, scoring_conventions
     from eval.system_inputs import canonical_rows, parse_candidate_specs
     from eval.system_scoring import SharedScoring, score_rows
     from metric.common.io import write_json_atomic
@@ -67,6 +67,7 @@ def run_single(args: argparse.Namespace) -> int:
     metrics = _metrics(args)
     models: dict[str, Any] = {}
     model = ModelOptions.from_mapping(args)
+    conventions = scoring_conventions(model)
     shared = SharedScoring(_scoring_options(args, metrics), scorer_factory(model, models))
     result = score_rows(shared, ids, captions, [references[key] for key in ids])
     failed = {m: {"n": len(rows), "items": [ids[r] for r in rows]} for m, rows in result.failed.items()}
@@ -77,13 +78,19 @@ def run_single(args: argparse.Namespace) -> int:
         if name in failed:
             reason += f"  (failed on {failed[name]['n']} of {len(captions)} captions, mean over the others)"
         print(f"{name:<12} {_format(value)}{suffix}{reason}")
+    for name, count in result.truncated.items():
+        if count:
+            print(f"{name}: {count} of {len(captions)} captions cut to the text context "
+                  f"(long_captions={conventions['long_captions']})")
     if args.json:
         output = {"metrics": result.values, "n": len(captions), "n_empty": result.n_empty,
                   "grammar_backend": result.grammar_backend, "unavailable": result.unavailable, "failed": failed,
+                  "truncated_captions": result.truncated,
                   "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
                       "candidates": str(spec.path), "references": str(args.references), "metrics": metrics,
                       "images": args.images, "checkpoint": getattr(args, "checkpoint", None),
-                      "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend},
+                      "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend,
+                      **conventions},
                       models=models)}
         write_json_atomic(args.json, json_safe(output))
         print(f"-> {args.json}")

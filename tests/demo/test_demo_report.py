@@ -57,9 +57,19 @@ def make_run_dir(root: Path) -> Path:
                "rows": [{"model": "xe", "bleu4": 0.31, "cider": 1.2, "rep1": 0.5},
                         {"model": "scst-cider", "bleu4": 0.35, "cider": 1.5, "rep1": 0.7,
                          "delta": {"bleu4": 0.04, "cider": 0.3, "rep1": 0.2},
-                         "ci": {"bleu4": [-0.01, 0.09], "cider": [0.1, 0.5], "rep1": [0.05, 0.3]}}],
+                         "ci": {"bleu4": [-0.01, 0.09], "cider": [0.1, 0.5], "rep1": [0.05, 0.3]}},
+                        {"model": "human", "bleu4": None, "cider": 0.9, "rep1": 0.2}],
                "reward_gains": [{"reward": "cider", "xe": 1.2, "scst": 1.5, "delta": 0.3, "ci": [0.1, 0.5]}],
-               "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."]}
+               "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."],
+               "system_table": {
+                   "header": "3 images; human row: one reference per image against the others (the papers' protocol)",
+                   "metrics": ["bleu4", "cider", "rep1"], "baseline": "human",
+                   "rows": [{"system": "xe", "values": {"bleu4": 0.31, "cider": 1.2, "rep1": 0.5},
+                             "delta": {"cider": 0.3, "rep1": 0.3}, "delta_ci": {"cider": [0.1, 0.5], "rep1": [-0.1, 0.6]}},
+                            {"system": "scst-cider", "values": {"bleu4": 0.35, "cider": 1.5, "rep1": 0.7},
+                             "ci": {"cider": [1.1, 1.9]},
+                             "delta": {"cider": 0.6, "rep1": 0.5}, "delta_ci": {"cider": [-0.2, 0.9], "rep1": [0.2, 0.8]}},
+                            {"system": "human", "values": {"bleu4": None, "cider": 0.9, "rep1": 0.2}}]}}
     (run / "results.json").write_text(json.dumps(results))
     (run / "logs" / "scst.reference.json").write_text(json.dumps({"label": "xe", "values": {"reward": 0.25}}))
     for name in ("scst-cider", "scst-pac-s++"):
@@ -92,8 +102,15 @@ def test_demo_report_contains_every_section(tmp_path: Path) -> None:
     page = build_report(run)
     assert page.count("<tr>") >= 3 and 'id="results-table"' in page
     assert ">scst-cider<" in page and ">1.50<" in page
+    results_table = page[page.index('id="results-table"'):page.index("</table>", page.index('id="results-table"'))]
+    assert '<td class="name">human</td><td>-</td><td>0.90</td><td>0.20</td>' in results_table  # B-4 blank: '-'
+    section = page[page.index("<h2>System-level table</h2>"):page.index("<h2>Training curves</h2>")]
+    assert "the papers&#x27; protocol" in section and 'id="system-plot"' in section
+    assert '<td class="name">human</td><td>-</td><td>0.90</td><td>0.20</td>' in section
+    assert "<td>1.50<br><small>[1.10, 1.90]</small></td>" in section  # a value with its own interval
+    assert section.count('class="ci-up"') == 2  # xe's cider, scst-cider's rep1: intervals above 0 against humans
     images = re.findall(r'<img [^>]*src="data:image/png;base64,', page)
-    assert len(images) == 5  # xe curves, scst curves, correlation scatter, two gallery images
+    assert len(images) == 6  # system table heat map, xe curves, scst curves, correlation scatter, two gallery images
     assert 'class="absent"' not in page
     assert "verdict-wrong" in page
     curves = load_curves(run)
@@ -117,7 +134,7 @@ def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: 
     empty.mkdir()
     page = build_report(empty)
     assert page.count('class="absent"') == 4
-    assert 'id="delta-table"' not in page and 'id="findings"' not in page
+    assert 'id="delta-table"' not in page and 'id="findings"' not in page and "System-level" not in page
     with pytest.raises(InputError, match="not found"):
         build_report(tmp_path / "missing")
     (empty / "results.json").write_text("{broken")
@@ -181,6 +198,8 @@ def test_demo_report_renders_in_headless_chromium(tmp_path: Path) -> None:
                    "i=>i.complete&&i.naturalWidth>0).length;document.body.setAttribute('data-decoded',ok);"
                    "const n=s=>document.querySelectorAll(s).length;const b=document.body;"
                    "b.setAttribute('data-rows',n('#results-table tbody tr'));"
+                   "b.setAttribute('data-system-rows',n('#system-table tbody tr'));"
+                   "b.setAttribute('data-system-delta-rows',n('#system-delta-table tbody tr'));"
                    "b.setAttribute('data-delta-rows',n('#delta-table tbody tr'));"
                    "b.setAttribute('data-delta-up',n('#delta-table td.ci-up'));"
                    "b.setAttribute('data-gain-rows',n('#reward-gains tbody tr'));"
@@ -197,8 +216,8 @@ def test_demo_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     result = run_chromium(binary, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
     dom = result.stdout
-    assert 'data-decoded="5"' in dom, dom[:500]
-    assert 'data-rows="2"' in dom
+    assert 'data-decoded="6"' in dom, dom[:500]
+    assert 'data-rows="3"' in dom and 'data-system-rows="3"' in dom and 'data-system-delta-rows="2"' in dom
     assert 'data-delta-rows="1"' in dom and 'data-delta-up="2"' in dom  # cider and rep1 intervals exclude 0
     assert 'data-gain-rows="1"' in dom and 'data-corr-rows="1"' in dom and 'data-findings="2"' in dom
     assert 'data-absent="absent shape|circle"' in dom  # the legend's mark, then the gallery's

@@ -17,8 +17,9 @@ from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_confi
 from metric.common.errors import InputError
 
 STAGES = {"data", "clip", "pacs", "correlation", "features", "xe", "scst-cider", "scst-clip-s", "scst-pac-s++",
-          "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5", "evaluate"}
+          "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5", "scst-clip-s-kl0.1", "evaluate"}
 REWARDS = ["cider", "clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5"]
+MODELS = ["xe", *(f"scst {spec}" for spec in REWARDS), "scst clip-s +KL", "human"]
 
 
 @pytest.mark.slow
@@ -30,12 +31,26 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert set(first["ran"]) == STAGES and first["skipped"] == []
     # the printed table has one row per model and every column
     assert "| model | " + " | ".join(TABLE_COLUMNS) + " |" in out
-    for model in ("xe", *(f"scst {spec}" for spec in REWARDS)):
+    for model in MODELS:
         assert f"| {model} |" in out
+    assert "systems against all references (the papers' protocol); B-4 left out for humans" in out
     results = json.loads((run_dir / "results.json").read_text())
-    assert results["rows"][0]["model"] == "xe" and len(results["rows"]) == 6
+    assert [r["model"] for r in results["rows"]] == MODELS
+    # the guarded run: its coefficient chosen on validation, its checkpoint the best validation CIDEr-D step
+    choice = results["guarded"]["choices"]["clip-s"]
+    record = json.loads((run_dir / "stages" / "scst-clip-s-kl0.1.json").read_text())["summary"]
+    assert choice["chosen_kl_coef"] == 0.1 and choice["val_cider"] == {"0.1": record["best_val_cider"]}
+    assert record["model"] == "best" and record["best_step"] >= 1 and (run_dir / "scst-clip-s-kl0.1" / "best").is_dir()
+    monitor = (run_dir / "scst-clip-s-kl0.1" / "monitor.csv").read_text().splitlines()
+    header = monitor[0].split(",")
+    best = max((dict(zip(header, line.split(","))) for line in monitor[2:]), key=lambda r: float(r["cider"]))
+    assert int(best["step"]) == record["best_step"]
+    assert "kl" in (run_dir / "scst-clip-s-kl0.1" / "log.csv").read_text().splitlines()[0].split(",")
+    assert results["guarded"]["reward_gains"][0]["model"] == "scst clip-s +KL"
+    human_row = results["rows"][-1]
+    assert human_row["B-4"] is None and "ci" not in human_row and "| human | - |" in out  # B-4 blank, as the papers
     # every SCST row carries (row - XE) and its interval for every column; each reward its own gain
-    for row in results["rows"][1:]:
+    for row in results["rows"][1:-1]:
         assert set(row["ci"]) == set(TABLE_COLUMNS) == set(row["delta"])
         for column in TABLE_COLUMNS:
             low, high = row["ci"][column]
@@ -58,6 +73,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
         correct = sum(judge_caption(caption, scenes[image_id]).is_correct for image_id, caption in captions.items())
         assert row["Judge-acc"] == pytest.approx(100.0 * correct / len(captions)), row["model"]
         assert row["Length"] == pytest.approx(sum(len(c.split()) for c in captions.values()) / len(captions))
+    _check_human_row(tmp_path, run_dir, results, written_captions)
     # every training stage logged curves; the metric stages really trained (validation loss fell)
     for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++"):
         assert (run_dir / "logs" / f"{name}.csv").is_file(), name
@@ -71,6 +87,8 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     page = (run_dir / "report.html").read_text()
     assert 'id="results-table"' in page and page.count("<tr>") >= 6
     assert 'id="delta-table"' in page and 'id="reward-gains"' in page and 'id="findings"' in page
+    assert 'id="system-table"' in page and 'id="system-plot"' in page and 'id="system-delta-table"' in page
+    assert '<td class="name">human</td>' in page
     assert (run_dir / "logs" / "scst_val-cider.csv").is_file()
     assert (run_dir / "logs" / "scst_val.reference.json").is_file()
     assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
@@ -100,7 +118,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     # a changed SCST setting re-runs only the SCST stages and the evaluation below them
     third = run_demo(config, [f"runs_dir={tmp_path}", "threads=1", "scst.rewards=[cider]"])
     assert set(third["ran"]) == {"evaluate"} and "xe" in third["skipped"]
-    assert "scst clip-s" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
+    assert ">scst clip-s</" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
 
     # the issue's literal command on 2 CPU processes: same stages, same printed table as one process
     two = tmp_path / "two"
@@ -118,9 +136,55 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     stages = json.loads((two / "demo_smoke" / "stages.json").read_text())
     assert set(stages["ran"]) == STAGES and stages["skipped"] == []
     rows_two = json.loads((two / "demo_smoke" / "results.json").read_text())["rows"]
+    assert [r["model"] for r in rows_two] == [r["model"] for r in results["rows"]]
     for row_one, row_two in zip(results["rows"], rows_two):
         for column in TABLE_COLUMNS:
+            if row_one[column] is None:  # the human row's B-4
+                assert row_two[column] is None
+                continue
             assert row_two[column] == pytest.approx(row_one[column], abs=1e-5), (row_one["model"], column)
+
+
+def _check_human_row(tmp_path: Path, run_dir: Path, results: dict, captions: dict) -> None:
+    """The demo's table is `pacs evaluate --candidates NAME=FILE ... --human-baseline` on the files the run wrote,
+    and the human row follows from the recorded held-out indices (CIDEr-D recomputed with pycocoevalcap)."""
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    evaluate = run_dir / "evaluate"
+    demo_table = json.loads((evaluate / "system_table.json").read_text())
+    specs = demo_table["provenance"]["config"]["candidates"]
+    assert [spec.split("=", 1)[0] for spec in specs] == MODELS[:-1]
+    human = results["human_baseline"]
+    assert human["protocol"] == "papers" and human["held_out"] == demo_table["human_baseline"]["held_out"]
+    common = ["evaluate", "--candidates", *specs, "--references", str(evaluate / "references.json"),
+              "--images", str(run_dir / "data" / "images"), "--human-baseline", "--seed", str(human["seed"]),
+              "--bootstrap", "0"]
+    demo_rows = {row["system"]: row["values"] for row in demo_table["rows"]}
+    for stage, metrics in (("clip", "bleu4,cider,rep1,rep2,rep3,rep4,incorrect,length,clip-s,ref-clip-s"),
+                           ("pacs", "pac-s++,ref-pac-s++")):
+        written = tmp_path / f"cli-{stage}.json"
+        assert pacs_cli.main([*common, "--checkpoint", str(run_dir / stage / "checkpoint.safetensors"),
+                              "--metrics", metrics, "--json", str(written)]) == 0
+        cli = json.loads(written.read_text())
+        assert cli["human_baseline"]["held_out"] == human["held_out"]
+        assert [row["system"] for row in cli["rows"]] == list(demo_rows)
+        for row in cli["rows"]:  # every row, the human one included, exactly as the demo scored it
+            assert row["values"] == {m: demo_rows[row["system"]][m] for m in row["values"]}, row["system"]
+    by_model = {row["model"]: row for row in results["rows"]}
+    assert by_model["human"]["C"] == 100 * demo_rows["human"]["cider"] and demo_rows["human"]["bleu4"] is None
+    # by hand: the held-out reference of each image is the human caption, the others its references
+    references = json.loads((evaluate / "references.json").read_text())
+    held_out = human["held_out"]
+    assert list(held_out) == list(references)
+    assert captions["human"] == {i: references[i][k] for i, k in held_out.items()}
+    gts = {i: [{"caption": r} for j, r in enumerate(references[i]) if j != k] for i, k in held_out.items()}
+    res = {i: [{"caption": references[i][k]}] for i, k in held_out.items()}
+    tokenizer = PTBTokenizer()
+    cider, _ = Cider().compute_score(tokenizer.tokenize(gts), tokenizer.tokenize(res))
+    assert by_model["human"]["C"] == pytest.approx(100 * cider, abs=1e-9)
+    lengths = [len(references[i][k].split()) for i, k in held_out.items()]
+    assert by_model["human"]["Length"] == pytest.approx(sum(lengths) / len(lengths))
 
 
 def _table(stdout: str) -> list[str]:

@@ -1,0 +1,61 @@
+"""tools/refresh_demo_docs.py: the README block of a run with the human row and its comparisons (no demo run)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from captioner.demo.pipeline import TABLE_COLUMNS
+from metric.common.errors import InputError
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "refresh_demo_docs.py"
+
+
+@pytest.fixture(scope="module")
+def tool():
+    """The script loaded as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("refresh_demo_docs", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(model: str, value: float | None, **extra: object) -> dict:
+    return {"model": model, **{c: value if c != "B-4" or model != "human" else None for c in TABLE_COLUMNS}, **extra}
+
+
+def test_demo_refresh_block_shows_the_human_row_its_protocol_and_comparisons(tool, tmp_path: Path) -> None:
+    ci = {c: [0.5, 1.5] for c in TABLE_COLUMNS}
+    results = {
+        "columns": TABLE_COLUMNS, "baseline": "xe", "bootstrap_resamples": 10,
+        "rows": [_row("xe", 1.0), _row("scst cider", 2.0, delta=dict.fromkeys(TABLE_COLUMNS, 1.0), ci=ci),
+                 _row("human", 3.0)],
+        "reward_gains": [{"reward": "cider", "xe": 0.01, "scst": 0.02, "delta": 0.01, "ci": [0.005, 0.015]}],
+        "human_baseline": {"protocol": "papers", "seed": 0, "held_out": {"a": 1}, "row": "human",
+                           "header": "2 images; human row: one reference per image against the others; systems "
+                                     "against all references (the papers' protocol); B-4 left out for humans"},
+        "versus_human": {"xe": {"delta": {"C": -2.0}, "ci": {"C": [-3.0, -1.0]}},
+                         "scst cider": {"delta": {"C": -1.0}, "ci": {"C": [-2.0, 0.5]}}},
+        "findings": ["A line."]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    block = tool.block(tmp_path)
+    assert "seed 0): 2 images; human row: one reference per image against the others; systems against all " \
+           "references (the papers' protocol); B-4 left out for humans." in block
+    assert "| human | - | " + " | ".join(["3.00"] * (len(TABLE_COLUMNS) - 1)) + " |" in block
+    assert "| Δ vs xe |" in block and "| Δ vs human |" in block
+    assert "| xe |  | -2.00 [-3.00, -1.00] |" + "  |" * (len(TABLE_COLUMNS) - 2) + "\n" in block
+    assert "| human |" not in block.split("| Δ vs xe |")[1].split("Change of every column against the human")[0]
+    assert block.endswith("* A line.\n")
+    page = "head\n<!-- demo-results:begin -->\nold\n<!-- demo-results:end -->\ntail\n"
+    assert tool.replace_block(page, block, "x") == f"head\n<!-- demo-results:begin -->\n{block}\n<!-- demo-results:end -->\ntail\n"
+    with pytest.raises(InputError, match="one <!-- demo-results:begin -->"):
+        tool.replace_block("no markers", block, "README.md")
+
+
+def test_demo_refresh_block_of_a_run_without_a_human_row(tool, tmp_path: Path) -> None:
+    results = {"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    block = tool.block(tmp_path)
+    assert block.startswith("| model | B-4 |") and "human" not in block
