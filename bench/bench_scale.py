@@ -11,7 +11,10 @@ row is its wall seconds and the peak RSS between the end of the stage before it 
 
 It prints, per stage, seconds and peak RSS (MB) for every N, the growth exponent (log-log least-squares slope over
 the sizes run: 1.0 is linear, 0 flat) and the extrapolation to COCO Karpathy's 113,287 training images. The
-feature pages the OS maps in from disk count in RSS; the feature files' size is reported on its own row.
+feature pages the OS maps in from disk count in RSS; they are also reported on their own ("feature pages": the
+resident pages of the mapped shard files, from /proc/self/smaps) and subtracted ("peak RSS − feature pages": the
+process's own memory), with RssAnon (heap only). The feature files' size is reported on its own row. Each size's
+result is appended to `<work>/results.jsonl` as it finishes; `--table-from FILE` prints the table of such a file.
 
     python bench/bench_scale.py [--sizes 1000,4000,16000,64000] [--coco] [--test-images 5000]
         [--xe-steps 20] [--scst-steps 10] [--threads 1] [--work /tmp/pacs-scale] [--keep]
@@ -98,31 +101,77 @@ def recipe(work: Path, data: Path, features: Path, args: argparse.Namespace) -> 
     }
 
 
+MEASURES = ("rss", "own", "features", "anon")  # bytes: VmRSS; VmRSS - feature pages; feature pages; RssAnon
+
+
+def status_rss() -> tuple[int, int]:
+    """(VmRSS, RssAnon) of this process in bytes, from /proc/self/status."""
+    values = {}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "RssAnon:")):
+                values[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return values.get("VmRSS", 0), values.get("RssAnon", 0)
+
+
+def mapped_rss(prefix: str) -> int:
+    """Resident bytes of this process's mappings of files under `prefix` (the feature shards), from /proc/self/smaps."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:  # a mapping's header line
+                fields = line.split(None, 5)
+                inside = len(fields) == 6 and fields[5].strip().startswith(prefix)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
 class StagePeaks(logging.Handler):
-    """Peak RSS between stage ends: a sampler thread reads this process's RSS; each 'stage X: done' closes a row."""
+    """Peak memory between stage ends: a sampler thread reads this process's RSS (every 20 ms) and the resident
+    pages of the feature shards it maps (/proc/self/smaps, every 200 ms); each 'stage X: done' closes a row.
 
-    def __init__(self) -> None:
+    Per row: `rss` (VmRSS, everything resident), `own` (VmRSS minus the feature-shard pages: the process's own
+    memory and its libraries), `features` (the feature-shard pages) and `anon` (RssAnon: heap and stacks only).
+    """
+
+    def __init__(self, feature_dir: str) -> None:
         super().__init__()
-        import psutil
-
-        self.process = psutil.Process()
-        self.peak = self.overall = 0
-        self.rows: dict[str, int] = {}
+        self.prefix = str(Path(feature_dir).resolve())
+        self.peak = dict.fromkeys(MEASURES, 0)
+        self.overall = dict.fromkeys(MEASURES, 0)
+        self.rows: dict[str, dict[str, int]] = {}
         self.stop = threading.Event()
+        self.features = 0
+        self._close_stage = False
         threading.Thread(target=self._sample, daemon=True).start()
 
+    def sample(self) -> dict[str, int]:
+        """One reading of the four measures (feature pages from the last smaps reading)."""
+        rss, anon = status_rss()
+        return {"rss": rss, "own": rss - self.features, "features": self.features, "anon": anon}
+
     def _sample(self) -> None:
+        last_smaps = 0.0
         while not self.stop.is_set():
-            rss = self.process.memory_info().rss
-            self.peak, self.overall = max(self.peak, rss), max(self.overall, rss)
+            if time.monotonic() - last_smaps >= 0.2:
+                self.features, last_smaps = mapped_rss(self.prefix), time.monotonic()
+            self._update(self.sample())
             time.sleep(0.02)
+
+    def _update(self, reading: dict[str, int]) -> None:
+        for key, value in reading.items():
+            self.peak[key] = max(self.peak[key], value)
+            self.overall[key] = max(self.overall[key], value)
 
     def emit(self, record: logging.LogRecord) -> None:
         """Close the row of a stage that finished (or was skipped)."""
         message = record.getMessage()
         if message.startswith("stage ") and (": done in " in message or ": unchanged" in message):
-            self.rows[message.split()[1].rstrip(":")] = max(self.peak, self.process.memory_info().rss)
-            self.peak = 0
+            self.features = mapped_rss(self.prefix)
+            self._update(self.sample())
+            self.rows[message.split()[1].rstrip(":")] = dict(self.peak)
+            self.peak = dict.fromkeys(MEASURES, 0)
 
 
 def drive(config_path: str, threads: int) -> None:
@@ -132,7 +181,10 @@ def drive(config_path: str, threads: int) -> None:
     torch.set_num_threads(threads)
     start = time.perf_counter()
     logging.basicConfig(level=logging.WARNING)
-    peaks = StagePeaks()
+    import yaml
+
+    settings = yaml.safe_load(Path(config_path).read_text())
+    peaks = StagePeaks(settings["features"]["cache_dir"])
     stages_logger = logging.getLogger("captioner.orchestration.stages")
     stages_logger.setLevel(logging.INFO)
     stages_logger.addHandler(peaks)
@@ -140,9 +192,7 @@ def drive(config_path: str, threads: int) -> None:
 
     run_from_config(config_path, [])
     peaks.stop.set()
-    import yaml
-
-    records = Path(yaml.safe_load(Path(config_path).read_text())["run_dir"]) / "stages"
+    records = Path(settings["run_dir"]) / "stages"
     seconds = {}
     for path in sorted(records.rglob("*.json")):
         record = json.loads(path.read_text())
@@ -204,14 +254,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", default="/tmp/pacs-scale")
     parser.add_argument("--keep", action="store_true", help="keep each size's data and run folder")
+    parser.add_argument("--table-from", help="print the table of a results.jsonl written by earlier runs")
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.driver:
         drive(args.driver, args.threads)
         return
+    if args.table_from:
+        lines = [json.loads(line) for line in Path(args.table_from).read_text().splitlines() if line.strip()]
+        done = {line.pop("n"): line for line in lines}
+        print_table(sorted(done), done)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sizes = [int(s) for s in args.sizes.split(",")] + ([COCO_TRAIN] if args.coco else [])
-    results = {n: measure(n, args) for n in sizes}
+    log = Path(args.work) / "results.jsonl"  # one line per size as it finishes (a long run can be read midway)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for n in sizes:
+        results[n] = measure(n, args)
+        with log.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"n": n, **results[n]}) + "\n")
+        print(f"n={n:,}: done ({results[n]['wall']:.1f} s)", flush=True)
+    print_table(sizes, results)
+
+
+def print_table(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:
+    """The markdown table: per stage and measure, the value at each size, the exponent and the COCO extrapolation."""
     stages = list(next(iter(results.values()))["peak_rss"])  # in the order they ran
     header = " | ".join(f"{n:,}" for n in sizes)
     print(f"| stage | what | {header} | exponent | at {COCO_TRAIN:,} |")
@@ -220,14 +288,20 @@ def main(argv: list[str] | None = None) -> None:
             ("feature files", "MB on disk", [results[n]["feature_mb"] for n in sizes])]
     for stage in stages:
         rows.append((stage, "s", [results[n]["seconds"].get(stage, float("nan")) for n in sizes]))
-        rows.append((stage, "peak RSS MB", [results[n]["peak_rss"].get(stage, 0) / 2**20 for n in sizes]))
-    rows.append(("whole process", "peak RSS MB", [results[n]["overall_peak_rss"] / 2**20 for n in sizes]))
+        for key, label in (("rss", "peak RSS MB"), ("own", "peak RSS − feature pages MB")):
+            rows.append((stage, label, [results[n]["peak_rss"].get(stage, {}).get(key, 0) / 2**20 for n in sizes]))
+    labels = {"rss": "peak RSS MB", "own": "peak RSS − feature pages MB", "features": "feature pages MB"}
+    for key, label in labels.items():
+        rows.append(("whole process", label, [results[n]["overall_peak_rss"][key] / 2**20 for n in sizes]))
+    rows.append(("whole process", "peak RssAnon MB", [results[n]["overall_peak_rss"]["anon"] / 2**20 for n in sizes]))
     rows.append(("whole process", "s", [results[n]["wall"] for n in sizes]))
     for name, what, values in rows:
-        exponent = fit_exponent(sizes, values) if len(sizes) > 1 else float("nan")
-        at_coco = values[-1] * (COCO_TRAIN / sizes[-1]) ** exponent if not math.isnan(exponent) else float("nan")
+        fits = len(sizes) > 1 and min(values) >= 0.05  # values that round to 0.0 have no meaningful slope
+        exponent = fit_exponent(sizes, values) if fits else float("nan")
+        at_coco = values[-1] * (COCO_TRAIN / sizes[-1]) ** exponent if fits else float("nan")
         cells = " | ".join(f"{v:,.1f}" for v in values)
-        print(f"| {name} | {what} | {cells} | {exponent:.2f} | {at_coco:,.1f} |")
+        shown = (f"{exponent:.2f}", f"{at_coco:,.1f}") if fits else ("–", "–")
+        print(f"| {name} | {what} | {cells} | {shown[0]} | {shown[1]} |")
 
 
 if __name__ == "__main__":

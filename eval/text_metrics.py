@@ -4,13 +4,22 @@
 (candidate, references) pair once (per-caption values do not depend on the other pairs, except CIDEr's document
 frequencies, which are computed over all rows exactly as pycocoevalcap does) and returns corpus and
 per-caption values in input order.
+
+Java starts once per JVM program a call needs (the PTB tokenizer; METEOR; SPICE). Inside a `TextMetricSession`
+(`with TextMetricSession(): ...`, e.g. around every evaluation of a training run) the calls share one METEOR
+process and a memo of PTB tokenisations (a caption's tokens do not depend on the other captions of the batch),
+so a second call on the same references, or a subset of captions already scored, starts no Java at all for
+them; values are unchanged.
 """
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 import numpy as np
 from pycocoevalcap.bleu.bleu import Bleu
@@ -66,11 +75,74 @@ def check_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]]) 
     return empty
 
 
-def tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]]
-                   ) -> tuple[list[str], list[list[str]]]:
-    """PTB-tokenize candidates and references with a single Java call (distinct strings only)."""
-    distinct = list(dict.fromkeys([*candidates, *(ref for refs in references for ref in refs)]))
-    tokenized = dict(zip(distinct, ptb_tokenize(distinct)))
+class TextMetricSession:
+    """Java work shared by the text-metric calls made while it is active: one METEOR process, a PTB memo.
+
+    Use it as a context manager (`with TextMetricSession():`); `compute_text_metrics` uses the innermost active
+    session, or one of its own for the duration of a single call. `java_starts` counts the JVMs it started.
+    """
+
+    def __init__(self, max_memo: int = 2_000_000) -> None:
+        self.max_memo = max_memo
+        self.java_starts = 0
+        self._tokens: dict[str, str] = {}
+        self._meteor: Meteor | None = None
+        self._token: Token | None = None
+
+    def tokenize(self, captions: Sequence[str]) -> list[str]:
+        """PTB tokens of `captions` (one Java call for the strings not tokenized before in this session)."""
+        todo = [c for c in dict.fromkeys(captions) if c not in self._tokens]
+        if todo:
+            if len(self._tokens) + len(todo) > self.max_memo:
+                self._tokens.clear()  # bounded: start over rather than grow
+            self._tokens.update(zip(todo, ptb_tokenize(todo)))
+            self.java_starts += 1
+        return [self._tokens[c] for c in captions]
+
+    def meteor(self, gts: dict, res: dict) -> tuple[float, list[float]]:
+        """pycocoevalcap METEOR (`compute_score`) through the session's one METEOR process."""
+        if self._meteor is None:
+            self._meteor = Meteor()
+            self.java_starts += 1
+        return self._meteor.compute_score(gts, res)
+
+    def close(self) -> None:
+        """Stop the METEOR process and forget the memo."""
+        meteor, self._meteor = self._meteor, None
+        del meteor  # pycocoevalcap's Meteor stops its process when collected
+        self._tokens.clear()
+
+    def __enter__(self) -> Self:
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
+        self.close()
+
+
+_ACTIVE: ContextVar[TextMetricSession | None] = ContextVar("pacs_text_metric_session", default=None)
+
+
+def active_session() -> TextMetricSession | None:
+    """The innermost `TextMetricSession` entered in this context, if any."""
+    return _ACTIVE.get()
+
+
+def tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]],
+                   session: TextMetricSession | None = None) -> tuple[list[str], list[list[str]]]:
+    """PTB-tokenize candidates and references with a single Java call (distinct strings only; none for the
+    strings `session` has tokenized before)."""
+    flat = [*candidates, *(ref for refs in references for ref in refs)]
+    if session is not None:
+        tokens = session.tokenize(flat)
+        tokenized = dict(zip(flat, tokens))
+    else:
+        distinct = list(dict.fromkeys(flat))
+        tokenized = dict(zip(distinct, ptb_tokenize(distinct)))
     return [tokenized[c] for c in candidates], [[tokenized[r] for r in refs] for refs in references]
 
 
@@ -81,13 +153,15 @@ def _scatter(values: Sequence[float], inverse: np.ndarray) -> np.ndarray:
 
 def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]],
                          metrics: Sequence[str], tokenized: bool = False,
-                         spice_corenlp: str | os.PathLike | None = None) -> dict[str, MetricValues]:
+                         spice_corenlp: str | os.PathLike | None = None,
+                         session: TextMetricSession | None = None) -> dict[str, MetricValues]:
     """Corpus and per-caption values of the text `metrics` (bleu1-4, meteor, rouge, cider, spice).
 
     Inputs are raw captions (PTB-tokenized here) unless `tokenized`. Corpus values are pycocoevalcap's
     (corpus BLEU, METEOR's aggregate, mean ROUGE-L / CIDEr-D / SPICE) over the distinct pairs. When the CoreNLP
     jars are missing, SPICE comes back with `available=False` and the reason instead of failing the run.
-    Needs Java (the PTB tokenizer; METEOR and SPICE are jars too).
+    Needs Java (the PTB tokenizer; METEOR and SPICE are jars too). `session` (default: the active
+    `TextMetricSession`, else one for this call) shares METEOR's process and PTB tokens between calls.
 
     >>> from eval import compute_text_metrics
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
@@ -109,8 +183,18 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
         return {name: MetricValues(float("nan"), np.zeros(0)) for name in names}
     if any(get_metric(name).needs_java for name in names) or not tokenized:
         require_java([n for n in names if get_metric(n).needs_java] or ["the PTB tokenizer"])
+    session = session or active_session()
+    if session is None:
+        with TextMetricSession() as own:
+            return _compute(candidates, references, names, tokenized, spice_corenlp, own)
+    return _compute(candidates, references, names, tokenized, spice_corenlp, session)
+
+
+def _compute(candidates: Sequence[str], references: Sequence[Sequence[str]], names: list[str], tokenized: bool,
+             spice_corenlp: str | os.PathLike | None, session: TextMetricSession) -> dict[str, MetricValues]:
+    """`compute_text_metrics` of checked, non-empty inputs, with `session`'s Java processes."""
     if not tokenized:
-        candidates, references = tokenize_pairs(candidates, references)
+        candidates, references = tokenize_pairs(candidates, references, session)
     rows = [(c, tuple(r)) for c, r in zip(candidates, references)]
     distinct = list(dict.fromkeys(rows))
     position = {pair: i for i, pair in enumerate(distinct)}
@@ -125,11 +209,7 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
         for k in bleu_orders:
             out[f"bleu{k}"] = MetricValues(float(corpus[k - 1]), _scatter(per[k - 1], inverse))
     if "meteor" in names:
-        meteor = Meteor()
-        try:
-            corpus, per = meteor.compute_score(gts, res)
-        finally:
-            del meteor
+        corpus, per = session.meteor(gts, res)
         out["meteor"] = MetricValues(float(corpus), _scatter(per, inverse))
     if "rouge" in names:
         corpus, per = Rouge().compute_score(gts, res)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
-from captioner.data.parsing import confined_root, image_file, nonempty_caption, read_json, require
+from captioner.data.json_stream import stream_array
+from captioner.data.parsing import confined_root, image_file, nonempty_caption, require
 from metric.common.errors import InputError
 
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
@@ -24,9 +25,10 @@ def load_karpathy(path: Path, dataset: str, image_root: Path | None = None, merg
                   use_tokens: bool = False) -> CaptionDataset:
     """Load a Karpathy split file; COCO ids are `cocoid`, Flickr ids the image file name without extension."""
     json_path = path / f"dataset_{dataset}.json" if path.is_dir() else path
-    data = read_json(json_path)
+    if not json_path.is_file():
+        raise InputError(f"{json_path}: file not found")
     where = str(json_path)
-    images = require(data, "images", list, where)
+    images = stream_array(json_path, "images")  # one image object at a time: no parse of the whole file at once
     root = confined_root(image_root if image_root is not None else json_path.parent)
     items: list[CaptionItem] = []
     report = {"restval_merged_into_train": 0, "images_without_captions": 0}

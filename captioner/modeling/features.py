@@ -9,13 +9,20 @@ Layout of a cache folder::
 Each shard is written atomically, so an interrupted extraction loses at most the shard in progress;
 running again skips every id already stored. Processes of an `accelerate launch` split the ids
 (`ids[rank::world]`) and write their own shards. Training reads features only from here (never CLIP).
+
+Reading copies each requested tensor out of its shard with one positioned read (`os.pread`) instead of mapping
+the shard into memory: the process holds the features of the batch it asked for, not the pages of every shard
+it has touched (those stay in the OS page cache, shared and reclaimable, out of the process's resident memory).
+A reader keeps at most `OPEN_SHARDS` shards open (their file and their parsed safetensors header).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import struct
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,43 @@ from metric.common.io import atomic_path, write_json_atomic
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8}
+OPEN_SHARDS = 32  # shards a reader keeps open (file descriptor + parsed header) at a time
+
+
+class _Shard:
+    """One open shard: its file descriptor and, per tensor name, (dtype, shape, absolute byte range)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        try:
+            (length,) = struct.unpack("<Q", os.pread(self.fd, 8, 0))
+            if length > 100_000_000:
+                raise ValueError(f"header of {length} bytes")
+            header = json.loads(os.pread(self.fd, length, 8))
+            self.entries: dict[str, tuple[torch.dtype, tuple[int, ...], int, int]] = {}
+            for name, entry in header.items():
+                if name == "__metadata__":
+                    continue
+                begin, end = entry["data_offsets"]
+                self.entries[name] = (_SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"]),
+                                      8 + length + int(begin), 8 + length + int(end))
+        except Exception:
+            os.close(self.fd)
+            raise
+
+    def read(self, name: str) -> torch.Tensor:
+        """The tensor `name`, copied out of the file (KeyError when absent, ValueError when truncated)."""
+        dtype, shape, begin, end = self.entries[name]
+        data = os.pread(self.fd, end - begin, begin)
+        if len(data) != end - begin:
+            raise ValueError(f"{len(data)} of {end - begin} bytes")
+        return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self.fd)
 
 
 class FeatureCache:
@@ -44,7 +88,7 @@ class FeatureCache:
             raise MissingResourceError(f"no feature cache at {self.folder} (missing meta.json): extract features first")
         self.meta: dict[str, Any] = _read_meta(meta_path)
         self.index = _scan_index(self.folder)
-        self._handles: dict[str, Any] = {}
+        self._handles: OrderedDict[str, _Shard] = OrderedDict()  # the open shards, least recently used first
 
     @property
     def feature_dim(self) -> int:
@@ -75,15 +119,30 @@ class FeatureCache:
         """The ids among `image_ids` that are not cached."""
         return [str(i) for i in image_ids if str(i) not in self.index]
 
-    def _handle(self, shard: str) -> Any:
-        if shard not in self._handles:
-            path = self.folder / "shards" / shard
-            try:
-                self._handles[shard] = safe_open(str(path), framework="pt")
-            except Exception as error:  # noqa: BLE001 - safetensors raises several types for corrupt files
-                raise InputError(f"feature shard {path} is unreadable ({error}); delete it and re-extract (pacs "
-                                 "train re-runs a features stage whose files changed)") from None
-        return self._handles[shard]
+    def _handle(self, shard: str) -> _Shard:
+        if shard in self._handles:
+            self._handles.move_to_end(shard)
+            return self._handles[shard]
+        path = self.folder / "shards" / shard
+        try:
+            handle = _Shard(path)
+        except Exception as error:  # noqa: BLE001 - a missing, truncated or malformed file
+            raise InputError(f"feature shard {path} is unreadable ({error}); delete it and re-extract (pacs "
+                             "train re-runs a features stage whose files changed)") from None
+        self._handles[shard] = handle
+        if len(self._handles) > OPEN_SHARDS:
+            self._handles.popitem(last=False)[1].close()
+        return handle
+
+    def close(self) -> None:
+        """Close the shards this reader has open (it reopens them when asked for features again)."""
+        while self._handles:
+            self._handles.popitem()[1].close()
+
+    def __del__(self) -> None:
+        handles = getattr(self, "_handles", None)
+        while handles:
+            handles.popitem()[1].close()
 
     def get(self, image_ids: Sequence[str]) -> torch.Tensor:
         """Stack the features of `image_ids` as float32 `[B, R, D]` (InputError naming an uncached id)."""
@@ -93,15 +152,17 @@ class FeatureCache:
             if shard is None:
                 raise InputError(f"image id {image_id!r} is not in the feature cache {self.folder}")
             try:
-                tensors.append(self._handle(shard).get_tensor(str(image_id)))
-            except Exception as error:  # noqa: BLE001 - a shard truncated after it was opened
+                tensors.append(self._handle(shard).read(str(image_id)))
+            except InputError:
+                raise
+            except Exception as error:  # noqa: BLE001 - a shard truncated or rewritten after it was opened
                 raise InputError(f"feature shard {self.folder / 'shards' / shard} is unreadable at image id "
                                  f"{image_id!r} ({error}); delete it and re-extract") from None
         return torch.stack(tensors).float()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_handles"] = {}
+        state["_handles"] = OrderedDict()
         return state
 
 

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from accelerate.utils import broadcast_object_list, gather_object
 from tqdm.auto import tqdm
 
+from captioner.modeling.caption_ids import EncodedCaptions
 from captioner.modeling.checkpoints import CheckpointManager, save_captioner
 from captioner.modeling.decoding import beam_search
 from captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
@@ -36,7 +38,7 @@ from captioner.modeling.training import (
     reduce_mean,
     start_trackers,
 )
-from captioner.modeling.vocab import EOS_ID, PAD_ID, Vocab, ptb_tokenize_fast
+from captioner.modeling.vocab import Vocab, ptb_tokenize_fast
 from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
 from metric.common.errors import InputError
 from metric.common.io import finite_or_none
@@ -104,13 +106,19 @@ def cider_validator(captions: Mapping[str, str], references: Mapping[str, Sequen
 
 
 def encode_captions(vocab: Vocab, captions: Sequence[str]) -> torch.Tensor:
-    """Targets `[N, max_length+1]`: the caption's ids, <eos>, then <pad>."""
-    width = vocab.max_length + 1
-    out = torch.full((len(captions), width), PAD_ID, dtype=torch.long)
-    for row, caption in enumerate(captions):
-        ids = vocab.encode(caption) + [EOS_ID]
-        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
+    """Targets `[N, max_length+1]`: the caption's ids, <eos>, then <pad> (training keeps `EncodedCaptions` instead)."""
+    return EncodedCaptions.encode(vocab, captions).targets(np.arange(len(captions)))
+
+
+def caption_images(train: Sequence[tuple[str, str]]) -> tuple[list[str], np.ndarray]:
+    """The distinct image ids of `train` (first-seen order) and, per caption, the int32 index of its image."""
+    image_index = getattr(train, "image_index", None)
+    if image_index is not None and hasattr(train, "image_ids"):  # a CaptionPairs view: already compact
+        return train.image_ids(), np.asarray(image_index, dtype=np.int32)
+    position: dict[str, int] = {}
+    index = np.fromiter((position.setdefault(image_id, len(position)) for image_id, _ in train), dtype=np.int32,
+                        count=len(train))
+    return list(position), index
 
 
 def xe_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -145,7 +153,8 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     """
     out = Path(config.output_dir)
     validate = validate or cider_validator
-    missing = features.missing({image_id for image_id, _ in train} | set(val))
+    distinct_ids, image_of_caption = caption_images(train)
+    missing = features.missing(dict.fromkeys([*distinct_ids, *val]))
     if missing:
         raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
     model_config.vocab_size, model_config.feature_dim = len(vocab), features.feature_dim
@@ -156,8 +165,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                      config.seed, "xe")
     if plan.dropped_per_epoch:
         logger.info("xe: %d caption(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
-    image_ids = [image_id for image_id, _ in train]
-    targets = encode_captions(vocab, [caption for _, caption in train])
+    targets = EncodedCaptions.encode(vocab, (caption for _, caption in train))  # two flat arrays, no tensor per caption
 
     model = Captioner(model_config)
     optimizer = make_adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
@@ -184,8 +192,8 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                 sync = index == len(micro_batches) - 1
                 dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
                 with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
-                    feats = features.get([image_ids[i] for i in micro]).to(accelerator.device)
-                    batch_targets = targets[micro].to(accelerator.device)
+                    feats = features.get([distinct_ids[image_of_caption[i]] for i in micro]).to(accelerator.device)
+                    batch_targets = targets.targets(micro).to(accelerator.device)
                     per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
                                           config.label_smoothing)
                     accelerator.backward(per_caption.mean() / len(micro_batches))

@@ -177,3 +177,48 @@ def test_text_metric_bad_input():
         compute_text_metrics(["a"], [["a"]], ["blue"])
     with pytest.raises(InputError, match="clip-s is not a text metric"):
         compute_text_metrics(["a"], [["a"]], ["clip-s"])
+
+
+def _flickr8k_pairs(shared_data: Path, n_images: int) -> tuple[list[str], list[list[str]]]:
+    """Real captions: per Flickr8k image (sorted names), caption 0 as the candidate, captions 1-4 as references."""
+    by_image: dict[str, list[str]] = {}
+    for line in (shared_data / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        key, _, caption = line.partition("\t")
+        by_image.setdefault(key.split("#")[0], []).append(caption)
+    keys = sorted(by_image)[:n_images]
+    return [by_image[k][0] for k in keys], [by_image[k][1:5] for k in keys]
+
+
+def test_session_starts_java_once_per_program_and_equals_pycocoevalcap(shared_data):
+    """Two evaluations in one TextMetricSession (all images, then a subset, as the per-domain rows do): one PTB
+    tokenisation and one METEOR process in all, values equal to pycocoevalcap's own classes on its own tokens."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    from eval.text_metrics import TextMetricSession
+
+    candidates, references = _flickr8k_pairs(shared_data, 60)
+    metrics = ["bleu4", "meteor", "rouge", "cider"]
+    with TextMetricSession() as session:
+        whole = compute_text_metrics(candidates, references, metrics)
+        part = compute_text_metrics(candidates[10:30], references[10:30], metrics)
+        assert session.java_starts == 2  # the subset's strings are tokenized already; METEOR is reused
+
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": r} for r in refs] for i, refs in enumerate(references)})
+    res = tokenizer.tokenize({i: [{"caption": c}] for i, c in enumerate(candidates)})
+    subset = list(range(10, 30))
+    meteor = Meteor()
+    try:
+        meteor_all = meteor.compute_score(gts, res)
+        meteor_part = meteor.compute_score({i: gts[i] for i in subset}, {i: res[i] for i in subset})
+    finally:
+        del meteor
+    bleu_all = Bleu(4).compute_score(gts, res, verbose=0)
+    rouge_part = Rouge().compute_score({i: gts[i] for i in subset}, {i: res[i] for i in subset})
+    np.testing.assert_allclose(whole["meteor"].per_caption, meteor_all[1], atol=1e-12)
+    assert abs(whole["meteor"].corpus - meteor_all[0]) <= 1e-12
+    np.testing.assert_allclose(part["meteor"].per_caption, meteor_part[1], atol=1e-12)
+    assert abs(part["meteor"].corpus - meteor_part[0]) <= 1e-12
+    np.testing.assert_allclose(whole["bleu4"].per_caption, bleu_all[1][3], atol=1e-12)
+    np.testing.assert_allclose(part["rouge"].per_caption, rouge_part[1], atol=1e-12)
+    assert whole["meteor"].per_caption[3] > 0 and len(set(whole["meteor"].per_caption.round(6))) > 30

@@ -1,0 +1,181 @@
+"""The captions of a training set in flat storage: one UTF-8 buffer and offset arrays, no Python object per caption.
+
+`CaptionStore.from_items(items)` keeps every image id (one string per image) and every caption as a slice of
+one `bytes` buffer (`caption_offsets`, int64) grouped by image (`image_offsets`, int64). Two read-only
+sequence views give the trainers what they take, built lazily per index:
+
+* `store.pairs()` — `(image_id, caption)` per caption, image by image (XE's `train`);
+* `store.reference_sets()` — `(image_id, [captions])` per image (SCST's `train`);
+* `store.reference_map()` — `{image_id: [captions]}` (the SCST reward's `train_references`).
+
+Decoding an index costs one slice of the buffer, so the views are O(1) per item and hold nothing per caption.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+
+class CaptionStore:
+    """Image ids and their captions in one buffer (`blob`) with int64 offsets (`caption_offsets`, `image_offsets`)."""
+
+    def __init__(self, image_ids: Sequence[str], blob: bytes, caption_offsets: np.ndarray,
+                 image_offsets: np.ndarray) -> None:
+        self.image_ids = list(image_ids)
+        self.blob = blob
+        self.caption_offsets = np.asarray(caption_offsets, dtype=np.int64)
+        self.image_offsets = np.asarray(image_offsets, dtype=np.int64)
+        if len(self.image_offsets) != len(self.image_ids) + 1:
+            raise ValueError(f"{len(self.image_ids)} image ids but {len(self.image_offsets) - 1} caption groups")
+        if int(self.image_offsets[-1]) != len(self.caption_offsets) - 1:
+            raise ValueError("image_offsets do not end at the number of captions")
+
+    @classmethod
+    def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]]) -> CaptionStore:
+        """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order."""
+        ids: list[str] = []
+        parts: list[bytes] = []
+        lengths: list[int] = []
+        per_image: list[int] = []
+        for image_id, captions in groups:
+            ids.append(str(image_id))
+            per_image.append(len(captions))
+            for caption in captions:
+                data = caption.encode("utf-8")
+                parts.append(data)
+                lengths.append(len(data))
+        caption_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(lengths, dtype=np.int64), out=caption_offsets[1:])
+        image_offsets = np.zeros(len(per_image) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(per_image, dtype=np.int64), out=image_offsets[1:])
+        return cls(ids, b"".join(parts), caption_offsets, image_offsets)
+
+    @classmethod
+    def from_items(cls, items: Iterable[Any]) -> CaptionStore:
+        """A store of data set items (`CaptionItem`s: `image_id`, `captions`)."""
+        return cls.from_pairs((item.image_id, item.captions) for item in items)
+
+    @property
+    def num_images(self) -> int:
+        """Number of images."""
+        return len(self.image_ids)
+
+    @property
+    def num_captions(self) -> int:
+        """Number of captions over all images."""
+        return len(self.caption_offsets) - 1
+
+    def caption(self, index: int) -> str:
+        """Caption number `index` (captions numbered image by image)."""
+        start, end = self.caption_offsets[index], self.caption_offsets[index + 1]
+        return self.blob[start:end].decode("utf-8")
+
+    def captions_of(self, image: int) -> list[str]:
+        """The captions of image number `image`."""
+        return [self.caption(k) for k in range(int(self.image_offsets[image]), int(self.image_offsets[image + 1]))]
+
+    def image_of_caption(self) -> np.ndarray:
+        """Image number of every caption (int32 array, caption order)."""
+        counts = np.diff(self.image_offsets)
+        return np.repeat(np.arange(self.num_images, dtype=np.int32), counts)
+
+    def pairs(self) -> CaptionPairs:
+        """`(image_id, caption)` per caption (XE's training examples)."""
+        return CaptionPairs(self)
+
+    def reference_sets(self) -> ReferenceSets:
+        """`(image_id, captions)` per image (SCST's training examples)."""
+        return ReferenceSets(self)
+
+    def reference_map(self) -> ReferenceMap:
+        """`{image_id: captions}` (the CIDEr-D reward's training references)."""
+        return ReferenceMap(self)
+
+    def nbytes(self) -> int:
+        """Bytes held by the buffer and the offset arrays (the image id strings aside)."""
+        return len(self.blob) + self.caption_offsets.nbytes + self.image_offsets.nbytes
+
+
+def _index(index: int, length: int) -> int:
+    if not isinstance(index, (int, np.integer)):
+        raise TypeError(f"indices must be integers or slices, not {type(index).__name__}")
+    position = int(index) + length if index < 0 else int(index)
+    if not 0 <= position < length:
+        raise IndexError(f"index {index} out of range for {length} items")
+    return position
+
+
+class CaptionPairs(Sequence):
+    """`(image_id, caption)` per caption of a `CaptionStore`, decoded on access."""
+
+    def __init__(self, store: CaptionStore) -> None:
+        self.store = store
+        self.image_index = store.image_of_caption()
+
+    def __len__(self) -> int:
+        return self.store.num_captions
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = _index(index, len(self))
+        return self.store.image_ids[int(self.image_index[position])], self.store.caption(position)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for position in range(len(self)):
+            yield self[position]
+
+    def image_ids(self) -> list[str]:
+        """Every distinct image id (store order)."""
+        return list(self.store.image_ids)
+
+
+class ReferenceSets(Sequence):
+    """`(image_id, captions)` per image of a `CaptionStore` (SCST's training examples), decoded on access."""
+
+    def __init__(self, store: CaptionStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return self.store.num_images
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, list[str]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, list[str]]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, list[str]] | list[tuple[str, list[str]]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = _index(index, len(self))
+        return self.store.image_ids[position], self.store.captions_of(position)
+
+    def __iter__(self) -> Iterator[tuple[str, list[str]]]:
+        for position in range(len(self)):
+            yield self[position]
+
+
+class ReferenceMap(Mapping):
+    """`{image_id: captions}` over a `CaptionStore` (the SCST reward's `train_references`), decoded on access."""
+
+    def __init__(self, store: CaptionStore) -> None:
+        self.store = store
+        self._position = {image_id: i for i, image_id in enumerate(store.image_ids)}
+
+    def __len__(self) -> int:
+        return self.store.num_images
+
+    def __getitem__(self, image_id: str) -> list[str]:
+        return self.store.captions_of(self._position[image_id])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store.image_ids)

@@ -1,0 +1,140 @@
+"""Compact training captions (issue 22): the flat stores give exactly the examples, ids and batches of the Python
+lists they replace, and hold a bounded number of bytes per caption (no Python object per caption)."""
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
+
+from captioner.data.compact_captions import CaptionStore
+from captioner.data.datasets import CaptionItem
+from captioner.modeling.caption_ids import EncodedCaptions
+from captioner.modeling.train_scst import SCSTConfig, train_scst
+from captioner.modeling.train_xe import XEConfig, caption_images, encode_captions, train_xe
+from captioner.modeling.training import ScheduleConfig
+from captioner.modeling.vocab import EOS_ID, PAD_ID, build_vocab
+
+
+def _flickr8k_items(shared_data: Path, n_images: int) -> list[CaptionItem]:
+    """The first `n_images` Flickr8k images (sorted file names) with their five raw captions."""
+    by_image: dict[str, list[str]] = {}
+    for line in (shared_data / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
+        key, _, caption = line.partition("\t")
+        by_image.setdefault(key.split("#")[0], []).append(caption)
+    return [CaptionItem(key, None, by_image[key], "train") for key in sorted(by_image)[:n_images]]
+
+
+def _old_targets(vocab, captions):
+    """encode_captions as it was (a tensor row filled per caption), the reference implementation."""
+    out = torch.full((len(captions), vocab.max_length + 1), PAD_ID, dtype=torch.long)
+    for row, caption in enumerate(captions):
+        ids = vocab.encode(caption) + [EOS_ID]
+        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+def test_caption_store_views_equal_the_python_lists(shared_data):
+    items = _flickr8k_items(shared_data, 300)
+    items[7].captions = ["Ünïcödé café — naïve", "a", "b"]  # multi-byte text, an image with 3 captions
+    store = CaptionStore.from_items(items)
+    pairs = [(i.image_id, c) for i in items for c in i.captions]
+    sets = [(i.image_id, i.captions) for i in items]
+    assert len(store.pairs()) == len(pairs) == store.num_captions
+    assert list(store.pairs()) == pairs
+    assert store.pairs()[-1] == pairs[-1] and store.pairs()[5:9] == pairs[5:9]
+    assert list(store.reference_sets()) == sets and store.reference_sets()[7] == sets[7]
+    assert dict(store.reference_map()) == {i.image_id: i.captions for i in items}
+    with pytest.raises(IndexError):
+        store.pairs()[len(pairs)]
+    ids, index = caption_images(store.pairs())
+    assert [ids[k] for k in index] == [image_id for image_id, _ in pairs]
+    plain_ids, plain_index = caption_images(pairs)  # the generic path (any sequence of pairs)
+    assert plain_ids == ids and plain_index.tolist() == index.tolist()
+
+
+def test_encoded_captions_give_the_same_targets_as_before(shared_data):
+    captions = [c for item in _flickr8k_items(shared_data, 400) for c in item.captions]
+    vocab = build_vocab("word", captions, min_count=3, max_length=12)  # long captions get truncated
+    old = _old_targets(vocab, captions)
+    assert torch.equal(encode_captions(vocab, captions), old)
+    encoded = EncodedCaptions.encode(vocab, iter(captions), block=97)  # streamed in blocks that do not divide N
+    rows = torch.randperm(len(captions), generator=torch.Generator().manual_seed(0))[:256]
+    assert torch.equal(encoded.targets(rows.tolist()), old[rows])
+    assert torch.equal(encoded.targets(rows), old[rows])
+    assert encoded.caption_ids(3) == vocab.encode(captions[3])
+    assert (old == EOS_ID).sum().item() == len(captions)  # every row got its <eos>, even the truncated ones
+
+
+def test_xe_and_scst_train_identically_on_the_compact_views(tmp_path):
+    """Same losses, step by step, from the Python lists and from the CaptionStore views (same examples, same
+    batches, same targets)."""
+    cache, train, val = tiny_data(tmp_path)
+    vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
+    grouped: dict[str, list[str]] = {}
+    for image_id, caption in train:
+        grouped.setdefault(image_id, []).append(caption)
+    store = CaptionStore.from_pairs(grouped.items())
+    assert list(store.pairs()) == train
+
+    def xe(name, examples):
+        config = XEConfig(output_dir=str(tmp_path / name), max_steps=6, batch_size=16, micro_batch_size=8,
+                          schedule=ScheduleConfig(warmup_steps=2, constant_until=4, decay_until=6, peak_lr=3e-3,
+                                                  final_lr=1e-4), eval_every=0, save_every=0, log_every=1,
+                          tensorboard=False)
+        return train_xe(config, tiny_model_config(), vocab, cache, examples, val).losses
+
+    assert xe("xe-compact", store.pairs()) == xe("xe-lists", train)
+
+    init = tiny_checkpoint(tmp_path)
+
+    def scst(name, examples):
+        config = SCSTConfig(output_dir=str(tmp_path / name), reward="overlap", lr=1e-3, batch_size=8,
+                            micro_batch_size=8, max_steps=3, k=3, save_every=0, tensorboard=False)
+        return train_scst(config, init, cache, examples, overlap_reward).losses
+
+    assert scst("scst-compact", store.reference_sets()) == scst("scst-lists", list(grouped.items()))
+
+
+def _traced_build(build):
+    tracemalloc.start()
+    try:
+        result = build()
+        current, _peak = tracemalloc.get_traced_memory()
+        blocks = len(tracemalloc.take_snapshot().traces)
+    finally:
+        tracemalloc.stop()
+    return result, current, blocks
+
+
+def test_caption_storage_is_bounded_by_the_data(shared_data):
+    """20,000 Flickr8k captions: the store keeps its text bytes plus at most 24 bytes per caption and the
+    encoded ids 4 bytes per token plus 8 per caption, in a number of blocks that does not grow with the
+    captions; the Python lists they replace need an object (>= 56 bytes) per caption, measured the same way."""
+    items = _flickr8k_items(shared_data, 4000)
+    captions = [c for item in items for c in item.captions]
+    assert len(captions) == 20000
+    text_bytes = sum(len(c.encode("utf-8")) for c in captions)
+    vocab = build_vocab("word", captions, min_count=5, max_length=16)
+    tokens = sum(len(vocab.encode(c)) for c in captions)
+
+    store, kept, blocks = _traced_build(lambda: CaptionStore.from_items(items))
+    # the image ids list is shared with the items (one pointer per image); the rest is three flat buffers
+    assert kept - text_bytes < 24 * len(captions)
+    assert blocks < 200
+    pairs, kept_pairs, _ = _traced_build(store.pairs)  # the XE view adds one int32 per caption
+    assert kept_pairs < 4 * len(captions) + 4096
+
+    encoded, kept_ids, id_blocks = _traced_build(lambda: EncodedCaptions.encode(vocab, captions))
+    assert encoded.nbytes() == 4 * tokens + 8 * (len(captions) + 1)
+    assert kept_ids < 4 * tokens + 8 * len(captions) + 4096 and id_blocks < 200
+
+    old_pairs, kept_old_pairs, _ = _traced_build(lambda: [(i.image_id, c) for i in items for c in i.captions])
+    old_ids, kept_old_ids, _ = _traced_build(lambda: [vocab.encode(c) for c in captions])
+    assert kept_old_pairs > 56 * len(captions) > kept - text_bytes + kept_pairs
+    assert kept_old_ids > 56 * len(captions) + 8 * tokens > kept_ids
+    assert len(pairs) == len(old_pairs) and len(old_ids) == len(encoded)
+    assert np.array_equal(encoded.ids, np.concatenate([np.asarray(x, dtype=np.int32) for x in old_ids]))
