@@ -167,7 +167,7 @@ class GuardedScstConfig:
     and the one whose selected checkpoint has the best validation CIDEr-D is reported (never chosen on test)."""
 
     rewards: list[str] = field(default_factory=list)  # rewards to guard (each also an unguarded `scst.rewards` run)
-    kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.05, 0.1, 0.2])
+    kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.2])
     rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
     length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
     monitor_every: PositiveInt = 10  # validation CIDEr-D (hacking monitor) every N steps: the selection signal
