@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,10 +149,10 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     """
     stage, guarded = config.scst, kl_coef is not None
-    guards: dict[str, Any] = {}
+    guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
+                              "monitor_images": stage.hacking_monitor_images}
     if guarded:  # docs/captioner.md "SCST guards": KL to the XE policy, the checkpoint chosen by validation CIDEr-D
-        guards = {"kl_coef": kl_coef, "select_by": "cider", "monitor_every": config.guarded.monitor_every,
-                  "monitor_images": config.guarded.monitor_images}
+        guards.update(kl_coef=kl_coef, select_by="cider")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
@@ -161,7 +162,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     if scorers is not None and stage.monitor_every:
         monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"),
                               folder / JUDGE_MONITOR_FILE, stage.monitor_every, stage.monitor_images, stage.steps)
-    validation = {item.image_id: item.references for item in data.splits["val"]} if guarded else None
+    validation = {item.image_id: item.references for item in data.splits["val"]} if stage.hacking_monitor_every \
+        else None
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
                         on_step=monitor, validation=validation)
@@ -171,12 +173,39 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
             shutil.copyfile(folder / JUDGE_MONITOR_FILE, logs / f"scst_val-{label}.csv")
             reference = {c: monitor.rows[0][c] for c in MONITOR_COLUMNS} if monitor.rows[0]["step"] == 0 else {}
             write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": reference})
+        publish_hacking_curves(folder / "monitor.csv", logs, label)
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
     if guarded:
         summary.update(kl_coef=kl_coef, best_step=result.best_step, best_val_cider=finite_or_none(result.best_score),
                        model=str(result.selected_dir.relative_to(folder)))
     return summary
+
+
+def publish_hacking_curves(monitor_csv: Path, logs: Path, label: str) -> None:
+    """Copy a run's hacking-monitor CSV to `logs/hacking-<label>.csv` (one report panel per column, one line per
+    run) and its step-0 row (the XE model) to `logs/hacking.reference.json` (the reference line)."""
+    if not monitor_csv.is_file():
+        return
+    shutil.copyfile(monitor_csv, logs / f"hacking-{label}.csv")
+    lines = monitor_csv.read_text(encoding="utf-8").splitlines()
+    if len(lines) < 2:
+        return
+    header, first = lines[0].split(","), lines[1].split(",")
+    row = dict(zip(header, first))
+    if row.get("step") not in ("0", "0.0"):
+        return
+    values = {}
+    for column, value in row.items():
+        if column == "step":
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            values[column] = number
+    write_json_atomic(logs / "hacking.reference.json", {"label": "xe", "values": values})
 
 
 JUDGE_MONITOR_FILE = "judge_monitor.csv"

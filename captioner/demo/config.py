@@ -136,6 +136,8 @@ class ScstStageConfig:
     baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
     monitor_every: NonNegativeInt = 10  # held-out validation scores every N steps (0: off)
     monitor_images: NonNegativeInt = 100
+    hacking_monitor_every: NonNegativeInt = 10  # the hacking monitor (length, Rep-n, distinct-n, validation
+    hacking_monitor_images: NonNegativeInt = 300  # CIDEr-D, reward) every N steps on these many val images (0: off)
 
     def validate(self) -> None:
         """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
@@ -170,8 +172,7 @@ class GuardedScstConfig:
     kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.2])
     rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
     length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
-    monitor_every: PositiveInt = 10  # validation CIDEr-D (hacking monitor) every N steps: the selection signal
-    monitor_images: PositiveInt = 300  # validation images of the hacking monitor
+    # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
 
     def validate(self) -> None:
         """Guarded rewards must be trained by the demo; at least one coefficient, no duplicates."""
@@ -180,6 +181,8 @@ class GuardedScstConfig:
             raise InputError("guarded.kl_coefs: expected at least one coefficient")
         if len(set(self.kl_coefs)) != len(self.kl_coefs):
             raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
+        if self.rewards and not ScstStageConfig().hacking_monitor_every:  # pragma: no cover - default is on
+            raise InputError("guarded.rewards need scst.hacking_monitor_every > 0")
 
     def reward_spec(self, reward: str) -> str:
         """The reward spec a guarded run trains on: `reward` plus the enabled penalty components."""

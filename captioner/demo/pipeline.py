@@ -244,8 +244,7 @@ def _run_guarded(config: DemoConfig, data: Any, runner: Any, features: Any, scor
         summaries: dict[float, dict[str, Any]] = {}
         for coef in config.guarded.kl_coefs:
             name = f"scst-{captioning.guarded_label(spec, coef)}"
-            guard = {"kl_coef": coef, "select_by": "cider", "monitor_every": config.guarded.monitor_every,
-                     "monitor_images": config.guarded.monitor_images}
+            guard = {"kl_coef": coef, "select_by": "cider"}
             runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers: captioning.run_scst(
                            config, data, features(), _reward(spec, data, fresh()), spec, runner.folder("xe"),
                            runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef),

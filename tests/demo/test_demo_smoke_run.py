@@ -91,6 +91,12 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert '<td class="name">human</td>' in page
     assert (run_dir / "logs" / "scst_val-cider.csv").is_file()
     assert (run_dir / "logs" / "scst_val.reference.json").is_file()
+    # the hacking monitor of every SCST run, drawn per reward with XE (its step 0) as the reference line
+    for label in ("cider", "clip-s", "clip-s-kl0.1"):
+        hacking = (run_dir / "logs" / f"hacking-{label}.csv").read_text().splitlines()
+        assert hacking[0].split(",")[:2] == ["step", "reward"] and hacking[1].startswith("0,")
+    reference = json.loads((run_dir / "logs" / "hacking.reference.json").read_text())
+    assert reference["label"] == "xe" and {"cider", "rep2", "length"} <= set(reference["values"])
     assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4 + 4  # curves, scatter, gallery images
     assert "class=\"absent\"" not in page
     marker = (run_dir / "stages" / "clip.json").stat().st_mtime
