@@ -102,10 +102,12 @@ class RowScores:
 class SharedScoring:
     """Tokens, CIDEr-D scorers, contrastive scorers and the grammar checker shared by every system of a table."""
 
-    def __init__(self, options: ScoringOptions, scorer_factory: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, options: ScoringOptions, scorer_factory: Callable[[str], Any] | None = None,
+                 tokenizer: Callable[[list[str]], list[str]] | None = None) -> None:
         from eval.scoring import MetricSuite
 
         self.options = options
+        self.tokenizer = tokenizer  # None: pycocoevalcap's PTB tokenizer (Java)
         self.metrics = list(options.metrics)
         self._tokens: dict[str, str] = {}
         self._cider: dict[str, Any] = {}
@@ -120,12 +122,13 @@ class SharedScoring:
         return any(get_metric(m).kind == "text" for m in self.metrics)
 
     def tokenize(self, strings: Sequence[str]) -> None:
-        """PTB-tokenize every string not seen yet, in one Java call (`eval.tokenize.ptb_tokenize`)."""
+        """PTB-tokenize every string not seen yet, in one Java call (`eval.tokenize.ptb_tokenize`), or with the
+        caller's `tokenizer` (one verified equal to it on the caller's texts, e.g. the demo world's)."""
         from eval.tokenize import ptb_tokenize
 
         todo = list(dict.fromkeys(s for s in strings if s not in self._tokens))
         if todo:
-            self._tokens.update(zip(todo, ptb_tokenize(todo)))
+            self._tokens.update(zip(todo, (self.tokenizer or ptb_tokenize)(todo)))
 
     def tokens(self, strings: Sequence[str]) -> list[str]:
         """The tokenized strings (tokenizing the unseen ones first)."""

@@ -73,6 +73,9 @@ class TableRequest:
     #: contrastive scorers by metric name, instead of the ones `model` builds (a caller holding its own models:
     #: the demo scores CLIP-S with its CLIP and PAC-S++ with its PAC-S++ model)
     scorer_factory: Callable[[str], Any] | None = None
+    #: the text metrics' tokenizer instead of pycocoevalcap's PTB tokenizer (Java): only one verified equal to it on
+    #: the caller's texts (the demo world's `captioner.demo.world.ptb_tokenize_world`, tested against Java's)
+    tokenizer: Callable[[list[str]], list[str]] | None = None
 
 
 def bootstrap_method(metric: str, recompute_corpus: bool = False) -> str:
@@ -258,7 +261,7 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
         system_refs, system_key = [human.remaining[key] for key in common], "remaining references"
     models: dict[str, Any] = {}
     shared = SharedScoring(ScoringOptions(**{**request.scoring.__dict__, "metrics": list(request.metrics)}),
-                           request.scorer_factory or scorer_factory(request.model, models))
+                           request.scorer_factory or scorer_factory(request.model, models), request.tokenizer)
     if shared.needs_tokens:  # one PTB call for every caption and reference of the table
         shared.tokenize([c for s in systems for c in s.captions] + [r for refs in full_refs for r in refs])
     rows, scores = [], []

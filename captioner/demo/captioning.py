@@ -15,7 +15,7 @@ from captioner.demo.config import DemoConfig
 from captioner.demo.correlation import per_caption_text_metrics
 from captioner.demo.data import DemoData
 from captioner.demo.judge import Judgement, highlight_spans, judge_caption
-from captioner.demo.world import Scene
+from captioner.demo.world import Scene, ptb_tokenize_world
 from captioner.modeling.features import FeatureCache, extract_features
 from captioner.modeling.model import CaptionerConfig
 from captioner.modeling.train_scst import SCSTConfig, train_scst
@@ -373,7 +373,8 @@ def evaluate_systems(captions: Mapping[str, Mapping[str, str]], data: DemoData, 
     request = TableRequest(candidates=[f"{name}={path}" for name, path in files.items()],
                            references=str(reference_file), metrics=metrics,
                            scoring=ScoringOptions(metrics=metrics, image_map=image_map), seed=seed,
-                           bootstrap=n_resamples, human_baseline=True, scorer_factory=factory)
+                           bootstrap=n_resamples, human_baseline=True, scorer_factory=factory,
+                           tokenizer=ptb_tokenize_world)  # the PTB tokenization of the world's captions, no Java
     row_scores: list[RowScores] = []
     table = build_system_table(request, row_scores)
     write_table(table, str(folder / "system_table.json"), png_path=str(folder / "system_table.png"),

@@ -318,3 +318,16 @@ class DemoWorld:
                 text = candidate
                 break
         return image, text
+
+
+_PTB_PUNCTUATION = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-",
+                              "--", "...", ";"])
+"""pycocoevalcap's PTBTokenizer drops these tokens (its `PUNCTUATIONS`)."""
+
+
+def ptb_tokenize_world(captions: list[str]) -> list[str]:
+    """pycocoevalcap's PTB tokenization for the demo world's captions, without Java: lower case, split on spaces,
+    punctuation tokens dropped. The world's words are plain lower-case letters and its punctuation stands alone,
+    so this equals Stanford's PTBTokenizer on every caption the world or a captioner trained on it writes
+    (tests/demo/test_demo_world.py checks it against the Java tokenizer); it is not a general tokenizer."""
+    return [" ".join(t for t in caption.lower().split() if t not in _PTB_PUNCTUATION) for caption in captions]

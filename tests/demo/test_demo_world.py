@@ -77,3 +77,25 @@ def test_demo_world_web_captions_are_noisy_but_about_the_scene() -> None:
             assert "a" not in words
     assert mentioned / total > 0.95
     assert 0.2 < distractors / total < 0.9
+
+
+def test_the_world_tokenizer_equals_the_java_ptb_tokenizer_on_every_world_caption():
+    """The demo's Java-free tokenization (its system table's) is pycocoevalcap's PTB tokenization of its captions."""
+    import numpy as np
+
+    from captioner.demo.candidates import long_candidates_for
+    from captioner.demo.world import DemoWorld, WorldConfig, ptb_tokenize_world
+    from eval.tokenize import ptb_tokenize
+
+    world = DemoWorld(WorldConfig(image_size=48))
+    rng = np.random.default_rng(0)
+    captions = []
+    for split in ("train", "val"):
+        for item in world.items(split, 400):
+            captions += item.references + world.web_captions(item, 2)
+            captions += [caption for _, caption in long_candidates_for(item, rng)]
+    words = sorted({w for c in captions for w in c.split()})
+    # what a captioner trained on the world can write: any sequence of its words, empty and degenerate ones too
+    captions += ["", "a", ", ,", ": a", *(" ".join(rng.choice(words, size=int(rng.integers(1, 15))))
+                                        for _ in range(2000))]
+    assert ptb_tokenize_world(captions) == ptb_tokenize(captions)
