@@ -18,6 +18,7 @@ result is appended to `<work>/results.jsonl` as it finishes; `--table-from FILE`
 
     python bench/bench_scale.py [--sizes 1000,4000,16000,64000] [--coco] [--test-images 5000]
         [--xe-steps 20] [--scst-steps 10] [--threads 1] [--work /tmp/pacs-scale] [--keep]
+        [--data-only | --reuse-data]   # write the data once, then measure (and re-measure) on it
 """
 from __future__ import annotations
 
@@ -216,16 +217,24 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
     from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone
 
     work = Path(args.work) / f"n{n}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    data = work / "dataset_coco.json"
-    ids = write_karpathy(data, n, args.val_images, args.test_images)
-    source = load_source_backbone(BackboneSource(**tiny_source()), "cpu")
-    meta = {"backbone": source.name, "fingerprint": source.fingerprint}
-    features = work / "features"
-    write_s = write_features(features / "train", ids["train"] + ids["val"], meta, 1)
-    write_s += write_features(features / "coco", ids["test"], meta, 2)
-    feature_mb = sum(p.stat().st_size for p in features.rglob("*.safetensors")) / 2**20
+    data, features = work / "dataset_coco.json", work / "features"
+    made = work / "data.json"  # written once the data of this size is complete (what `--reuse-data` reuses)
+    shape = {"n": n, "val": args.val_images, "test": args.test_images}
+    if args.reuse_data and made.is_file() and json.loads(made.read_text())["shape"] == shape:
+        write_s, feature_mb = json.loads(made.read_text())["write_features_s"], json.loads(made.read_text())["mb"]
+        shutil.rmtree(work / "run", ignore_errors=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        ids = write_karpathy(data, n, args.val_images, args.test_images)
+        source = load_source_backbone(BackboneSource(**tiny_source()), "cpu")
+        meta = {"backbone": source.name, "fingerprint": source.fingerprint}
+        write_s = write_features(features / "train", ids["train"] + ids["val"], meta, 1)
+        write_s += write_features(features / "coco", ids["test"], meta, 2)
+        feature_mb = sum(p.stat().st_size for p in features.rglob("*.safetensors")) / 2**20
+        made.write_text(json.dumps({"shape": shape, "write_features_s": write_s, "mb": feature_mb}))
+    if args.data_only:
+        return {"write_features_s": write_s, "feature_mb": feature_mb}
     config = work / "recipe.yaml"
     import yaml
 
@@ -237,7 +246,7 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"n={n}: the pipeline failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
     result.update(write_features_s=write_s, feature_mb=feature_mb)
-    if not args.keep:
+    if not (args.keep or args.reuse_data):
         shutil.rmtree(work, ignore_errors=True)
     return result
 
@@ -254,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", default="/tmp/pacs-scale")
     parser.add_argument("--keep", action="store_true", help="keep each size's data and run folder")
+    parser.add_argument("--reuse-data", action="store_true",
+                        help="reuse a size's data and features from an earlier --reuse-data/--data-only run (kept)")
+    parser.add_argument("--data-only", action="store_true", help="only write each size's data and features")
     parser.add_argument("--table-from", help="print the table of a results.jsonl written by earlier runs")
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -272,10 +284,14 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for n in sizes:
         results[n] = measure(n, args)
+        if args.data_only:
+            print(f"n={n:,}: data written ({results[n]['write_features_s']:.1f} s)", flush=True)
+            continue
         with log.open("a", encoding="utf-8") as out:
             out.write(json.dumps({"n": n, **results[n]}) + "\n")
         print(f"n={n:,}: done ({results[n]['wall']:.1f} s)", flush=True)
-    print_table(sizes, results)
+    if not args.data_only:
+        print_table(sizes, results)
 
 
 def print_table(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:

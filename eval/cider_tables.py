@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ import numpy as np
 from eval.ngram_index import (
     KeyTable,
     Level,
+    TokenArrays,
     Vocabulary,
     aggregate,
     decode_keys,
@@ -45,9 +46,9 @@ _FORMAT_V1 = "pacs-cider-df/1"  # JSON n-gram -> count (read only)
 _FORMAT = "pacs-cider-df/2"  # JSON with the vocabulary and base64 little-endian arrays
 
 
-def check_reference_sets(references: Sequence[Sequence[str]], what: str) -> None:
-    """Raise InputError when a reference set is a bare string or empty."""
-    for index, refs in enumerate(references):
+def check_reference_sets(references: Sequence[Sequence[str]], what: str, first: int = 0) -> None:
+    """Raise InputError when a reference set is a bare string or empty (named `what[first + index]`)."""
+    for index, refs in enumerate(references, start=first):
         if isinstance(refs, str):
             raise InputError(f"{what}[{index}] is a string; expected a list of reference sentences")
         if len(refs) == 0:
@@ -57,11 +58,7 @@ def check_reference_sets(references: Sequence[Sequence[str]], what: str) -> None
 def corpus_sha256(reference_corpus: Sequence[Sequence[str]]) -> str:
     """Hash a corpus of reference sets (order and content) to validate a disk cache."""
     digest = hashlib.sha256()
-    for refs in reference_corpus:
-        for ref in refs:
-            digest.update(ref.encode("utf-8"))
-            digest.update(b"\x1f")
-        digest.update(b"\x1e")
+    _hash_sets(digest, reference_corpus)
     return digest.hexdigest()
 
 
@@ -318,17 +315,58 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
     ...         document_frequency=df).round(4).tolist()  # fixed frequencies (the SCST reward's)
     [2.0873]
     """
-    check_reference_sets(reference_corpus, "reference_corpus")
-    sha = corpus_sha256(reference_corpus)
+    return cider_df_blocks([reference_corpus], n, cache_path)
+
+
+def cider_df_blocks(blocks: Iterable[Sequence[Sequence[str]]], n: int = NGRAM_ORDER,
+                    cache_path: str | os.PathLike | None = None, what: str = "reference_corpus") -> DocumentFrequency:
+    """`cider_df` of the concatenation of `blocks` (each a list of tokenized reference sets), read one at a time.
+
+    Each block is hashed and encoded into word ids (`TokenArrays`: an int32 per token, a length per sentence)
+    before the next one is read, so the caller can tokenize a large corpus block by block and never hold its
+    strings; the table, its vocabulary order and its `corpus_sha256` equal `cider_df` of the whole corpus.
+    A bad reference set is reported by its index in the whole corpus (`what[index]`).
+    """
+    digest = hashlib.sha256()
+    vocabulary = Vocabulary(capacity=max_words(n))
+    ids, lengths, sizes, seen = [], [], [], 0
+    for block in blocks:
+        block = block if isinstance(block, list) else list(block)
+        check_reference_sets(block, what, seen)
+        _hash_sets(digest, block)
+        tokens = vocabulary.encode([ref for refs in block for ref in refs], grow=True)
+        ids.append(tokens.ids)
+        lengths.append(tokens.lengths)
+        sizes.append(np.fromiter(map(len, block), dtype=np.int64, count=len(block)))
+        seen += len(block)
+        del block, tokens
+    sha = digest.hexdigest()
     if cache_path is not None and Path(cache_path).is_file():
         cached = DocumentFrequency.load(cache_path)
         if cached.corpus_sha256 == sha and cached.n == n:
             log.info("CIDEr document frequencies loaded from %s", cache_path)
             return cached
         log.info("CIDEr document-frequency cache %s is for another corpus; recomputing", cache_path)
-    vocabulary = Vocabulary(capacity=max_words(n))
-    sizes = np.fromiter(map(len, reference_corpus), dtype=np.int64, count=len(reference_corpus))
-    tokens = vocabulary.encode([ref for refs in reference_corpus for ref in refs], grow=True)
+    tokens = TokenArrays(np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+                         np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64))
+    del ids, lengths
+    table = _df_table(tokens, np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64), vocabulary, n, sha)
+    if cache_path is not None:
+        table.save(cache_path)
+    return table
+
+
+def _hash_sets(digest: hashlib._Hash, reference_sets: Sequence[Sequence[str]]) -> None:
+    """Feed reference sets to a running `corpus_sha256` digest."""
+    for refs in reference_sets:
+        for ref in refs:
+            digest.update(ref.encode("utf-8"))
+            digest.update(b"\x1f")
+        digest.update(b"\x1e")
+
+
+def _df_table(tokens: TokenArrays, sizes: np.ndarray, vocabulary: Vocabulary, n: int, sha: str) -> DocumentFrequency:
+    """The document-frequency table of encoded sentences grouped into documents of `sizes` sentences."""
     offsets = tokens.offsets
     set_start = np.concatenate([[0], np.cumsum(sizes)])
     bounds = chunk_bounds(offsets[set_start[1:]] - offsets[set_start[:-1]])
@@ -340,9 +378,6 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
         del levels
         order = np.argsort(keys)
         chunks.append((keys[order], counts[order]))
-    dtype = np.int32 if len(reference_corpus) < 2 ** 31 else np.int64
+    dtype = np.int32 if len(sizes) < 2 ** 31 else np.int64
     _, keys, totals = aggregate(chunks, per_chunk=False, dtype=dtype)
-    table = DocumentFrequency.from_arrays(vocabulary.words(), keys, totals, float(len(reference_corpus)), n, sha)
-    if cache_path is not None:
-        table.save(cache_path)
-    return table
+    return DocumentFrequency.from_arrays(vocabulary.words(), keys, totals, float(len(sizes)), n, sha)

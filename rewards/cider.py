@@ -3,20 +3,22 @@
 Candidates and references are normalised by the same tokenizer (`rewards.text`: PTB-style, lower-cased,
 punctuation removed; `cider_tokenizer="fast"` in Python by default, `"ptb"` for pycocoevalcap's Java one).
 Tokenized references are cached for the whole run; the document frequencies are computed once per training
-set as compact arrays (and kept on disk with `cider_df_cache=PATH`), their lookup structure built once and
+set as compact arrays, the references tokenized and encoded into word ids block by block (no Python list of the
+whole corpus) (and kept on disk with `cider_df_cache=PATH`), their lookup structure built once and
 shared with any evaluation given the same table (`reward.fn.document_frequency`). A reward call costs the same
 whatever the size of the training set: it prepares only the batch's references and looks n-grams up in the table.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from eval.cider import CiderD, DocumentFrequency, cider_df
+from eval.cider import CiderD, DocumentFrequency
+from eval.cider_tables import cider_df_blocks
 from metric.common.errors import InputError
 from rewards.registry import register_reward
 from rewards.text import TOKENIZERS, CaptionTokenizer
@@ -62,13 +64,41 @@ class CiderDReward:
 
 def training_corpus(train_references: Mapping[str, Sequence[str]] | Iterable[Sequence[str]]) -> list[list[str]]:
     """The reference sets of the training corpus (one document per image), as lists of raw strings."""
+    return [refs for block in _reference_blocks(train_references, 1 << 62) for refs in block]
+
+
+#: training images whose references are tokenized per tokenizer call while the table is built (the strings of
+#: one block are held at a time; the Java tokenizer starts a process per call, so its blocks are larger)
+BLOCK_IMAGES = {"fast": 4096, "ptb": 100_000}
+
+
+def _reference_blocks(train_references: Mapping[str, Sequence[str]] | Iterable[Sequence[str]],
+                      block_images: int) -> Iterator[list[list[str]]]:
+    """The training reference sets (raw strings, one list per image), `block_images` images at a time."""
     sets = train_references.values() if isinstance(train_references, Mapping) else train_references
-    corpus = []
+    block: list[list[str]] = []
     for index, refs in enumerate(sets):
         if isinstance(refs, str) or not refs:
             raise InputError(f"cider reward: train_references[{index}] must be a non-empty list of captions")
-        corpus.append(list(refs))
-    return corpus
+        block.append(list(refs))
+        if len(block) == block_images:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def tokenized_blocks(train_references: Mapping[str, Sequence[str]] | Iterable[Sequence[str]],
+                     tokenizer: CaptionTokenizer, block_images: int = BLOCK_IMAGES["fast"]
+                     ) -> Iterator[list[list[str]]]:
+    """The training reference sets tokenized by `tokenizer`, one call per block of `block_images` images."""
+    for block in _reference_blocks(train_references, block_images):
+        flat = tokenizer([ref for refs in block for ref in refs])
+        tokenized, start = [], 0
+        for refs in block:
+            tokenized.append(flat[start:start + len(refs)])
+            start += len(refs)
+        yield tokenized
 
 
 @register_reward("cider")
@@ -83,14 +113,10 @@ def cider_reward(train_references: Mapping[str, Sequence[str]] | Iterable[Sequen
         if train_references is None:
             raise InputError("the cider reward needs the training references (context train_references=...) "
                              "or a saved document_frequency file for its document frequencies")
-        corpus = training_corpus(train_references)
-        flat = tokenizer([ref for refs in corpus for ref in refs])
-        tokenized, start = [], 0
-        for refs in corpus:
-            tokenized.append(flat[start:start + len(refs)])
-            start += len(refs)
-        document_frequency = cider_df(tokenized, cache_path=cider_df_cache)
-        logger.info("cider reward: document frequencies over %d training images", len(tokenized))
+        blocks = tokenized_blocks(train_references, tokenizer, BLOCK_IMAGES.get(cider_tokenizer, 4096))
+        document_frequency = cider_df_blocks(blocks, cache_path=cider_df_cache, what="train_references")
+        logger.info("cider reward: document frequencies over %d training images",
+                    int(document_frequency.num_documents))
     elif isinstance(document_frequency, str):
         document_frequency = DocumentFrequency.load(document_frequency)
     return CiderDReward(document_frequency, tokenizer)

@@ -4,15 +4,19 @@
 one `bytes` buffer (`caption_offsets`, int64) grouped by image (`image_offsets`, int64). Two read-only
 sequence views give the trainers what they take, built lazily per index:
 
+* `store.captions()` — every caption, image by image (the vocabulary's text);
 * `store.pairs()` — `(image_id, caption)` per caption, image by image (XE's `train`);
 * `store.reference_sets()` — `(image_id, [captions])` per image (SCST's `train`);
 * `store.reference_map()` — `{image_id: [captions]}` (the SCST reward's `train_references`).
+
+`ImagePaths` keeps `{image_id: image path}` the same way (one buffer of paths).
 
 Decoding an index costs one slice of the buffer, so the views are O(1) per item and hold nothing per caption.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
@@ -81,6 +85,10 @@ class CaptionStore:
         counts = np.diff(self.image_offsets)
         return np.repeat(np.arange(self.num_images, dtype=np.int32), counts)
 
+    def captions(self) -> CaptionTexts:
+        """Every caption, image by image (e.g. the vocabulary's training text)."""
+        return CaptionTexts(self)
+
     def pairs(self) -> CaptionPairs:
         """`(image_id, caption)` per caption (XE's training examples)."""
         return CaptionPairs(self)
@@ -105,6 +113,31 @@ def _index(index: int, length: int) -> int:
     if not 0 <= position < length:
         raise IndexError(f"index {index} out of range for {length} items")
     return position
+
+
+class CaptionTexts(Sequence):
+    """Every caption of a `CaptionStore` (caption order), decoded on access."""
+
+    def __init__(self, store: CaptionStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return self.store.num_captions
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.store.caption(_index(index, len(self)))
+
+    def __iter__(self) -> Iterator[str]:
+        for position in range(len(self)):
+            yield self.store.caption(position)
 
 
 class CaptionPairs(Sequence):
@@ -179,3 +212,62 @@ class ReferenceMap(Mapping):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.store.image_ids)
+
+
+class ImagePaths(Mapping):
+    """`{image_id: Path | None}` held as one UTF-8 buffer of paths with int64 offsets, a `Path` built per access.
+
+    Iterating keys or `items()` goes in order without any lookup table; the id -> position dict is built on the
+    first lookup by id.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[str, Any]]) -> None:
+        """`pairs`: `(image_id, path or None)` with distinct ids, in order."""
+        self.image_ids: list[str] = []
+        parts: list[bytes] = []
+        lengths: list[int] = []
+        for image_id, path in pairs:
+            self.image_ids.append(image_id)
+            data = b"" if path is None else str(path).encode("utf-8", "surrogateescape")
+            parts.append(data)
+            lengths.append(-1 if path is None else len(data))
+        sizes = np.asarray(lengths, dtype=np.int64)
+        self.has_path = sizes >= 0
+        self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.maximum(sizes, 0), out=self.offsets[1:])
+        self.blob = b"".join(parts)
+        self._position: dict[str, int] | None = None
+
+    @classmethod
+    def from_items(cls, items: Iterable[Any]) -> ImagePaths:
+        """The paths of data set items (`CaptionItem`s: `image_id`, `image_path`); a repeated id keeps its first
+        place and its last path, as a dict built from the items would."""
+        items = items if isinstance(items, list) else list(items)
+        if len({item.image_id for item in items}) != len(items):
+            return cls({item.image_id: item.image_path for item in items}.items())
+        return cls((item.image_id, item.image_path) for item in items)
+
+    def path(self, position: int) -> Path | None:
+        """The path of image number `position`."""
+        if not self.has_path[position]:
+            return None
+        return Path(self.blob[self.offsets[position]:self.offsets[position + 1]].decode("utf-8", "surrogateescape"))
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __getitem__(self, image_id: str) -> Path | None:
+        if self._position is None:
+            self._position = {key: i for i, key in enumerate(self.image_ids)}
+        return self.path(self._position[image_id])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.image_ids)
+
+    def items(self) -> Iterator[tuple[str, Path | None]]:  # type: ignore[override]
+        """`(image_id, path)` in order (no lookup by id)."""
+        return ((image_id, self.path(i)) for i, image_id in enumerate(self.image_ids))
+
+    def values(self) -> Iterator[Path | None]:  # type: ignore[override]
+        """Every path in order."""
+        return (self.path(i) for i in range(len(self.image_ids)))

@@ -146,7 +146,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
-    from captioner.data.compact_captions import CaptionStore
+    from captioner.data.compact_captions import CaptionStore, ImagePaths
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.vocab import build_vocab, load_vocab
@@ -163,11 +163,15 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     run = _Run(config)
     if state.is_main_process:
         dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
-    dataset = run.dataset(config.data)
+    dataset = run.dataset(config.data)  # read once: the test sets read from the same file take their items here
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
     train_store = CaptionStore.from_items(train_items)  # XE / SCST examples: flat arrays, decoded per index
+    images = ImagePaths.from_items(train_items + val_items)  # {image_id: path}, one buffer
+    val_references = {i.image_id: i.captions for i in val_items}
+    test_items = _test_items_from(config, dataset)
+    del dataset, train_items, val_items  # the items of every image: what later stages need is kept above
     stages = run.stages
     data_settings, data_files = settings_of(config.data), data_inputs(config.data)
 
@@ -176,15 +180,13 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     def make_vocab() -> dict[str, Any]:
         """Stage `vocab` (main process)."""
         v = config.vocab
-        vocab = build_vocab(v.kind, [c for item in train_items for c in item.captions], v.min_count,
-                            v.vocab_size, v.max_length)
+        vocab = build_vocab(v.kind, train_store.captions(), v.min_count, v.vocab_size, v.max_length)
         vocab.save(vocab_path)
         return {"size": len(vocab)}
 
     stages.run("vocab", make_vocab, {"vocab": settings_of(config.vocab), "data": data_settings}, data_files,
                outputs=[vocab_path])  # main process; the others wait, then read it
     vocab = load_vocab(vocab_path)
-    images = {item.image_id: item.image_path for item in train_items + val_items}
     features = run.feature_stage("train", images, {"data": data_settings}, data_files)
     source = config.features.source.to_record()
 
@@ -193,7 +195,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                           "xe")
     stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
                                                train_store.pairs(),
-                                               {i.image_id: i.captions for i in val_items}, feature_source=source)),
+                                               val_references, feature_source=source)),
                {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
                 "seed": config.seed},
                upstream=["vocab", "features/train"], resumable=True, distributed=True)
@@ -212,7 +214,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                                            image_paths=images)
             return _summary(train_scst(scst, xe_dir / "best", features,
                                        train_store.reference_sets(), reward,
-                                       validation={i.image_id: i.captions for i in val_items}))
+                                       validation=val_references))
 
         stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
                                 "reward_models": reward_settings, "data": data_settings, "seed": config.seed,
@@ -222,7 +224,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                    upstream=["xe", "features/train"], resumable=True, distributed=True)
         models[spec] = out / ("final" if scst.select_by == "last" else "best")  # the model scst.select_by chose
         model_stages[spec] = name
-    test_sets = prepare_test_sets(run)
+    test_sets = prepare_test_sets(run, test_items)
+    del test_items
     eval_stages = []
     for set_name, _, _ in test_sets:
         set_config = config.evaluation.test_sets[set_name]
@@ -261,16 +264,50 @@ def _kl_reference_input(stages: StageRunner, scst: SCSTConfig) -> dict[str, Any]
     return {"kl_reference": stages.checkpoint(scst.kl_reference)} if scst.kl_coef and scst.kl_reference else {}
 
 
-def prepare_test_sets(run: _Run) -> list[tuple[str, list, Any]]:
-    """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)]."""
+def _loads_like(set_config: dict[str, Any], data: DataConfig) -> bool:
+    """Whether test set `set_config` is read from the same file with the same loading settings as `data`."""
+    loaded = from_dict(DataConfig, {k: v for k, v in set_config.items() if k != "split"}, "evaluation.test_sets")
+    fields = ("name", "image_root", "missing_images", "options")
+    return (bool(data.path) and all(getattr(loaded, f) == getattr(data, f) for f in fields)
+            and Path(loaded.path).resolve() == Path(data.path).resolve())
+
+
+def _test_set_items(dataset: Any, set_config: dict[str, Any], max_images: int) -> list:
+    """The items of a test set (its `split`, default 'test'; '' for the whole file) from its loaded data set."""
+    split = set_config.get("split", "test")
+    return _take(dataset.split(split).items if split else dataset.items, max_images)
+
+
+def _test_items_from(config: PipelineConfig, dataset: Any) -> dict[str, list]:
+    """The items of every test set read from the training data's file, taken from its loaded `dataset`.
+
+    A test set whose split the file lacks is left out: `prepare_test_sets` loads it and reports the error there.
+    """
+    items = {}
+    for set_name, set_config in config.evaluation.test_sets.items():
+        try:
+            if _loads_like(set_config, config.data):
+                items[set_name] = _test_set_items(dataset, set_config, config.evaluation.max_images)
+        except InputError:
+            continue
+    return items
+
+
+def prepare_test_sets(run: _Run, loaded: dict[str, list] | None = None) -> list[tuple[str, list, Any]]:
+    """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)].
+
+    `loaded`: the items of test sets already taken from a loaded data set (`{set name: items}`); the others are
+    loaded from their files.
+    """
     from captioner.orchestration.recipe_stages import data_inputs
 
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():
-        split = set_config.get("split", "test")
-        dataset = run.dataset(set_config)
-        items = _take(dataset.split(split).items if split else dataset.items, config.evaluation.max_images)
+        if loaded is not None and set_name in loaded:
+            items = loaded[set_name]
+        else:
+            items = _test_set_items(run.dataset(set_config), set_config, config.evaluation.max_images)
         selection = {"test_set": set_config, "max_images": config.evaluation.max_images}
         prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
                                                              selection, data_inputs(set_config))))
