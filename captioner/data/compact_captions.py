@@ -9,7 +9,7 @@ sequence views give the trainers what they take, built lazily per index:
 * `store.reference_sets()` — `(image_id, [captions])` per image (SCST's `train`);
 * `store.reference_map()` — `{image_id: [captions]}` (the SCST reward's `train_references`).
 
-`ImagePaths` keeps `{image_id: image path}` the same way (one buffer of paths).
+`ImagePaths` keeps `{image_id: image path}` the same way (one buffer of ids, one of paths).
 
 Decoding an index costs one slice of the buffer, so the views are O(1) per item and hold nothing per caption.
 """
@@ -20,6 +20,35 @@ from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
+
+from captioner.data.datasets import CaptionItem
+
+
+def own_copy(text: str) -> str:
+    """A new string object equal to `text` (so that keeping it does not keep the memory of the object it came from,
+    e.g. a data set item's id allocated among the items' objects)."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
+def _own_value(value: Any) -> Any:
+    """`value` rebuilt from new objects (strings, lists, dicts; other values as they are)."""
+    if isinstance(value, str):
+        return own_copy(value)
+    if isinstance(value, list):
+        return [_own_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_own_value(k): _own_value(v) for k, v in value.items()}
+    return value
+
+
+def detached_items(items: Iterable[CaptionItem]) -> list[CaptionItem]:
+    """Equal copies of data set items made of new objects: keeping a few items of a large loaded data set then
+    keeps no memory page of the objects of the others (its id, caption and path strings are all copied)."""
+    return [CaptionItem(own_copy(item.image_id),
+                        None if item.image_path is None else Path(own_copy(str(item.image_path))),
+                        [own_copy(caption) for caption in item.captions], own_copy(item.split),
+                        _own_value(item.extra))
+            for item in items]
 
 
 class CaptionStore:
@@ -37,14 +66,19 @@ class CaptionStore:
             raise ValueError("image_offsets do not end at the number of captions")
 
     @classmethod
-    def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]]) -> CaptionStore:
-        """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order."""
-        ids: list[str] = []
+    def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]], own_ids: bool = False) -> CaptionStore:
+        """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order.
+
+        `own_ids=True` makes the id strings new objects (made last, together) instead of keeping the input's: the
+        store then keeps no memory page of the input's objects once they are freed (a pipeline that drops its
+        loaded data set), at the cost of one string per image.
+        """
+        ids: list = []
         parts: list[bytes] = []
         lengths: list[int] = []
         per_image: list[int] = []
         for image_id, captions in groups:
-            ids.append(str(image_id))
+            ids.append(str(image_id).encode("utf-8", "surrogatepass") if own_ids else str(image_id))
             per_image.append(len(captions))
             for caption in captions:
                 data = caption.encode("utf-8")
@@ -54,12 +88,16 @@ class CaptionStore:
         np.cumsum(np.asarray(lengths, dtype=np.int64), out=caption_offsets[1:])
         image_offsets = np.zeros(len(per_image) + 1, dtype=np.int64)
         np.cumsum(np.asarray(per_image, dtype=np.int64), out=image_offsets[1:])
-        return cls(ids, b"".join(parts), caption_offsets, image_offsets)
+        blob = b"".join(parts)
+        del parts, lengths, per_image
+        if own_ids:  # made last, together: they share no memory page with the input's or the temporary objects
+            ids = [data.decode("utf-8", "surrogatepass") for data in ids]
+        return cls(ids, blob, caption_offsets, image_offsets)
 
     @classmethod
-    def from_items(cls, items: Iterable[Any]) -> CaptionStore:
-        """A store of data set items (`CaptionItem`s: `image_id`, `captions`)."""
-        return cls.from_pairs((item.image_id, item.captions) for item in items)
+    def from_items(cls, items: Iterable[Any], own_ids: bool = False) -> CaptionStore:
+        """A store of data set items (`CaptionItem`s: `image_id`, `captions`); `own_ids` as in `from_pairs`."""
+        return cls.from_pairs(((item.image_id, item.captions) for item in items), own_ids)
 
     @property
     def num_images(self) -> int:
@@ -215,7 +253,8 @@ class ReferenceMap(Mapping):
 
 
 class ImagePaths(Mapping):
-    """`{image_id: Path | None}` held as one UTF-8 buffer of paths with int64 offsets, a `Path` built per access.
+    """`{image_id: Path | None}` held as two UTF-8 buffers (ids, paths) with int64 offsets; the id strings and
+    `Path`s are made on access.
 
     Iterating keys or `items()` goes in order without any lookup table; the id -> position dict is built on the
     first lookup by id.
@@ -223,11 +262,11 @@ class ImagePaths(Mapping):
 
     def __init__(self, pairs: Iterable[tuple[str, Any]]) -> None:
         """`pairs`: `(image_id, path or None)` with distinct ids, in order."""
-        self.image_ids: list[str] = []
+        ids: list[bytes] = []
         parts: list[bytes] = []
         lengths: list[int] = []
         for image_id, path in pairs:
-            self.image_ids.append(image_id)
+            ids.append(str(image_id).encode("utf-8", "surrogatepass"))
             data = b"" if path is None else str(path).encode("utf-8", "surrogateescape")
             parts.append(data)
             lengths.append(-1 if path is None else len(data))
@@ -236,6 +275,9 @@ class ImagePaths(Mapping):
         self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(np.maximum(sizes, 0), out=self.offsets[1:])
         self.blob = b"".join(parts)
+        self.id_offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), out=self.id_offsets[1:])
+        self.id_blob = b"".join(ids)
         self._position: dict[str, int] | None = None
 
     @classmethod
@@ -247,6 +289,11 @@ class ImagePaths(Mapping):
             return cls({item.image_id: item.image_path for item in items}.items())
         return cls((item.image_id, item.image_path) for item in items)
 
+    def image_id(self, position: int) -> str:
+        """The id of image number `position`."""
+        start, end = self.id_offsets[position], self.id_offsets[position + 1]
+        return self.id_blob[start:end].decode("utf-8", "surrogatepass")
+
     def path(self, position: int) -> Path | None:
         """The path of image number `position`."""
         if not self.has_path[position]:
@@ -254,20 +301,20 @@ class ImagePaths(Mapping):
         return Path(self.blob[self.offsets[position]:self.offsets[position + 1]].decode("utf-8", "surrogateescape"))
 
     def __len__(self) -> int:
-        return len(self.image_ids)
+        return len(self.id_offsets) - 1
 
     def __getitem__(self, image_id: str) -> Path | None:
         if self._position is None:
-            self._position = {key: i for i, key in enumerate(self.image_ids)}
+            self._position = {key: i for i, key in enumerate(self)}
         return self.path(self._position[image_id])
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.image_ids)
+        return (self.image_id(i) for i in range(len(self)))
 
     def items(self) -> Iterator[tuple[str, Path | None]]:  # type: ignore[override]
         """`(image_id, path)` in order (no lookup by id)."""
-        return ((image_id, self.path(i)) for i, image_id in enumerate(self.image_ids))
+        return ((self.image_id(i), self.path(i)) for i in range(len(self)))
 
     def values(self) -> Iterator[Path | None]:  # type: ignore[override]
         """Every path in order."""
-        return (self.path(i) for i in range(len(self.image_ids)))
+        return (self.path(i) for i in range(len(self)))
