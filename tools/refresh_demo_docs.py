@@ -16,14 +16,16 @@ import json
 import sys
 from pathlib import Path
 
-from captioner.demo.pipeline import results_markdown
+from captioner.demo.pipeline import correlation_extras, results_markdown
 from metric.common.errors import InputError
 from metric.common.io import write_text_atomic
 
 BEGIN, END = "<!-- demo-results:begin -->", "<!-- demo-results:end -->"
 ROOT = Path(__file__).resolve().parents[1]
 METRIC_NAMES = {"clip-s": "CLIP-S", "ref-clip-s": "RefCLIP-S", "pac-s++": "PAC-S++", "ref-pac-s++": "RefPAC-S++",
-                "bleu4": "BLEU-4", "cider": "CIDEr-D", "length": "length"}
+                "bleu4": "BLEU-4", "cider": "CIDEr-D", "length": "length", "clip-s chunk": "CLIP-S (chunk)",
+                "ref-clip-s chunk": "RefCLIP-S (chunk)", "pac-s++ chunk": "PAC-S++ (chunk)",
+                "ref-pac-s++ chunk": "RefPAC-S++ (chunk)"}
 
 
 
@@ -50,8 +52,9 @@ def block(run_dir: Path) -> str:
         lines = ["| metric | τb | τc |", "|---|---|---|"]
         lines += [f"| {METRIC_NAMES.get(name, name)} | {_tau(value['tau_b'])} | {_tau(value['tau_c'])} |"
                   for name, value in correlation.items() if isinstance(value, dict) and "tau_b" in value]
-        parts.append("Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
-                     + "\n".join(lines) + "\n")
+        parts.append("Kendall ×100 of each metric against the judge (`correlation/correlation.json`; "
+                     "`chunk`: `--long-captions chunk`):\n\n" + "\n".join(lines) + "\n")
+        parts += correlation_extras(run_dir)  # the paired comparisons and the long-caption table
     return "\n".join(parts)
 
 

@@ -188,8 +188,6 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
 
 def correlation_markdown(run_dir: Path) -> str:
     """Kendall tau of every metric against the judge, the paired comparisons, and the long-caption subset."""
-    from captioner.demo.correlation import comparison_findings
-
     folder = run_dir / "correlation"
     summary = json.loads((folder / "correlation.json").read_text(encoding="utf-8"))
     lines = ["| metric | τb | τc |", "|---|---|---|"]
@@ -197,6 +195,14 @@ def correlation_markdown(run_dir: Path) -> str:
               for name, v in summary.items() if isinstance(v, dict)]
     parts = ["Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
              + "\n".join(lines) + "\n"]
+    return "\n".join(parts + correlation_extras(run_dir))
+
+
+def correlation_extras(run_dir: Path) -> list[str]:
+    """The paired τb comparisons (PAC-S++ vs CLIP-S) and the long-caption table of a run's correlation stage."""
+    from captioner.demo.correlation import comparison_findings
+
+    folder, parts = run_dir / "correlation", []
     comparisons = folder / "comparisons.json"
     if comparisons.is_file():
         findings = comparison_findings(json.loads(comparisons.read_text(encoding="utf-8")))
@@ -210,7 +216,7 @@ def correlation_markdown(run_dir: Path) -> str:
         parts.append(f"On the {long['n_long']} long candidates alone ({long['n_long_truncated'].get('clip', 0)} "
                      "longer than the CLIP's text context), truncated vs chunked (`--long-captions chunk`):\n\n"
                      + "\n".join(rows) + "\n")
-    return "\n".join(parts)
+    return parts
 
 
 def _tau_cell(value: Any) -> str:
