@@ -181,8 +181,6 @@ class GuardedScstConfig:
             raise InputError("guarded.kl_coefs: expected at least one coefficient")
         if len(set(self.kl_coefs)) != len(self.kl_coefs):
             raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
-        if self.rewards and not ScstStageConfig().hacking_monitor_every:  # pragma: no cover - default is on
-            raise InputError("guarded.rewards need scst.hacking_monitor_every > 0")
 
     def reward_spec(self, reward: str) -> str:
         """The reward spec a guarded run trains on: `reward` plus the enabled penalty components."""
@@ -224,8 +222,12 @@ class DemoConfig:
     captioning: bool = True  # false: only the metric stages (data, clip, pacs, correlation), e.g. demo_siglip.yaml
 
     def validate(self) -> None:
-        """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split."""
+        """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split, guarded
+        runs have the validation signal they are selected by."""
         check_folder_name("demo.name", self.name, "runs_dir")
+        if self.guarded.rewards and not (self.scst.hacking_monitor_every and self.scst.hacking_monitor_images):
+            raise InputError("guarded.rewards: the guarded runs are selected by the hacking monitor's validation "
+                             "CIDEr-D; set scst.hacking_monitor_every and scst.hacking_monitor_images > 0")
         world = self.world
         if self.clip.patch_size > world.image_size:
             raise InputError(f"clip.patch_size={self.clip.patch_size}: expected <= world.image_size "
