@@ -194,8 +194,10 @@ def test_correlate_with_each_family_equals_kendall_of_the_models_own_scores(name
 
 def test_sigmoid_on_a_model_without_a_logit_bias_is_one_clear_error(subset, family_folder, tmp_path, capsys):
     out = tmp_path / "table.json"
+    folder = family_folder("transformers-clip")  # built (and saved, with its progress bar) on first use
+    capsys.readouterr()
     code = pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(subset["dir"]), "--images",
-                          str(subset["images"]), "--checkpoint", family_folder("transformers-clip"),
+                          str(subset["images"]), "--checkpoint", folder,
                           "--metrics", "clip-s", "--score", "sigmoid", "--json", str(out)])
     assert code == 2 and not out.exists()
     error = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Loading weights" not in line]
