@@ -32,14 +32,9 @@ def _flickr8k_items(root, n_images):
     return items
 
 
-@pytest.fixture(scope="module")
-def flickr_positives(shared_data):
-    torch.set_num_threads(1)
-    seed_everything(0)
-    random.seed(0)
-    config = tiny_clip_config(vision_cfg={"image_size": 32, "patch_size": 8}, text_cfg={"context_length": 32})
-    backbone = build_backbone_from_config(config, seed=0, name="tiny-flickr")
-    items = _flickr8k_items(shared_data / "flickr8k", N_IMAGES)
+def positives_datasets(backbone, items):
+    """(train, val) positives of Flickr8k items: captions 0-3 trained on, t' another caption, v' an augmented view;
+    validation: the held-out fifth caption of the first N_VAL_IMAGES images."""
     train, val = ([], [], [], [], []), ([], [], [], [], [])
     for index, (name, image, captions) in enumerate(items):
         pixels = backbone.preprocess(image)
@@ -51,8 +46,18 @@ def flickr_positives(shared_data):
             for column, value in zip(val, (pixels, captions[TRAIN_CAPTIONS], backbone.preprocess(random_view(image)),
                                            captions[0], name)):
                 column.append(value)
-    return backbone, TensorPositivesDataset(*train[:4], image_ids=train[4]), \
-        TensorPositivesDataset(*val[:4], image_ids=val[4])
+    return TensorPositivesDataset(*train[:4], image_ids=train[4]), TensorPositivesDataset(*val[:4], image_ids=val[4])
+
+
+@pytest.fixture(scope="module")
+def flickr_positives(shared_data):
+    torch.set_num_threads(1)
+    seed_everything(0)
+    random.seed(0)
+    config = tiny_clip_config(vision_cfg={"image_size": 32, "patch_size": 8}, text_cfg={"context_length": 32})
+    backbone = build_backbone_from_config(config, seed=0, name="tiny-flickr")
+    items = _flickr8k_items(shared_data / "flickr8k", N_IMAGES)
+    return (backbone, *positives_datasets(backbone, items))
 
 
 def test_validation_loss_falls_and_recall_rises(flickr_positives, tmp_path):

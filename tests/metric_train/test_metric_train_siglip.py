@@ -14,21 +14,21 @@ from pathlib import Path
 import open_clip
 import pytest
 import torch
-from PIL import Image
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.seeding import seed_everything
 from metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from metric.models.factory import load_backbone
 from metric.training.config import LossOptions
-from metric.training.data import TensorPositivesDataset, random_view
+from metric.training.data import TensorPositivesDataset
 from metric.training.encoding import DualEncoder, prepare_trainable, resolve_loss_kind
 from metric.training.export import export_model
 from metric.training.trainer import MetricTrainConfig, train_metric
 
+from .test_metric_train_learning import TRAIN_CAPTIONS, _flickr8k_items, positives_datasets
+
 N_IMAGES = 240
 N_VAL_IMAGES = 80
-TRAIN_CAPTIONS = 4  # captions 0-3 of each image are trained on; caption 4 is held out for validation
 CONTEXT = 16
 VOCAB = 512
 
@@ -69,18 +69,6 @@ def _tiny_siglip(tokenizer, seed: int = 0):
     return dataclasses.replace(backbone, tokenize=tokenizer)
 
 
-def _flickr8k_items(root, n_images):
-    captions: dict[str, list[str]] = {}
-    for line in (root / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines():
-        key, _, caption = line.partition("\t")
-        captions.setdefault(key.split("#")[0], []).append(caption)
-    names = sorted(p.name for p in (root / "images").glob("*.jpg"))[:n_images]
-    items = []
-    for name in names:
-        with Image.open(root / "images" / name) as image:
-            image.draft("RGB", (80, 80))  # fast JPEG decoding at reduced size
-            items.append((name, image.convert("RGB"), captions[name]))
-    return items
 
 
 # ---- the loss kind, the temperature and what is trained ------------------------------------------------------------
@@ -138,19 +126,7 @@ def flickr_positives(shared_data):
     items = _flickr8k_items(shared_data / "flickr8k", N_IMAGES)
     tokenizer = WordTokenizer([caption for _, _, captions in items for caption in captions[:TRAIN_CAPTIONS]])
     backbone = _tiny_siglip(tokenizer)
-    train, val = ([], [], [], [], []), ([], [], [], [], [])
-    for index, (name, image, captions) in enumerate(items):
-        pixels = backbone.preprocess(image)
-        for k in range(TRAIN_CAPTIONS):  # t' = another reference caption, v' = an augmented view of the image
-            for column, value in zip(train, (pixels, captions[k], backbone.preprocess(random_view(image)),
-                                             captions[(k + 1) % TRAIN_CAPTIONS], name)):
-                column.append(value)
-        if index < N_VAL_IMAGES:  # validation: the held-out fifth caption of the first images
-            for column, value in zip(val, (pixels, captions[TRAIN_CAPTIONS], backbone.preprocess(random_view(image)),
-                                           captions[0], name)):
-                column.append(value)
-    return backbone, TensorPositivesDataset(*train[:4], image_ids=train[4]), \
-        TensorPositivesDataset(*val[:4], image_ids=val[4])
+    return (backbone, *positives_datasets(backbone, items))
 
 
 def _print_history(title, history):
