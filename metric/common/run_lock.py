@@ -48,6 +48,14 @@ def _read_holder(handle: Any) -> dict[str, Any] | None:
     return holder if isinstance(holder, dict) else None
 
 
+def _wait_for_holder(handle: Any, patience_s: float = 2.0) -> dict[str, Any] | None:
+    """The holder note, waiting briefly for a holder that has just taken the lock and not yet written it."""
+    deadline = time.monotonic() + patience_s
+    while (holder := _read_holder(handle)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return holder
+
+
 def _unwritable(run_dir: Path, error: OSError) -> InputError:
     if error.errno == errno.ENOTDIR or (run_dir.exists() and not run_dir.is_dir()):
         return InputError(f"run directory {run_dir} is not a folder (a file is in the way); remove it or choose "
@@ -74,7 +82,7 @@ class RunDirectoryLock:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(handle)
+            holder = _wait_for_holder(handle)
             handle.close()
             who = _holder_text(holder) if holder else "another process"
             raise RunDirectoryBusyError(

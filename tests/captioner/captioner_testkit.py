@@ -1,6 +1,7 @@
 """Tiny synthetic data for captioner tests: features with a learnable colour/shape signal and a tiny captioner."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -12,6 +13,11 @@ from captioner.modeling.vocab import build_vocab
 
 COLOURS = ["red", "blue", "green", "yellow"]
 SHAPES = ["circle", "square", "triangle"]
+
+
+def print_line(text: str) -> None:
+    """Write `text` and its newline to stdout in one system call, so lines of concurrent ranks never interleave."""
+    os.write(1, (text + "\n").encode("utf-8"))
 
 
 def tiny_data(folder: Path, n_images: int = 40, n_val: int = 8) -> tuple[FeatureCache, list, dict]:

@@ -13,7 +13,7 @@ import torch
 
 torch.set_num_threads(1)
 
-from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
+from captioner_testkit import overlap_reward, print_line, tiny_checkpoint, tiny_data, tiny_model_config
 
 from captioner.modeling.train_scst import SCSTConfig, train_scst
 from captioner.modeling.train_xe import XEConfig, train_xe
@@ -75,9 +75,9 @@ def main() -> None:
     for name, run in (("xe", run_xe), ("scst", run_scst), ("metric", run_metric)):
         try:
             run(out / name, data)
-            print(f"FINISHED {name} rank={state.process_index}", flush=True)
+            print_line(f"FINISHED {name} rank={state.process_index}")
         except TrainingDivergedError as error:
-            print(f"DIVERGED {name} rank={state.process_index} {error}", flush=True)
+            print_line(f"DIVERGED {name} rank={state.process_index} {error}")
         state.wait_for_everyone()
 
 

@@ -15,6 +15,8 @@ import torch
 
 torch.set_num_threads(1)
 
+from captioner_testkit import print_line
+
 from captioner.modeling.training import process_state
 from captioner.orchestration.launching import relaunch_cpu_processes
 
@@ -86,7 +88,7 @@ def main() -> None:
 
     train_xe.generate_captions = counting  # counts the images this process captions
     evaluate(run_dir, data_root, names)
-    print(f"CAPTIONED {state.process_index} {len(captioned)}", flush=True)
+    print_line(f"CAPTIONED {state.process_index} {len(captioned)}")
     state.wait_for_everyone()
     if state.is_main_process:
         print(f"WORLD {state.num_processes}", flush=True)

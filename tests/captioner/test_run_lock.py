@@ -116,3 +116,39 @@ def test_a_run_directory_that_is_a_file_or_read_only_is_one_clear_error(tmp_path
     assert capsys.readouterr().err.strip().splitlines() == [
         (f"pacs train: error: run directory {tmp_path / 'ro' / 'demo_smoke'} cannot be written (Read-only file "
         "system); make it writable or choose another run directory")]
+
+
+def test_a_holder_that_has_not_yet_written_its_note_is_still_named(tmp_path):
+    """The moment between a holder taking the lock and writing its note: the refusal waits for the note."""
+    import fcntl
+    import threading
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(run_dir / LOCK_NAME, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked, note still empty
+
+        def write_note() -> None:
+            time.sleep(0.3)
+            handle.write(json.dumps({"host": "elsewhere", "pid": 4242, "started": 0.0}))
+            handle.flush()
+
+        writer = threading.Thread(target=write_note)
+        writer.start()
+        try:
+            with pytest.raises(RunDirectoryBusyError, match=r"is in use by pid 4242 on host elsewhere, started "):
+                RunDirectoryLock(run_dir).acquire()
+        finally:
+            writer.join()
+
+
+def test_a_holder_that_never_writes_its_note_is_another_process(tmp_path):
+    """After waiting 2 s for a note that never comes, the refusal says "another process"."""
+    import fcntl
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(run_dir / LOCK_NAME, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunDirectoryBusyError, match=r"is in use by another process; wait for that run"):
+            RunDirectoryLock(run_dir).acquire()
