@@ -1,20 +1,21 @@
-"""The captions of a training set in flat storage: one UTF-8 buffer and offset arrays, no Python object per caption.
+"""The captions of a training set on disk: no Python object per caption and no memory per caption.
 
-`CaptionStore.from_items(items)` keeps every image id (one string per image) and every caption as a slice of
-one `bytes` buffer (`caption_offsets`, int64) grouped by image (`image_offsets`, int64). Two read-only
-sequence views give the trainers what they take, built lazily per index:
+`CaptionStore.from_items(items, folder)` streams every image id and caption into unnamed files in `folder`
+(`metric.common.spill`: `DiskStrings`, `DiskArray`), grouped by image (`image_offsets`). Read-only sequence views
+give the trainers what they take, read from disk per index (one or two `pread`s) or in blocks when iterated:
 
 * `store.captions()` — every caption, image by image (the vocabulary's text);
 * `store.pairs()` — `(image_id, caption)` per caption, image by image (XE's `train`);
 * `store.reference_sets()` — `(image_id, [captions])` per image (SCST's `train`);
-* `store.reference_map()` — `{image_id: [captions]}` (the SCST reward's `train_references`).
+* `store.reference_map()` — `{image_id: [captions]}` (the SCST reward's `train_references`; 12 bytes per image
+  in memory for the lookup by id).
 
-`ImagePaths` keeps `{image_id: image path}` the same way (one buffer of ids, one of paths).
-
-Decoding an index costs one slice of the buffer, so the views are O(1) per item and hold nothing per caption.
+`ImagePaths` keeps `{image_id: image path}` the same way. The process's memory thus stays the same from 16k to
+113k training images (docs/performance.md, `bench/bench_scale.py`); the files' pages are the kernel's page cache.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -22,6 +23,7 @@ from typing import Any, overload
 import numpy as np
 
 from captioner.data.datasets import CaptionItem
+from metric.common.spill import DiskArray, DiskStrings, IdLookup
 
 
 def own_copy(text: str) -> str:
@@ -52,52 +54,44 @@ def detached_items(items: Iterable[CaptionItem]) -> list[CaptionItem]:
 
 
 class CaptionStore:
-    """Image ids and their captions in one buffer (`blob`) with int64 offsets (`caption_offsets`, `image_offsets`)."""
+    """Image ids and their captions on disk (`DiskStrings`), grouped by image through `image_offsets` (int64, on
+    disk too): the store keeps fixed-size buffers in memory whatever the number of captions."""
 
-    def __init__(self, image_ids: Sequence[str], blob: bytes, caption_offsets: np.ndarray,
-                 image_offsets: np.ndarray) -> None:
-        self.image_ids = list(image_ids)
-        self.blob = blob
-        self.caption_offsets = np.asarray(caption_offsets, dtype=np.int64)
-        self.image_offsets = np.asarray(image_offsets, dtype=np.int64)
-        if len(self.image_offsets) != len(self.image_ids) + 1:
-            raise ValueError(f"{len(self.image_ids)} image ids but {len(self.image_offsets) - 1} caption groups")
-        if int(self.image_offsets[-1]) != len(self.caption_offsets) - 1:
+    def __init__(self, image_ids: DiskStrings, texts: DiskStrings, image_offsets: DiskArray,
+                 image_of_caption: DiskArray) -> None:
+        self.image_ids = image_ids
+        self.texts = texts
+        self.image_offsets = image_offsets
+        self.image_index = image_of_caption
+        if len(image_offsets) != len(image_ids) + 1:
+            raise ValueError(f"{len(image_ids)} image ids but {len(image_offsets) - 1} caption groups")
+        if int(image_offsets[-1]) != len(texts) or len(image_of_caption) != len(texts):
             raise ValueError("image_offsets do not end at the number of captions")
 
     @classmethod
-    def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]], own_ids: bool = False) -> CaptionStore:
-        """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order.
-
-        `own_ids=True` makes the id strings new objects (made last, together) instead of keeping the input's: the
-        store then keeps no memory page of the input's objects once they are freed (a pipeline that drops its
-        loaded data set), at the cost of one string per image.
-        """
-        ids: list = []
-        parts: list[bytes] = []
-        lengths: list[int] = []
-        per_image: list[int] = []
-        for image_id, captions in groups:
-            ids.append(str(image_id).encode("utf-8", "surrogatepass") if own_ids else str(image_id))
-            per_image.append(len(captions))
+    def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]],
+                   folder: str | os.PathLike | None = None) -> CaptionStore:
+        """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order, streamed to unnamed
+        files in `folder` (the system's temporary folder when None)."""
+        image_ids = DiskStrings(folder, errors="surrogatepass")
+        texts = DiskStrings(folder)
+        image_offsets = DiskArray(np.int64, folder)
+        image_index = DiskArray(np.int32, folder)
+        image_offsets.extend([0])
+        total = 0
+        for image, (image_id, captions) in enumerate(groups):
+            image_ids.append(str(image_id))
             for caption in captions:
-                data = caption.encode("utf-8")
-                parts.append(data)
-                lengths.append(len(data))
-        caption_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(lengths, dtype=np.int64), out=caption_offsets[1:])
-        image_offsets = np.zeros(len(per_image) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(per_image, dtype=np.int64), out=image_offsets[1:])
-        blob = b"".join(parts)
-        del parts, lengths, per_image
-        if own_ids:  # made last, together: they share no memory page with the input's or the temporary objects
-            ids = [data.decode("utf-8", "surrogatepass") for data in ids]
-        return cls(ids, blob, caption_offsets, image_offsets)
+                texts.append(caption)
+            total += len(captions)
+            image_offsets.extend([total])
+            image_index.extend(np.full(len(captions), image, dtype=np.int32))
+        return cls(image_ids.finish(), texts.finish(), image_offsets.finish(), image_index.finish())
 
     @classmethod
-    def from_items(cls, items: Iterable[Any], own_ids: bool = False) -> CaptionStore:
-        """A store of data set items (`CaptionItem`s: `image_id`, `captions`); `own_ids` as in `from_pairs`."""
-        return cls.from_pairs(((item.image_id, item.captions) for item in items), own_ids)
+    def from_items(cls, items: Iterable[Any], folder: str | os.PathLike | None = None) -> CaptionStore:
+        """A store of data set items (`CaptionItem`s: `image_id`, `captions`); `folder` as in `from_pairs`."""
+        return cls.from_pairs(((item.image_id, item.captions) for item in items), folder)
 
     @property
     def num_images(self) -> int:
@@ -107,21 +101,16 @@ class CaptionStore:
     @property
     def num_captions(self) -> int:
         """Number of captions over all images."""
-        return len(self.caption_offsets) - 1
+        return len(self.texts)
 
     def caption(self, index: int) -> str:
         """Caption number `index` (captions numbered image by image)."""
-        start, end = self.caption_offsets[index], self.caption_offsets[index + 1]
-        return self.blob[start:end].decode("utf-8")
+        return self.texts[index]
 
     def captions_of(self, image: int) -> list[str]:
         """The captions of image number `image`."""
-        return [self.caption(k) for k in range(int(self.image_offsets[image]), int(self.image_offsets[image + 1]))]
-
-    def image_of_caption(self) -> np.ndarray:
-        """Image number of every caption (int32 array, caption order)."""
-        counts = np.diff(self.image_offsets)
-        return np.repeat(np.arange(self.num_images, dtype=np.int32), counts)
+        start, end = self.image_offsets[image:image + 2]
+        return self.texts.span(int(start), int(end))
 
     def captions(self) -> CaptionTexts:
         """Every caption, image by image (e.g. the vocabulary's training text)."""
@@ -138,10 +127,6 @@ class CaptionStore:
     def reference_map(self) -> ReferenceMap:
         """`{image_id: captions}` (the CIDEr-D reward's training references)."""
         return ReferenceMap(self)
-
-    def nbytes(self) -> int:
-        """Bytes held by the buffer and the offset arrays (the image id strings aside)."""
-        return len(self.blob) + self.caption_offsets.nbytes + self.image_offsets.nbytes
 
 
 def _index(index: int, length: int) -> int:
@@ -174,8 +159,7 @@ class CaptionTexts(Sequence):
         return self.store.caption(_index(index, len(self)))
 
     def __iter__(self) -> Iterator[str]:
-        for position in range(len(self)):
-            yield self.store.caption(position)
+        return iter(self.store.texts)
 
 
 class CaptionPairs(Sequence):
@@ -183,7 +167,7 @@ class CaptionPairs(Sequence):
 
     def __init__(self, store: CaptionStore) -> None:
         self.store = store
-        self.image_index = store.image_of_caption()
+        self.image_index = store.image_index  # image number of every caption (int32, on disk)
 
     def __len__(self) -> int:
         return self.store.num_captions
@@ -201,12 +185,14 @@ class CaptionPairs(Sequence):
         return self.store.image_ids[int(self.image_index[position])], self.store.caption(position)
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        for position in range(len(self)):
-            yield self[position]
+        store = self.store
+        for image, image_id in enumerate(store.image_ids):
+            for caption in store.captions_of(image):
+                yield image_id, caption
 
-    def image_ids(self) -> list[str]:
-        """Every distinct image id (store order)."""
-        return list(self.store.image_ids)
+    def image_ids(self) -> DiskStrings:
+        """Every distinct image id (store order; on disk, read by index or in order)."""
+        return self.store.image_ids
 
 
 class ReferenceSets(Sequence):
@@ -231,8 +217,8 @@ class ReferenceSets(Sequence):
         return self.store.image_ids[position], self.store.captions_of(position)
 
     def __iter__(self) -> Iterator[tuple[str, list[str]]]:
-        for position in range(len(self)):
-            yield self[position]
+        for position, image_id in enumerate(self.store.image_ids):
+            yield image_id, self.store.captions_of(position)
 
 
 class ReferenceMap(Mapping):
@@ -240,81 +226,84 @@ class ReferenceMap(Mapping):
 
     def __init__(self, store: CaptionStore) -> None:
         self.store = store
-        self._position = {image_id: i for i, image_id in enumerate(store.image_ids)}
+        self._lookup = IdLookup(store.image_ids)  # 12 bytes per image in memory
 
     def __len__(self) -> int:
         return self.store.num_images
 
     def __getitem__(self, image_id: str) -> list[str]:
-        return self.store.captions_of(self._position[image_id])
+        position = self._lookup.position(image_id) if isinstance(image_id, str) else None
+        if position is None:
+            raise KeyError(image_id)
+        return self.store.captions_of(position)
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._lookup
+
+    def values(self) -> Iterator[list[str]]:  # type: ignore[override]
+        """Every image's captions, in order (no lookup by id)."""
+        return (captions for _, captions in self.store.reference_sets())
+
+    def items(self) -> Iterator[tuple[str, list[str]]]:  # type: ignore[override]
+        """`(image_id, captions)` in order (no lookup by id)."""
+        return iter(self.store.reference_sets())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.store.image_ids)
 
 
 class ImagePaths(Mapping):
-    """`{image_id: Path | None}` held as two UTF-8 buffers (ids, paths) with int64 offsets; the id strings and
-    `Path`s are made on access.
+    """`{image_id: Path | None}` with ids and paths on disk (`DiskStrings`); the id strings and `Path`s are made on
+    access, and a lookup by id goes through an `IdLookup` (12 bytes per image in memory, built on first use)."""
 
-    Iterating keys or `items()` goes in order without any lookup table; the id -> position dict is built on the
-    first lookup by id.
-    """
-
-    def __init__(self, pairs: Iterable[tuple[str, Any]]) -> None:
-        """`pairs`: `(image_id, path or None)` with distinct ids, in order."""
-        ids: list[bytes] = []
-        parts: list[bytes] = []
-        lengths: list[int] = []
+    def __init__(self, pairs: Iterable[tuple[str, Any]], folder: str | os.PathLike | None = None) -> None:
+        """`pairs`: `(image_id, path or None)` with distinct ids, in order; stored in unnamed files in `folder`."""
+        self.ids = DiskStrings(folder, errors="surrogatepass")
+        self.paths = DiskStrings(folder, errors="surrogateescape")
+        self.has_path = DiskArray(np.bool_, folder)
         for image_id, path in pairs:
-            ids.append(str(image_id).encode("utf-8", "surrogatepass"))
-            data = b"" if path is None else str(path).encode("utf-8", "surrogateescape")
-            parts.append(data)
-            lengths.append(-1 if path is None else len(data))
-        sizes = np.asarray(lengths, dtype=np.int64)
-        self.has_path = sizes >= 0
-        self.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(np.maximum(sizes, 0), out=self.offsets[1:])
-        self.blob = b"".join(parts)
-        self.id_offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), out=self.id_offsets[1:])
-        self.id_blob = b"".join(ids)
-        self._position: dict[str, int] | None = None
+            self.ids.append(str(image_id))
+            self.paths.append("" if path is None else str(path))
+            self.has_path.extend([path is not None])
+        self.ids.finish(), self.paths.finish(), self.has_path.finish()
+        self._lookup: IdLookup | None = None
 
     @classmethod
-    def from_items(cls, items: Iterable[Any]) -> ImagePaths:
+    def from_items(cls, items: Iterable[Any], folder: str | os.PathLike | None = None) -> ImagePaths:
         """The paths of data set items (`CaptionItem`s: `image_id`, `image_path`); a repeated id keeps its first
         place and its last path, as a dict built from the items would."""
         items = items if isinstance(items, list) else list(items)
         if len({item.image_id for item in items}) != len(items):
-            return cls({item.image_id: item.image_path for item in items}.items())
-        return cls((item.image_id, item.image_path) for item in items)
+            return cls({item.image_id: item.image_path for item in items}.items(), folder)
+        return cls(((item.image_id, item.image_path) for item in items), folder)
 
     def image_id(self, position: int) -> str:
         """The id of image number `position`."""
-        start, end = self.id_offsets[position], self.id_offsets[position + 1]
-        return self.id_blob[start:end].decode("utf-8", "surrogatepass")
+        return self.ids[position]
 
     def path(self, position: int) -> Path | None:
         """The path of image number `position`."""
-        if not self.has_path[position]:
-            return None
-        return Path(self.blob[self.offsets[position]:self.offsets[position + 1]].decode("utf-8", "surrogateescape"))
+        return Path(self.paths[position]) if self.has_path[position] else None
 
     def __len__(self) -> int:
-        return len(self.id_offsets) - 1
+        return len(self.ids)
 
     def __getitem__(self, image_id: str) -> Path | None:
-        if self._position is None:
-            self._position = {key: i for i, key in enumerate(self)}
-        return self.path(self._position[image_id])
+        if self._lookup is None:
+            self._lookup = IdLookup(self.ids)
+        position = self._lookup.position(image_id) if isinstance(image_id, str) else None
+        if position is None:
+            raise KeyError(image_id)
+        return self.path(position)
 
     def __iter__(self) -> Iterator[str]:
-        return (self.image_id(i) for i in range(len(self)))
+        return iter(self.ids)
 
     def items(self) -> Iterator[tuple[str, Path | None]]:  # type: ignore[override]
         """`(image_id, path)` in order (no lookup by id)."""
-        return ((self.image_id(i), self.path(i)) for i in range(len(self)))
+        return zip(self.ids, self.values())
 
     def values(self) -> Iterator[Path | None]:  # type: ignore[override]
         """Every path in order."""
-        return (self.path(i) for i in range(len(self)))
+        flags = (bool(flag) for block in self.has_path.blocks() for flag in block)
+        return (Path(path) if flag else None for path, flag in zip(self.paths, flags))

@@ -1,7 +1,9 @@
-"""Tokenised training captions as two flat arrays (int32 token ids, int64 offsets) instead of a tensor or a list per
-caption; a batch's `[B, max_length+1]` targets (ids, <eos>, <pad>) are built from them on demand."""
+"""Tokenised training captions as two flat arrays on disk (token ids, int64 offsets; `metric.common.spill.DiskArray`)
+instead of a tensor or a list per caption; a batch's `[B, max_length+1]` targets (ids, <eos>, <pad>) are read and
+built on demand."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -9,68 +11,73 @@ import numpy as np
 import torch
 
 from captioner.modeling.vocab import EOS_ID, PAD_ID
+from metric.common.spill import DiskArray
 
 
 class EncodedCaptions:
-    """Token ids of many captions (no <eos>) in one int32 array; caption `i` is `ids[offsets[i]:offsets[i+1]]`."""
+    """Token ids of many captions (no <eos>) in one array; caption `i` is `ids[offsets[i]:offsets[i+1]]`.
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, max_length: int) -> None:
-        self.ids = np.asarray(ids, dtype=np.int32)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
+    `ids` and `offsets` are numpy arrays or `DiskArray`s (what `encode` makes: nothing per caption in memory).
+    """
+
+    def __init__(self, ids: np.ndarray | DiskArray, offsets: np.ndarray | DiskArray, max_length: int) -> None:
+        self.ids = ids if isinstance(ids, DiskArray) else np.asarray(ids, dtype=np.int32)
+        self.offsets = offsets if isinstance(offsets, DiskArray) else np.asarray(offsets, dtype=np.int64)
         self.max_length = int(max_length)
-        if self.offsets.ndim != 1 or len(self.offsets) < 1 or self.offsets[0] != 0 \
-                or self.offsets[-1] != len(self.ids):
+        if len(self.offsets) < 1 or int(self.offsets[0]) != 0 or int(self.offsets[-1]) != len(self.ids):
             raise ValueError("offsets must start at 0 and end at the number of ids")
 
     @classmethod
-    def encode(cls, vocab: Any, captions: Iterable[str], block: int = 65536) -> EncodedCaptions:
-        """Encode `captions` with `vocab.encode` (streamed: Python lists only for `block` captions at a time)."""
-        id_blocks: list[np.ndarray] = []
-        length_blocks: list[np.ndarray] = []
+    def encode(cls, vocab: Any, captions: Iterable[str], block: int = 65536,
+               folder: str | os.PathLike | None = None) -> EncodedCaptions:
+        """Encode `captions` with `vocab.encode`, streamed to unnamed files in `folder` (`block` captions at a time;
+        int16 ids when the vocabulary has fewer than 32,768 words, int32 otherwise)."""
+        dtype = np.int16 if len(vocab) < 2**15 else np.int32
+        ids_out, offsets_out = DiskArray(dtype, folder), DiskArray(np.int64, folder)
+        offsets_out.extend([0])
         pending: list[int] = []
-        lengths: list[int] = []
+        ends: list[int] = []
+        total = 0
 
         def flush() -> None:
-            id_blocks.append(np.asarray(pending, dtype=np.int32))
-            length_blocks.append(np.asarray(lengths, dtype=np.int64))
+            ids_out.extend(pending)
+            offsets_out.extend(ends)
             pending.clear()
-            lengths.clear()
+            ends.clear()
 
         for caption in captions:
             ids = vocab.encode(caption)
             pending.extend(ids)
-            lengths.append(len(ids))
-            if len(lengths) >= block:
+            total += len(ids)
+            ends.append(total)
+            if len(ends) >= block:
                 flush()
         flush()
-        all_lengths = np.concatenate(length_blocks)
-        offsets = np.zeros(len(all_lengths) + 1, dtype=np.int64)
-        np.cumsum(all_lengths, out=offsets[1:])
-        return cls(np.concatenate(id_blocks), offsets, vocab.max_length)
+        return cls(ids_out.finish(), offsets_out.finish(), vocab.max_length)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def caption_ids(self, index: int) -> list[int]:
         """Token ids of caption `index` (no <eos>)."""
-        return self.ids[self.offsets[index]:self.offsets[index + 1]].tolist()
+        start, end = self.offsets[index:index + 2]
+        return self.ids[int(start):int(end)].tolist()
 
     def targets(self, rows: Sequence[int] | np.ndarray | torch.Tensor) -> torch.Tensor:
         """Targets `[len(rows), max_length+1]` (int64): each caption's ids, <eos>, then <pad>."""
         rows = np.asarray(rows.tolist() if isinstance(rows, torch.Tensor) else rows, dtype=np.int64).reshape(-1)
         width = self.max_length + 1
         out = np.full((len(rows), width), PAD_ID, dtype=np.int64)
-        starts, ends = self.offsets[rows], self.offsets[rows + 1]
-        lengths = ends - starts
-        if (lengths > self.max_length).any():
-            raise ValueError(f"a caption holds more than max_length={self.max_length} ids")
-        # token j of row r sits at column j: gather with one mask over the [B, width] grid
-        columns = np.arange(width)
-        inside = columns[None, :] < lengths[:, None]
-        out[inside] = self.ids[(starts[:, None] + columns[None, :])[inside]]
-        out[np.arange(len(rows)), lengths] = EOS_ID
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"caption index out of range for {len(self)} captions")
+        for row, caption in enumerate(rows.tolist()):
+            start, end = (int(x) for x in self.offsets[caption:caption + 2])  # two reads per caption
+            if end - start > self.max_length:
+                raise ValueError(f"a caption holds more than max_length={self.max_length} ids")
+            out[row, :end - start] = self.ids[start:end]
+            out[row, end - start] = EOS_ID
         return torch.from_numpy(out)
 
-    def nbytes(self) -> int:
-        """Bytes held by the two arrays."""
-        return self.ids.nbytes + self.offsets.nbytes
+    def stored_bytes(self) -> int:
+        """Bytes of the two arrays (on disk for `DiskArray`s)."""
+        return sum(len(a) * np.dtype(a.dtype).itemsize for a in (self.ids, self.offsets))

@@ -23,10 +23,11 @@ import os
 import struct
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image
 from safetensors import safe_open
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
+from metric.common.spill import DiskStrings, IdLookup
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class FeatureCache:
         if not meta_path.is_file():
             raise MissingResourceError(f"no feature cache at {self.folder} (missing meta.json): extract features first")
         self.meta: dict[str, Any] = _read_meta(meta_path)
-        self.index = _scan_index(self.folder)
+        self.index = ShardIndex(_scan_index(self.folder))
         self._handles: OrderedDict[str, _Shard] = OrderedDict()  # the open shards, least recently used first
 
     @property
@@ -112,7 +114,7 @@ class FeatureCache:
         return len(self.index)
 
     def ids(self) -> list[str]:
-        """All cached image ids (sorted)."""
+        """All cached image ids (sorted; a list of every id: for listings, not for training loops)."""
         return sorted(self.index)
 
     def missing(self, image_ids: Iterable[str]) -> list[str]:
@@ -163,7 +165,43 @@ class FeatureCache:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = OrderedDict()
+        state["index"] = None  # on disk in this process: the new one lists the shards again
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.index = ShardIndex(_scan_index(self.folder))
+
+
+class ShardIndex:
+    """`{image_id: shard name}` without a Python object per id: the ids on disk (`DiskStrings`), an `IdLookup`
+    (12 bytes per id) and one int32 shard number per id in memory."""
+
+    def __init__(self, index: Mapping[str, str]) -> None:
+        names: dict[str, int] = {}
+        self.ids = DiskStrings(errors="surrogatepass")
+        numbers = np.empty(len(index), dtype=np.int32)
+        for position, (image_id, shard) in enumerate(index.items()):
+            self.ids.append(image_id)
+            numbers[position] = names.setdefault(shard, len(names))
+        self.ids.finish()
+        self.shard_numbers = numbers
+        self.shards = list(names)
+        self._lookup = IdLookup(self.ids)
+
+    def get(self, image_id: str, default: str | None = None) -> str | None:
+        """The shard holding `image_id`, or `default`."""
+        position = self._lookup.position(image_id)
+        return default if position is None else self.shards[int(self.shard_numbers[position])]
+
+    def __contains__(self, image_id: object) -> bool:
+        return image_id in self._lookup
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
 
 
 def _scan_index(folder: Path) -> dict[str, str]:

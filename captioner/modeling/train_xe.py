@@ -10,6 +10,7 @@ they do not depend on that split either, and a resumed run draws the same masks 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -110,11 +111,12 @@ def encode_captions(vocab: Vocab, captions: Sequence[str]) -> torch.Tensor:
     return EncodedCaptions.encode(vocab, captions).targets(np.arange(len(captions)))
 
 
-def caption_images(train: Sequence[tuple[str, str]]) -> tuple[list[str], np.ndarray]:
-    """The distinct image ids of `train` (first-seen order) and, per caption, the int32 index of its image."""
+def caption_images(train: Sequence[tuple[str, str]]) -> tuple[Sequence[str], Any]:
+    """The distinct image ids of `train` (first-seen order) and, per caption, the int32 index of its image (a
+    list and an array; on disk for a `CaptionPairs` view)."""
     image_index = getattr(train, "image_index", None)
-    if image_index is not None and hasattr(train, "image_ids"):  # a CaptionPairs view: already compact
-        return train.image_ids(), np.asarray(image_index, dtype=np.int32)
+    if image_index is not None and hasattr(train, "image_ids"):  # a CaptionPairs view: both on disk already
+        return train.image_ids(), image_index
     position: dict[str, int] = {}
     index = np.fromiter((position.setdefault(image_id, len(position)) for image_id, _ in train), dtype=np.int32,
                         count=len(train))
@@ -154,7 +156,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     out = Path(config.output_dir)
     validate = validate or cider_validator
     distinct_ids, image_of_caption = caption_images(train)
-    missing = features.missing(dict.fromkeys([*distinct_ids, *val]))
+    missing = list(dict.fromkeys(features.missing(itertools.chain(distinct_ids, val))))
     if missing:
         raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
     model_config.vocab_size, model_config.feature_dim = len(vocab), features.feature_dim
@@ -165,7 +167,8 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                      config.seed, "xe")
     if plan.dropped_per_epoch:
         logger.info("xe: %d caption(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
-    targets = EncodedCaptions.encode(vocab, (caption for _, caption in train))  # two flat arrays, no tensor per caption
+    targets = EncodedCaptions.encode(vocab, (caption for _, caption in train),  # two arrays on disk, nothing per
+                                     folder=out if out.is_dir() else None)  # caption in memory
 
     model = Captioner(model_config)
     optimizer = make_adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
@@ -192,7 +195,7 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                 sync = index == len(micro_batches) - 1
                 dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
                 with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
-                    feats = features.get([distinct_ids[image_of_caption[i]] for i in micro]).to(accelerator.device)
+                    feats = features.get([distinct_ids[int(image_of_caption[int(i)])] for i in micro]).to(accelerator.device)
                     batch_targets = targets.targets(micro).to(accelerator.device)
                     per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
                                           config.label_smoothing)

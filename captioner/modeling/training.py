@@ -189,7 +189,9 @@ class BatchPlan:
     def _permutation(self, epoch: int) -> torch.Tensor:
         if epoch != self._epoch:
             generator = torch.Generator().manual_seed(self.seed + epoch)
-            self._perm, self._epoch = torch.randperm(self.n, generator=generator), epoch
+            order = torch.randperm(self.n, generator=generator)
+            self._perm = order.to(torch.int32) if self.n < 2**31 else order  # kept: 4 bytes per example
+            self._epoch = epoch
         return self._perm
 
     def local_micro_batches(self, epoch: int, position: int, rank: int) -> list[list[int]]:

@@ -167,8 +167,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
     val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
-    train_store = CaptionStore.from_items(train_items, own_ids=True)  # XE / SCST examples: flat arrays
-    images = ImagePaths.from_items(train_items + val_items)  # {image_id: path}, one buffer
+    train_store = CaptionStore.from_items(train_items, folder=run.dir)  # XE / SCST examples: on disk, unnamed files
+    images = ImagePaths.from_items(train_items + val_items, folder=run.dir)  # {image_id: path}, on disk too
     val_references = {i.image_id: i.captions for i in detached_items(val_items)}
     test_items = _test_items_from(config, dataset)
     # the items of every image go: what later stages need is kept above, in new objects (keeping a few of the

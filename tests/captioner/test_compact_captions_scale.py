@@ -53,7 +53,10 @@ def test_caption_store_views_equal_the_python_lists(shared_data):
     ids, index = caption_images(store.pairs())
     assert [ids[k] for k in index] == [image_id for image_id, _ in pairs]
     plain_ids, plain_index = caption_images(pairs)  # the generic path (any sequence of pairs)
-    assert plain_ids == ids and plain_index.tolist() == index.tolist()
+    assert plain_ids == list(ids) and plain_index.tolist() == index.to_numpy().tolist()
+    assert "nope" not in store.reference_map() and items[3].image_id in store.reference_map()
+    with pytest.raises(KeyError):
+        store.reference_map()["nope"]
 
 
 def test_encoded_captions_give_the_same_targets_as_before(shared_data):
@@ -110,31 +113,36 @@ def _traced_build(build):
     return result, current, blocks
 
 
-def test_caption_storage_is_bounded_by_the_data(shared_data):
-    """20,000 Flickr8k captions: the store keeps its text bytes plus at most 24 bytes per caption and the
-    encoded ids 4 bytes per token plus 8 per caption, in a number of blocks that does not grow with the
-    captions; the Python lists they replace need an object (>= 56 bytes) per caption, measured the same way."""
-    items = _flickr8k_items(shared_data, 4000)
-    captions = [c for item in items for c in item.captions]
-    assert len(captions) == 20000
-    text_bytes = sum(len(c.encode("utf-8")) for c in captions)
-    vocab = build_vocab("word", captions, min_count=5, max_length=16)
-    tokens = sum(len(vocab.encode(c)) for c in captions)
-
-    store, kept, blocks = _traced_build(lambda: CaptionStore.from_items(items))
-    # the image ids list is shared with the items (one pointer per image); the rest is three flat buffers
-    assert kept - text_bytes < 24 * len(captions)
-    assert blocks < 2000  # ≪ one block per caption (20,000)
-    pairs, kept_pairs, _ = _traced_build(store.pairs)  # the XE view adds one int32 per caption
-    assert kept_pairs < 4 * len(captions) + 32768  # + a constant (allocator, caches), not per caption
-
-    encoded, kept_ids, id_blocks = _traced_build(lambda: EncodedCaptions.encode(vocab, captions))
-    assert encoded.nbytes() == 4 * tokens + 8 * (len(captions) + 1)
-    assert kept_ids < 4 * tokens + 8 * len(captions) + 32768 and id_blocks < 2000  # + a constant (vocab caches); blocks ≪ one per caption
+def test_caption_storage_in_memory_does_not_grow_with_the_captions(shared_data, tmp_path):
+    """4,000 then 8,000 Flickr8k images (20,000 and 40,000 captions): the store, its XE view and the encoded ids
+    keep their data in unnamed files (counted by the files' sizes) and the same fixed buffers in memory whatever
+    the number of captions (< 16 bytes per added caption, from the vocabulary's caches and the allocator); the
+    Python lists they replace need an object (>= 56 bytes) per caption, measured the same way."""
+    kept_by_size = {}
+    for n_images in (4000, 8000):
+        items = _flickr8k_items(shared_data, n_images)
+        captions = [c for item in items for c in item.captions]
+        text_bytes = sum(len(c.encode("utf-8")) for c in captions)
+        vocab = build_vocab("word", captions, min_count=5, max_length=16)
+        tokens = sum(len(vocab.encode(c)) for c in captions)
+        store, kept, blocks = _traced_build(lambda items=items: CaptionStore.from_items(items, folder=tmp_path))
+        assert len(store.texts.blob) == text_bytes and len(store.texts.offsets) == len(captions) + 1
+        pairs, kept_pairs, _ = _traced_build(store.pairs)
+        encoded, kept_ids, id_blocks = _traced_build(
+            lambda vocab=vocab, captions=captions: EncodedCaptions.encode(vocab, captions, folder=tmp_path))
+        assert encoded.stored_bytes() == 2 * tokens + 8 * (len(captions) + 1)  # int16 ids: a small vocabulary
+        assert list(tmp_path.iterdir()) == []  # the files have no name: nothing is left in the folder
+        kept_by_size[len(captions)] = (kept, kept_pairs, kept_ids, blocks, id_blocks)
+    (small, *small_rest), (large, *large_rest) = kept_by_size[20000], kept_by_size[40000]
+    assert (large - small) / 20000 < 1 and large < 64 * 1024  # the store: fixed buffers only
+    assert small_rest[0] < 4096 and large_rest[0] < 4096  # the XE view: nothing
+    assert (large_rest[1] - small_rest[1]) / 20000 < 16  # the ids: the vocabulary's word cache at most
+    assert large_rest[2] < 200 and large_rest[3] < 200  # a few blocks, not one per caption
 
     old_pairs, kept_old_pairs, _ = _traced_build(lambda: [(i.image_id, c) for i in items for c in i.captions])
     old_ids, kept_old_ids, _ = _traced_build(lambda: [vocab.encode(c) for c in captions])
-    assert kept_old_pairs > 56 * len(captions) > kept - text_bytes + kept_pairs
-    assert kept_old_ids > 56 * len(captions) + 8 * tokens > kept_ids
+    assert kept_old_pairs > 56 * len(captions) > 50 * (large + large_rest[0])
+    assert kept_old_ids > 56 * len(captions) + 8 * tokens > 10 * large_rest[1]
     assert len(pairs) == len(old_pairs) and len(old_ids) == len(encoded)
-    assert np.array_equal(encoded.ids, np.concatenate([np.asarray(x, dtype=np.int32) for x in old_ids]))
+    assert np.array_equal(encoded.ids.to_numpy(), np.concatenate([np.asarray(x, dtype=np.int16) for x in old_ids]))
+    assert list(pairs) == old_pairs
