@@ -22,35 +22,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from captioner.data.datasets import CaptionItem
 from metric.common.spill import DiskArray, DiskStrings, IdLookup
-
-
-def own_copy(text: str) -> str:
-    """A new string object equal to `text` (so that keeping it does not keep the memory of the object it came from,
-    e.g. a data set item's id allocated among the items' objects)."""
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
-
-
-def _own_value(value: Any) -> Any:
-    """`value` rebuilt from new objects (strings, lists, dicts; other values as they are)."""
-    if isinstance(value, str):
-        return own_copy(value)
-    if isinstance(value, list):
-        return [_own_value(v) for v in value]
-    if isinstance(value, dict):
-        return {_own_value(k): _own_value(v) for k, v in value.items()}
-    return value
-
-
-def detached_items(items: Iterable[CaptionItem]) -> list[CaptionItem]:
-    """Equal copies of data set items made of new objects: keeping a few items of a large loaded data set then
-    keeps no memory page of the objects of the others (its id, caption and path strings are all copied)."""
-    return [CaptionItem(own_copy(item.image_id),
-                        None if item.image_path is None else Path(own_copy(str(item.image_path))),
-                        [own_copy(caption) for caption in item.captions], own_copy(item.split),
-                        _own_value(item.extra))
-            for item in items]
 
 
 class CaptionStore:

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
-from metric.common.spill import DiskStrings, IdLookup
+from metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class FeatureCache:
         if not meta_path.is_file():
             raise MissingResourceError(f"no feature cache at {self.folder} (missing meta.json): extract features first")
         self.meta: dict[str, Any] = _read_meta(meta_path)
-        self.index = ShardIndex(_scan_index(self.folder))
+        self.index = ShardIndex.of_folder(self.folder)
         self._handles: OrderedDict[str, _Shard] = OrderedDict()  # the open shards, least recently used first
 
     @property
@@ -170,24 +170,43 @@ class FeatureCache:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.index = ShardIndex(_scan_index(self.folder))
+        self.index = ShardIndex.of_folder(self.folder)
 
 
 class ShardIndex:
     """`{image_id: shard name}` without a Python object per id: the ids on disk (`DiskStrings`), an `IdLookup`
     (12 bytes per id) and one int32 shard number per id in memory."""
 
-    def __init__(self, index: Mapping[str, str]) -> None:
+    def __init__(self, index: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+        """`index`: `{image_id: shard name}` or its `(image_id, shard name)` pairs (distinct ids)."""
         names: dict[str, int] = {}
         self.ids = DiskStrings(errors="surrogatepass")
-        numbers = np.empty(len(index), dtype=np.int32)
-        for position, (image_id, shard) in enumerate(index.items()):
+        numbers = DiskArray(np.int32)
+        pairs = index.items() if isinstance(index, Mapping) else index
+        for image_id, shard in pairs:
             self.ids.append(image_id)
-            numbers[position] = names.setdefault(shard, len(names))
+            numbers.extend([names.setdefault(shard, len(names))])
         self.ids.finish()
-        self.shard_numbers = numbers
+        self.shard_numbers = numbers.finish().to_numpy()
+        numbers.close()
         self.shards = list(names)
         self._lookup = IdLookup(self.ids)
+
+    @classmethod
+    def of_folder(cls, folder: Path) -> ShardIndex:
+        """The index of a cache folder, read from its shards' headers one shard at a time (no dict of every id;
+        a repeated id keeps its last shard, as `_scan_index` does)."""
+        shard_dir = folder / "shards"
+        shards = sorted(p.name for p in shard_dir.glob("shard-*.safetensors")) if shard_dir.is_dir() else []
+
+        def pairs() -> Iterator[tuple[str, str]]:
+            seen_twice = _ids_in_several_shards(shard_dir, shards)
+            for shard in shards:
+                for image_id in _shard_keys(shard_dir / shard):
+                    if image_id not in seen_twice or seen_twice[image_id] == shard:
+                        yield image_id, shard
+
+        return cls(pairs())
 
     def get(self, image_id: str, default: str | None = None) -> str | None:
         """The shard holding `image_id`, or `default`."""
@@ -202,6 +221,36 @@ class ShardIndex:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.ids)
+
+
+def _shard_keys(path: Path) -> list[str]:
+    """The tensor names (image ids) in one shard, from its header (InputError naming an unreadable shard)."""
+    try:
+        handle = _Shard(path)
+    except Exception as error:  # noqa: BLE001 - a missing, truncated or malformed file
+        raise InputError(f"feature shard {path} is unreadable ({error}); delete it and re-extract") from None
+    handle.close()
+    return list(handle.entries)
+
+
+def _ids_in_several_shards(shard_dir: Path, shards: list[str]) -> dict[str, str]:
+    """`{image_id: last shard}` for the ids found in more than one shard (a re-extraction; none normally), from
+    the 64-bit hashes of every id (8 bytes per id) and a second look at the shards of the colliding ones."""
+    hashes = np.fromiter((id_hash(image_id) for shard in shards for image_id in _shard_keys(shard_dir / shard)),
+                         dtype=np.uint64)
+    hashes.sort()
+    repeated = {int(h) for h in hashes[1:][hashes[1:] == hashes[:-1]]}
+    del hashes
+    if not repeated:
+        return {}
+    last: dict[str, str] = {}
+    count: dict[str, int] = {}
+    for shard in shards:
+        for image_id in _shard_keys(shard_dir / shard):
+            if id_hash(image_id) in repeated:
+                last[image_id] = shard
+                count[image_id] = count.get(image_id, 0) + 1
+    return {image_id: shard for image_id, shard in last.items() if count[image_id] > 1}
 
 
 def _scan_index(folder: Path) -> dict[str, str]:

@@ -146,7 +146,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
-    from captioner.data.compact_captions import CaptionStore, ImagePaths, detached_items
+    from captioner.data.compact_captions import CaptionStore, ImagePaths
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.vocab import build_vocab, load_vocab
@@ -158,6 +158,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         trainer_settings,
     )
     from eval.text_metrics import TextMetricSession
+    from metric.common.heap import FrozenCopy
 
     state.wait_for_everyone()
     run = _Run(config)
@@ -169,11 +170,14 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
     train_store = CaptionStore.from_items(train_items, folder=run.dir)  # XE / SCST examples: on disk, unnamed files
     images = ImagePaths.from_items(train_items + val_items, folder=run.dir)  # {image_id: path}, on disk too
-    val_references = {i.image_id: i.captions for i in detached_items(val_items)}
+    val_references = {i.image_id: i.captions for i in val_items}
     test_items = _test_items_from(config, dataset)
-    # the items of every image go: what later stages need is kept above, in new objects (keeping a few of the
-    # loaded objects would keep the memory pages of all the objects allocated among them)
-    del dataset, train_items, val_items
+    # the items of every image go: what later stages need is kept above (the training data on disk) or rebuilt in
+    # fresh memory once the data set is gone (a few loaded objects kept would keep the memory of every object
+    # allocated among them, and the process would not shrink)
+    frozen = FrozenCopy((val_references, test_items))
+    del dataset, train_items, val_items, val_references, test_items
+    val_references, test_items = frozen.thaw()
     stages = run.stages
     data_settings, data_files = settings_of(config.data), data_inputs(config.data)
 
@@ -285,13 +289,11 @@ def _test_items_from(config: PipelineConfig, dataset: Any) -> dict[str, list]:
 
     A test set whose split the file lacks is left out: `prepare_test_sets` loads it and reports the error there.
     """
-    from captioner.data.compact_captions import detached_items
-
     items = {}
     for set_name, set_config in config.evaluation.test_sets.items():
         try:
             if _loads_like(set_config, config.data):
-                items[set_name] = detached_items(_test_set_items(dataset, set_config, config.evaluation.max_images))
+                items[set_name] = _test_set_items(dataset, set_config, config.evaluation.max_images)
         except InputError:
             continue
     return items

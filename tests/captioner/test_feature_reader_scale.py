@@ -37,3 +37,22 @@ def test_reader_equals_safetensors_maps_nothing_and_keeps_few_shards_open(tmp_pa
     assert not {str(shard) for shard in shards} & _mapped_files()
     cache.close()
     assert not cache._handles and torch.equal(cache.get(["img39"])[0], expected["img39"].float())
+
+
+def test_the_index_equals_the_dict_of_the_shards_even_with_an_id_in_two_shards(tmp_path):
+    """The index read shard by shard answers what the dict `{id: shard}` of every shard (the last shard for an id
+    written twice, as a re-extraction can leave) answers, for every id, and nothing for an unknown id."""
+    generator = torch.Generator().manual_seed(1)
+    features = {f"img{i}": torch.randn(3, 4, generator=generator) for i in range(30)}
+    folder = tmp_path / "cache"
+    write_feature_cache(features, folder, shard_size=8)  # 4 shards
+    again = {"img3": torch.full((3, 4), 7.0), "img29": torch.full((3, 4), 9.0)}
+    from safetensors.torch import save_file
+
+    save_file(again, str(folder / "shards" / "shard-zz-again.safetensors"))  # sorts last: its ids win
+    expected = feature_module._scan_index(folder)
+    cache = FeatureCache(folder)
+    assert {image_id: cache.index.get(image_id) for image_id in features} == expected
+    assert len(cache) == 30 and sorted(cache.index) == sorted(features) and cache.index.get("img30") is None
+    assert "img3" in cache and "img30" not in cache and cache.missing(["img1", "img30"]) == ["img30"]
+    assert torch.equal(cache.get(["img3"])[0], again["img3"]) and torch.equal(cache.get(["img4"])[0], features["img4"])

@@ -12,9 +12,10 @@ import yaml
 
 import captioner.data
 from captioner.data import CaptionItem, load_dataset
-from captioner.data.compact_captions import CaptionStore, ImagePaths, detached_items
+from captioner.data.compact_captions import CaptionStore, ImagePaths
 from captioner.entry import run_from_config
 from captioner.orchestration import pipeline
+from metric.common.heap import FrozenCopy
 from metric.models.backbones import tiny_clip_config
 
 
@@ -106,13 +107,15 @@ def test_image_paths_and_caption_texts_equal_the_dicts_and_lists_they_replace(tm
 def test_kept_objects_share_nothing_with_the_loaded_items(tmp_path):
     items = [CaptionItem("img-1", tmp_path / "a.jpg", ["a dog", "ein Hünd"], "test", {"domain": "near", "n": [1]}),
              CaptionItem("img-2", None, ["a cat"], "test")]
-    copies = detached_items(items)
+    frozen = FrozenCopy(items)
+    copies = frozen.thaw()  # what the pipeline keeps of a data set it drops
     assert copies == items  # equal values
     for item, copy in zip(items, copies):
-        assert copy.image_id is not item.image_id and copy.split is not item.split
+        assert copy is not item and copy.image_id is not item.image_id
         assert all(c is not o for c, o in zip(copy.captions, item.captions)) and copy.extra is not item.extra
     assert copies[0].extra["domain"] is not items[0].extra["domain"]
-    assert str(copies[0].image_path) is not str(items[0].image_path)
+    with pytest.raises(RuntimeError, match="already called"):
+        frozen.thaw()
     store = CaptionStore.from_items(items, folder=tmp_path)  # on disk: what it gives back is made when read
     assert list(store.image_ids) == ["img-1", "img-2"] and store.image_ids[0] is not items[0].image_id
     assert list(store.pairs()) == [("img-1", "a dog"), ("img-1", "ein Hünd"), ("img-2", "a cat")]
