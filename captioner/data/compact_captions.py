@@ -41,24 +41,19 @@ class CaptionStore:
             raise ValueError("image_offsets do not end at the number of captions")
 
     @classmethod
+    def builder(cls, folder: str | os.PathLike | None = None) -> CaptionStoreBuilder:
+        """A builder taking one `(image_id, captions)` group at a time (`add`), then `finish()` -> the store."""
+        return CaptionStoreBuilder(folder)
+
+    @classmethod
     def from_pairs(cls, groups: Iterable[tuple[str, Sequence[str]]],
                    folder: str | os.PathLike | None = None) -> CaptionStore:
         """A store of `(image_id, captions)` groups (e.g. dataset items), read once, in order, streamed to unnamed
         files in `folder` (the system's temporary folder when None)."""
-        image_ids = DiskStrings(folder, errors="surrogatepass")
-        texts = DiskStrings(folder)
-        image_offsets = DiskArray(np.int64, folder)
-        image_index = DiskArray(np.int32, folder)
-        image_offsets.extend([0])
-        total = 0
-        for image, (image_id, captions) in enumerate(groups):
-            image_ids.append(str(image_id))
-            for caption in captions:
-                texts.append(caption)
-            total += len(captions)
-            image_offsets.extend([total])
-            image_index.extend(np.full(len(captions), image, dtype=np.int32))
-        return cls(image_ids.finish(), texts.finish(), image_offsets.finish(), image_index.finish())
+        builder = cls.builder(folder)
+        for image_id, captions in groups:
+            builder.add(image_id, captions)
+        return builder.finish()
 
     @classmethod
     def from_items(cls, items: Iterable[Any], folder: str | os.PathLike | None = None) -> CaptionStore:
@@ -99,6 +94,34 @@ class CaptionStore:
     def reference_map(self) -> ReferenceMap:
         """`{image_id: captions}` (the CIDEr-D reward's training references)."""
         return ReferenceMap(self)
+
+
+class CaptionStoreBuilder:
+    """Writes a `CaptionStore` one image at a time into unnamed files of `folder`."""
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        self.image_ids = DiskStrings(folder, errors="surrogatepass")
+        self.texts = DiskStrings(folder)
+        self.image_offsets = DiskArray(np.int64, folder)
+        self.image_index = DiskArray(np.int32, folder)
+        self.image_offsets.extend([0])
+        self.num_images = 0
+        self._captions = 0
+
+    def add(self, image_id: str, captions: Sequence[str]) -> None:
+        """Append one image and its captions."""
+        self.image_ids.append(str(image_id))
+        for caption in captions:
+            self.texts.append(caption)
+        self._captions += len(captions)
+        self.image_offsets.extend([self._captions])
+        self.image_index.extend(np.full(len(captions), self.num_images, dtype=np.int32))
+        self.num_images += 1
+
+    def finish(self) -> CaptionStore:
+        """The store (the builder is spent)."""
+        return CaptionStore(self.image_ids.finish(), self.texts.finish(), self.image_offsets.finish(),
+                            self.image_index.finish())
 
 
 def _index(index: int, length: int) -> int:
@@ -230,15 +253,16 @@ class ImagePaths(Mapping):
 
     def __init__(self, pairs: Iterable[tuple[str, Any]], folder: str | os.PathLike | None = None) -> None:
         """`pairs`: `(image_id, path or None)` with distinct ids, in order; stored in unnamed files in `folder`."""
-        self.ids = DiskStrings(folder, errors="surrogatepass")
-        self.paths = DiskStrings(folder, errors="surrogateescape")
-        self.has_path = DiskArray(np.bool_, folder)
+        builder = ImagePathsBuilder(folder)
         for image_id, path in pairs:
-            self.ids.append(str(image_id))
-            self.paths.append("" if path is None else str(path))
-            self.has_path.extend([path is not None])
-        self.ids.finish(), self.paths.finish(), self.has_path.finish()
+            builder.add(image_id, path)
+        self.ids, self.paths, self.has_path = builder.tables()
         self._lookup: IdLookup | None = None
+
+    @classmethod
+    def builder(cls, folder: str | os.PathLike | None = None) -> ImagePathsBuilder:
+        """A builder taking one `(image_id, path)` at a time (`add`), then `finish()` -> the mapping."""
+        return ImagePathsBuilder(folder)
 
     @classmethod
     def from_items(cls, items: Iterable[Any], folder: str | os.PathLike | None = None) -> ImagePaths:
@@ -279,3 +303,29 @@ class ImagePaths(Mapping):
         """Every path in order."""
         flags = (bool(flag) for block in self.has_path.blocks() for flag in block)
         return (Path(path) if flag else None for path, flag in zip(self.paths, flags))
+
+
+class ImagePathsBuilder:
+    """Writes an `ImagePaths` one image at a time into unnamed files of `folder`."""
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        self.ids = DiskStrings(folder, errors="surrogatepass")
+        self.paths = DiskStrings(folder, errors="surrogateescape")
+        self.has_path = DiskArray(np.bool_, folder)
+
+    def add(self, image_id: str, path: Any) -> None:
+        """Append one image id and its path (None: no file)."""
+        self.ids.append(str(image_id))
+        self.paths.append("" if path is None else str(path))
+        self.has_path.extend([path is not None])
+
+    def tables(self) -> tuple[DiskStrings, DiskStrings, DiskArray]:
+        """The finished tables (ids, paths, whether each has a path)."""
+        return self.ids.finish(), self.paths.finish(), self.has_path.finish()
+
+    def finish(self) -> ImagePaths:
+        """The mapping (the builder is spent)."""
+        mapping = ImagePaths.__new__(ImagePaths)
+        mapping.ids, mapping.paths, mapping.has_path = self.tables()
+        mapping._lookup = None
+        return mapping

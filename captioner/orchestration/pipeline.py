@@ -146,7 +146,6 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
-    from captioner.data.compact_captions import CaptionStore, ImagePaths
     from captioner.modeling.train_scst import train_scst
     from captioner.modeling.train_xe import train_xe
     from captioner.modeling.vocab import build_vocab, load_vocab
@@ -157,27 +156,21 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         settings_of,
         trainer_settings,
     )
+    from captioner.orchestration.training_data import read_training_data
     from eval.text_metrics import TextMetricSession
-    from metric.common.heap import FrozenCopy
 
     state.wait_for_everyone()
     run = _Run(config)
     if state.is_main_process:
         dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
-    dataset = run.dataset(config.data)  # read once: the test sets read from the same file take their items here
-    train_items = _take(dataset.split(*config.data.train_splits).items, config.data.max_train_images)
-    val_items = _take(dataset.split(config.data.val_split).items, config.data.max_val_images)
-    logger.info("pipeline: %d training images, %d validation images", len(train_items), len(val_items))
-    train_store = CaptionStore.from_items(train_items, folder=run.dir)  # XE / SCST examples: on disk, unnamed files
-    images = ImagePaths.from_items(train_items + val_items, folder=run.dir)  # {image_id: path}, on disk too
-    val_references = {i.image_id: i.captions for i in val_items}
-    test_items = _test_items_from(config, dataset)
-    # the items of every image go: what later stages need is kept above (the training data on disk) or rebuilt in
-    # fresh memory once the data set is gone (a few loaded objects kept would keep the memory of every object
-    # allocated among them, and the process would not shrink)
-    frozen = FrozenCopy((val_references, test_items))
-    del dataset, train_items, val_items, val_references, test_items
-    val_references, test_items = frozen.thaw()
+    if not config.data.path:
+        raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
+    # read once, one item at a time: the training data on disk, the validation and test items in memory
+    data = read_training_data(config, run.dir, _same_file_test_sets(config))
+    train_store, images, val_references, test_items = data.store, data.image_paths, data.val_references, \
+        data.test_items
+    del data
+    logger.info("pipeline: %d training images, %d validation images", train_store.num_images, len(val_references))
     stages = run.stages
     data_settings, data_files = settings_of(config.data), data_inputs(config.data)
 
@@ -284,19 +277,19 @@ def _test_set_items(dataset: Any, set_config: dict[str, Any], max_images: int) -
     return _take(dataset.split(split).items if split else dataset.items, max_images)
 
 
-def _test_items_from(config: PipelineConfig, dataset: Any) -> dict[str, list]:
-    """The items of every test set read from the training data's file, taken from its loaded `dataset`.
+def _same_file_test_sets(config: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """The test sets read from the training data's file with its settings (their items are taken while it is read).
 
-    A test set whose split the file lacks is left out: `prepare_test_sets` loads it and reports the error there.
+    A test set whose settings do not parse is left out: `prepare_test_sets` loads it and reports the error there.
     """
-    items = {}
+    same = {}
     for set_name, set_config in config.evaluation.test_sets.items():
         try:
             if _loads_like(set_config, config.data):
-                items[set_name] = _test_set_items(dataset, set_config, config.evaluation.max_images)
+                same[set_name] = set_config
         except InputError:
             continue
-    return items
+    return same
 
 
 def prepare_test_sets(run: _Run, loaded: dict[str, list] | None = None) -> list[tuple[str, list, Any]]:

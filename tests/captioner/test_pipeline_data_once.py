@@ -15,6 +15,8 @@ from captioner.data import CaptionItem, load_dataset
 from captioner.data.compact_captions import CaptionStore, ImagePaths
 from captioner.entry import run_from_config
 from captioner.orchestration import pipeline
+from captioner.orchestration.training_data import read_training_data
+from metric.common.errors import InputError
 from metric.common.heap import FrozenCopy
 from metric.models.backbones import tiny_clip_config
 
@@ -48,7 +50,8 @@ def _run(tmp_path: Path, name: str, shared_data: Path, monkeypatch) -> tuple[int
         loads.append(args[1])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(captioner.data, "load_dataset", counting)
+    monkeypatch.setattr(captioner.data, "load_dataset", counting)  # the test sets read on their own
+    monkeypatch.setattr(captioner.data.streaming, "load_dataset", counting)  # the training data (no stream form)
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(_config(tmp_path / name, shared_data)))
     with torch.random.fork_rng():
@@ -64,7 +67,7 @@ def test_the_test_set_is_taken_from_the_loaded_data_set_with_the_same_outputs(tm
     torch.set_num_threads(1)
     loads, outputs = _run(tmp_path, "once", shared_data, monkeypatch)
     assert loads == 1  # the test set names the same folder (another spelling): not read again
-    monkeypatch.setattr(pipeline, "_test_items_from", lambda config, dataset: {})  # as before: read it again
+    monkeypatch.setattr(pipeline, "_same_file_test_sets", lambda config: {})  # as before: read it again
     loads_again, outputs_again = _run(tmp_path, "twice", shared_data, monkeypatch)
     assert loads_again == 2
     assert set(outputs) == {"xe/flickr8k.json", "xe/flickr8k.results.json", "cider/flickr8k.json",
@@ -72,9 +75,10 @@ def test_the_test_set_is_taken_from_the_loaded_data_set_with_the_same_outputs(tm
     assert outputs == outputs_again
 
 
-def test_test_items_come_from_the_loaded_file_only_when_it_is_the_same_one(shared_data):
+def test_test_items_come_from_the_loaded_file_only_when_it_is_the_same_one(shared_data, tmp_path):
     dataset = load_dataset("flickr8k", shared_data / "flickr8k", missing_images="keep")
-    data = pipeline.DataConfig(name="flickr8k", path=str(shared_data / "flickr8k"), missing_images="keep")
+    data = pipeline.DataConfig(name="flickr8k", path=str(shared_data / "flickr8k"), missing_images="keep",
+                               max_train_images=5, max_val_images=3)
     same = {"name": "flickr8k", "path": str(shared_data / "flickr8k"), "split": "test", "missing_images": "keep"}
     test_sets = {
         "same": same,
@@ -82,11 +86,96 @@ def test_test_items_come_from_the_loaded_file_only_when_it_is_the_same_one(share
         "other_policy": {**same, "missing_images": "skip"},  # loads differently: read on its own
         "other_file": {**same, "path": str(shared_data / "pascal50s")},
         "no_such_split": {**same, "split": "restval"},  # left to prepare_test_sets, which reports it
+        "bad_settings": {**same, "max_train_images": "many"},  # left to prepare_test_sets, which reports it
     }
     config = SimpleNamespace(data=data, evaluation=SimpleNamespace(test_sets=test_sets, max_images=4))
-    items = pipeline._test_items_from(config, dataset)
-    assert set(items) == {"same", "whole"}
-    assert items["same"] == dataset.split("test").items[:4] and items["whole"] == dataset.items[:4]
+    same_file = pipeline._same_file_test_sets(config)
+    assert set(same_file) == {"same", "whole", "no_such_split"}
+    read = read_training_data(config, tmp_path, same_file)
+    assert set(read.test_items) == {"same", "whole"}
+    assert read.test_items["same"] == dataset.split("test").items[:4] and read.test_items["whole"] == dataset.items[:4]
+    train, val = dataset.split("train").items[:5], dataset.split("val").items[:3]
+    assert list(read.store.reference_sets()) == [(i.image_id, i.captions) for i in train]
+    assert read.val_references == {i.image_id: i.captions for i in val}
+    assert dict(read.image_paths.items()) == {i.image_id: i.image_path for i in train + val}
+
+
+def _karpathy_file(folder: Path, images: list[dict]) -> Path:
+    path = folder / "dataset_coco.json"
+    path.write_text(json.dumps({"images": images, "dataset": "coco"}), encoding="utf-8")
+    return path
+
+
+def _karpathy_images(n: int) -> list[dict]:
+    splits = ["train", "restval", "val", "test", "train"]
+    return [{"cocoid": 1000 + i, "filepath": "val2014", "filename": f"COCO_{i}.jpg", "split": splits[i % 5],
+             "sentences": [{"raw": f"Caption {k} of image {i} ünï"} for k in range(1 + i % 3)]} for i in range(n)]
+
+
+def _karpathy_config(path: Path, **data: object) -> SimpleNamespace:
+    data_config = pipeline.DataConfig(name="coco-karpathy", path=str(path), missing_images="keep", **data)
+    test_sets = {"coco": {"name": "coco-karpathy", "path": str(path), "split": "test", "missing_images": "keep"}}
+    return SimpleNamespace(data=data_config, evaluation=SimpleNamespace(test_sets=test_sets, max_images=0))
+
+
+def test_a_karpathy_file_is_streamed_into_what_the_loaded_data_set_gives(tmp_path, monkeypatch):
+    """The streamed reading (no list of every item) keeps exactly what the loaded data set gives: the first
+    training images (restval merged) on disk, the validation references, the test items."""
+    path = _karpathy_file(tmp_path, _karpathy_images(60))
+    dataset = load_dataset("coco-karpathy", path, missing_images="keep")
+
+    def no_full_load(*args, **kwargs):
+        raise AssertionError("the Karpathy file was loaded whole")
+
+    monkeypatch.setattr(captioner.data.streaming, "load_dataset", no_full_load)
+    config = _karpathy_config(path, max_train_images=20, max_val_images=0)
+    read = read_training_data(config, tmp_path, pipeline._same_file_test_sets(config))
+    train, val = dataset.split("train").items[:20], dataset.split("val").items
+    assert len(train) == 20 and {i.extra["karpathy_split"] for i in train} == {"train", "restval"}
+    assert list(read.store.reference_sets()) == [(i.image_id, i.captions) for i in train]
+    assert read.val_references == {i.image_id: i.captions for i in val}
+    assert list(read.image_paths.items()) == [(i.image_id, i.image_path) for i in train + val]
+    assert read.test_items == {"coco": dataset.split("test").items}
+    assert [p.name for p in tmp_path.iterdir()] == ["dataset_coco.json"]  # the on-disk data has no file name
+    for policy in ("keep", "skip"):
+        streamed = captioner.data.stream_dataset("coco-karpathy", path, missing_images=policy)
+        assert list(streamed) == load_dataset("coco-karpathy", path, missing_images=policy).items
+        assert streamed.summary() == load_dataset("coco-karpathy", path, missing_images=policy).summary()
+        assert streamed.report["missing_images"] == 60
+
+
+def test_a_streamed_file_gets_the_loaders_errors(tmp_path):
+    """A repeated id, missing images under `error` and an unknown split: the messages of `load_dataset`."""
+    images = _karpathy_images(12)
+    images[9]["cocoid"] = images[4]["cocoid"]
+    path = _karpathy_file(tmp_path, images)
+    config = _karpathy_config(path)
+    with pytest.raises(InputError) as loaded:
+        load_dataset("coco-karpathy", path, missing_images="keep")
+    with pytest.raises(InputError) as streamed:
+        read_training_data(config, tmp_path, {})
+    assert str(streamed.value) == str(loaded.value) == f"{path}: image id '1004' occurs twice"
+    path = _karpathy_file(tmp_path, _karpathy_images(12))
+    config = _karpathy_config(path)
+    config.data.missing_images = "error"
+    with pytest.raises(InputError) as loaded:
+        load_dataset("coco-karpathy", path, missing_images="error")
+    with pytest.raises(InputError) as streamed:
+        read_training_data(config, tmp_path, {})
+    assert str(streamed.value) == str(loaded.value) and "12 of 12 images are missing" in str(loaded.value)
+    config = _karpathy_config(path, train_splits=["train", "extra"])
+    with pytest.raises(InputError) as loaded:
+        load_dataset("coco-karpathy", path, missing_images="keep").split("train", "extra")
+    with pytest.raises(InputError) as streamed:
+        read_training_data(config, tmp_path, {})
+    assert str(streamed.value) == str(loaded.value) == "coco-karpathy: no split 'extra' (splits: test, train, val)"
+    skipped = _karpathy_config(path)
+    skipped.data.missing_images = "skip"
+    with pytest.raises(InputError) as loaded:  # every image missing: skipped, and no training split is left
+        load_dataset("coco-karpathy", path, missing_images="skip").split("train")
+    with pytest.raises(InputError) as streamed:
+        read_training_data(skipped, tmp_path, {})
+    assert str(streamed.value) == str(loaded.value) == "coco-karpathy: no split 'train' (splits: )"
 
 
 def test_image_paths_and_caption_texts_equal_the_dicts_and_lists_they_replace(tmp_path):
