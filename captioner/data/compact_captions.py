@@ -104,7 +104,7 @@ class CaptionStoreBuilder:
         self.texts = DiskStrings(folder)
         self.image_offsets = DiskArray(np.int64, folder)
         self.image_index = DiskArray(np.int32, folder)
-        self.image_offsets.extend([0])
+        self.image_offsets.append(0)
         self.num_images = 0
         self._captions = 0
 
@@ -114,7 +114,7 @@ class CaptionStoreBuilder:
         for caption in captions:
             self.texts.append(caption)
         self._captions += len(captions)
-        self.image_offsets.extend([self._captions])
+        self.image_offsets.append(self._captions)
         self.image_index.extend(np.full(len(captions), self.num_images, dtype=np.int32))
         self.num_images += 1
 
@@ -317,7 +317,7 @@ class ImagePathsBuilder:
         """Append one image id and its path (None: no file)."""
         self.ids.append(str(image_id))
         self.paths.append("" if path is None else str(path))
-        self.has_path.extend([path is not None])
+        self.has_path.append(path is not None)
 
     def tables(self) -> tuple[DiskStrings, DiskStrings, DiskArray]:
         """The finished tables (ids, paths, whether each has a path)."""

@@ -28,13 +28,13 @@ class EncodedCaptions:
             raise ValueError("offsets must start at 0 and end at the number of ids")
 
     @classmethod
-    def encode(cls, vocab: Any, captions: Iterable[str], block: int = 65536,
+    def encode(cls, vocab: Any, captions: Iterable[str], block: int = 4096,
                folder: str | os.PathLike | None = None) -> EncodedCaptions:
         """Encode `captions` with `vocab.encode`, streamed to unnamed files in `folder` (`block` captions at a time;
         int16 ids when the vocabulary has fewer than 32,768 words, int32 otherwise)."""
         dtype = np.int16 if len(vocab) < 2**15 else np.int32
         ids_out, offsets_out = DiskArray(dtype, folder), DiskArray(np.int64, folder)
-        offsets_out.extend([0])
+        offsets_out.append(0)
         pending: list[int] = []
         ends: list[int] = []
         total = 0

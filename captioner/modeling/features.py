@@ -185,7 +185,7 @@ class ShardIndex:
         pairs = index.items() if isinstance(index, Mapping) else index
         for image_id, shard in pairs:
             self.ids.append(image_id)
-            numbers.extend([names.setdefault(shard, len(names))])
+            numbers.append(names.setdefault(shard, len(names)))
         self.ids.finish()
         self.shard_numbers = numbers.finish().to_numpy()
         numbers.close()

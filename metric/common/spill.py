@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import struct
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-WRITE_BUFFER = 1 << 20  # bytes gathered in memory before one write
+WRITE_BUFFER = 1 << 18  # bytes gathered in memory before one write
 READ_BLOCK = 1 << 16  # items read per block when iterating an array
 STRING_BLOCK = 1 << 12  # strings read per block when iterating strings
 
@@ -35,44 +36,55 @@ class DiskArray:
         self.dtype = np.dtype(dtype)
         self._file = tempfile.TemporaryFile(dir=None if folder is None else Path(folder))  # noqa: SIM115 - owned
         self._fd = self._file.fileno()
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._buffer = bytearray()  # what is not written yet (at most WRITE_BUFFER bytes: no object per item)
+        packer = struct.Struct("@" + self.dtype.char) if self.dtype.char in "bBhHiIlLqQ?fd" else None
+        self._pack = packer.pack if packer is not None and packer.size == self.dtype.itemsize else None
         self._written = 0
         self._length = 0
         self.finished = False
 
-    def extend(self, values: Any) -> None:
-        """Append `values` (anything `np.asarray` takes; cast to this array's dtype)."""
+    def _check_open(self) -> None:
         if self.finished:
             raise RuntimeError("DiskArray is finished: it cannot grow")
+
+    def append(self, value: Any) -> None:
+        """Append one value (cast to this array's dtype)."""
+        self._check_open()
+        if self._pack is None:
+            self._buffer += np.asarray(value, dtype=self.dtype).reshape(1).tobytes()
+        else:
+            self._buffer += self._pack(value)
+        self._length += 1
+        if len(self._buffer) >= WRITE_BUFFER:
+            self._flush()
+
+    def extend(self, values: Any) -> None:
+        """Append `values` (anything `np.asarray` takes; cast to this array's dtype)."""
+        self._check_open()
         data = np.ascontiguousarray(np.asarray(values, dtype=self.dtype).reshape(-1))
-        self._pending.append(data.tobytes())
-        self._pending_bytes += data.nbytes
+        self._buffer += data.tobytes()
         self._length += len(data)
-        if self._pending_bytes >= WRITE_BUFFER:
+        if len(self._buffer) >= WRITE_BUFFER:
             self._flush()
 
     def extend_bytes(self, data: bytes) -> None:
         """Append raw bytes (a uint8 array's values)."""
         if self.dtype != np.uint8:
             raise TypeError("extend_bytes needs a uint8 DiskArray")
-        if self.finished:
-            raise RuntimeError("DiskArray is finished: it cannot grow")
-        self._pending.append(bytes(data))
-        self._pending_bytes += len(data)
+        self._check_open()
+        self._buffer += data
         self._length += len(data)
-        if self._pending_bytes >= WRITE_BUFFER:
+        if len(self._buffer) >= WRITE_BUFFER:
             self._flush()
 
     def _flush(self) -> None:
-        data = b"".join(self._pending)
-        self._pending.clear()
-        self._pending_bytes = 0
-        view = memoryview(data)
+        view = memoryview(self._buffer)
         while view:
             written = os.pwrite(self._fd, view, self._written)
             self._written += written
             view = view[written:]
+        view.release()
+        self._buffer = bytearray()
 
     def finish(self) -> DiskArray:
         """Write what is pending; the array is read-only from now on (returns itself)."""
@@ -155,8 +167,7 @@ class DiskStrings:
         self.blob = DiskArray(np.uint8, folder)
         self.offsets = DiskArray(np.int64, folder)
         self._end = 0
-        self.offsets.extend([0])
-        self._pending_ends: list[int] = []
+        self.offsets.append(0)
 
     @classmethod
     def of(cls, texts: Iterable[str], folder: str | os.PathLike | None = None, errors: str = "strict") -> DiskStrings:
@@ -171,22 +182,16 @@ class DiskStrings:
         data = text.encode("utf-8", self.errors)
         self.blob.extend_bytes(data)
         self._end += len(data)
-        self._pending_ends.append(self._end)
-        if len(self._pending_ends) >= READ_BLOCK:
-            self.offsets.extend(self._pending_ends)
-            self._pending_ends.clear()
+        self.offsets.append(self._end)
 
     def finish(self) -> DiskStrings:
         """Write what is pending; read-only from now on (returns itself)."""
-        if self._pending_ends:
-            self.offsets.extend(self._pending_ends)
-            self._pending_ends.clear()
         self.blob.finish()
         self.offsets.finish()
         return self
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1 + len(self._pending_ends)
+        return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> str:
         if not isinstance(index, (int, np.integer)):
