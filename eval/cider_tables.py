@@ -33,6 +33,7 @@ from eval.ngram_index import (
 )
 from metric.common.errors import InputError
 from metric.common.io import atomic_path
+from metric.common.spill import DiskArray
 
 if TYPE_CHECKING:
     from eval.cider import CiderD
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 NGRAM_ORDER = 4
 #: tokens per chunk of sentences: every array of a chunk stays in the CPU caches
 CHUNK_TOKENS = 1 << 15
+MERGE_KEYS = 1 << 18  # chunk keys gathered (16 bytes each) before they are summed into the running table
 _FORMAT_V1 = "pacs-cider-df/1"  # JSON n-gram -> count (read only)
 _FORMAT = "pacs-cider-df/2"  # JSON with the vocabulary and base64 little-endian arrays
 
@@ -329,15 +331,14 @@ def cider_df_blocks(blocks: Iterable[Sequence[Sequence[str]]], n: int = NGRAM_OR
     """
     digest = hashlib.sha256()
     vocabulary = Vocabulary(capacity=max_words(n))
-    ids, lengths, sizes, seen = [], [], [], 0
+    spilled = _SpilledBlocks()  # the encoded blocks on disk: memory holds one block, not the corpus
+    seen = 0
     for block in blocks:
         block = block if isinstance(block, list) else list(block)
         check_reference_sets(block, what, seen)
         _hash_sets(digest, block)
         tokens = vocabulary.encode([ref for refs in block for ref in refs], grow=True)
-        ids.append(tokens.ids)
-        lengths.append(tokens.lengths)
-        sizes.append(np.fromiter(map(len, block), dtype=np.int64, count=len(block)))
+        spilled.add(tokens, np.fromiter(map(len, block), dtype=np.int64, count=len(block)))
         seen += len(block)
         del block, tokens
     sha = digest.hexdigest()
@@ -347,13 +348,39 @@ def cider_df_blocks(blocks: Iterable[Sequence[Sequence[str]]], n: int = NGRAM_OR
             log.info("CIDEr document frequencies loaded from %s", cache_path)
             return cached
         log.info("CIDEr document-frequency cache %s is for another corpus; recomputing", cache_path)
-    tokens = TokenArrays(np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
-                         np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64))
-    del ids, lengths
-    table = _df_table(tokens, np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64), vocabulary, n, sha)
+    table = _df_table(spilled, vocabulary, n, sha)
     if cache_path is not None:
         table.save(cache_path)
     return table
+
+
+class _SpilledBlocks:
+    """Encoded blocks of reference sets in unnamed files (word ids, sentence lengths, sentences per set), read
+    back block by block."""
+
+    def __init__(self) -> None:
+        self.ids, self.lengths, self.sizes = DiskArray(np.int32), DiskArray(np.int64), DiskArray(np.int64)
+        self.extents: list[tuple[int, int, int, int, int, int]] = []  # per block: token, sentence, set ranges
+
+    def add(self, tokens: TokenArrays, sizes: np.ndarray) -> None:
+        """Append one block's encoded sentences and its sets' sizes."""
+        self.extents.append((len(self.ids), len(self.ids) + len(tokens.ids), len(self.lengths),
+                             len(self.lengths) + len(tokens.lengths), len(self.sizes), len(self.sizes) + len(sizes)))
+        self.ids.extend(tokens.ids)
+        self.lengths.extend(tokens.lengths)
+        self.sizes.extend(sizes)
+
+    @property
+    def num_sets(self) -> int:
+        """Reference sets (documents) over every block."""
+        return len(self.sizes)
+
+    def blocks(self) -> Iterator[tuple[TokenArrays, np.ndarray]]:
+        """Each block's sentences and set sizes, read back in order."""
+        for array in (self.ids, self.lengths, self.sizes):
+            array.finish()
+        for t0, t1, s0, s1, d0, d1 in self.extents:
+            yield TokenArrays(self.ids[t0:t1], self.lengths[s0:s1]), self.sizes[d0:d1]
 
 
 def _hash_sets(digest: hashlib._Hash, reference_sets: Sequence[Sequence[str]]) -> None:
@@ -365,19 +392,39 @@ def _hash_sets(digest: hashlib._Hash, reference_sets: Sequence[Sequence[str]]) -
         digest.update(b"\x1e")
 
 
-def _df_table(tokens: TokenArrays, sizes: np.ndarray, vocabulary: Vocabulary, n: int, sha: str) -> DocumentFrequency:
-    """The document-frequency table of encoded sentences grouped into documents of `sizes` sentences."""
-    offsets = tokens.offsets
-    set_start = np.concatenate([[0], np.cumsum(sizes)])
-    bounds = chunk_bounds(offsets[set_start[1:]] - offsets[set_start[:-1]])
-    chunks = []
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        levels = ngram_levels(tokens.span(set_start[first], set_start[last], offsets), n, len(vocabulary))
-        document = np.repeat(np.arange(last - first), sizes[first:last])
-        keys, counts = document_counts(levels, document)
-        del levels
-        order = np.argsort(keys)
-        chunks.append((keys[order], counts[order]))
-    dtype = np.int32 if len(sizes) < 2 ** 31 else np.int64
-    _, keys, totals = aggregate(chunks, per_chunk=False, dtype=dtype)
-    return DocumentFrequency.from_arrays(vocabulary.words(), keys, totals, float(len(sizes)), n, sha)
+def _df_table(spilled: _SpilledBlocks, vocabulary: Vocabulary, n: int, sha: str) -> DocumentFrequency:
+    """The document-frequency table of the spilled blocks' sentences grouped into documents (reference sets).
+
+    Each block is cut into chunks of about `CHUNK_TOKENS` tokens, each chunk's (sorted n-gram keys, document
+    counts) computed, and the chunks are summed into the running table whenever they outgrow it: memory holds the
+    table and about one block, whatever the corpus's size (document counts are integers: the sums are exact).
+    """
+    table: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+    pending_keys = 0
+    for tokens, sizes in spilled.blocks():
+        offsets = tokens.offsets
+        set_start = np.concatenate([[0], np.cumsum(sizes)])
+        bounds = chunk_bounds(offsets[set_start[1:]] - offsets[set_start[:-1]])
+        for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            levels = ngram_levels(tokens.span(set_start[first], set_start[last], offsets), n, len(vocabulary))
+            document = np.repeat(np.arange(last - first), sizes[first:last])
+            keys, counts = document_counts(levels, document)
+            del levels
+            order = np.argsort(keys)
+            pending.append((keys[order], counts[order]))
+            pending_keys += len(keys)
+        if pending_keys >= max(len(table[0]), MERGE_KEYS):
+            table, pending, pending_keys = _summed([table, *pending]), [], 0
+    if pending or not len(table[0]):
+        table = _summed([table, *pending])
+    dtype = np.int32 if spilled.num_sets < 2 ** 31 else np.int64
+    return DocumentFrequency.from_arrays(vocabulary.words(), table[0], table[1].astype(dtype), float(spilled.num_sets),
+                                         n, sha)
+
+
+def _summed(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One (sorted keys, int64 totals) chunk summing `chunks` (each sorted, unique keys)."""
+    _, keys, totals = aggregate([chunk for chunk in chunks if len(chunk[0])] or chunks[:1], per_chunk=False,
+                                dtype=np.int64)
+    return keys, totals

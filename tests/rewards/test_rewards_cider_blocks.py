@@ -12,7 +12,9 @@ from pycocoevalcap.cider.cider_scorer import precook
 import rewards.cider as cider_module
 from captioner.data import load_dataset
 from captioner.data.compact_captions import CaptionStore
+from eval import cider_tables
 from eval.cider_tables import DocumentFrequency, cider_df, corpus_sha256
+from metric.common import spill
 from metric.common.errors import InputError
 from rewards import build_reward
 from rewards.text import fast_tokenizer
@@ -112,7 +114,8 @@ def test_reward_table_python_memory_does_not_grow_with_the_references(flickr8k, 
     added = doubled.num_captions - store.num_captions
     assert added == 40000 and table_twice.num_documents == 2 * table_once.num_documents
     assert (twice - once) / added < 8
-    assert twice < 57 * doubled.num_captions / 2  # measured: 1.9 MB (the vocabulary and one block's strings)
+    # measured: 2.8 MB (the vocabulary, one block's strings, the spilled blocks' write buffers of 256 KiB each)
+    assert twice < 57 * doubled.num_captions / 2 + 3 * spill.WRITE_BUFFER
     # the representation it replaces, measured the same way: more than 57 bytes per reference
     tracemalloc.start()
     try:
@@ -123,3 +126,33 @@ def test_reward_table_python_memory_does_not_grow_with_the_references(flickr8k, 
         tracemalloc.stop()
     assert sum(map(len, as_lists)) == doubled.num_captions
     assert listed / doubled.num_captions > 57
+
+
+def _df_peak_bytes(block: list[list[str]], copies: int) -> tuple[int, DocumentFrequency]:
+    """Peak bytes of every traced allocation, NumPy's arrays included, while `cider_df_blocks` reads `copies`
+    copies of one tokenized block (made one at a time, so the input never holds more than one block)."""
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        table = cider_tables.cider_df_blocks([list(refs) for refs in block] for _ in range(copies))
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+    return peak, table
+
+
+def test_table_build_holds_the_table_and_one_block_not_the_corpus(flickr8k, monkeypatch):
+    """NumPy arrays included: reading 64 copies of a 500-image block instead of 4 (the same n-grams: the same
+    table) adds less than 24 bytes per added reference to the build's peak; keeping the encoded corpus until
+    the table is made (an int32 per word, an int64 per sentence, as before) would add more than 50. The chunks'
+    keys are summed into the table when they outnumber it (and at least every 4,096 keys here; 262,144 by
+    default: a fixed 4 MB)."""
+    monkeypatch.setattr(cider_tables, "MERGE_KEYS", 1 << 12)
+    block = [fast_tokenizer(item.captions) for item in list(flickr8k.items)[:500]]
+    few, table_few = _df_peak_bytes(block, 4)
+    many, table_many = _df_peak_bytes(block, 64)
+    assert np.array_equal(table_many.keys, table_few.keys) and np.array_equal(table_many.df, 16 * table_few.df)
+    references = sum(map(len, block))
+    assert (many - few) / (60 * references) < 24
+    words = sum(len(ref.split()) for refs in block for ref in refs)
+    assert 4 * words / references + 8 > 50  # what the encoded corpus would add per reference
