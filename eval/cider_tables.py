@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 NGRAM_ORDER = 4
 #: tokens per chunk of sentences: every array of a chunk stays in the CPU caches
 CHUNK_TOKENS = 1 << 15
+CORPUS_BLOCK = 4096  # reference sets encoded at a time by `cider_df`
 MERGE_KEYS = 1 << 18  # chunk keys gathered (16 bytes each) before they are summed into the running table
 _FORMAT_V1 = "pacs-cider-df/1"  # JSON n-gram -> count (read only)
 _FORMAT = "pacs-cider-df/2"  # JSON with the vocabulary and base64 little-endian arrays
@@ -317,7 +318,8 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
     ...         document_frequency=df).round(4).tolist()  # fixed frequencies (the SCST reward's)
     [2.0873]
     """
-    return cider_df_blocks([reference_corpus], n, cache_path)
+    blocks = (reference_corpus[start:start + CORPUS_BLOCK] for start in range(0, len(reference_corpus), CORPUS_BLOCK))
+    return cider_df_blocks(blocks, n, cache_path)
 
 
 def cider_df_blocks(blocks: Iterable[Sequence[Sequence[str]]], n: int = NGRAM_ORDER,
@@ -415,16 +417,37 @@ def _df_table(spilled: _SpilledBlocks, vocabulary: Vocabulary, n: int, sha: str)
             pending.append((keys[order], counts[order]))
             pending_keys += len(keys)
         if pending_keys >= max(len(table[0]), MERGE_KEYS):
-            table, pending, pending_keys = _summed([table, *pending]), [], 0
-    if pending or not len(table[0]):
-        table = _summed([table, *pending])
+            table, pending_keys = _merged(table, _summed(pending)), 0  # _summed empties `pending`
+    if pending:
+        table = _merged(table, _summed(pending))
     dtype = np.int32 if spilled.num_sets < 2 ** 31 else np.int64
     return DocumentFrequency.from_arrays(vocabulary.words(), table[0], table[1].astype(dtype), float(spilled.num_sets),
                                          n, sha)
 
 
 def _summed(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One (sorted keys, int64 totals) chunk summing `chunks` (each sorted, unique keys)."""
-    _, keys, totals = aggregate([chunk for chunk in chunks if len(chunk[0])] or chunks[:1], per_chunk=False,
-                                dtype=np.int64)
+    """One (sorted keys, int64 totals) chunk summing `chunks` (each sorted, unique keys); empties `chunks`."""
+    _, keys, totals = aggregate(chunks, per_chunk=False, dtype=np.int64)
+    chunks.clear()
     return keys, totals
+
+
+def _merged(table: tuple[np.ndarray, np.ndarray], chunk: tuple[np.ndarray, np.ndarray]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """`table` plus `chunk` (both sorted, unique keys): the keys already in the table add their counts in place,
+    the others are inserted at their sorted places (one new array: about twice the table at the peak)."""
+    keys, counts = chunk
+    del chunk
+    table_keys, table_totals = table
+    del table
+    if not len(table_keys):
+        return keys, counts.astype(np.int64)
+    at = np.searchsorted(table_keys, keys)
+    hit = at < len(table_keys)
+    hit[hit] = table_keys[at[hit]] == keys[hit]
+    table_totals[at[hit]] += counts[hit].astype(np.int64)  # distinct keys: distinct places
+    new = ~hit
+    if new.any():
+        table_keys = np.insert(table_keys, at[new], keys[new])
+        table_totals = np.insert(table_totals, at[new], counts[new].astype(np.int64))
+    return table_keys, table_totals
