@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -24,7 +25,6 @@ from eval.ngram_index import (
     Level,
     TokenArrays,
     Vocabulary,
-    aggregate,
     decode_keys,
     encode_words,
     max_words,
@@ -45,6 +45,7 @@ NGRAM_ORDER = 4
 CHUNK_TOKENS = 1 << 15
 CORPUS_BLOCK = 4096  # reference sets encoded at a time by `cider_df`
 MERGE_KEYS = 1 << 18  # chunk keys gathered (16 bytes each) before they are summed into the running table
+PARTITION_BITS = 8  # the running table's parts (by the keys' top bits)
 _FORMAT_V1 = "pacs-cider-df/1"  # JSON n-gram -> count (read only)
 _FORMAT = "pacs-cider-df/2"  # JSON with the vocabulary and base64 little-endian arrays
 
@@ -397,13 +398,11 @@ def _hash_sets(digest: hashlib._Hash, reference_sets: Sequence[Sequence[str]]) -
 def _df_table(spilled: _SpilledBlocks, vocabulary: Vocabulary, n: int, sha: str) -> DocumentFrequency:
     """The document-frequency table of the spilled blocks' sentences grouped into documents (reference sets).
 
-    Each block is cut into chunks of about `CHUNK_TOKENS` tokens, each chunk's (sorted n-gram keys, document
-    counts) computed, and the chunks are summed into the running table whenever they outgrow it: memory holds the
-    table and about one block, whatever the corpus's size (document counts are integers: the sums are exact).
+    Each block is cut into chunks of about `CHUNK_TOKENS` tokens; each chunk's (sorted n-gram keys, document
+    counts) goes to a `_RunningTable`: memory holds the table and about one block, whatever the corpus's size
+    (document counts are integers: the sums are exact, the table is the one of the whole corpus at once).
     """
-    table: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    pending: list[tuple[np.ndarray, np.ndarray]] = []
-    pending_keys = 0
+    table = _RunningTable()
     for tokens, sizes in spilled.blocks():
         offsets = tokens.offsets
         set_start = np.concatenate([[0], np.cumsum(sizes)])
@@ -414,22 +413,66 @@ def _df_table(spilled: _SpilledBlocks, vocabulary: Vocabulary, n: int, sha: str)
             keys, counts = document_counts(levels, document)
             del levels
             order = np.argsort(keys)
-            pending.append((keys[order], counts[order]))
-            pending_keys += len(keys)
-        if pending_keys >= max(len(table[0]), MERGE_KEYS):
-            table, pending_keys = _merged(table, _summed(pending)), 0  # _summed empties `pending`
-    if pending:
-        table = _merged(table, _summed(pending))
+            table.add(keys[order], counts[order])
+    keys, totals = table.result()
     dtype = np.int32 if spilled.num_sets < 2 ** 31 else np.int64
-    return DocumentFrequency.from_arrays(vocabulary.words(), table[0], table[1].astype(dtype), float(spilled.num_sets),
-                                         n, sha)
+    return DocumentFrequency.from_arrays(vocabulary.words(), keys, totals.astype(dtype), float(spilled.num_sets), n,
+                                         sha)
+
+
+class _RunningTable:
+    """Sums of (sorted, unique int64 keys, counts) chunks, kept per partition of the key space (the keys' top
+    `PARTITION_BITS` bits, in signed order): a partition's pending pieces are summed into its part of the table
+    when they outnumber it (at least `MERGE_KEYS` / partitions), so a merge touches a small, cache-sized part and
+    the pending pieces never exceed the table (plus `MERGE_KEYS`)."""
+
+    def __init__(self) -> None:
+        parts = 1 << PARTITION_BITS
+        shift = 64 - PARTITION_BITS
+        self.bounds = np.array([(j - parts // 2) << shift for j in range(1, parts)], dtype=np.int64)
+        self.keys = [np.zeros(0, dtype=np.int64) for _ in range(parts)]
+        self.totals = [np.zeros(0, dtype=np.int64) for _ in range(parts)]
+        self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(parts)]
+        self.pending_keys = [0] * parts
+        self.least = max(1, MERGE_KEYS // parts)
+
+    def add(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Add one chunk (sorted, unique keys)."""
+        cuts = [0, *np.searchsorted(keys, self.bounds).tolist(), len(keys)]
+        for part, (low, high) in enumerate(itertools.pairwise(cuts)):
+            if high > low:
+                self.pending[part].append((keys[low:high].copy(), counts[low:high].astype(np.int64)))
+                self.pending_keys[part] += high - low
+                if self.pending_keys[part] >= max(len(self.keys[part]), self.least):
+                    self._merge(part)
+
+    def _merge(self, part: int) -> None:
+        summed_keys, summed = _summed(self.pending[part])
+        self.keys[part], self.totals[part] = _merged((self.keys[part], self.totals[part]), (summed_keys, summed))
+        self.pending_keys[part] = 0
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole table: sorted keys and int64 totals."""
+        for part in range(len(self.keys)):
+            if self.pending[part]:
+                self._merge(part)
+        keys, totals = np.concatenate(self.keys), np.concatenate(self.totals)
+        self.keys, self.totals = [], []
+        return keys, totals
 
 
 def _summed(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """One (sorted keys, int64 totals) chunk summing `chunks` (each sorted, unique keys); empties `chunks`."""
-    _, keys, totals = aggregate(chunks, per_chunk=False, dtype=np.int64)
+    if len(chunks) == 1:
+        keys, totals = chunks.pop()
+        return keys, totals
+    keys = np.concatenate([chunk_keys for chunk_keys, _ in chunks])
+    counts = np.concatenate([chunk_counts for _, chunk_counts in chunks])
     chunks.clear()
-    return keys, totals
+    order = np.argsort(keys, kind="stable")
+    keys, counts = keys[order], counts[order]
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[starts], np.add.reduceat(counts, starts) if len(keys) else counts
 
 
 def _merged(table: tuple[np.ndarray, np.ndarray], chunk: tuple[np.ndarray, np.ndarray]
@@ -447,7 +490,15 @@ def _merged(table: tuple[np.ndarray, np.ndarray], chunk: tuple[np.ndarray, np.nd
     hit[hit] = table_keys[at[hit]] == keys[hit]
     table_totals[at[hit]] += counts[hit].astype(np.int64)  # distinct keys: distinct places
     new = ~hit
-    if new.any():
-        table_keys = np.insert(table_keys, at[new], keys[new])
-        table_totals = np.insert(table_totals, at[new], counts[new].astype(np.int64))
-    return table_keys, table_totals
+    if not new.any():
+        return table_keys, table_totals
+    at_new = at[new]  # non-decreasing: each new key goes before the table key at its place
+    shift = np.cumsum(np.bincount(at_new, minlength=len(table_keys) + 1))[:len(table_keys)]
+    old_places = np.arange(len(table_keys), dtype=np.int64) + shift  # the table keys, moved past the new ones
+    new_places = at_new + np.arange(len(at_new), dtype=np.int64)
+    merged_keys = np.empty(len(table_keys) + len(at_new), dtype=table_keys.dtype)
+    merged_keys[old_places], merged_keys[new_places] = table_keys, keys[new]
+    del table_keys
+    merged_totals = np.empty(len(merged_keys), dtype=np.int64)
+    merged_totals[old_places], merged_totals[new_places] = table_totals, counts[new]
+    return merged_keys, merged_totals
