@@ -60,20 +60,30 @@ class CaptionDataset:
 
     def split(self, *names: str) -> CaptionDataset:
         """Return the items of the given split(s); an unknown split name is an InputError."""
-        known = {item.split for item in self.items}
-        unknown = [name for name in names if name not in known]
-        if unknown:
-            raise InputError(f"{self.name}: no split {unknown[0]!r} (splits: {', '.join(sorted(known))})")
+        check_splits(self.name, {item.split for item in self.items}, names)
         wanted = set(names)
         return dataclasses.replace(self, items=[i for i in self.items if i.split in wanted], report=dict(self.report))
 
     def summary(self) -> str:
         """One line: item and caption counts per split plus every non-zero skip/drop count."""
         splits = {name: len(sub) for name, sub in self.by_split().items()}
-        parts = [f"{self.name}: {len(self.items)} images, {sum(len(i.captions) for i in self.items)} captions",
-                 "splits " + ", ".join(f"{k}={v}" for k, v in splits.items())]
-        parts += [f"{key}={value}" for key, value in self.report.items() if value]
-        return "; ".join(parts)
+        return summary_line(self.name, splits, sum(len(i.captions) for i in self.items), self.report)
+
+
+def summary_line(name: str, split_counts: dict[str, int], captions: int, report: dict[str, int]) -> str:
+    """`<name>: N images, M captions; splits a=.., b=..; <every non-zero count>` (a data set's summary)."""
+    parts = [f"{name}: {sum(split_counts.values())} images, {captions} captions",
+             "splits " + ", ".join(f"{k}={v}" for k, v in split_counts.items())]
+    parts += [f"{key}={value}" for key, value in report.items() if value]
+    return "; ".join(parts)
+
+
+def check_splits(name: str, known: Iterable[str], names: Iterable[str]) -> None:
+    """InputError naming the first of `names` that is not among the `known` splits of data set `name`."""
+    known = set(known)
+    unknown = [split for split in names if split not in known]
+    if unknown:
+        raise InputError(f"{name}: no split {unknown[0]!r} (splits: {', '.join(sorted(known))})")
 
 
 DatasetLoader = Callable[..., CaptionDataset]
@@ -139,19 +149,22 @@ def apply_missing_image_policy(dataset: CaptionDataset, policy: str) -> CaptionD
     dataset.missing_image_ids = [item.image_id for item in missing]
     if not missing:
         return dataset
-    example = missing[0]
-    if policy == "error":
-        raise InputError(f"{dataset.name}: {len(missing)} of {len(dataset.items)} images are missing, e.g. "
-                         f"image {example.image_id!r} at {example.image_path} (use missing_images='skip' to skip them)")
+    report_missing_images(dataset.name, policy, len(missing), len(dataset.items), missing[0])
     if policy == "skip":
         missing_ids = set(dataset.missing_image_ids)
         dataset.items = [item for item in dataset.items if item.image_id not in missing_ids]
-        logger.warning("%s: skipped %d images whose file is missing (e.g. %s)", dataset.name, len(missing),
-                       example.image_path)
-    else:
-        logger.warning("%s: %d images have no file on disk (kept; e.g. %s)", dataset.name, len(missing),
-                       example.image_path)
     return dataset
+
+
+def report_missing_images(name: str, policy: str, missing: int, total: int, example: CaptionItem) -> None:
+    """The missing-image policy's outcome for `missing` of `total` images: InputError ('error') or a warning."""
+    if policy == "error":
+        raise InputError(f"{name}: {missing} of {total} images are missing, e.g. image {example.image_id!r} at "
+                         f"{example.image_path} (use missing_images='skip' to skip them)")
+    if policy == "skip":
+        logger.warning("%s: skipped %d images whose file is missing (e.g. %s)", name, missing, example.image_path)
+    else:
+        logger.warning("%s: %d images have no file on disk (kept; e.g. %s)", name, missing, example.image_path)
 
 
 def check_unique_ids(items: Iterable[CaptionItem], where: str) -> None:

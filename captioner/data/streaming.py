@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from captioner.data.datasets import MISSING_IMAGE_POLICIES, CaptionItem, load_dataset
+from captioner.data.datasets import (
+    MISSING_IMAGE_POLICIES,
+    CaptionItem,
+    check_splits,
+    load_dataset,
+    report_missing_images,
+    summary_line,
+)
 from metric.common.errors import InputError
 from metric.common.spill import id_hash
 
@@ -125,30 +132,16 @@ class StreamedDataset:
                 seen.add(item.image_id)
 
     def _apply_missing_policy(self, missing: int, total: int, example: CaptionItem | None) -> None:
-        if not missing or example is None:
-            return
-        if self.policy == "error":
-            raise InputError(f"{self.name}: {missing} of {total} images are missing, e.g. image "
-                             f"{example.image_id!r} at {example.image_path} (use missing_images='skip' to skip them)")
-        if self.policy == "skip":
-            logger.warning("%s: skipped %d images whose file is missing (e.g. %s)", self.name, missing,
-                           example.image_path)
-        else:
-            logger.warning("%s: %d images have no file on disk (kept; e.g. %s)", self.name, missing,
-                           example.image_path)
+        if missing and example is not None:
+            report_missing_images(self.name, self.policy, missing, total, example)
 
     def check_splits(self, *names: str) -> None:
         """InputError, as `CaptionDataset.split`'s, when one of `names` is not a split of the data set read."""
-        unknown = [name for name in names if name not in self.split_counts]
-        if unknown:
-            raise InputError(f"{self.name}: no split {unknown[0]!r} (splits: {', '.join(sorted(self.split_counts))})")
+        check_splits(self.name, self.split_counts, names)
 
     def summary(self) -> str:
         """One line, as `CaptionDataset.summary`: item and caption counts per split, every non-zero count."""
-        parts = [f"{self.name}: {sum(self.split_counts.values())} images, {self.captions} captions",
-                 "splits " + ", ".join(f"{k}={v}" for k, v in self.split_counts.items())]
-        parts += [f"{key}={value}" for key, value in self.report.items() if value]
-        return "; ".join(parts)
+        return summary_line(self.name, self.split_counts, self.captions, self.report)
 
 
 def stream_dataset(name: str, path: str | Path, image_root: str | Path | None = None,
