@@ -1,0 +1,35 @@
+"""missing_java_problems: METEOR and SPICE need Java, BLEU/ROUGE-L/CIDEr-D do not (the Java lookup is faked)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from eval.java_tools import missing_java_problems
+
+
+@pytest.fixture
+def no_java(monkeypatch):
+    """A machine without Java: PATH lookup finds nothing, no PACS_JAVA / JAVA_HOME."""
+    monkeypatch.delenv("PACS_JAVA", raising=False)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
+
+
+def test_metrics_without_java_need_nothing(no_java):
+    assert missing_java_problems(["bleu1", "BLEU-4", "rouge", "CIDEr-D", "pac-s", "length"]) == []
+
+
+def test_meteor_and_spice_are_named_one_line_each(no_java):
+    problems = missing_java_problems(["bleu4", "METEOR", "cider", "spice", "meteor"])
+    assert len(problems) == 2
+    assert problems[0].startswith("metric meteor needs Java") and problems[1].startswith("metric spice needs Java")
+    for problem in problems:
+        assert "\n" not in problem and "install a JRE" in problem and "or drop" in problem
+
+
+def test_nothing_missing_when_java_is_found(monkeypatch):
+    monkeypatch.delenv("PACS_JAVA", raising=False)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: "/opt/jre/bin/java")
+    assert missing_java_problems(["meteor", "spice"]) == []
