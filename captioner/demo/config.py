@@ -4,10 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from annotated_types import Ge
+from annotated_types import Ge, Le
 
 from captioner.demo.world import WorldConfig
 from metric.common.config import (
+    MAX_BEAM,
+    MAX_RESAMPLES,
+    MAX_THREADS,
     Fraction,
     NonNegativeFloat,
     NonNegativeInt,
@@ -23,36 +26,42 @@ DEMO_FAMILIES = ("clip", "pac-s++")
 """The metric families the demo trains a model of (the `clip` and `pacs` stages)."""
 ContrastiveBatch = Annotated[int, Ge(2)]
 """A contrastive batch: at least 2 pairs (the other pairs of the batch are the negatives)."""
+MAX_DEMO_STEPS = 100_000
+"""Upper bound of the demo's step counts and every-N cadences (hours, not months, on 2 cores)."""
+MAX_DEMO_BATCH = 4096
+"""Upper bound of the demo's batch sizes (every batch is also bounded by its split, `DemoConfig.validate`)."""
+MAX_VISION_TOKENS = 1024
+"""Upper bound of (world.image_size // clip.patch_size)²: the ViT's attention grows with its square."""
 
 
 @dataclass
 class DemoWorldConfig(WorldConfig):
     """The world plus how many images each split holds (every split is used: none may be empty)."""
 
-    n_references: Annotated[int, Ge(2)] = 5  # the correlation stage holds the first one out as a candidate
-    n_train: PositiveInt = 3000
-    n_val: PositiveInt = 300
-    n_test: PositiveInt = 200
-    web_captions_per_image: PositiveInt = 4
+    n_references: Annotated[int, Ge(2), Le(100)] = 5  # the correlation stage holds the first one out as a candidate
+    n_train: Annotated[PositiveInt, Le(100_000)] = 3000
+    n_val: Annotated[PositiveInt, Le(20_000)] = 300
+    n_test: Annotated[PositiveInt, Le(20_000)] = 200
+    web_captions_per_image: Annotated[PositiveInt, Le(100)] = 4
 
 
 @dataclass
 class ClipStageConfig:
     """Pre-training a tiny CLIP from scratch on web-style alt-text (open_clip config built in code)."""
 
-    embed_dim: PositiveInt = 64
-    vision_width: Annotated[int, Ge(32)] = 96  # one attention head per 32 channels
-    vision_layers: PositiveInt = 3
-    patch_size: PositiveInt = 8  # at most world.image_size
-    text_width: Annotated[int, Ge(2)] = 64  # two attention heads: an even width
-    text_layers: PositiveInt = 2
-    context_length: PositiveInt = 32
-    steps: PositiveInt = 600
-    batch_size: ContrastiveBatch = 128
-    micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
+    embed_dim: Annotated[PositiveInt, Le(1024)] = 64
+    vision_width: Annotated[int, Ge(32), Le(1024)] = 96  # one attention head per 32 channels
+    vision_layers: Annotated[PositiveInt, Le(24)] = 3
+    patch_size: Annotated[PositiveInt, Le(512)] = 8  # at most world.image_size
+    text_width: Annotated[int, Ge(2), Le(1024)] = 64  # two attention heads: an even width
+    text_layers: Annotated[PositiveInt, Le(24)] = 2
+    context_length: Annotated[PositiveInt, Le(256)] = 32
+    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 600
+    batch_size: Annotated[ContrastiveBatch, Le(MAX_DEMO_BATCH)] = 128
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
     weight_decay: NonNegativeFloat = 0.1
-    eval_every: NonNegativeInt = 50  # validation every N steps (0: only after the last step)
+    eval_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50  # validation every N steps (0: only after the last step)
     loss: str = "infonce"  # or "sigmoid": SigLIP's pairwise sigmoid loss with a learned logit bias
 
     def validate(self) -> None:
@@ -69,15 +78,15 @@ class ClipStageConfig:
 class PacsStageConfig:
     """Fine-tuning the tiny CLIP into PAC-S++: LoRA on clean captions with synthetic positives."""
 
-    rank: PositiveInt = 4
+    rank: Annotated[PositiveInt, Le(256)] = 4
     alpha: PositiveFloat = 4.0
-    steps: PositiveInt = 300
-    batch_size: ContrastiveBatch = 64
-    micro_batch_size: NonNegativeInt = 0  # pairs a process encodes at once; 0: batch_size / processes
+    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 300
+    batch_size: Annotated[ContrastiveBatch, Le(MAX_DEMO_BATCH)] = 64
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 2e-3
     lambda_v: NonNegativeFloat = 0.1
     lambda_t: NonNegativeFloat = 0.001
-    eval_every: NonNegativeInt = 50  # validation every N steps (0: only after the last step)
+    eval_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50  # validation every N steps (0: only after the last step)
 
     def validate(self) -> None:
         """Micro-batches split the batch."""
@@ -89,31 +98,31 @@ class PacsStageConfig:
 class CorrelationStageConfig:
     """Candidates of varied quality on validation images, scored by every metric and the judge."""
 
-    n_images: PositiveInt = 300  # at most world.n_val are used
-    candidates_per_image: Annotated[int, Ge(2)] = 5  # the held-out reference and at least one corruption
+    n_images: Annotated[PositiveInt, Le(20_000)] = 300  # at most world.n_val are used
+    candidates_per_image: Annotated[int, Ge(2), Le(100)] = 5  # the held-out reference and at least one corruption
     long_captions: bool = True  # + a correct paragraph and one whose last sentence names an absent shape, per image
-    bootstrap_resamples: PositiveInt = 1000  # paired bootstrap over images of tau_b(PAC-S++) − tau_b(CLIP-S)
+    bootstrap_resamples: Annotated[PositiveInt, Le(MAX_RESAMPLES)] = 1000  # paired bootstrap over images of tau_b(PAC-S++) − tau_b(CLIP-S)
 
 
 @dataclass
 class XEStageConfig:
     """The captioner and its cross-entropy stage."""
 
-    d_model: PositiveInt = 128
-    n_heads: PositiveInt = 4
-    encoder_layers: PositiveInt = 2
-    decoder_layers: PositiveInt = 2
-    ffn_dim: PositiveInt = 256
+    d_model: Annotated[PositiveInt, Le(1024)] = 128
+    n_heads: Annotated[PositiveInt, Le(64)] = 4
+    encoder_layers: Annotated[PositiveInt, Le(24)] = 2
+    decoder_layers: Annotated[PositiveInt, Le(24)] = 2
+    ffn_dim: Annotated[PositiveInt, Le(4096)] = 256
     dropout: Fraction = 0.1
-    max_length: PositiveInt = 20
-    steps: PositiveInt = 800
-    batch_size: PositiveInt = 64
-    micro_batch_size: NonNegativeInt = 0  # per process; 0: batch_size / processes
+    max_length: Annotated[PositiveInt, Le(256)] = 20
+    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 800
+    batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 64
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
-    warmup_steps: NonNegativeInt = 50
-    log_every: PositiveInt = 20
-    val_every: PositiveInt = 200
-    val_images: NonNegativeInt = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
+    warmup_steps: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50
+    log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 20
+    val_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 200
+    val_images: Annotated[NonNegativeInt, Le(20_000)] = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
 
     def validate(self) -> None:
         """The attention heads split d_model (the micro-batch split is checked at start, with the process count)."""
@@ -126,18 +135,18 @@ class ScstStageConfig:
     """SCST fine-tuning of the XE captioner with each reward."""
 
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
-    steps: PositiveInt = 60
-    batch_size: PositiveInt = 32
-    micro_batch_size: NonNegativeInt = 0  # per process; 0: batch_size / processes
-    beam_size: PositiveInt = 5
+    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
+    batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 32
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
+    beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
     lr: PositiveFloat = 5e-5
-    log_every: PositiveInt = 5
+    log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 5
     samples: str = "beam"  # or "multinomial" (captioner.modeling.train_scst.SAMPLINGS)
     baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
-    monitor_every: NonNegativeInt = 10  # held-out validation scores every N steps (0: off)
-    monitor_images: NonNegativeInt = 100
-    hacking_monitor_every: NonNegativeInt = 10  # the hacking monitor (length, Rep-n, distinct-n, validation
-    hacking_monitor_images: NonNegativeInt = 300  # CIDEr-D, reward) every N steps on these many val images (0: off)
+    monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10  # held-out validation scores every N steps (0: off)
+    monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 100
+    hacking_monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10  # the hacking monitor (length, Rep-n, distinct-n, validation
+    hacking_monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 300  # CIDEr-D, reward) every N steps on these many val images (0: off)
 
     def validate(self) -> None:
         """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
@@ -196,9 +205,9 @@ class GuardedScstConfig:
 class EvaluateStageConfig:
     """Evaluation of every captioner on the test split, and the gallery of the report."""
 
-    beam_size: PositiveInt = 3
-    gallery_size: NonNegativeInt = 12  # test images shown in the report (at most world.n_test)
-    bootstrap_resamples: PositiveInt = 1000  # paired bootstrap of (SCST − XE) over the test images
+    beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 3
+    gallery_size: Annotated[NonNegativeInt, Le(1000)] = 12  # test images shown in the report (at most world.n_test)
+    bootstrap_resamples: Annotated[PositiveInt, Le(MAX_RESAMPLES)] = 1000  # paired bootstrap of (SCST − XE) over the test images
 
 
 @dataclass
@@ -208,7 +217,7 @@ class DemoConfig:
     name: str = "demo"  # the run folder, runs_dir/name: one folder name
     runs_dir: str = "runs"
     seed: Seed = 0
-    threads: PositiveInt = 1
+    threads: Annotated[PositiveInt, Le(MAX_THREADS)] = 1  # torch threads per process
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
     prompt: str = "A photo depicts "
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)
@@ -232,6 +241,10 @@ class DemoConfig:
         if self.clip.patch_size > world.image_size:
             raise InputError(f"clip.patch_size={self.clip.patch_size}: expected <= world.image_size "
                              f"({world.image_size})")
+        tokens = (world.image_size // self.clip.patch_size) ** 2
+        if tokens > MAX_VISION_TOKENS:
+            raise InputError(f"clip.patch_size={self.clip.patch_size}: expected (world.image_size // "
+                             f"clip.patch_size)² <= {MAX_VISION_TOKENS} vision tokens, got {tokens}")
         # (key, batch, what the split offers): the trainers refuse a batch larger than their data set
         fits = (("clip.batch_size", self.clip.batch_size, world.n_train * world.web_captions_per_image,
                  "world.n_train × world.web_captions_per_image training pairs"),

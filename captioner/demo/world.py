@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 import numpy as np
-from annotated_types import Interval
+from annotated_types import Interval, Le
 from PIL import Image, ImageDraw
 
 from metric.common.config import Fraction, NonNegativeFloat, PositiveInt, Probability, Seed
@@ -101,7 +101,7 @@ class WorldConfig:
     """Knobs of the procedural world."""
 
     seed: Seed = 0
-    image_size: PositiveInt = 32
+    image_size: Annotated[PositiveInt, Le(512)] = 32  # pixels a side (rendered 4x larger first)
     max_objects: Annotated[int, Interval(ge=1, le=3)] = 3  # counted in words: one, two, three (NUMBER_WORDS)
     n_references: PositiveInt = 5
     relation_prob: Probability = 0.5

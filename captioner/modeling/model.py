@@ -15,15 +15,16 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Le
 from torch import nn
 
 from captioner.modeling.example_rng import ExampleRNG
 from captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
-from metric.common.config import Fraction, NonNegativeInt, PositiveInt
+from metric.common.config import MAX_LENGTH, Fraction, NonNegativeInt, PositiveInt
 from metric.common.errors import InputError
 
 
@@ -31,15 +32,15 @@ from metric.common.errors import InputError
 class CaptionerConfig:
     """Architecture of the captioner (defaults: PAC-S++'s 3+3 layers, d_model 512, 8 heads)."""
 
-    vocab_size: NonNegativeInt = 0
-    feature_dim: NonNegativeInt = 768
-    d_model: PositiveInt = 512
-    n_heads: PositiveInt = 8
-    encoder_layers: PositiveInt = 3
-    decoder_layers: PositiveInt = 3
-    ffn_dim: PositiveInt = 2048
+    vocab_size: Annotated[NonNegativeInt, Le(1_000_000)] = 0
+    feature_dim: Annotated[NonNegativeInt, Le(16_384)] = 768
+    d_model: Annotated[PositiveInt, Le(4096)] = 512
+    n_heads: Annotated[PositiveInt, Le(64)] = 8
+    encoder_layers: Annotated[PositiveInt, Le(48)] = 3
+    decoder_layers: Annotated[PositiveInt, Le(48)] = 3
+    ffn_dim: Annotated[PositiveInt, Le(16_384)] = 2048
     dropout: Fraction = 0.1
-    max_length: PositiveInt = 20
+    max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = 20
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""

@@ -28,10 +28,11 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from accelerate.utils import broadcast_object_list
+from annotated_types import Le
 from tqdm.auto import tqdm
 
 from captioner.modeling.checkpoints import CheckpointManager, load_captioner, save_captioner
@@ -44,6 +45,12 @@ from captioner.modeling.reference_policy import ReferencePolicy
 from captioner.modeling.train_xe import is_better
 from captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
 from metric.common.config import (
+    MAX_BATCH,
+    MAX_BEAM,
+    MAX_IMAGES,
+    MAX_LENGTH,
+    MAX_MICRO_BATCH,
+    MAX_STEPS,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
@@ -88,30 +95,30 @@ class SCSTConfig(TrainerConfig):
     output_dir: str = "runs/scst"
     reward: str = "pac-s++"
     lr: PositiveFloat = 1e-6
-    batch_size: PositiveInt = 32
-    micro_batch_size: NonNegativeInt = 32  # per process; 0: batch_size / processes (derived by the pipeline)
-    epochs: PositiveInt = 1
-    max_steps: NonNegativeInt = 0
+    batch_size: Annotated[PositiveInt, Le(MAX_BATCH)] = 32
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_MICRO_BATCH)] = 32  # per process; 0: batch_size / processes (derived by the pipeline)
+    epochs: Annotated[PositiveInt, Le(1000)] = 1
+    max_steps: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0
     samples: str = "beam"
-    k: PositiveInt = 5
+    k: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
     temperature: PositiveFloat = 1.0
-    top_k: NonNegativeInt = 0
+    top_k: Annotated[NonNegativeInt, Le(1_000_000)] = 0
     length_penalty: float = 0.0
-    max_length: PositiveInt = 20
+    max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = 20
     baseline: str = "mean"
     grad_clip: NonNegativeFloat = 0.0
-    nonfinite_patience: PositiveInt = 3
-    save_every: NonNegativeInt = 100  # checkpoint every N steps (0: only after the last step)
-    keep_checkpoints: NonNegativeInt = 2
-    log_every: NonNegativeInt = 1  # log every N steps (0: only the last step)
+    nonfinite_patience: Annotated[PositiveInt, Le(1000)] = 3
+    save_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 100  # checkpoint every N steps (0: only after the last step)
+    keep_checkpoints: Annotated[NonNegativeInt, Le(1000)] = 2
+    log_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 1  # log every N steps (0: only the last step)
     seed: int = 42
     tensorboard: bool = True
     # guards against reward hacking (all off by default; docs/captioner.md "SCST guards")
     kl_coef: NonNegativeFloat = 0.0  # β of the per-token KL to the reference policy (0: off)
     kl_reference: str = ""  # the reference captioner folder ("": the SCST init checkpoint, i.e. the XE model)
     select_by: str = "last"  # the reported model: last step, or the monitored step with the best cider / reward
-    monitor_every: NonNegativeInt = 0  # hacking monitor on validation every N steps (0: off)
-    monitor_images: NonNegativeInt = 100  # validation images the monitor captions (0: all)
+    monitor_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0  # hacking monitor on validation every N steps (0: off)
+    monitor_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 100  # validation images the monitor captions (0: all)
     monitor_reward_rise: NonNegativeFloat = 0.0  # warn only when the validation reward rose by more than this
     monitor_rep_rise: NonNegativeFloat = 0.5  # ... and Rep-2 rose by more than this
     monitor_length_rise: NonNegativeFloat = 0.2  # ... or the mean length by more than this fraction

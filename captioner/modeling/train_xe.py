@@ -16,12 +16,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from accelerate.utils import broadcast_object_list, gather_object
+from annotated_types import Le
 from tqdm.auto import tqdm
 
 from captioner.modeling.caption_ids import EncodedCaptions
@@ -40,7 +41,19 @@ from captioner.modeling.training import (
     start_trackers,
 )
 from captioner.modeling.vocab import Vocab, ptb_tokenize_fast
-from metric.common.config import Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, check_batch_split, to_dict
+from metric.common.config import (
+    MAX_BATCH,
+    MAX_BEAM,
+    MAX_IMAGES,
+    MAX_MICRO_BATCH,
+    MAX_STEPS,
+    Fraction,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    check_batch_split,
+    to_dict,
+)
 from metric.common.errors import InputError
 from metric.common.io import finite_or_none
 from metric.common.optim import make_adam
@@ -59,21 +72,21 @@ class XEConfig(TrainerConfig):
     """Stage-1 settings (defaults: PAC-S++ §5.1); the shared trainer fields are `TrainerConfig`'s."""
 
     output_dir: str = "runs/xe"
-    max_steps: PositiveInt = 20000
-    batch_size: PositiveInt = 1024
-    micro_batch_size: NonNegativeInt = 64  # per process; 0: batch_size / processes (derived by the pipeline)
+    max_steps: Annotated[PositiveInt, Le(MAX_STEPS)] = 20000
+    batch_size: Annotated[PositiveInt, Le(MAX_BATCH)] = 1024
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_MICRO_BATCH)] = 64  # per process; 0: batch_size / processes (derived by the pipeline)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     weight_decay: NonNegativeFloat = 0.0
     grad_clip: NonNegativeFloat = 1.0
     label_smoothing: Fraction = 0.0
-    eval_every: NonNegativeInt = 1000  # validate every N steps (0: only after the last step)
-    val_beam_size: PositiveInt = 5
-    val_batch_size: PositiveInt = 50
-    val_max_images: NonNegativeInt = 0
-    save_every: NonNegativeInt = 1000  # checkpoint every N steps (0: only after the last step)
-    keep_checkpoints: NonNegativeInt = 2
-    log_every: NonNegativeInt = 10  # log every N steps (0: only the last step)
+    eval_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 1000  # validate every N steps (0: only after the last step)
+    val_beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
+    val_batch_size: Annotated[PositiveInt, Le(MAX_MICRO_BATCH)] = 50
+    val_max_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
+    save_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 1000  # checkpoint every N steps (0: only after the last step)
+    keep_checkpoints: Annotated[NonNegativeInt, Le(1000)] = 2
+    log_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 10  # log every N steps (0: only the last step)
     seed: int = 42
     tensorboard: bool = True
 

@@ -12,14 +12,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
 from accelerate.utils import parse_flag_from_env
+from annotated_types import Le
 
-from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -120,9 +121,9 @@ def finish_trackers(accelerator: Accelerator) -> None:
 class ScheduleConfig:
     """PAC-S++ XE schedule: linear warm-up, constant, sub-linear decay, constant."""
 
-    warmup_steps: NonNegativeInt = 1000
-    constant_until: NonNegativeInt = 10000
-    decay_until: NonNegativeInt = 15000
+    warmup_steps: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 1000
+    constant_until: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 10000
+    decay_until: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 15000
     peak_lr: PositiveFloat = 2.5e-4
     final_lr: NonNegativeFloat = 1e-5
     decay_power: PositiveFloat = 0.5

@@ -17,7 +17,18 @@ from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from captioner.orchestration.backbone_source import BackboneSource
-from metric.common.config import NonNegativeInt, PositiveInt, Seed, check_folder_name, from_dict
+from metric.common.config import (
+    MAX_BEAM,
+    MAX_IMAGES,
+    MAX_LENGTH,
+    MAX_MICRO_BATCH,
+    MAX_RESAMPLES,
+    NonNegativeInt,
+    PositiveInt,
+    Seed,
+    check_folder_name,
+    from_dict,
+)
 from metric.common.config_files import packaged_config
 from metric.common.errors import InputError
 
@@ -33,8 +44,8 @@ class DataConfig:
     options: dict[str, Any] = field(default_factory=dict)
     train_splits: list[str] = field(default_factory=lambda: ["train"])
     val_split: str = "val"
-    max_train_images: NonNegativeInt = 0
-    max_val_images: NonNegativeInt = 0
+    max_train_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
+    max_val_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
 
 
 @dataclass
@@ -42,9 +53,9 @@ class VocabConfig:
     """Vocabulary built from the training captions."""
 
     kind: str = "word"
-    min_count: PositiveInt = 5
-    vocab_size: PositiveInt = 8000
-    max_length: PositiveInt = DEFAULT_MAX_LENGTH
+    min_count: Annotated[PositiveInt, Le(MAX_IMAGES)] = 5
+    vocab_size: Annotated[PositiveInt, Le(1_000_000)] = 8000
+    max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = DEFAULT_MAX_LENGTH
 
 
 @dataclass
@@ -52,8 +63,8 @@ class FeaturesConfig:
     """Grid-feature extraction."""
 
     source: BackboneSource = field(default_factory=BackboneSource)
-    batch_size: PositiveInt = 64
-    shard_size: PositiveInt = 512
+    batch_size: Annotated[PositiveInt, Le(MAX_MICRO_BATCH)] = 64
+    shard_size: Annotated[PositiveInt, Le(65_536)] = 512
     dtype: str = "float16"
     # features extracted elsewhere: CACHE_DIR/<set> (train, and each test set's name) holds a pacs feature cache
     # (meta.json + shards) whose recorded fingerprint must be `source`'s; nothing is extracted then
@@ -90,7 +101,7 @@ class RewardGuardsConfig:
     `train` (the `length_percentile` percentile of the training references' word counts) or a number of words.
     """
 
-    rep_n: PositiveInt = 2
+    rep_n: Annotated[PositiveInt, Le(16)] = 2
     length_limit: str = "refs"
     length_percentile: Annotated[float, Gt(0), Le(100)] = 95.0
 
@@ -143,11 +154,11 @@ class EvalConfig:
     """Test sets ({name: DataConfig-like mapping with a `split`}) and decoding for evaluation."""
 
     test_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    beam_size: PositiveInt = 5
-    batch_size: PositiveInt = 50
+    beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
+    batch_size: Annotated[PositiveInt, Le(MAX_MICRO_BATCH)] = 50
     text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
-    max_images: NonNegativeInt = 0
-    bootstrap: NonNegativeInt = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+    max_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
+    bootstrap: Annotated[NonNegativeInt, Le(MAX_RESAMPLES)] = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
 
     def validate(self) -> None:
         """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""

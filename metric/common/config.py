@@ -53,6 +53,26 @@ Probability = Annotated[float, Ge(0), Le(1)]
 Seed = Annotated[int, Interval(ge=0, le=2**32 - 1)]
 """A random seed: an int in [0, 2**32 - 1] (numpy generators refuse negative seeds)."""
 
+# Upper bounds shared by several configs (issue 31): every size, count and step key also has an upper bound, written
+# as `Annotated[..., Le(bound)]` next to its lower one, so a typo is refused at load instead of ending in the
+# out-of-memory killer or running for ever (the bounds and their reasons: docs/config.md "Upper bounds").
+MAX_THREADS = 256
+"""Torch threads per process (far above any core count; 100000 makes torch fail with a MemoryError)."""
+MAX_STEPS = 1_000_000
+"""Optimizer steps, warm-up lengths and every-N cadences of the recipe trainers (COCO XE: 20000)."""
+MAX_BATCH = 65_536
+"""Global batch sizes of the recipe trainers (pairs or captions per optimizer step; COCO XE: 1024)."""
+MAX_MICRO_BATCH = 4096
+"""What one process encodes at once (the memory-bound part of a batch; COCO XE: 128)."""
+MAX_BEAM = 64
+"""Beam sizes and samples per image."""
+MAX_RESAMPLES = 100_000
+"""Bootstrap resamples."""
+MAX_IMAGES = 10_000_000
+"""Image and pair counts of real data sets (COCO: 123287 images)."""
+MAX_LENGTH = 512
+"""Caption lengths in tokens."""
+
 _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT_RE = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
 _FLOAT_RE = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"

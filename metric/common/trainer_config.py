@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from metric.common.config import NonNegativeInt
+from annotated_types import Le
+
+from metric.common.config import MAX_STEPS, NonNegativeInt
 from metric.common.errors import InputError
 
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
@@ -53,9 +55,9 @@ class TrainerConfig(metaclass=_AliasedInit):
     seed: int = 0  # in [0, 2**32 - 1], checked by validate() (subclasses override the default, not the check)
     mixed_precision: str = "no"  # no, fp16 or bf16 (accelerate's autocast)
     resume: str | None = None  # a saved state/checkpoint folder, or "latest"
-    save_every: NonNegativeInt = 0  # save resumable state every N optimizer steps (0: no periodic saving)
-    eval_every: NonNegativeInt = 0  # validate every N optimizer steps (0: no periodic validation)
-    log_every: NonNegativeInt = 10  # log the training loss every N optimizer steps (0: no periodic logging)
+    save_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0  # save resumable state every N optimizer steps (0: no periodic saving)
+    eval_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0  # validate every N optimizer steps (0: no periodic validation)
+    log_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 10  # log the training loss every N optimizer steps (0: no periodic logging)
 
     def validate(self) -> None:
         """Checks of the shared fields (a subclass's validate() calls this first)."""

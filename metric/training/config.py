@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from annotated_types import Le
 
 from metric.common.config import (
+    MAX_BATCH,
+    MAX_IMAGES,
+    MAX_MICRO_BATCH,
+    MAX_STEPS,
     Fraction,
     NonNegativeFloat,
     NonNegativeInt,
@@ -22,7 +29,7 @@ FAMILY_OF_MODE = {"lora": "pac-s++", "projection": "pac-s", "full": "clip"}
 class LoraOptions:
     """peft LoRA settings (PAC-S++: rank 4, alpha 1 as the official code, both towers + patch embedding)."""
 
-    rank: PositiveInt = 4
+    rank: Annotated[PositiveInt, Le(1024)] = 4
     alpha: PositiveFloat = 1.0
     dropout: Fraction = 0.0
     patch_embedding: bool = True
@@ -57,8 +64,8 @@ class DataOptions:
     train_split: str = "train"
     val_split: str = "val"
     skip_missing: bool = False
-    num_workers: NonNegativeInt = 0
-    max_val_pairs: PositiveInt = 5000  # validation pairs used (the first ones of the validation split)
+    num_workers: Annotated[NonNegativeInt, Le(64)] = 0
+    max_val_pairs: Annotated[PositiveInt, Le(MAX_IMAGES)] = 5000  # validation pairs used (the first ones of the validation split)
 
 
 @dataclass
@@ -68,7 +75,7 @@ class CorrelationOptions:
     benchmark: str | None = None
     data: str | None = None
     images: str | None = None
-    every: NonNegativeInt = 0  # correlation at every N-th validation (0: at each)
+    every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0  # correlation at every N-th validation (0: at each)
 
 
 @dataclass
@@ -92,11 +99,11 @@ class MetricTrainConfig(TrainerConfig):
     lr: PositiveFloat = 1e-4
     weight_decay: NonNegativeFloat = 0.0
     batch_size: int = 256  # the global batch: pairs per optimizer step (and per loss), all processes; >= 2 (validate)
-    micro_batch_size: NonNegativeInt = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
-    max_steps: NonNegativeInt = 0
-    max_epochs: PositiveInt = 50
-    eval_every: NonNegativeInt = 100  # validation loss every N steps (0: only after the last step)
-    patience: PositiveInt = 1500
+    micro_batch_size: Annotated[NonNegativeInt, Le(MAX_MICRO_BATCH)] = 0  # pairs encoded at once per process (0: batch_size / processes); memory only
+    max_steps: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0
+    max_epochs: Annotated[PositiveInt, Le(10_000)] = 50
+    eval_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 100  # validation loss every N steps (0: only after the last step)
+    patience: Annotated[PositiveInt, Le(MAX_STEPS)] = 1500
     cpu: bool = False
     output_dir: str = "runs/metric"
 
@@ -107,6 +114,8 @@ class MetricTrainConfig(TrainerConfig):
             raise InputError(f"mode: unknown training mode {self.mode!r} (known: {', '.join(MODES)})")
         if self.batch_size < 2:
             raise InputError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        if self.batch_size > MAX_BATCH:
+            raise InputError(f"batch_size={self.batch_size}: expected int <= {MAX_BATCH}")
         micro = self.micro_batch_size or self.batch_size
         if micro < 1 or self.batch_size % micro:
             raise InputError(f"micro_batch_size ({micro}) must be >= 1 and divide batch_size ({self.batch_size})")

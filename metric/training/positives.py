@@ -16,12 +16,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from annotated_types import Le
 from PIL import Image
 from tqdm.auto import tqdm
 
-from metric.common.config import NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
+from metric.common.config import MAX_BEAM, MAX_IMAGES, MAX_LENGTH, NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
 from metric.common.paths_inside import path_inside
@@ -47,14 +48,14 @@ class PositivesConfig:
     captioner: str = DEFAULT_CAPTIONER
     text_to_image: str = DEFAULT_TEXT_TO_IMAGE
     seed: Seed = 0
-    caption_max_length: PositiveInt = 30
-    caption_num_beams: PositiveInt = 3
-    num_inference_steps: PositiveInt = 50
+    caption_max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = 30
+    caption_num_beams: Annotated[PositiveInt, Le(MAX_BEAM)] = 3
+    num_inference_steps: Annotated[PositiveInt, Le(1000)] = 50
     guidance_scale: NonNegativeFloat = 7.5
-    image_size: PositiveInt = 512
+    image_size: Annotated[PositiveInt, Le(1024)] = 512  # Stable Diffusion at 1024² is ~20 GB
     safety_checker: bool = True
-    batch_size: PositiveInt = 8
-    limit: NonNegativeInt = 0
+    batch_size: Annotated[PositiveInt, Le(256)] = 8
+    limit: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
     device: str | None = None
     dtype: str = "float32"
     skip_missing: bool = False

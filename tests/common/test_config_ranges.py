@@ -112,6 +112,86 @@ def test_every_number_has_a_range_and_a_bad_value_row(cls: type) -> None:
     assert {key for key, _ in TABLES[cls]} == set(fields) - FREE.get(cls, set())
 
 
+# ints whose upper bound a validate() checks (with the lower one, see CHECKED_IN_VALIDATE)
+UPPER_IN_VALIDATE = {PipelineConfig: {"xe.seed", "scst.seed"}, MetricTrainConfig: {"seed", "batch_size"}}
+
+
+def _upper(metadata: tuple) -> int | None:
+    """The inclusive upper bound an Annotated range declares (None: no upper bound)."""
+    bounds = [item.le for item in metadata if getattr(item, "le", None) is not None]
+    bounds += [item.lt - 1 for item in metadata if getattr(item, "lt", None) is not None]
+    return min(bounds) if bounds else None
+
+
+def int_fields(cls: type, prefix: str = "") -> dict[str, tuple]:
+    """{dotted key: Annotated metadata} of every int field of `cls` and its sections."""
+    found = {}
+    for field in dataclasses.fields(cls):
+        base, _, metadata = _strip(_hints(cls)[field.name])
+        if dataclasses.is_dataclass(base):
+            found.update(int_fields(base, f"{prefix}{field.name}."))
+        elif base is int:
+            found[prefix + field.name] = metadata
+    return found
+
+
+@pytest.mark.parametrize("cls", list(TABLES), ids=lambda cls: cls.__name__)
+def test_every_size_count_and_step_has_an_upper_bound(cls: type) -> None:
+    """Issue 31: no int key is unbounded above (a typo must not run for ever or fill the memory)."""
+    unbounded = {key for key, metadata in int_fields(cls).items() if _upper(metadata) is None}
+    assert unbounded == UPPER_IN_VALIDATE.get(cls, set())
+
+
+TOO_BIG = [(cls, key, _upper(metadata)) for cls in TABLES for key, metadata in int_fields(cls).items()
+           if _upper(metadata) is not None]
+
+
+@pytest.mark.parametrize("cls, key, bound", TOO_BIG, ids=[f"{c.__name__}:{k}" for c, k, _ in TOO_BIG])
+def test_one_past_the_upper_bound_is_refused_at_load(cls: type, key: str, bound: int) -> None:
+    with pytest.raises(InputError) as error:
+        _load(cls, f"{key}={bound + 1}")
+    message = str(error.value)
+    assert f"{key}={bound + 1}: expected int" in message and f"<= {bound} " in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("override, message", [
+    ("threads=100000", "threads=100000: expected int >= 1 and <= 256"),
+    ("world.image_size=100000", "world.image_size=100000: expected int >= 1 and <= 512"),
+    ("scst.steps=99999999999999999999", "scst.steps=99999999999999999999: expected int >= 1 and <= 100000"),
+    ("world.n_train=1000000000", "world.n_train=1000000000: expected int >= 1 and <= 100000"),
+    ("clip.patch_size=1", ("clip.patch_size=1: expected (world.image_size // clip.patch_size)² <= 1024 vision "
+                           "tokens, got 2304")),
+])
+def test_the_issue_31_sizes_are_refused_by_the_demo(override: str, message: str) -> None:
+    with pytest.raises(InputError) as error:
+        load_demo_config(SMOKE, [override])
+    assert message in str(error.value) and "demo_smoke.yaml" in str(error.value)
+
+
+def test_metric_batch_size_upper_bound_is_checked_in_validate() -> None:
+    with pytest.raises(InputError, match=r"^config: batch_size=65537: expected int <= 65536$"):
+        load_config(MetricTrainConfig, None, ["batch_size=65537"])
+    assert load_config(MetricTrainConfig, None, ["batch_size=65536"]).batch_size == 65536
+
+
+PRESETS = sorted((REPO / "recipes" / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda path: path.name)
+def test_the_upper_bounds_accept_every_shipped_preset(preset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACS_SHARED", str(REPO))  # presets may read ${PACS_SHARED}; only the values matter here
+    name = preset.name
+    if name.startswith("demo"):
+        load_demo_config(preset, [])
+    elif name.startswith("train_metric"):
+        load_config(MetricTrainConfig, preset)
+    elif name.startswith("generate_positives"):
+        load_config(PositivesConfig, preset)
+    else:
+        load_config(PipelineConfig, preset)
+
+
 def _load(cls: type, override: str) -> object:
     if cls is DemoConfig:
         return load_demo_config(SMOKE, [override])
