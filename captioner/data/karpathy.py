@@ -6,7 +6,7 @@ from pathlib import Path
 
 from captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
 from captioner.data.json_stream import stream_array
-from captioner.data.parsing import ConfinedRoot, confined_root, image_file, nonempty_caption, require
+from captioner.data.parsing import UserFolder, confined_root, image_file, nonempty_caption, require
 from captioner.data.streaming import ItemStream, register_dataset_stream
 from metric.common.errors import InputError
 
@@ -36,7 +36,7 @@ def stream_karpathy(path: Path, dataset: str, image_root: Path | None = None, me
     return ItemStream(f"{dataset}-karpathy", items, str(json_path), report)
 
 
-def _karpathy_items(json_path: Path, root: ConfinedRoot, merge_restval: bool, use_tokens: bool,
+def _karpathy_items(json_path: Path, root: UserFolder, merge_restval: bool, use_tokens: bool,
                     report: dict[str, int]) -> Iterator[CaptionItem]:
     where = str(json_path)
     images = stream_array(json_path, "images")  # one image object at a time: no parse of the whole file at once

@@ -8,7 +8,7 @@ from typing import Any
 
 from metric.common.errors import InputError
 from metric.common.json_input import read_json_file
-from metric.common.paths_inside import ConfinedRoot
+from metric.common.paths_inside import UserFolder
 
 
 def read_json(path: Path) -> Any:
@@ -19,14 +19,15 @@ def read_json(path: Path) -> Any:
     return read_json_file(path, "annotation")
 
 
-def confined_root(root: str | os.PathLike) -> ConfinedRoot:
-    """The image root that every image file name of an annotation file must stay inside (symlinks resolved)."""
-    return ConfinedRoot(root, f"the image root {root}")
+def confined_root(root: str | os.PathLike) -> UserFolder:
+    """The image root that every image file name of an annotation file stays inside lexically (no `..`, not
+    absolute; symlinks inside it are followed: the rule of `--images`, `metric.common.paths_inside.UserFolder`)."""
+    return UserFolder(root, f"the image root {root}")
 
 
-def image_file(root: ConfinedRoot, name: str | os.PathLike, where: str) -> Path:
-    """`root / name`; InputError `<where>: image file <name> must be a path inside the image root <root>` when it
-    leaves the root (`../x`, an absolute path, a symlink pointing outside), before any existence check."""
+def image_file(root: UserFolder, name: str | os.PathLike, where: str) -> Path:
+    """`root / name`; InputError `<where>: image file <name> must be a path inside the image root <root>: <rule>`
+    when it leaves the root lexically (`../x`, an absolute path), before any existence check."""
     return root.join(name, f"{where}: image file {str(name)!r}")
 
 

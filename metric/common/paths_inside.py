@@ -1,8 +1,10 @@
-"""Paths read from data files stay inside the folder they are joined with (symlinks resolved).
+"""Paths read from data files stay inside the folder they are joined with.
 
-An image id of a candidates file, a file name of a data-set annotation file, a gallery entry's image: each is
-joined with a root folder (`--images`, the image root, the run directory) and must name something *inside*
-that folder once every symlink is resolved (what `Path.resolve()` gives). `../x`, an absolute path elsewhere,
+Two rules. A folder the user names (`--images`, `image_root`: `UserFolder`) is the user's own: ids and file
+names are confined to it lexically (relative, no `..`), and symlinks inside it are followed. A folder pacs
+reads back for a report (the run directory: `ConfinedRoot`) is strict, symlinks resolved:
+a gallery entry's image, a results file or a log is joined with the run directory and must name something
+*inside* it once every symlink is resolved (what `Path.resolve()` gives). `../x`, an absolute path elsewhere,
 or a symlink in the folder that points outside it is refused before anything is looked up, with one message
 that reads the same whether or not the outside path exists.
 
@@ -106,6 +108,49 @@ class ConfinedRoot:
         return self.check(self.root / relative, what, parameter)
 
 
+#: the rule of a folder the user names (`--images`, `image_root`), quoted by every refusal
+USER_FOLDER_RULE = "a relative path without '..' (symlinks inside the folder are followed: the folder is yours)"
+
+
+class UserFolder:
+    """A folder the user names on the command line or in a config (`--images`, `image_root`): names are joined
+    with it lexically (relative, no `..` component), and symlinks inside it are followed, wherever they point.
+
+    The one lookup rule of every command that reads images by id or file name (`pacs score`, `evaluate`,
+    `correlate`, `caption`, the data sets of `pacs train` and its rewards, `train-metric`). What pacs reads back
+    from a run directory stays under the strict `ConfinedRoot` (symlinks resolved, nothing outside embedded).
+    """
+
+    def __init__(self, root: str | os.PathLike, label: str | None = None) -> None:
+        self.root = Path(root)
+        #: how messages name the folder (default: the folder itself)
+        self.label = label if label is not None else str(self.root)
+
+    def relative(self, name: str | os.PathLike) -> Path | None:
+        """`name` as a relative path that stays inside the folder lexically, or None (absolute, a `..`
+        component, empty, or an embedded NUL)."""
+        text = os.fspath(name)
+        if not text or "\0" in text or os.path.isabs(text):
+            return None
+        parts = [part for part in Path(text).parts if part not in ("", ".")]
+        if not parts or ".." in parts:
+            return None
+        return Path(*parts)
+
+    def join(self, relative: str | os.PathLike, what: str, parameter: str | Sequence[str] | None = None) -> Path:
+        """`root / relative` when `relative` follows the rule; else InputError `<what> must be <the rule> inside
+        <folder>` (before any existence check: the message never depends on what exists)."""
+        inside = self.relative(relative)
+        if inside is None:
+            raise InputError(f"{what} must be a path inside {self.label}: {USER_FOLDER_RULE}", parameter=parameter)
+        return self.root / inside
+
+
 def path_inside(root: str | os.PathLike, relative: str | os.PathLike, what: str, label: str | None = None) -> Path:
     """`root / relative` when it resolves inside `root` (one-off `ConfinedRoot(root, label).join(relative, what)`)."""
     return ConfinedRoot(root, label).join(relative, what)
+
+
+def user_path(root: str | os.PathLike, relative: str | os.PathLike, what: str, label: str | None = None) -> Path:
+    """`root / relative` under the rule of a folder the user names (one-off `UserFolder(root, label).join`)."""
+    return UserFolder(root, label).join(relative, what)

@@ -3,7 +3,9 @@
 Lookup of an id: the id→file map first (`--image-map`), then in the image folder `DIR/<relative path>`,
 `DIR/<id>` as given, then `DIR/<name>.<ext>` for the extensions `.jpg .jpeg .png` in any case (`.JPG`,
 `.Jpeg`). Two files that both match (`1.jpg` and `1.png`) are ambiguous: an InputError naming the id and both
-files, never a silent choice.
+files, never a silent choice. Ids and relative paths follow the rule of a folder the user names
+(`metric.common.paths_inside.UserFolder`, shared with the data sets' `image_root`): relative, no `..`; symlinks
+inside the folder are followed.
 
 Ids of `pacs caption` come from the file names (`ids_for_files`): `stem` (the file name without extension),
 `coco` (`COCO_val2014_000000391895.jpg` -> the integer 391895) or a JSON file mapping file names to ids.
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
-from metric.common.paths_inside import ConfinedRoot
+from metric.common.paths_inside import UserFolder
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 COCO_NAME = re.compile(r"^COCO_[A-Za-z0-9]+_(\d{12})$")
@@ -35,8 +37,9 @@ class ImageFinder:
     def __init__(self, images_dir: str | os.PathLike | None = None,
                  image_map: Mapping[str, str | os.PathLike] | None = None) -> None:
         self.images_dir = Path(images_dir) if images_dir is not None else None
-        # every id / relative path must stay inside the folder, symlinks resolved (metric.common.paths_inside)
-        self._root = ConfinedRoot(self.images_dir, f"the image folder images={self.images_dir}") \
+        # every id / relative path stays inside the folder lexically; symlinks in it are followed (the user's
+        # own folder: metric.common.paths_inside.UserFolder, the rule of every command)
+        self._root = UserFolder(self.images_dir, f"the image folder images={self.images_dir}") \
             if self.images_dir is not None else None
         self.image_map = {str(k): Path(v) for k, v in (image_map or {}).items()}
         self._listings: dict[Path, dict[str, list[Path]]] = {}
@@ -58,9 +61,7 @@ class ImageFinder:
         direct = self._root.join(name, what, parameter="images")  # before any existence check
         if direct.is_file():
             return direct
-        candidates = self._by_stem(direct.parent).get(direct.name, [])
-        for path in candidates:  # e.g. a symlink `<id>.png` in the folder that points outside it
-            self._root.check(path, f"{what}: its file {path.name!r}", parameter="images")
+        candidates = self._by_stem(direct.parent).get(direct.name, [])  # entries of a folder inside the root
         matches = [p for p in candidates if p.is_file()]
         if len(matches) > 1:
             raise InputError(f"image id {image_id!r} is ambiguous: {', '.join(str(p) for p in matches)} all match "
@@ -70,8 +71,9 @@ class ImageFinder:
     def find(self, image_id: Any, relative_path: str | None = None) -> Path | None:
         """The file of `image_id` (see the module docstring), or None when there is none.
 
-        An id or relative path that leaves the image folder (`../x`, an absolute path, a symlink pointing
-        outside) is an InputError naming it and the folder, whether or not the outside file exists.
+        An id or relative path that leaves the image folder lexically (`../x`, an absolute path) is an InputError
+        naming it, the folder and the rule, whether or not the outside file exists; a symlink inside the folder
+        is followed wherever it points (the folder is the user's own).
         """
         key = str(image_id)
         if key in self.image_map:

@@ -8,7 +8,7 @@ from typing import Any
 
 from metric.common.errors import InputError
 from metric.common.json_input import check_text, read_json_file
-from metric.common.paths_inside import ConfinedRoot
+from metric.common.paths_inside import UserFolder
 from metric.scoring.images import IMAGE_SUFFIXES, ImageFinder  # noqa: F401 (re-exported)
 
 
@@ -116,13 +116,14 @@ def references_for(candidates: list[Candidate], references: dict[str, list[str]]
 
 
 def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
-    """Read `{image_id: path}`; relative paths are relative to the map file's folder and must stay inside it
-    (symlinks resolved; `metric.common.paths_inside`), absolute paths are taken as given."""
+    """Read `{image_id: path}`; relative paths are relative to the map file's folder and stay inside it lexically
+    (no `..`; symlinks inside it are followed: `metric.common.paths_inside.UserFolder`, the rule of `--images`),
+    absolute paths are taken as given."""
     data = read_json(path, "image map")
     if not isinstance(data, dict):
         raise InputError(f"{path}: an image map must be a JSON object {{image_id: path}}")
     base = Path(path).resolve().parent
-    folder = ConfinedRoot(base, f"the image map's folder {base} (or be absolute)")
+    folder = UserFolder(base, f"the image map's folder {base} (or be absolute)")
     result: dict[str, Path] = {}
     for image_id, image_path in data.items():
         if not isinstance(image_path, str):

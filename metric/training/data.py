@@ -20,7 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from metric.common.errors import InputError
-from metric.common.paths_inside import path_inside
+from metric.common.paths_inside import user_path
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,10 @@ class Manifest:
 
 
 def _resolve(value: str, root: Path, where: str) -> Path:
-    """An absolute path as written (a manifest may point anywhere on purpose); a relative one must stay in `root`."""
+    """An absolute path as written (a manifest may point anywhere on purpose); a relative one stays in `root`
+    lexically (no `..`; symlinks inside it are followed: `UserFolder`)."""
     path = Path(value).expanduser()
-    return path if path.is_absolute() else path_inside(root, path, where, "the image root")
+    return path if path.is_absolute() else user_path(root, path, where, f"the image root {root}")
 
 
 def read_manifest(path: str | os.PathLike, image_root: str | os.PathLike | None = None, skip_missing: bool = False,

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from metric.common.config import MAX_BEAM, MAX_IMAGES, MAX_LENGTH, NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
-from metric.common.paths_inside import path_inside
+from metric.common.paths_inside import user_path
 from metric.common.provenance import provenance
 from metric.training.data import load_rgb
 
@@ -112,7 +112,7 @@ def _read_karpathy(data: dict, path: Path, root: Path) -> list[SourceImage]:
             raise InputError(f"{path}: images[{index}] lacks {error}") from None
         captions = [str(s.get("raw", " ".join(s.get("tokens", [])))) for s in sentences]
         ids = [str(s.get("sentid", f"{image_id}_{k}")) for k, s in enumerate(sentences)]
-        file = path_inside(root, relpath, f"{path}: images[{index}] (image {image_id!r}) file", "the image root")
+        file = user_path(root, relpath, f"{path}: images[{index}] (image {image_id!r}) file", f"the image root {root}")
         images.append(SourceImage(image_id, file, relpath, str(entry.get("split", "train")), captions, ids))
     return images
 
@@ -124,7 +124,7 @@ def _read_coco(data: dict, path: Path, root: Path) -> list[SourceImage]:
             image_id, filename = str(entry["id"]), str(entry["file_name"])
         except (KeyError, TypeError) as error:
             raise InputError(f"{path}: images[{index}] lacks {error}") from None
-        file = path_inside(root, filename, f"{path}: images[{index}] (image {image_id!r}) file_name", "the image root")
+        file = user_path(root, filename, f"{path}: images[{index}] (image {image_id!r}) file_name", f"the image root {root}")
         by_id[image_id] = SourceImage(image_id, file, filename, str(entry.get("split", "train")), [], [])
     for index, annotation in enumerate(data["annotations"]):
         try:

@@ -1,9 +1,10 @@
-"""Paths taken from data files stay inside their folder (issue 21: nothing leaked).
+"""Paths taken from data files stay inside their folder (issue 21: nothing leaked; issue 33: one image lookup).
 
-An image id (`pacs score`, `correlate`/`evaluate`), an image-map entry, a data-set file name, a gallery image
-and a video id are joined with a folder; `../x`, an absolute path elsewhere or a symlink pointing outside is one
-InputError naming the item and the folder, identical whether or not the outside file exists, and nothing
-outside is read.
+An image id (`pacs score`, `correlate`/`evaluate`), an image-map entry and a data-set file name are joined with
+a folder the user names (`--images`, `image_root`): `../x` or an absolute path is one InputError naming the
+item, the folder and the rule, identical whether or not the outside file exists; a symlink inside that folder
+is followed (the folder is the user's own). A gallery image and a video id stay strict: a symlink pointing
+outside the run directory (the video folder) is refused too, and nothing outside is read.
 """
 from __future__ import annotations
 
@@ -96,20 +97,34 @@ def _one_error_line(capsys, command: str = "score") -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink", "symlink-by-stem", "dangling-symlink"])
-def test_score_refuses_an_image_id_that_leaves_images(world, capsys, kind):
-    image_id = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]), "symlink": "link.png",
-                "symlink-by-stem": "stem", "dangling-symlink": "dangling.png"}[kind]
+RULE = "a relative path without '..' (symlinks inside the folder are followed: the folder is yours)"
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "absolute-inside", "dotdot-inside"])
+def test_score_refuses_an_image_id_that_leaves_images_lexically(world, capsys, kind):
+    image_id = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]),
+                "absolute-inside": str(world["images"] / "inside.png"), "dotdot-inside": "sub/../inside.png"}[kind]
     code, out = _score(world, {"inside": "a red square", image_id: "a caption"})
     line = _one_error_line(capsys)
     assert code == 2 and not out.exists()
     assert f"image id {image_id!r}" in line and f"must be a path inside the image folder --images {world['images']}" \
-        in line, line
+        in line and RULE in line, line
+
+
+def test_score_follows_symlinks_inside_images(world, capsys):
+    """The folder is the user's: `link.png` and `stem` (a symlink found by its stem) read the outside image; a
+    dangling symlink is a missing image, named as such."""
+    code, out = _score(world, {"inside": "a red square", "link.png": "a dark square", "stem": "a dark square"})
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["n"] == 3
+    code, out = _score(world, {"inside": "a red square", "dangling.png": "a caption"})
+    line = _one_error_line(capsys)
+    assert code == 2 and "no image file for image id 'dangling.png'" in line, line
 
 
 def test_score_message_is_the_same_whether_the_outside_file_exists(world, capsys):
     lines = []
-    for image_id in ("../outside/secret.png", "link.png"):
+    for image_id in ("../outside/secret.png", str(world["secret"])):
         for exists in (True, False):
             if exists:
                 _png(world["secret"], (1, 2, 3))
@@ -133,13 +148,19 @@ def test_score_inside_ids_and_image_map(world, capsys, tmp_path):
     code, _ = _score(world, {"a": "x", "b": "y"}, "--image-map", str(good))
     assert code == 0, capsys.readouterr().err
     capsys.readouterr()
-    (maps / "escape.png").symlink_to(world["secret"])
-    for value in ("../outside/secret.png", "escape.png"):
+    (maps / "escape.png").symlink_to(world["secret"])  # the map's folder is the user's: its symlinks are followed
+    linked = maps / "linked.json"
+    linked.write_text(json.dumps({"a": "escape.png"}))
+    code, _ = _score(world, {"a": "x"}, "--image-map", str(linked))
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    for value in ("../outside/secret.png", "sub/../near.png"):
         bad = maps / "bad.json"
         bad.write_text(json.dumps({"a": value}))
         code, out = _score(world, {"a": "x"}, "--image-map", str(bad))
         line = _one_error_line(capsys)
         assert code == 2 and f"image id 'a' ({value!r}) must be a path inside the image map's folder" in line, line
+        assert RULE in line, line
 
 
 def test_correlate_resolve_images_refuses_even_when_skipping_missing_images(world):
@@ -150,10 +171,10 @@ def test_correlate_resolve_images_refuses_even_when_skipping_missing_images(worl
         context = RunContext(Path("."), MetricSuite(["clip-s"]), images=world["images"], skip_missing_images=skip)
         with pytest.raises(InputError, match=r"image id '\.\./outside/secret\.png' must be a path inside"):
             resolve_images(context, ["inside", "../outside/secret.png"])
-        with pytest.raises(InputError, match=r"image id 'x' \(path 'link\.png'\) must be a path inside"):
-            resolve_images(context, ["x"], ["link.png"])
-        keep, paths = resolve_images(context, ["inside"])
-        assert keep.all() and paths == [world["images"] / "inside.png"]
+        with pytest.raises(InputError, match=r"image id 'x' \(path '\.\./outside/secret\.png'\) must be a path inside"):
+            resolve_images(context, ["x"], ["../outside/secret.png"])
+        keep, paths = resolve_images(context, ["inside", "y"], [None, "link.png"])  # a symlink inside: followed
+        assert keep.all() and paths == [world["images"] / "inside.png", world["images"] / "link.png"]
 
 
 def test_find_video_refuses_a_video_id_that_leaves_the_folder(world):
@@ -177,13 +198,13 @@ def _karpathy(folder: Path, filename: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink"])
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "dotdot-inside"])
 def test_dataset_loaders_refuse_image_files_outside_the_image_root(world, kind):
     from captioner.data.datasets import load_dataset
 
     images, root = world["images"], world["root"]
-    name = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]), "symlink": "link.png"}[kind]
-    expected = f"image file {name!r} must be a path inside the image root {images}"
+    name = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]), "dotdot-inside": "sub/../inside.png"}[kind]
+    expected = f"image file {name!r} must be a path inside the image root {images}: {RULE}"
     with pytest.raises(InputError, match=r"images\[1\]: " + _escaped(expected)):
         load_dataset("flickr8k-karpathy", _karpathy(root, name), image_root=images)
     coco = {"images": [{"id": 1, "file_name": name, "domain": "in-domain"}],
@@ -205,8 +226,10 @@ def test_dataset_loaders_refuse_image_files_outside_the_image_root(world, kind):
     with pytest.raises(InputError, match=r"Flickr_8k\.testImages\.txt: line 1: " + _escaped(expected)):
         load_dataset("flickr8k", flickr, image_root=images)
     _png(images / "sub" / "other.png")
-    dataset = load_dataset("flickr8k-karpathy", _karpathy(root, "sub/../sub/other.png"), image_root=images)
-    assert [item.image_path for item in dataset] == [images / "inside.png", images / "sub/../sub/other.png"]
+    dataset = load_dataset("flickr8k-karpathy", _karpathy(root, "sub/./other.png"), image_root=images)
+    assert [item.image_path for item in dataset] == [images / "inside.png", images / "sub" / "other.png"]
+    dataset = load_dataset("flickr8k-karpathy", _karpathy(root, "link.png"), image_root=images)  # followed
+    assert [item.image_path for item in dataset] == [images / "inside.png", images / "link.png"]
 
 
 def _escaped(text: str) -> str:
