@@ -60,9 +60,15 @@ def test_long_captions_are_marked_and_chunked_on_every_family(family):
     plain = Scorer(family, prompt="", progress=False).embed_texts_detailed([SHORT, LONG])
     assert plain.truncated == [False, True]
     chunked = Scorer(family, prompt="", progress=False, long_captions="chunk").embed_texts_detailed([SHORT, LONG])
-    assert torch.equal(chunked.embeddings[0], plain.embeddings[0])
     pieces = pack_pieces(LONG, lambda text: not family.tokenize_batch([text]).truncated[0])
     assert len(pieces) > 1 and chunked.pieces == [1, len(pieces)] and chunked.truncated == [False, False]
+    # A caption that fits is embedded as it is. Chunking embeds [SHORT, *pieces] in one call, plain [SHORT, LONG]:
+    # batches of other sizes and lengths, which a CPU's fp32 GEMM may block differently (a few ulp). Bit-equal only
+    # against a plain embedding of the same texts in the same batch (same computation, same shapes, any machine)...
+    same_batch = Scorer(family, prompt="", progress=False).embed_texts_detailed([SHORT, *pieces])
+    assert torch.equal(chunked.embeddings[0], same_batch.embeddings[0])
+    # ...and within float rounding of the plain [SHORT, LONG] batch: unit vectors, a few ulp (1.2e-7) per layer
+    assert torch.allclose(chunked.embeddings[0], plain.embeddings[0], rtol=1e-5, atol=1e-6)
     mean = own_text(family, pieces).mean(0)
     assert torch.allclose(chunked.embeddings[1], mean / mean.norm(), atol=1e-5)
 

@@ -95,6 +95,7 @@ def test_chunk_equals_plain_when_one_piece_suffices(short_context):
     captions = [SHORT, S1, f"{S1} {S2}", "", "two cats. one dog."]
     plain = Scorer(short_context, progress=False).embed_texts_detailed(captions)
     chunked = Scorer(short_context, progress=False, long_captions="chunk").embed_texts_detailed(captions)
+    # bit-equal: every caption fits, so chunking embeds exactly the plain batch (same texts, order and shapes)
     assert torch.equal(plain.embeddings, chunked.embeddings)
     assert chunked.truncated == [False] * 5 and chunked.pieces == [1] * 5
 

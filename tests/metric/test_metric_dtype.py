@@ -62,7 +62,7 @@ def test_fp32_runs_without_autocast_and_is_unchanged(fixture_a, monkeypatch):
     spy = _AutocastSpy(fixture_a["backbone"], monkeypatch)
     fp32 = Scorer(fixture_a["backbone"], w=2.0, dtype="fp32").score(fixture_a["images"], fixture_a["captions"]).scores
     assert spy.seen and not any(enabled for enabled, _ in spy.seen)
-    assert np.array_equal(fp32, default)
+    assert np.array_equal(fp32, default)  # the same fp32 computation on the same batches: bit-equal on any CPU
     assert np.abs(fp32 - fixture_a["official"]).max() <= 1e-4
 
 
@@ -127,7 +127,7 @@ def test_rewards_and_torchmetrics_take_dtype(fixture_a):
     rewards_low = low(images, [[c] for c in captions], [[]] * 4)[:, 0].numpy()
     rewards_full = full(images, [[c] for c in captions], [[]] * 4)[:, 0].numpy()
     expected_low = Scorer(backbone, w=2.0, dtype="bf16").score(images, captions).scores
-    assert np.array_equal(rewards_low, expected_low)
+    assert np.array_equal(rewards_low, expected_low)  # the reward is this scorer on the same batches (bf16 alike)
     assert np.abs(rewards_full - fixture_a["official"][:4]).max() <= 1e-4
     assert sorted(key[-1] for key in resources.scorers) == ["bf16", "fp32"]
     tm = pytest.importorskip("metric.scoring.tm_metrics")
