@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from metric.common.device import DEVICE_HELP
 from metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     caption.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                          help="transformers models only: the most tokens generated after the prompt (default 30)")
     caption.add_argument("--batch-size", type=int, default=32)
-    caption.add_argument("--device", default="cpu")
+    caption.add_argument("--device", default="auto", help=DEVICE_HELP)
     caption.set_defaults(func=run_caption)
     train = subparsers.add_parser("train", help="run the XE -> SCST -> evaluation recipe from a YAML config")
     train.add_argument("--config", default=None,
@@ -78,8 +79,10 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
     from captioner.modeling.decoding import beam_search
     from captioner.modeling.features import load_pixels
     from captioner.orchestration.backbone_source import load_source_backbone
+    from metric.common.device import resolve_device
     from metric.models.grid import visual_grid_features
 
+    device = resolve_device(device)  # auto: the process's device
     model, vocab, info = load_captioner(checkpoint, device)
     backbone = load_source_backbone(info.get("features", {}), device)
     fingerprint = info.get("features", {}).get("fingerprint")
@@ -125,9 +128,11 @@ def run_caption(args: argparse.Namespace) -> int:
     """`pacs caption`: write COCO-format results for a folder of images, with the ids `--ids` gives."""
     from captioner.modeling.hf_captioning import TRANSFORMERS, checkpoint_kind
     from captioner.orchestration.evaluation import results_json
+    from metric.common.device import resolve_device
     from metric.common.io import write_json_atomic
 
     images = list_images(args.images, args.ids)  # every id checked before the model is loaded
+    args.device = resolve_device(args.device)  # auto: the process's device; a bad one refused before any model loads
     kind = checkpoint_kind(args.checkpoint)
     if kind != TRANSFORMERS:
         given = [flag for flag, value in (("--prompt", args.prompt), ("--max-new-tokens", args.max_new_tokens))

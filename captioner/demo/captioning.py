@@ -230,7 +230,7 @@ def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache,
     """Beam-search captions of every test image by the captioner in `model_folder`."""
     from captioner.modeling.checkpoints import load_captioner
 
-    model, vocab, _ = load_captioner(model_folder)
+    model, vocab, _ = load_captioner(model_folder, process_state().device)  # the run's device (demo.device)
     ids = [item.image_id for item in data.splits["test"]]
     return generate_captions(model, vocab, features, ids, beam_size=beam_size, batch_size=100, progress=True)
 

@@ -218,6 +218,7 @@ class DemoConfig:
     runs_dir: str = "runs"
     seed: Seed = 0
     threads: Annotated[PositiveInt, Le(MAX_THREADS)] = 1  # torch threads per process
+    device: str = "auto"  # auto: the GPU when there is one (accelerate's process device); cpu forces the CPU
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
     prompt: str = "A photo depicts "
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)

@@ -71,8 +71,8 @@ def _trainer_config(mode: str, folder: Path, seed: int, steps: int, batch_size: 
     return MetricTrainConfig(mode=mode, backbone=None, random_init=True, lora=lora or LoraOptions(), loss=loss,
                              lr=lr, weight_decay=weight_decay, batch_size=batch_size,
                              micro_batch_size=micro_batch_size, max_steps=steps,
-                             max_epochs=10_000, eval_every=eval_every, patience=10**9, log_every=10, cpu=True,
-                             seed=seed, output_dir=str(folder))
+                             max_epochs=10_000, eval_every=eval_every, patience=10**9, log_every=10,
+                             seed=seed, output_dir=str(folder))  # device auto: the process state's, as every stage
 
 
 def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) -> dict:

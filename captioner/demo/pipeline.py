@@ -53,13 +53,12 @@ def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] 
     return run_demo_config(config)
 
 
-def _scorers(run_dir: Path) -> dict[str, Any]:
+def _scorers(run_dir: Path, device: str = "cpu") -> dict[str, Any]:
     from metric.models.factory import load_backbone
     from metric.scoring.scorer import Scorer
 
-    return {"clip": Scorer(load_backbone(checkpoint=str(run_dir / "clip" / "checkpoint.safetensors")), progress=False),
-            "pac-s++": Scorer(load_backbone(checkpoint=str(run_dir / "pacs" / "checkpoint.safetensors")),
-                              progress=False)}
+    return {family: Scorer(load_backbone(checkpoint=str(run_dir / stage / "checkpoint.safetensors"), device=device),
+                           device=device, progress=False) for family, stage in (("clip", "clip"), ("pac-s++", "pacs"))}
 
 
 def stage_names(config: DemoConfig) -> list[str]:
@@ -87,11 +86,12 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     metric training, feature extraction, XE and SCST stages run on every process (each splits its work), the
     others (data, correlation, evaluation, report) on the main process while the rest wait.
     """
-    from captioner.modeling.training import micro_batch_for, process_state
+    from captioner.modeling.training import micro_batch_for
     from captioner.orchestration.stages import check_force
+    from metric.common.device import accelerator_state
     from metric.common.run_lock import hold_run_directory
 
-    state = process_state()
+    state = accelerator_state(config.device)  # set up here (demo.device cpu: on the CPU); every stage runs on it
     world = state.num_processes
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, world, "demo.xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, world, "demo.scst")
@@ -123,7 +123,7 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     def scorers() -> dict[str, Any]:
         """New scorers for one stage: a stage starts from empty embedding caches, whatever ran before it in this
         process, so `--force STAGE` and a run from scratch compute it in the same batches (same floats)."""
-        return _scorers(run_dir)
+        return _scorers(run_dir, str(state.device))
 
     def features():
         if "features" not in lazy:
@@ -147,7 +147,8 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     def extract() -> dict:
         from metric.models.factory import load_backbone
 
-        backbone = load_backbone(checkpoint=str(runner.folder("clip") / "checkpoint.safetensors"))
+        backbone = load_backbone(checkpoint=str(runner.folder("clip") / "checkpoint.safetensors"),
+                                 device=str(state.device))
         return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
 
     runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)

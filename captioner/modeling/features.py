@@ -296,7 +296,7 @@ def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
     path = folder / "meta.json"
     if path.is_file():
         old = _read_meta(path)
-        for key in ("fingerprint", "feature_dim", "tokens", "dtype"):
+        for key in ("fingerprint", "feature_dim", "tokens", "dtype", "mixed_precision"):
             if old.get(key) != meta.get(key):
                 raise InputError(f"{path}: the cache holds features with {key}={old.get(key)!r}, this run asks for "
                                  f"{meta.get(key)!r}; use another cache folder")
@@ -316,13 +316,16 @@ def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
 
 def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cache_dir: str | os.PathLike,
                      batch_size: int = 32, shard_size: int = 512, dtype: str = "float32",
-                     accelerator: Any = None) -> FeatureCache:
+                     accelerator: Any = None, mixed_precision: str = "no") -> FeatureCache:
     """Extract grid features of `images` ({image_id: path}) into `cache_dir`, skipping ids already cached.
 
     `backbone` is a `metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
-    each process handles `ids[rank::world]`; the returned cache is complete on every process.
+    each process handles `ids[rank::world]`; the returned cache is complete on every process. `mixed_precision`
+    bf16 / fp16 runs the tower under `torch.autocast` (fp32 weights; the features are stored in `dtype`).
     """
+    import contextlib
 
+    from metric.common.device import autocast_dtype, check_precision
     from metric.models.grid import grid_feature_dim, visual_grid_features
 
     if dtype not in _DTYPES:
@@ -332,6 +335,12 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     world = accelerator.num_processes if accelerator is not None else 1
     is_main = rank == 0
     device = accelerator.device if accelerator is not None else torch.device("cpu")
+    check_precision(mixed_precision, device, "features.mixed_precision")
+    low = autocast_dtype(mixed_precision)
+
+    def grid_of(pixels: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=low) if low is not None else contextlib.nullcontext():
+            return visual_grid_features(backbone, pixels.to(device)).float()
     missing_files = [f"{i} ({p})" for i, p in images.items() if not Path(p).is_file()]
     if missing_files:
         raise InputError(f"{len(missing_files)} image file(s) not found, e.g. {', '.join(missing_files[:3])}")
@@ -341,9 +350,11 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
         raise InputError("no images to extract features from")
     with Image.open(images[probe_id]) as probe:
         pixels = backbone.preprocess(probe).unsqueeze(0)
-    tokens = visual_grid_features(backbone, pixels.to(device)).shape[1]
+    tokens = grid_of(pixels).shape[1]
     meta = {"backbone": getattr(backbone, "name", "unknown"), "fingerprint": getattr(backbone, "fingerprint", ""),
             "feature_dim": grid_feature_dim(backbone), "tokens": int(tokens), "dtype": dtype}
+    if low is not None:  # recorded only when set: caches of full-precision runs keep their meta
+        meta["mixed_precision"] = mixed_precision
     _check_meta(folder, meta)
     if is_main:
         (folder / "shards").mkdir(parents=True, exist_ok=True)
@@ -360,7 +371,7 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
         pixels = load_pixels(backbone, images, chunk)
-        grid = visual_grid_features(backbone, pixels.to(device)).to(_DTYPES[dtype]).cpu()
+        grid = grid_of(pixels).to(_DTYPES[dtype]).cpu()
         for image_id, tensor in zip(chunk, grid):
             writer.add(image_id, tensor)
         progress.update(len(chunk))

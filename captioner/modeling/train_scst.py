@@ -439,12 +439,14 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
     feats = features.get(image_ids).to(accelerator.device)
     policy = accelerator.unwrap_model(model)
     policy.eval()
-    decoded = _decode(policy, feats, config,
-                      ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
+    with accelerator.autocast():  # mixed_precision bf16/fp16: sampling autocast too (nothing when "no")
+        decoded = _decode(policy, feats, config,
+                          ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
     captions = decode_texts(vocab, decoded.tokens)
     greedy_rewards, greedy_tokens = None, None
     if config.baseline == "greedy":
-        greedy_tokens = greedy(policy, feats, config.max_length).tokens
+        with accelerator.autocast():
+            greedy_tokens = greedy(policy, feats, config.max_length).tokens
         greedy_captions = decode_texts(vocab, greedy_tokens)
         greedy_rewards = torch.as_tensor(reward(image_ids, greedy_captions, references)).float().cpu().view(-1)
     raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()

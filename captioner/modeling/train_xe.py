@@ -145,10 +145,11 @@ def xe_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float 
 
 @torch.no_grad()
 def generate_captions(model: Captioner, vocab: Vocab, features: FeatureCache, image_ids: Sequence[str],
-                      beam_size: int = 5, batch_size: int = 50, device: Any = "cpu",
+                      beam_size: int = 5, batch_size: int = 50, device: Any = None,
                       progress: bool = False) -> dict[str, str]:
-    """Beam-search captions (best beam) for `image_ids`."""
+    """Beam-search captions (best beam) for `image_ids` (on `device`, by default the model's)."""
     model.eval()
+    device = device if device is not None else next(model.parameters()).device
     captions: dict[str, str] = {}
     for start in tqdm(range(0, len(image_ids), batch_size), desc="captioning", disable=not progress):
         chunk = list(image_ids[start:start + batch_size])

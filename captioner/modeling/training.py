@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
-from accelerate.utils import parse_flag_from_env
 from annotated_types import Le
 
 from metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -70,23 +69,29 @@ class CSVTracker(GeneralTracker):
             csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore").writerow(row)
 
 
-def process_state() -> PartialState:
+def process_state(device: str = "auto") -> PartialState:
     """accelerate's process state (rank, world, device), honouring `ACCELERATE_USE_CPU` like `Accelerator` does.
 
-    Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
+    `device` cpu sets a new state up on the CPU (`metric.common.device.process_state`, the one place that creates
+    it). Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
     under torchrun, see `captioner.orchestration.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
     """
-    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    from metric.common.device import process_state as device_process_state
+
+    return device_process_state(device)
 
 
 def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
-                     mixed_precision: str = "no", tensorboard: bool = True) -> Accelerator:
-    """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`)."""
+                     mixed_precision: str = "no", tensorboard: bool = True, device: str = "auto") -> Accelerator:
+    """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`), on the
+    process state's device (`metric.common.device.build_accelerator`: `device` must agree with it)."""
+    from metric.common.device import build_accelerator
+
     trackers: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns)]
     if tensorboard and importlib.util.find_spec("tensorboard") is not None:
         trackers.append("tensorboard")
-    return Accelerator(mixed_precision=mixed_precision, log_with=trackers, project_dir=str(output_dir),
-                       step_scheduler_with_optimizer=False)
+    return build_accelerator(device, mixed_precision, log_with=trackers, project_dir=str(output_dir),
+                             step_scheduler_with_optimizer=False)
 
 
 def start_trackers(accelerator: Accelerator, project: str, config: dict[str, Any], resume_step: int | None) -> None:

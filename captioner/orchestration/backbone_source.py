@@ -36,12 +36,11 @@ class BackboneSource:
 
 
 def resolve_device(device: str | None) -> str:
-    """`auto` (or None) -> this process's accelerate device (cuda:<local rank>, mps or cpu); others unchanged."""
-    if device in (None, "", "auto"):
-        from captioner.modeling.training import process_state
+    """`auto` (or None) -> this process's accelerate device (cuda:<local rank>, mps or cpu); others checked
+    (`metric.common.device.resolve_device`: an unknown device or `cuda` without a GPU is an InputError)."""
+    from metric.common.device import resolve_device as resolve
 
-        return str(process_state().device)
-    return str(device)
+    return resolve(device)
 
 
 def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str | None = None) -> Any:

@@ -89,7 +89,7 @@ class _Run:
                 return cache
         f = self.config.features
         return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
-                                accelerator=process_state())
+                                accelerator=process_state(), mixed_precision=f.mixed_precision)
 
     def feature_stage(self, name: str, image_paths: dict[str, Any], selection: dict[str, Any],
                       inputs: dict[str, Any]) -> Any:
@@ -107,7 +107,8 @@ class _Run:
 
             return precomputed_feature_stage(self.stages, f, self.backbone, name, image_paths, selection, inputs)
         self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
-                        {"source": settings_of(f.source), "dtype": f.dtype, "images": selection},
+                        {"source": settings_of(f.source), "dtype": f.dtype, "images": selection,
+                         **({"mixed_precision": f.mixed_precision} if f.mixed_precision != "no" else {})},
                         {**inputs, **source_inputs(self.stages, f.source)}, resumable=True, distributed=True)
         return FeatureCache(self.dir / stage)
 
@@ -131,10 +132,11 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
-    from captioner.modeling.training import micro_batch_for, process_state
+    from captioner.modeling.training import micro_batch_for
+    from metric.common.device import accelerator_state
     from metric.common.run_lock import hold_run_directory
 
-    state = process_state()
+    state = accelerator_state(config.device)  # set up here (device cpu: on the CPU); every stage runs on it
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
                                    "scst")
@@ -349,7 +351,7 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
                 continue
             if scorers is None:
                 scorers = reward_scorers(config)
-            device = resolve_device("auto")
+            device = resolve_device(config.device)
             model, vocab, _ = load_captioner(folder, device)
             result = caption_and_score(model, vocab, features, list(paths), paths, references, scorers,
                                        config.evaluation.beam_size, config.evaluation.batch_size, device, state)

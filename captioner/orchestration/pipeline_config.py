@@ -66,6 +66,7 @@ class FeaturesConfig:
     batch_size: Annotated[PositiveInt, Le(MAX_MICRO_BATCH)] = 64
     shard_size: Annotated[PositiveInt, Le(65_536)] = 512
     dtype: str = "float16"
+    mixed_precision: str = "no"  # bf16 / fp16: the tower under torch.autocast (fp32 weights) while extracting
     # features extracted elsewhere: CACHE_DIR/<set> (train, and each test set's name) holds a pacs feature cache
     # (meta.json + shards) whose recorded fingerprint must be `source`'s; nothing is extracted then
     cache_dir: str = ""
@@ -197,6 +198,9 @@ class PipelineConfig:
     contrastive_reward: ContrastiveRewardConfig = field(default_factory=ContrastiveRewardConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: Seed = 42
+    # every stage's device: auto (accelerate's process device: cuda:<local rank>, mps or cpu) or cpu / an explicit
+    # device that must be the process's (metric.common.device); features / reward_models `device` default to it
+    device: str = "auto"
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
 
     def validate(self) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from metric.common.device import DEVICE_HELP
+
 FORMATS = ("folder", "official")  # metric.training.export.EXPORT_FORMATS (kept here so `--help` imports nothing heavy)
 DTYPES = ("fp32", "fp16")  # metric.training.export.OFFICIAL_DTYPES
 
@@ -45,5 +47,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="write --format official even when the official code would build another model "
                              "(e.g. heads != width // 64); the export also writes OUT_STEM.arch.json next to it, "
                              "which pacs loads it with (--arch OUT_STEM.arch.json, as the printed hint says)")
-    parser.add_argument("--device", default="cpu", help="torch device used while loading (cpu, cuda, ...)")
+    parser.add_argument("--device", default="auto", help=f"{DEVICE_HELP}; used while loading")
     parser.set_defaults(func=run_export)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metric.common.device import DEVICE_HELP
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
@@ -60,7 +61,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                             "(otherwise exit 2)")
     group.add_argument("--w", type=float, default=None,
                        help="score weight w (default: clip-s 2.5, pac-s 2.0, pac-s++ 2.5 for ViT-B/32, 3.0 for L/14)")
-    group.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    group.add_argument("--device", default="auto", help=DEVICE_HELP)
     group.add_argument("--batch-size", type=int, default=64, help="images / texts per forward pass")
     group.add_argument("--cache-dir", metavar="DIR",
                        help="persistent image-embedding cache (keyed by model fingerprint + image file hash)")
@@ -148,7 +149,7 @@ def run_score(args: argparse.Namespace) -> int:
                         "images": args.images, "image_map": args.image_map, "batch_size": scorer.batch_size,
                         "prompt": scorer.prompt, "lora_mode": args.lora_mode, "arch": args.arch,
                         "family": args.family, "allow_family_mismatch": args.allow_family_mismatch,
-                        "device": args.device, "dtype": scorer.dtype, "score": result.score_kind,
+                        "device": str(scorer.device), "dtype": scorer.dtype, "score": result.score_kind,
                         "long_captions": result.long_captions}),
         }
         write_json_atomic(args.out, output)

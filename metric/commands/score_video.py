@@ -130,7 +130,7 @@ def run_score_video(args: argparse.Namespace) -> int:
                   "prompt": scorer.prompt, "fps": sampling.fps, "num_frames": sampling.num_frames,
                   "max_frames": sampling.max_frames, "idf_corpus": corpus_name,
                   "idf_documents": idf.n_documents, "lora_mode": args.lora_mode, "arch": args.arch,
-                  "device": args.device, "score": result.score_kind, "long_captions": scorer.long_captions}
+                  "device": str(scorer.device), "score": result.score_kind, "long_captions": scorer.long_captions}
         output = {
             "metric": spec.name, "score": result.score_kind, "long_captions": scorer.long_captions,
             "w": result.w, "backbone": scorer.backbone.name, "mean": mean,

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from metric.common.device import DEVICE_HELP
+
 
 def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[str]:
     """Turn set shortcut options into ``key=value`` overrides (they win over the config file)."""
@@ -26,7 +28,7 @@ def run_train_metric(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides) + _shortcuts(args, [
         ("manifest", "data.manifest"), ("image_root", "data.image_root"), ("skip_missing", "data.skip_missing"),
-        ("output_dir", "output_dir"), ("resume", "resume"), ("mode", "mode")])
+        ("output_dir", "output_dir"), ("resume", "resume"), ("mode", "mode"), ("device", "device")])
     config = load_config(MetricTrainConfig, args.config, overrides)
     out = train_metric(config, correlation_hook=correlation_hook_from_config(config.correlation))
     log = json.loads((out / "train_log.json").read_text(encoding="utf-8"))
@@ -43,7 +45,7 @@ def run_generate_positives(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides) + _shortcuts(args, [
         ("dataset", "dataset"), ("image_root", "image_root"), ("output_dir", "output_dir"),
-        ("skip_missing", "skip_missing")])
+        ("skip_missing", "skip_missing"), ("device", "device")])
     config = load_config(PositivesConfig, args.config, overrides)
     manifest = generate_positives(config)
     n_lines = sum(1 for line in Path(manifest).read_text(encoding="utf-8").splitlines() if line.strip())
@@ -68,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--output-dir", help="where checkpoint.safetensors, adapter/ and train_log.json go")
     train.add_argument("--mode", choices=("lora", "projection", "full"), help="what is trained")
     train.add_argument("--resume", help="a saved state folder, or 'latest' (under OUTPUT_DIR/state)")
+    train.add_argument("--device", help=f"{DEVICE_HELP} (sets device; an explicit one must be accelerate's)")
     train.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     train.set_defaults(func=run_train_metric)
 
@@ -82,5 +85,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--image-root", help="folder holding the dataset's images")
     generate.add_argument("--output-dir", help="where gen_images/ and manifest.jsonl go")
     generate.add_argument("--skip-missing", action="store_true", help="skip (and count) images whose files are missing")
+    generate.add_argument("--device", help=f"{DEVICE_HELP} (sets device)")
     generate.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     generate.set_defaults(func=run_generate_positives)

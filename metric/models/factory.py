@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from metric.common.device import resolve_device
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.provenance import sha256_file
 from metric.models.backbones import (
@@ -44,7 +45,7 @@ from metric.models.transformers_backbone import (
 
 def load_backbone(backbone: str | None = None, checkpoint: str | None = None, arch: str | None = None,
                   device: str = "cpu", lora_mode: str = "official", family: str | None = None) -> Backbone:
-    """Load a backbone from any supported source (see the module docstring).
+    """Load a backbone from any supported source (see the module docstring) onto `device` (`auto`: the process's).
 
     `arch` (a FILE or a preset name, `metric.models.families.ARCH_PRESETS`) overrides the architecture, activation and
     normalisation of a state-dict file; `family` (--family) declares the family where nothing else establishes
@@ -68,6 +69,7 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     if checkpoint is None and backbone is None:
         raise InputError("no model given: pass checkpoint= PATH or backbone= NAME[/PRETRAINED]",
                          parameter=("checkpoint", "backbone"))
+    device = resolve_device(device)  # auto: the process's device (metric.common.device); an explicit one checked
     if checkpoint is None:
         if arch is not None:
             raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))

@@ -29,7 +29,8 @@ class ModelOptions:
     allow_family_mismatch: bool = field(default=False, metadata={
         "help": "score even when the metric contradicts the checkpoint's established family"})
     w: float | None = field(default=None, metadata={"help": "score weight w (default: the metric's)"})
-    device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda, cuda:1, ...)"})
+    device: str = field(default="auto", metadata={"help": "torch device: auto (the process's: cuda, mps or cpu), "
+                                                          "cpu, cuda, cuda:1, ..."})
     batch_size: int = field(default=64, metadata={"help": "images / texts per forward pass"})
     cache_dir: str | None = field(default=None, metadata={"help": "persistent image-embedding cache folder"})
     lora_mode: str = field(default="official", metadata={"help": "PAC-S++ LoRA deltas: official, all or none"})
@@ -70,7 +71,7 @@ def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
                 f"pacs checkpoint)", parameter="checkpoint")
         backbone = DEFAULT_CLIP_BACKBONE
     loaded = load_backbone(backbone=backbone, checkpoint=checkpoint, arch=options.arch,
-                           device=options.device or "cpu", lora_mode=options.lora_mode or "official",
+                           device=options.device or "auto", lora_mode=options.lora_mode or "official",
                            family=options.family)
     if metric is not None:
         check_metric_family(metric, loaded, bool(options.allow_family_mismatch))
@@ -88,7 +89,7 @@ def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
     check_long_captions(options.long_captions)
     backbone = load_model(options, metric)
     w = options.w if options.w is not None else (default_w(metric, backbone) if metric else None)
-    return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "cpu",
+    return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "auto",
                   cache_dir=options.cache_dir, dtype=options.dtype or "fp32", score=options.score or "cosine",
                   long_captions=options.long_captions or "truncate")
 

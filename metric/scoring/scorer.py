@@ -34,6 +34,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
+from metric.common.device import check_precision, resolve_device
 from metric.common.errors import InputError
 from metric.models.backbones import Backbone
 from metric.models.pruned_forward import common_prefix_length, prefix_states
@@ -97,7 +98,7 @@ class Scorer:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
-        self.device = torch.device(device)
+        self.device = torch.device(resolve_device(device))  # auto: the process's device (metric.common.device)
         if backbone.device != self.device:
             backbone.model.to(self.device)
         self.w = float(w) if w is not None else default_w(_FAMILY_METRIC.get(backbone.family, "clip-s"), backbone)
@@ -106,6 +107,7 @@ class Scorer:
         self.progress = progress
         self.warn_empty = warn_empty
         self.dtype = check_dtype(dtype)
+        check_precision(self.dtype, self.device, "dtype")  # e.g. bf16 on a GPU without bfloat16: one line
         self.score_kind = check_score_kind(score)
         self.long_captions = check_long_captions(long_captions)
         if self.score_kind == "sigmoid":

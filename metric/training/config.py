@@ -104,7 +104,8 @@ class MetricTrainConfig(TrainerConfig):
     max_epochs: Annotated[PositiveInt, Le(10_000)] = 50
     eval_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 100  # validation loss every N steps (0: only after the last step)
     patience: Annotated[PositiveInt, Le(MAX_STEPS)] = 1500
-    cpu: bool = False
+    device: str = "auto"  # auto (accelerate's process device) or an explicit one that must match it (metric.common.device)
+    cpu: bool = False  # the same as device: cpu
     output_dir: str = "runs/metric"
 
     def validate(self) -> None:

@@ -271,8 +271,6 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
 
     `captioner` / `image_generator` replace the models named in the config (e.g. models built in code).
     """
-    from accelerate import PartialState
-
     if not config.dataset:
         raise InputError("dataset is required (a Karpathy split JSON or COCO captions JSON)")
     splits = list(config.splits) if config.splits else None
@@ -288,10 +286,10 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
         images = [image for image in images if image.path.is_file()]
     if not images:
         raise InputError(f"{config.dataset}: no images to process (splits {splits})")
-    from accelerate.utils import parse_flag_from_env
+    from metric.common.device import process_state, resolve_device
 
-    state = PartialState(cpu=config.device == "cpu" or parse_flag_from_env("ACCELERATE_USE_CPU"))
-    device = config.device or str(state.device)
+    state = process_state(config.device)
+    device = resolve_device(config.device)
     captioner = captioner or BlipCaptioner.load(config.captioner, config.caption_max_length,
                                                 config.caption_num_beams, device, config.dtype)
     image_generator = image_generator or DiffusionImages.load(

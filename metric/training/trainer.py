@@ -125,13 +125,14 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         warnings.warn("train_metric(correlation_fn=) is deprecated: pass correlation_hook=", DeprecationWarning,
                       stacklevel=2)
         correlation_hook = correlation_hook or correlation_fn
-    from accelerate import Accelerator
     from accelerate.utils import set_seed
+
+    from metric.common.device import build_accelerator
 
     config.validate()
     output_dir = Path(config.output_dir)
     _allow_new_precision(config.mixed_precision)
-    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=config.cpu)
+    accelerator = build_accelerator("cpu" if config.cpu else config.device, config.mixed_precision)
     if correlation_hook is None and config.correlation.benchmark and config.correlation.every:
         logger.warning("correlation.benchmark is set but no correlation_hook was passed: no periodic correlation "
                        "(build one with eval.training_hook.correlation_hook_from_config(config.correlation))")

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
+from metric.common.device import resolve_device
 from metric.common.errors import InputError
 from metric.models.backbones import Backbone
 from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
@@ -231,7 +232,7 @@ class VideoScorer:
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise InputError(f"batch size must be >= 1 (got {batch_size})")
-        self.device = torch.device(device) if device else next(self.model.parameters()).device
+        self.device = torch.device(resolve_device(device)) if device else next(self.model.parameters()).device
         if next(self.model.parameters()).device != self.device:
             self.model.to(self.device)
         self.cache_dir = Path(cache_dir) if cache_dir else None
