@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
+from metric.common.provenance import pacs_version
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -29,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every registered sub-command."""
     parser = argparse.ArgumentParser(prog="pacs", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ...)")
+    parser.add_argument("--version", action="version", version=f"pacs-captioning {pacs_version()}",
+                        help="print the installed pacs-captioning version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)

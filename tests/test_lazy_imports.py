@@ -69,7 +69,7 @@ def test_text_only_evaluate_imports_no_model_stack(tmp_path: Path) -> None:
     (tmp_path / "references.json").write_text(json.dumps({"1": ["a dog running on grass", "the dog runs"],
                                                           "2": ["two cats are sleeping", "cats asleep on a bed"]}))
     result = _run(["evaluate", "--candidates", "candidates.json", "--references", "references.json",
-                   "--metrics", "bleu1,cider,rep1,length", "--json", "table.json"], tmp_path)
+                   "--metrics", "bleu1,cider,rep1,length", "--out", "table.json"], tmp_path)
     assert result["status"] == 0
     table = json.loads((tmp_path / "table.json").read_text())["metrics"]
     # the command really ran: length is the mean word count (6 and 3 words)
@@ -80,7 +80,7 @@ def test_text_only_evaluate_imports_no_model_stack(tmp_path: Path) -> None:
 @pytest.mark.skipif(not (SHARED / "data" / "flickr8k").is_dir(), reason="shared Flickr8k data not present")
 def test_text_only_correlate_imports_no_model_stack(tmp_path: Path) -> None:
     result = _run(["correlate", "flickr8k-expert", "--data", str(SHARED / "data" / "flickr8k"),
-                   "--metrics", "bleu1,cider", "--json", "expert.json"], tmp_path)
+                   "--metrics", "bleu1,cider", "--out", "expert.json"], tmp_path)
     assert result["status"] == 0
     table = json.loads((tmp_path / "expert.json").read_text())
     assert {"bleu1", "cider"} <= set(table)

@@ -3,7 +3,7 @@
 - importing the package roots loads no model stack (every root-level name is lazy, PEP 562);
 - every exported name carries a docstring example, and every example passes (run here as a doctest);
 - `metric.score` equals `Scorer.score` built by hand, and the official code's values on fixture A;
-- `eval.correlate` returns exactly the table `pacs correlate --json` writes.
+- `eval.correlate` returns exactly the table `pacs correlate --out` writes.
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_correlate_returns_the_table_pacs_correlate_json_writes(shared_data, tmp
 
     written = tmp_path / "expert.json"
     argv = ["correlate", "flickr8k-expert", "--data", str(shared_data / "flickr8k"), "--metrics", "bleu1,cider",
-            "--json", str(written)]
+            "--out", str(written)]
     assert pacs_cli.main(argv) == 0
     printed = capsys.readouterr().out
     table = correlate("flickr8k-expert", metrics=["bleu1", "cider"])  # data=None: $PACS_SHARED's copy

@@ -10,6 +10,7 @@ from typing import Any
 from eval import benchmarks as bench
 from eval.api import CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation, scorer_factory
 from eval.commands.options import add_dataclass_options, dataclass_from_args
+from metric.commands.output_flag import add_out_option
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.scoring.model_options import ModelOptions
@@ -90,12 +91,13 @@ def run_correlate(args: argparse.Namespace) -> int:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by correlate and evaluate (images, --json, --seed, SPICE, the model options)."""
+    """Options shared by correlate and evaluate (images, --out, --seed, SPICE, the model options)."""
     parser.add_argument("--images", metavar="DIR", help="image folder (DIR/<image_id>[.jpg|.jpeg|.png])")
     parser.add_argument("--image-map", metavar="FILE", help='{"image_id": "path"} (overrides --images)')
     parser.add_argument("--skip-missing-images", action="store_true",
                         help="skip items whose image is missing (for every metric) instead of failing")
-    parser.add_argument("--json", metavar="FILE", help="write the result table as JSON (atomically)")
+    # `--out`, as every command; the parsed name stays `json` (the 0.5 flag, still accepted with a notice)
+    add_out_option(parser, "write the result table as JSON (atomically)", dest="json", deprecated=("--json",))
     parser.add_argument("--seed", type=int, default=0, help="seed for sampling and bootstrap")
     parser.add_argument("--spice-corenlp", metavar="DIR",
                         help="folder with stanford-corenlp-3.6.0.jar and -models.jar for SPICE "

@@ -155,7 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="recompute CIDEr-D (document frequencies included) and METEOR's corpus aggregate on "
                             "every resample (costly: a CIDEr-D run and a METEOR jar aggregation per resample; "
                             "default: their per-caption values are resampled)")
-    table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --json)")
+    table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --out)")
     table.add_argument("--plot", metavar="FILE.png", help="write a heat map (rows x metrics, normalised per metric)")
     table.add_argument("--html", metavar="FILE", help="write an HTML page with the table, intervals and heat map")
     add_common_options(evaluate)

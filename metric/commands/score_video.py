@@ -166,5 +166,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", metavar="FILE", help="output JSON (written atomically)")
     parser.add_argument("--seed", type=int, default=0, help="seed recorded in the provenance (and set globally)")
     add_sampling_options(parser)
-    add_model_options(parser)
+    add_model_options(parser, w_help="score weight w (default 1: PAC-S++ Eqs. 6-14 carry no w; it multiplies the "
+                                     "final score and changes no ranking)")
     parser.set_defaults(func=run_score_video)

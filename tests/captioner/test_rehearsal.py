@@ -173,7 +173,7 @@ def test_every_contrastive_column_equals_pacs_evaluate_on_that_set_alone(rehears
                 out = tmp_path / f"{set_name}-{reward_slug(model)}-{family}.json"
                 code = pacs_cli.main(["evaluate", "--candidates", str(candidates), "--references", str(references),
                                       "--image-map", str(image_map), *options[family],
-                                      "--metrics", ",".join(columns.values()), "--json", str(out)])
+                                      "--metrics", ",".join(columns.values()), "--out", str(out)])
                 assert code == 0
                 alone = json.loads(out.read_text())["metrics"]
                 for column, metric in columns.items():

@@ -151,7 +151,7 @@ def test_references_and_evaluate_refuse_a_lone_surrogate(tmp_path, images, capsy
     cands = _write(tmp_path / "c.json", '{"7": "a caption"}')
     out = tmp_path / "eval.json"
     assert pacs_cli.main(["evaluate", "--candidates", str(cands), "--references", str(coco), "--metrics", "length",
-                          "--json", str(out)]) == 2
+                          "--out", str(out)]) == 2
     assert "annotations[0] (reference for image 7) is not valid Unicode text" in _one_error_line(capsys, "evaluate")
     assert not out.exists()
 

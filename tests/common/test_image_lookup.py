@@ -60,7 +60,7 @@ def _evaluate(links, captions, images):
     out = links["root"] / "evaluate.json"
     code = pacs_cli.main(["evaluate", "--candidates", str(candidates), "--references", str(references),
                           "--metrics", "clip-s", "--backbone", "tiny-random", "--images", str(images),
-                          "--json", str(out)])
+                          "--out", str(out)])
     return code, out, lambda: json.loads(out.read_text())["metrics"]["clip-s"]
 
 
@@ -74,7 +74,7 @@ def _correlate(links, captions, images):
     path.write_text(json.dumps(data))
     out = links["root"] / "correlate.json"
     code = pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(path), "--metrics", "clip-s",
-                          "--backbone", "tiny-random", "--images", str(images), "--json", str(out)])
+                          "--backbone", "tiny-random", "--images", str(images), "--out", str(out)])
     return code, out, lambda: json.loads(out.read_text())["clip-s"]
 
 

@@ -171,7 +171,7 @@ def _check_human_row(tmp_path: Path, run_dir: Path, results: dict, captions: dic
                            ("pacs", "pac-s++,ref-pac-s++")):
         written = tmp_path / f"cli-{stage}.json"
         assert pacs_cli.main([*common, "--checkpoint", str(run_dir / stage / "checkpoint.safetensors"),
-                              "--metrics", metrics, "--json", str(written)]) == 0
+                              "--metrics", metrics, "--out", str(written)]) == 0
         cli = json.loads(written.read_text())
         assert cli["human_baseline"]["held_out"] == human["held_out"]
         assert [row["system"] for row in cli["rows"]] == list(demo_rows)

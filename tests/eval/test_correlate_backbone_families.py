@@ -153,7 +153,7 @@ class Reference:
 def _correlate(subset: dict, benchmark: str, folder: str, score: str, out: Path) -> dict:
     code = pacs_cli.main(["correlate", benchmark, "--data", str(subset["dir"]), "--images", str(subset["images"]),
                           "--checkpoint", folder, "--metrics", "clip-s,ref-clip-s", "--score", score,
-                          "--json", str(out)])
+                          "--out", str(out)])
     assert code == 0
     return json.loads(out.read_text())
 
@@ -198,7 +198,7 @@ def test_sigmoid_on_a_model_without_a_logit_bias_is_one_clear_error(subset, fami
     capsys.readouterr()
     code = pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(subset["dir"]), "--images",
                           str(subset["images"]), "--checkpoint", folder,
-                          "--metrics", "clip-s", "--score", "sigmoid", "--json", str(out)])
+                          "--metrics", "clip-s", "--score", "sigmoid", "--out", str(out)])
     assert code == 2 and not out.exists()
     error = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Loading weights" not in line]
     assert len(error) == 1 and "sigmoid" in error[0] and "logit bias" in error[0], error
@@ -208,6 +208,6 @@ def test_chunk_mode_is_recorded_in_the_provenance(subset, family_folder, tmp_pat
     out = tmp_path / "table.json"
     assert pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(subset["dir"]), "--images",
                           str(subset["images"]), "--checkpoint", family_folder("open_clip-siglip"),
-                          "--metrics", "clip-s,length", "--long-captions", "chunk", "--json", str(out)]) == 0
+                          "--metrics", "clip-s,length", "--long-captions", "chunk", "--out", str(out)]) == 0
     config = json.loads(out.read_text())["provenance"]["config"]
     assert (config["score"], config["long_captions"]) == ("cosine", "chunk")

@@ -38,7 +38,7 @@ def flickr_subset(tmp_path, shared_data):
 def test_correlate_flickr8k_expert_json_keys_and_counts(flickr_subset, tmp_path, capsys):
     out = tmp_path / "expert.json"
     assert run(["correlate", "flickr8k-expert", "--data", str(flickr_subset), "--metrics", "BLEU1,cider,length",
-                "--json", str(out), "--bootstrap", "30"]) == 0
+                "--out", str(out), "--bootstrap", "30"]) == 0
     table = json.loads(out.read_text())
     for name in ("bleu1", "cider", "length"):
         assert {"tau_b", "tau_c", "n", "tau_b_ci", "tau_c_ci", "p_value_vs_best"} <= set(table[name])
@@ -104,7 +104,7 @@ def test_non_numeric_rating_and_no_partial_output(flickr_subset, tmp_path, capsy
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "never.json"
     assert run(["correlate", "flickr8k-expert", "--data", str(flickr_subset), "--metrics", "bleu1",
-                "--json", str(out)]) == 2
+                "--out", str(out)]) == 2
     assert "ExpertAnnotations.txt:1: ratings must be numbers" in capsys.readouterr().err
     assert not out.exists() and not list(tmp_path.glob(".never.json*"))
 
@@ -143,7 +143,7 @@ def test_missing_image_is_an_error_unless_skipped(flickr_subset, shared_data, ti
     err = capsys.readouterr().err
     assert f"image {judged[1]!r} not found" in err and "--skip-missing-images" in err
     out = tmp_path / "skip.json"
-    assert run(argv + ["--skip-missing-images", "--json", str(out)]) == 0
+    assert run(argv + ["--skip-missing-images", "--out", str(out)]) == 0
     table = json.loads(out.read_text())
     # by hand: three expert rows per line whose candidate is not one of its image's own captions
     token_lines = (flickr_subset / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
@@ -402,7 +402,7 @@ def test_robustness_suite(tmp_path, shared_data):
 
     out = tmp_path / "robust.json"
     assert run(["correlate", "robustness", "--data", str(shared_data / "flickr8k"), "--metrics", "cider,length",
-                "--num-images", "40", "--json", str(out)]) == 0
+                "--num-images", "40", "--out", str(out)]) == 0
     table = json.loads(out.read_text())
     assert set(PERTURBATIONS) <= set(table["cider"])
     assert table["cider"]["random"] > 80 and table["cider"]["shuffle"] > 80
@@ -457,7 +457,7 @@ def test_evaluate_table(tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(references))
     out = tmp_path / "eval.json"
     assert run(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references", str(tmp_path / "r.json"),
-                "--metrics", "bleu1,cider,rep1,incorrect,grammar,length", "--json", str(out)]) == 0
+                "--metrics", "bleu1,cider,rep1,incorrect,grammar,length", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["metrics"]["incorrect"] == pytest.approx(100 / 3)
     assert result["metrics"]["grammar"] == pytest.approx(100 / 3)  # "a elephant"
@@ -475,7 +475,7 @@ def test_evaluate_with_contrastive_metrics(tmp_path, shared_data, tiny_checkpoin
     out = tmp_path / "eval.json"
     assert run(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references", str(tmp_path / "r.json"),
                 "--metrics", "clip-s,ref-clip-s,cider", "--images", str(shared_data / "flickr8k" / "images"),
-                "--checkpoint", str(tiny_checkpoint), "--json", str(out)]) == 0
+                "--checkpoint", str(tiny_checkpoint), "--out", str(out)]) == 0
     metrics = json.loads(out.read_text())["metrics"]
     # expected: the same weights through open_clip's plain encode_image / encode_text (no pacs Scorer), CLIP-S =
     # 2.5 max(cos(image, "A photo depicts " + caption), 0) and RefCLIP-S its harmonic mean with max_r cos(caption,

@@ -112,7 +112,7 @@ def test_evaluate_reports_spice_failures(monkeypatch, tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps({"1": ["a dog"], "2": ["a cat"], "3": ["a dog"]}))
     out = tmp_path / "eval.json"
     assert pacs_cli.main(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references",
-                          str(tmp_path / "r.json"), "--metrics", "spice", "--json", str(out)]) == 0
+                          str(tmp_path / "r.json"), "--metrics", "spice", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["metrics"]["spice"] == pytest.approx(0.5)
     assert result["failed"] == {"spice": {"n": 1, "items": ["2"]}}

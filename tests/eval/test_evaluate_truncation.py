@@ -72,7 +72,7 @@ def test_table_counts_truncated_captions_per_system_and_notes_them_in_the_header
     out = folder / "table.json"
     assert _evaluate(systems, "--candidates", f"long={folder / 'long.json'}", f"short={folder / 'short.json'}",
                      "--metrics", "clip-s,ref-clip-s,length", "--checkpoint", clip, "--bootstrap", "0",
-                     "--json", out) == 0
+                     "--out", out) == 0
     printed = capsys.readouterr().out
     table = json.loads(out.read_text())
     expected = {name: _too_long(clip, systems[name]) for name in ("long", "short")}
@@ -89,7 +89,7 @@ def test_table_counts_truncated_captions_per_system_and_notes_them_in_the_header
     for row in table["rows"]:
         single = folder / f"single-{row['system']}.json"
         assert _evaluate(systems, "--candidates", folder / f"{row['system']}.json", "--metrics",
-                         "clip-s,ref-clip-s,length", "--checkpoint", clip, "--json", single) == 0
+                         "clip-s,ref-clip-s,length", "--checkpoint", clip, "--out", single) == 0
         alone = json.loads(single.read_text())
         assert alone["metrics"] == row["values"]
         assert alone["truncated_captions"] == row["truncated_captions"]
@@ -104,14 +104,14 @@ def test_no_note_when_nothing_is_cut_and_sigmoid_chunk_are_recorded(systems, sig
     folder = systems["dir"]
     out = folder / "clip.json"
     assert _evaluate(systems, "--candidates", f"short={folder / 'short.json'}", f"long={folder / 'long.json'}",
-                     "--metrics", "clip-s", "--backbone", "tiny-random", "--bootstrap", "0", "--json", out) == 0
+                     "--metrics", "clip-s", "--backbone", "tiny-random", "--bootstrap", "0", "--out", out) == 0
     table = json.loads(out.read_text())  # a 77-token context: no Flickr8k caption is cut
     assert [row["truncated_captions"] for row in table["rows"]] == [{"clip-s": 0}, {"clip-s": 0}]
     assert "text context" not in table["header"]
     out = folder / "sigmoid.json"
     assert _evaluate(systems, "--candidates", f"long={folder / 'long.json'}", f"short={folder / 'short.json'}",
                      "--metrics", "clip-s", "--checkpoint", siglip, "--score", "sigmoid", "--long-captions", "chunk",
-                     "--bootstrap", "0", "--json", out) == 0
+                     "--bootstrap", "0", "--out", out) == 0
     config = json.loads(out.read_text())["provenance"]["config"]
     assert (config["score"], config["long_captions"]) == ("sigmoid", "chunk")
 
@@ -120,5 +120,5 @@ def test_a_bad_score_is_refused_before_any_work(systems, tmp_path, capsys):
     out = tmp_path / "table.json"
     with pytest.raises(SystemExit) as exit_code:
         _evaluate(systems, "--candidates", f"short={systems['dir'] / 'short.json'}", "--metrics", "length",
-                  "--score", "cos", "--json", out)
+                  "--score", "cos", "--out", out)
     assert exit_code.value.code == 2 and not out.exists()

@@ -46,7 +46,7 @@ def _table(folder, *argv):
     out = folder / "human.json"
     assert pacs_cli.main(["evaluate", "--candidates", f"sys={folder / 'sys.json'}", "--references",
                           str(folder / "refs.json"), "--metrics", "bleu1,bleu4,rouge,cider,length",
-                          "--human-baseline", "--bootstrap", "0", "--json", str(out), *argv]) == 0
+                          "--human-baseline", "--bootstrap", "0", "--out", str(out), *argv]) == 0
     return json.loads(out.read_text())
 
 
@@ -91,7 +91,7 @@ def test_images_with_a_single_reference(tmp_path, capsys):
     (tmp_path / "sys.json").write_text(json.dumps({"1": "a dog", "2": "a cat", "3": "a red car"}))
     out = tmp_path / "t.json"
     argv = ["evaluate", "--candidates", f"sys={tmp_path / 'sys.json'}", "--references", str(tmp_path / "refs.json"),
-            "--metrics", "length", "--human-baseline", "--bootstrap", "0", "--json", str(out)]
+            "--metrics", "length", "--human-baseline", "--bootstrap", "0", "--out", str(out)]
     assert pacs_cli.main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "'2'" in error[0] and "--skip-single-reference-images" in error[0]

@@ -48,7 +48,7 @@ def _evaluate(folder, *argv):
 
 def _single(folder, file, metrics, *extra):
     out = folder / f"single-{file.stem}-{len(extra)}.json"
-    assert _evaluate(folder, "--candidates", file, "--metrics", metrics, "--json", out, *extra) == 0
+    assert _evaluate(folder, "--candidates", file, "--metrics", metrics, "--out", out, *extra) == 0
     return json.loads(out.read_text())["metrics"]
 
 
@@ -59,7 +59,7 @@ def test_rows_equal_single_system_runs_exactly(flickr, capsys):
     folder = flickr["dir"]
     out = folder / "table.json"
     assert _evaluate(folder, "--candidates", f"A={folder / 'a.json'}", f"B={folder / 'b.json'}",
-                     "--metrics", TEXT + ",meteor", "--bootstrap", "20", "--json", out) == 0
+                     "--metrics", TEXT + ",meteor", "--bootstrap", "20", "--out", out) == 0
     table = json.loads(out.read_text())
     assert table["systems"] == ["A", "B"] and table["images"]["n"] == N_IMAGES
     assert table["images"]["ids"] == flickr["images"]  # the references file's order
@@ -84,7 +84,7 @@ def test_contrastive_rows_equal_single_runs_and_each_image_is_encoded_once(flick
     monkeypatch.setattr(Scorer, "_load_pixels", lambda self, image: loaded.append(str(image)) or original(self, image))
     out = folder / "contrastive.json"
     assert _evaluate(folder, "--candidates", f"a={folder / 'a.json'}", f"b={folder / 'b.json'}",
-                     "--metrics", "clip-s,cider", *model, "--bootstrap", "0", "--json", out) == 0
+                     "--metrics", "clip-s,cider", *model, "--bootstrap", "0", "--out", out) == 0
     assert len(loaded) == N_IMAGES and len(set(loaded)) == N_IMAGES  # once for both systems
     table = json.loads(out.read_text())
     for row in table["rows"]:
@@ -97,7 +97,7 @@ def test_missing_images_error_names_system_and_ids_then_skip_scores_the_common_i
     folder = flickr["dir"]
     out = folder / "missing.json"
     argv = ["--candidates", f"A={folder / 'a.json'}", f"C={folder / 'c.json'}", "--metrics", "bleu1,cider,length",
-            "--bootstrap", "0", "--json", out]
+            "--bootstrap", "0", "--out", out]
     assert _evaluate(folder, *argv) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "'C'" in error[0]
@@ -122,7 +122,7 @@ def test_colliding_ids(tmp_path, capsys):
     out = tmp_path / "t.json"
     # integer ids of one file and string ids of another are the same images
     assert _evaluate(tmp_path, "--candidates", f"a={tmp_path / 'a.json'}", f"b={tmp_path / 'b.json'}",
-                     "--metrics", "length", "--bootstrap", "0", "--json", out) == 0
+                     "--metrics", "length", "--bootstrap", "0", "--out", out) == 0
     table = json.loads(out.read_text())
     assert table["images"]["ids"] == ["1", "2"]
     assert [r["values"]["length"] for r in table["rows"]] == [2.0, 3.0]
@@ -131,7 +131,7 @@ def test_colliding_ids(tmp_path, capsys):
                                                    {"image_id": 2, "caption": "a cat"}]))
     capsys.readouterr()
     assert _evaluate(tmp_path, "--candidates", f"a={tmp_path / 'a.json'}", f"dup={tmp_path / 'dup.json'}",
-                     "--metrics", "length", "--json", tmp_path / "dup-table.json") == 2
+                     "--metrics", "length", "--out", tmp_path / "dup-table.json") == 2
     error = capsys.readouterr().err
     assert "'dup'" in error and "'1'" in error and "more than once" in error
     assert not (tmp_path / "dup-table.json").exists()
@@ -147,7 +147,7 @@ def test_bad_candidate_pairs_are_one_error(tmp_path, capsys, spec, message):
     first = f"A={tmp_path / 'a.json'}"
     second = {"twice": first, "=FILE": f"={tmp_path / 'a.json'}", "empty": f"E={tmp_path / 'empty.json'}"}.get(spec, spec)
     out = tmp_path / "t.json"
-    assert _evaluate(tmp_path, "--candidates", first, second, "--metrics", "length", "--json", out) == 2
+    assert _evaluate(tmp_path, "--candidates", first, second, "--metrics", "length", "--out", out) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and message in error[0] and not out.exists()
     assert not (tmp_path / "t.csv").exists()
@@ -163,7 +163,7 @@ def test_bootstrap_intervals_equal_a_direct_numpy_computation(flickr):
     folder, images, seed, n = flickr["dir"], flickr["images"], 7, 40
     out = folder / "boot.json"
     assert _evaluate(folder, "--candidates", f"A={folder / 'a.json'}", f"B={folder / 'b.json'}", "--baseline", "B",
-                     "--metrics", "bleu4,length", "--bootstrap", n, "--seed", seed, "--json", out) == 0
+                     "--metrics", "bleu4,length", "--bootstrap", n, "--seed", seed, "--out", out) == 0
     table = json.loads(out.read_text())
     a_len = np.array([len(flickr["a"][i].split()) for i in images], dtype=float)
     b_len = np.array([len(flickr["b"][i].split()) for i in images], dtype=float)
@@ -189,7 +189,7 @@ def test_bootstrap_intervals_equal_a_direct_numpy_computation(flickr):
     assert table["bootstrap"]["methods"]["length"].startswith("mean of per-caption")
     # CIDEr-D recomputed on each resample (document frequencies of the resampled references): pycocoevalcap's Cider
     assert _evaluate(folder, "--candidates", f"A={folder / 'a.json'}", "--metrics", "cider", "--bootstrap", n,
-                     "--seed", seed, "--bootstrap-recompute-corpus", "--json", out) == 0
+                     "--seed", seed, "--bootstrap-recompute-corpus", "--out", out) == 0
     table = json.loads(out.read_text())
     cider = [Cider().compute_score({p: refs[i] for p, i in enumerate(d)}, {p: [captions[i]] for p, i in enumerate(d)})[0]
              for d in draws]
@@ -227,7 +227,7 @@ def test_csv_plot_and_html(flickr):
     folder = flickr["dir"]
     out, csv_path, png, page = (folder / n for n in ("o.json", "o-table.csv", "o.png", "o.html"))
     assert _evaluate(folder, "--candidates", f"A={folder / 'a.json'}", f"B={folder / 'b.json'}",
-                     "--metrics", "cider,length", "--bootstrap", "10", "--json", out, "--csv", csv_path,
+                     "--metrics", "cider,length", "--bootstrap", "10", "--out", out, "--csv", csv_path,
                      "--plot", png, "--html", page) == 0
     table = json.loads(out.read_text())
     rows = list(csv.DictReader(csv_path.open()))

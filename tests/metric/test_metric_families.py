@@ -172,7 +172,7 @@ def test_evaluate_provenance_names_how_the_family_was_established(tiny_backbone,
     out = tmp_path / "eval.json"
     assert main(["evaluate", "--candidates", str(tmp_path / "c.json"), "--references", str(tmp_path / "r.json"),
                  "--metrics", "clip-s", "--images", str(image_dir), "--checkpoint", str(checkpoint),
-                 "--json", str(out)]) == 0
+                 "--out", str(out)]) == 0
     models = json.loads(out.read_text())["provenance"]["models"]
     assert models["clip-s"]["family"] == "clip" and models["clip-s"]["family_source"] == "pacs-metadata"
 

@@ -26,7 +26,7 @@ def test_correlate_vatex_eval(checkpoint, tmp_path, capsys):
     out = tmp_path / "vatex.json"
     code = main(["--log-level", "WARNING", "correlate", "vatex-eval", "--data", str(data), "--videos",
                  str(tmp_path / "v"), "--metrics", "pac-s++,ref-pac-s++,bleu1", "--checkpoint", str(checkpoint),
-                 "--num-frames", "4", "--bootstrap", "20", "--json", str(out)])
+                 "--num-frames", "4", "--bootstrap", "20", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "ref-pac-s++@9" in printed
@@ -66,7 +66,7 @@ def test_correlate_activitynet_foil(checkpoint, tmp_path, capsys):
     out = tmp_path / "anet.json"
     args = ["--log-level", "WARNING", "correlate", "activitynet-foil", "--data", str(data), "--videos",
             str(tmp_path / "v"), "--metrics", "pac-s++,ref-pac-s++,length", "--checkpoint", str(checkpoint),
-            "--fps", "2", "--json", str(out)]
+            "--fps", "2", "--out", str(out)]
     assert main(args) == 0
     result = json.loads(out.read_text())
     assert {"pac-s++", "ref-pac-s++", "length"} <= set(result)
