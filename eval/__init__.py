@@ -5,7 +5,7 @@ cheap). Write `from eval import cider_d`: `import eval` would shadow Python's bu
 
 - `cider_d`, `cider_df`, `CiderD`, `DocumentFrequency`: fast CIDEr-D (= pycocoevalcap's `Cider`);
 - `compute_text_metrics`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE through pycocoevalcap, corpus + per caption;
-- `correlate`: a human-judgment benchmark, the table `pacs correlate --json` writes.
+- `correlate`: a human-judgment benchmark, the table `pacs correlate --out` writes.
 """
 from __future__ import annotations
 

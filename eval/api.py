@@ -1,9 +1,9 @@
-"""`correlate(benchmark, data, metrics, **options)`: the table `pacs correlate BENCHMARK --json` writes.
+"""`correlate(benchmark, data, metrics, **options)`: the table `pacs correlate BENCHMARK --out` writes.
 
 One implementation for the CLI and the library: `run_correlation(request)` runs a benchmark from a typed
 `CorrelationRequest` (common options, `ModelOptions`, the benchmark's own options dataclass) and builds the
 JSON table; `pacs correlate` builds the request from its flags (`eval.commands.correlate`), prints the table
-and writes it with `--json`; `correlate` builds it from keyword arguments and returns the table.
+and writes it with `--out`; `correlate` builds it from keyword arguments and returns the table.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def scoring_conventions(model: ModelOptions) -> dict[str, str]:
 
 
 def run_correlation(request: CorrelationRequest) -> CorrelationRun:
-    """Run the benchmark of `request`; the table is what `pacs correlate --json` writes."""
+    """Run the benchmark of `request`; the table is what `pacs correlate --out` writes."""
     from eval import benchmarks as bench
     from eval.registry import parse_metric_list
     from eval.scoring import MetricSuite
@@ -192,7 +192,7 @@ def correlation_options(benchmark: str, data: str | os.PathLike, metrics: str | 
 
 def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: str | Sequence[str] | None = None,
               **options: Any) -> dict[str, Any]:
-    """Correlate metrics with human judgments: the table `pacs correlate BENCHMARK --json FILE` writes.
+    """Correlate metrics with human judgments: the table `pacs correlate BENCHMARK --out FILE` writes.
 
     `benchmark` is a `pacs correlate` benchmark (flickr8k-expert, flickr8k-cf, composite, pascal50s, foil,
     nocaps-foil, hat, robustness, vatex-eval, activitynet-foil); `data` its data folder or file (None: the
@@ -223,7 +223,7 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
 
 def evaluate_systems(candidates: Sequence[str], references: str | os.PathLike, metrics: str | Sequence[str],
                      **options: Any) -> dict[str, Any]:
-    """A system-level table: the JSON `pacs evaluate --candidates NAME=FILE ... --json` writes.
+    """A system-level table: the JSON `pacs evaluate --candidates NAME=FILE ... --out` writes.
 
     `candidates` are `NAME=FILE` strings (or plain files, named after their stems); `options` are the command's
     other options with Python names: `human_baseline`, `equal_refs`, `skip_single_reference_images`,

@@ -292,7 +292,7 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 class SystemEvaluation:
     """The evaluate stage's scoring of every model and the human row, through `eval.system_table`."""
 
-    table: dict[str, Any]  # the JSON `pacs evaluate --candidates ... --human-baseline --json` writes
+    table: dict[str, Any]  # the JSON `pacs evaluate --candidates ... --human-baseline --out` writes
     scores: dict[str, RowScores]  # per row: eval metrics' per-caption values, plus the judge columns
     captions: dict[str, dict[str, str]]  # per row: {image_id: caption} (the human row: its held-out references)
     judgements: dict[str, dict[str, Judgement]]
