@@ -199,7 +199,7 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
                      f'<table id="delta-table"><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>')
     found = extra.get("findings")
     if isinstance(found, list) and found:
-        items = "".join(f"<li>{html.escape(str(line))}</li>" for line in found)
+        items = "".join(f"<li>{html.escape(_finding_line(line))}</li>" for line in found)
         parts.append(f'<h3>What the run found</h3><ul class="findings" id="findings">{items}</ul>')
     return "".join(parts)
 
@@ -222,6 +222,10 @@ def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]]
         parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')
     return "".join(parts)
 
+    seeds_plot = plot_seed_deltas(rows, extra.get("seeds") or [])
+    if seeds_plot is not None:
+        parts.append("<h3>Every seed's change against the baseline (dots: one per seed; bar: the 95% interval over "
+                     f'seeds and images)</h3><img id="seed-deltas" src="{seeds_plot}" alt="per-seed changes">')
 
 def highlight_caption(caption: str, spans: Any) -> str:
     """The caption as HTML with each `(start, end, kind)` character span wrapped in `<mark class="hl-KIND">`."""
@@ -229,6 +233,44 @@ def highlight_caption(caption: str, spans: Any) -> str:
     valid = sorted((int(a), int(b), str(k)) for a, b, k in (spans or []) if 0 <= int(a) < int(b) <= len(caption))
     for start, end, kind in valid:
         if start < position:  # overlapping spans: keep the first
+def _finding_line(finding: Any) -> str:
+    """A finding as printed: a record's `text` (results.json `findings: [{subject, claim, holds, interval, text}]`)
+    or the sentence itself."""
+    return str(finding.get("text", finding)) if isinstance(finding, dict) else str(finding)
+
+
+SEED_PLOT_COLUMNS = ("Judge-acc", "C", "PAC-S++", "Rep-2", "Length")
+"""The columns whose per-seed changes the report draws (those a row has)."""
+
+
+def plot_seed_deltas(rows: list[dict[str, Any]], seeds: list[Any]) -> str | None:
+    """One panel per column of `SEED_PLOT_COLUMNS`: every row's change against the baseline in each seed (dots,
+    `delta_per_seed`) and its 95% interval over seeds and images (bar, `ci`); None with fewer than 2 seeds."""
+    drawn = [r for r in rows if isinstance(r.get("delta_per_seed"), dict) and isinstance(r.get("ci"), dict)]
+    columns = [c for c in SEED_PLOT_COLUMNS if any(c in r["delta_per_seed"] and c in r["ci"] for r in drawn)]
+    if len(seeds) < 2 or not drawn or not columns:
+        return None
+    figure, axes = plt.subplots(1, len(columns), figsize=(3.2 * len(columns), 0.35 * len(drawn) + 1.4),
+                                squeeze=False, sharey=True)
+    names = [str(r["model"]) for r in drawn]
+    for axis, column in zip(axes.flat, columns):
+        for y, row in enumerate(drawn):
+            if column not in row["ci"] or column not in row["delta_per_seed"]:
+                continue
+            low, high = row["ci"][column]
+            axis.plot([low, high], [y, y], color="0.6", linewidth=3, solid_capstyle="butt")
+            for index, value in enumerate(row["delta_per_seed"][column]):
+                axis.plot([value], [y], "o", markersize=4, color=f"C{index % 10}",
+                          label=f"seed {seeds[index]}" if y == 0 else None)
+        axis.axvline(0.0, color="black", linewidth=0.8)
+        axis.set_title(f"Δ {column}")
+    axes[0][0].set_yticks(range(len(names)), names, fontsize=7)
+    axes[0][0].invert_yaxis()
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    return _png_data_uri(figure)
+
+
             continue
         out.append(html.escape(caption[position:start]))
         out.append(f'<mark class="hl-{html.escape(kind)}">{html.escape(caption[start:end])}</mark>')

@@ -6,8 +6,10 @@ Runs nothing: it reads RUN_DIR/results.json (the system-level table with the hum
 reward's gain, the changes against XE and against the human row with their intervals and the findings, exactly as
 the run printed them: `captioner.demo.pipeline.results_markdown`; a results.json written before the human row
 existed still renders), RUN_DIR/correlation/correlation.json and
-RUN_DIR/stages/*.json, and replaces the text between `<!-- demo-results:begin -->` and `<!-- demo-results:end -->`
-in both files.
+RUN_DIR/stages/**/*.json (several seeds: `stages/seed-<s>/`), and replaces the text between
+`<!-- demo-results:begin -->` and `<!-- demo-results:end -->` in both files. It also writes docs/demo_findings.json:
+the run's findings as records (`{subject, claim, holds, interval, seeds, text}`), its seeds and its bootstrap, so
+two runs' findings can be compared as sets of (subject, claim, holds).
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ def block(run_dir: Path) -> str:
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     parts = [results_markdown(results)]
     seconds = {}
-    for record in sorted((run_dir / "stages").glob("*.json"), key=lambda path: path.stat().st_mtime):
+    for record in sorted((run_dir / "stages").rglob("*.json"), key=lambda path: path.stat().st_mtime):
         data = json.loads(record.read_text(encoding="utf-8"))
-        if isinstance(data.get("seconds"), (int, float)):
+        if isinstance(data, dict) and isinstance(data.get("seconds"), (int, float)):
             seconds[data.get("stage", record.stem)] = float(data["seconds"])
     if seconds:  # each stage's record keeps the seconds of the run that computed it (a cached re-run: 0)
         parts.append("Stage wall seconds of the run that computed each stage (`stages/<stage>.json`): "
@@ -56,6 +58,16 @@ def block(run_dir: Path) -> str:
                      "`chunk`: `--long-captions chunk`):\n\n" + "\n".join(lines) + "\n")
         parts += correlation_extras(run_dir)  # the paired comparisons and the long-caption table
     return "\n".join(parts)
+
+
+def findings_json(run_dir: Path) -> dict:
+    """docs/demo_findings.json: the run's findings records with its seeds and bootstrap (results.json's)."""
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    records = [r for r in results.get("findings", []) if isinstance(r, dict)]
+    return {"seeds": results.get("seeds"), "bootstrap": results.get("bootstrap"),
+            "claims": sorted(([r["subject"], r["claim"], r["holds"]] for r in records
+                              if all(k in r for k in ("subject", "claim", "holds"))), key=lambda c: (c[0], c[1])),
+            "findings": records}
 
 
 def replace_block(text: str, content: str, name: str) -> str:
@@ -80,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         for path in (ROOT / "README.md", ROOT / "docs" / "demo.md"):
             write_text_atomic(path, replace_block(path.read_text(encoding="utf-8"), content, str(path)))
             print(f"refreshed {path}")
+        target = ROOT / "docs" / "demo_findings.json"
+        write_text_atomic(target, json.dumps(findings_json(run_dir), indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {target}")
     except InputError as error:
         print(f"refresh_demo_docs: error: {error}", file=sys.stderr)
         return 2

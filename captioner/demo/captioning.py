@@ -54,11 +54,12 @@ def open_features(folder: Path) -> FeatureCache:
 
 
 def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: Path, logs: Path,
-           clip_checkpoint: Path, micro_batch_size: int) -> dict:
+           clip_checkpoint: Path, micro_batch_size: int, seed: int | None = None) -> dict:
     """Stage `xe`: vocabulary and cross-entropy training of the captioner on the reference captions.
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. The checkpoint
-    records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features.
+    records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features. `seed` (default
+    `config.seed`): the training seed.
     """
     stage = config.xe
     train_items, val_items = data.splits["train"], data.splits["val"]
@@ -74,7 +75,8 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
                   schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
                                           decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
                   eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
-                  save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False)
+                  save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
+                  tensorboard=False)
     result = train_xe(xe, model_config, vocab, features,
                       [(item.image_id, caption) for item in train_items for caption in item.references],
                       {item.image_id: item.references for item in val_items},
@@ -141,12 +143,13 @@ def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
              folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None,
-             kl_coef: float | None = None) -> dict:
+             kl_coef: float | None = None, seed: int | None = None) -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
     the model is also scored on held-out validation images every `scst.monitor_every` steps
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
+    `seed` (default `config.seed`): the training seed.
     """
     stage, guarded = config.scst, kl_coef is not None
     guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
@@ -156,7 +159,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
-                      save_every=BIG, log_every=stage.log_every, seed=config.seed, tensorboard=False, **guards)
+                      save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
+                      tensorboard=False, **guards)
     label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
     monitor = None
     if scorers is not None and stage.monitor_every:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from annotated_types import Ge, Le
 
+from captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from captioner.demo.world import WorldConfig
 from metric.common.config import (
     MAX_BEAM,
@@ -217,6 +218,7 @@ class DemoConfig:
     name: str = "demo"  # the run folder, runs_dir/name: one folder name
     runs_dir: str = "runs"
     seed: Seed = 0
+    seeds: list[Seed] = field(default_factory=list)  # XE and every SCST run once per seed (empty: [seed])
     threads: Annotated[PositiveInt, Le(MAX_THREADS)] = 1  # torch threads per process
     device: str = "auto"  # auto: the GPU when there is one (accelerate's process device); cpu forces the CPU
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
@@ -231,10 +233,16 @@ class DemoConfig:
     evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
     captioning: bool = True  # false: only the metric stages (data, clip, pacs, correlation), e.g. demo_siglip.yaml
 
+    def seed_list(self) -> list[int]:
+        """The training seeds of XE and SCST: `seeds`, or `[seed]` when it is empty."""
+        return list(self.seeds) or [self.seed]
+
     def validate(self) -> None:
         """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split, guarded
         runs have the validation signal they are selected by."""
         check_folder_name("demo.name", self.name, "runs_dir")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise InputError(f"seeds={self.seeds}: a seed is listed twice")
         if self.guarded.rewards and not (self.scst.hacking_monitor_every and self.scst.hacking_monitor_images):
             raise InputError("guarded.rewards: the guarded runs are selected by the hacking monitor's validation "
                              "CIDEr-D; set scst.hacking_monitor_every and scst.hacking_monitor_images > 0")

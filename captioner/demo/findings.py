@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from captioner.orchestration.eval_intervals import paired_interval
+from captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from metric.common.errors import InputError
 from rewards.registry import parse_reward_spec
 
@@ -24,7 +24,8 @@ BASELINE = "xe"
 # reward term -> (table column, factor from the column to the reward's own scale)
 REWARD_COLUMNS: dict[str, tuple[str, float]] = {"cider": ("C", 0.01), "clip-s": ("CLIP-S", 1.0),
                                                 "pac-s++": ("PAC-S++", 1.0), "ref-clip-s": ("RefCLIP-S", 1.0),
-                                                "ref-pac-s++": ("RefPAC-S++", 1.0)}
+                                                "ref-pac-s++": ("RefPAC-S++", 1.0),
+                                                "judge": ("Judge", 0.01)}
 # columns where an increase means a worse caption (for the "gamed" rule)
 DEGENERATE_SIGNS: dict[str, tuple[int, str]] = {"Length": (-1, "shorter captions"),
                                                 "Rep-2": (1, "more repeated word pairs"),
@@ -53,101 +54,9 @@ def reward_values(spec: str, values: Mapping[str, np.ndarray]) -> np.ndarray:
     return total
 
 
-def paired_intervals(scores: Mapping[str, Any], names: Sequence[str], baseline: str,
-                     columns: Mapping[str, tuple[str, float]], n_resamples: int, seed: int
-                     ) -> dict[str, dict[str, dict[str, Any]]]:
-    """`{name: {"value_ci": {column: [low, high]}, "delta": {column: row − baseline}, "ci": {column: [low, high]}}}`:
-    every row's own 95% interval and, for every row but the baseline, its difference with the baseline and the
-    paired interval of that difference. The bootstrap is `eval.system_table.add_intervals`'s (the same image
-    resamples for every row; corpus BLEU recomputed on each), on `scores[name]` (`RowScores`); `columns` maps a
-    column to its metric in the scores and the factor to the column's scale."""
-    from eval.system_inputs import HUMAN_ROW
-    from eval.system_table import add_intervals
-
-    rows = [{"system": name, "kind": HUMAN_ROW if name == HUMAN_ROW else "system",
-             "values": dict(scores[name].values)} for name in names]
-    add_intervals(rows, [scores[name] for name in names], [metric for metric, _ in columns.values()], baseline,
-                  n_resamples, seed)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        own = row.get("ci", {})
-        out[row["system"]] = {"value_ci": {c: [factor * float(v) for v in own[m]] for c, (m, factor) in columns.items()
-                                           if m in own}}
-        if row["system"] == baseline:
-            continue
-        delta, ci = row.get("delta", {}), row.get("delta_ci", {})
-        both = [(c, m, factor) for c, (m, factor) in columns.items() if m in delta and m in ci]
-        out[row["system"]]["delta"] = {c: factor * float(delta[m]) for c, m, factor in both}
-        out[row["system"]]["ci"] = {c: [factor * float(v) for v in ci[m]] for c, m, factor in both}
-    return out
-
-
-def add_row_intervals(rows: list[dict[str, Any]], scores: Mapping[str, Any], columns: Mapping[str, tuple[str, float]],
-                      n_resamples: int, seed: int) -> None:
-    """Set `row["delta"]` (row − XE) and `row["ci"]` (its paired bootstrap 95% interval, `paired_intervals`) on
-    every SCST row; the XE and human rows get none (the human row never enters the SCST-vs-XE findings)."""
-    from eval.system_inputs import HUMAN_ROW
-
-    names = [row["model"] for row in rows if row["model"] != HUMAN_ROW]
-    intervals = paired_intervals(scores, names, BASELINE, columns, n_resamples, seed)
-    for row in rows:
-        found = intervals.get(row["model"], {})
-        if "delta" in found:
-            row["delta"], row["ci"] = found["delta"], found["ci"]
-
-
-def reward_gains(specs: Sequence[str], per_image: Mapping[str, Mapping[str, np.ndarray]], n_resamples: int,
-                 seed: int, models: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """For each reward: its own test value under XE and under its SCST model, the difference and its interval.
-
-    `models` maps a reward to the row of its model when that is not `scst_model_name(spec)` (a guarded run)."""
-    gains = []
-    for spec in specs:
-        model = (models or {}).get(spec, scst_model_name(spec))
-        xe = reward_values(spec, per_image[BASELINE])
-        scst = reward_values(spec, per_image[model])
-        interval = paired_interval({"reward": scst}, {"reward": xe}, n_resamples, seed)["reward"]
-        gains.append({"reward": spec, "model": model, "xe": float(xe.mean()), "scst": float(scst.mean()),
-                      "delta": float(scst.mean() - xe.mean()), "ci": [float(v) for v in interval]})
-    return gains
-
-
 def guarded_model_name(reward: str) -> str:
     """The table's row name of the guarded SCST model of `reward` (KL to XE, coefficient chosen on validation)."""
     return f"scst {reward} +KL"
-
-
-def guarded_findings(rows: Sequence[Mapping[str, Any]], gains: Sequence[Mapping[str, Any]],
-                     choices: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One sentence per guarded reward: did its reward still rise, and did the judge's accuracy stay within noise
-    of XE (or rise), next to the unguarded run; with Rep-2 and Length. Generated from the intervals only."""
-    by_model = {row["model"]: row for row in rows}
-    by_reward = {g["reward"]: g for g in gains}
-    out = []
-    for reward, choice in choices.items():
-        guarded, plain = by_model.get(guarded_model_name(reward)), by_model.get(scst_model_name(reward))
-        gain = by_reward.get(reward)
-        if guarded is None or gain is None or "ci" not in guarded:
-            continue
-        tried = ", ".join(choice["val_cider"])
-        rose = direction(gain["ci"]) > 0
-        judge = direction(guarded["ci"]["Judge-acc"])
-        kept = judge >= 0
-        parts = [f"{reward} with the KL guard (β = {choice['chosen_kl_coef']:g}, chosen among {tried} by validation "
-                 f"CIDEr-D): its reward {'rose' if rose else 'did not rise beyond noise'} "
-                 f"({_change(gain['delta'], gain['ci'])}) and judge accuracy "
-                 + ("rose" if judge > 0 else "stayed within noise of XE" if judge == 0 else "fell beyond noise")
-                 + f" ({_change(guarded['delta']['Judge-acc'], guarded['ci']['Judge-acc'], ' pts')})"]
-        if plain is not None and "ci" in plain:
-            parts.append(f"against {_change(plain['delta']['Judge-acc'], plain['ci']['Judge-acc'], ' pts')} without "
-                         "the guard")
-        parts.append(f"Rep-2 {_change(guarded['delta']['Rep-2'], guarded['ci']['Rep-2'])}, Length "
-                     f"{_change(guarded['delta']['Length'], guarded['ci']['Length'])} against XE")
-        verdict = ("the guard worked: the reward was optimised without being gamed" if rose and kept else
-                   "the guard kept the judge but the reward no longer rose beyond noise" if kept else
-                   "the guard did not keep the judge's accuracy")
-        out.append("; ".join(parts) + f": {verdict}.")
-    return out
 
 
 def direction(interval: Sequence[float]) -> int:
@@ -166,84 +75,172 @@ def _change(delta: float, interval: Sequence[float], unit: str = "") -> str:
     return f"{signed(delta)}{unit} [{signed(interval[0])}, {signed(interval[1])}]"
 
 
-def findings(rows: Sequence[Mapping[str, Any]], gains: Sequence[Mapping[str, Any]],
-             versus_human: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
-    """Plain-language findings, one sentence per rule, generated from the intervals (see module doc); with
-    `versus_human` (`paired_intervals` against the human row), the line of `human_finding` last."""
-    from eval.system_inputs import HUMAN_ROW
+SEED_DEPENDENT = "seed-dependent"
+"""`holds` of a claim that holds for some seeds and not for others: never stated as a result."""
+JUDGE = "Judge-acc"
+CLAIM_REWARD_RISES = "its own reward rises beyond noise"
+CLAIM_JUDGE = {1: "judge accuracy rises beyond noise", -1: "judge accuracy falls beyond noise",
+               0: "judge accuracy stays within noise"}
+CLAIM_GUARD = "the KL guard keeps judge accuracy while its reward rises"
+CLAIM_FLAT_REWARD = "its SCST reward had no spread for most steps, so no guard claim is made"
+CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "ranks it level with humans within noise"}
+FLAT_SHARE = 0.5
+"""A run whose reward spread (`reward_std` of the SCST log) was 0 on more than this share of its steps never gets
+a "guard worked" claim: its reward gave SCST nothing to follow."""
 
-    rows = [row for row in rows if row["model"] != HUMAN_ROW]  # SCST-vs-XE rules: captioners only
-    by_model = {row["model"]: row for row in rows}
-    out: list[str] = []
-    learned = [g["reward"] for g in gains if direction(g["ci"]) > 0]
-    flat = [g["reward"] for g in gains if direction(g["ci"]) <= 0]
-    if gains:
-        sentence = (f"SCST raised its own reward on the test split (95% interval above 0) for "
-                    f"{_names(learned)}" if learned else "SCST raised no reward on the test split beyond noise")
-        out.append(sentence + (f"; not for {_names(flat)}." if flat and learned else "."))
-    helped, hurt, same = [], [], []
-    for gain in gains:
-        row = by_model.get(scst_model_name(gain["reward"]), {})
-        if "Judge-acc" not in row.get("ci", {}):
+
+def gamed_claim(column: str) -> str:
+    """The fixed phrase of the "gamed" rule for one degenerate column."""
+    return f"is gamed: its reward rises while judge accuracy does not, with {DEGENERATE_SIGNS[column][1]}"
+
+
+def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[str, Any]],
+                    guarded: Mapping[str, str] | None = None,
+                    flat_steps: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
+    """The findings as records `{subject, claim, holds, interval, seeds, text}`, each from the intervals of the
+    views (`captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed, `per_seed[seed]` each seed's own).
+
+    `holds` is the pooled interval's verdict, or "seed-dependent" when the seeds' own intervals disagree with each
+    other. `guarded` maps each guarded reward to its row; `flat_steps[reward][seed]` is the share of its guarded
+    run's SCST steps whose reward spread was 0 (above `FLAT_SHARE` in a seed: no guard claim, `CLAIM_FLAT_REWARD`).
+    """
+    rules = _rules(pooled, guarded or {}, flat_steps or {})
+    records = []
+    for subject, claim, predicate, interval, emit_if_any in rules:
+        holds = predicate(pooled)
+        seeds = {seed: predicate(view) for seed, view in per_seed.items()}
+        known = [value for value in seeds.values() if value is not None]
+        if holds is None or (emit_if_any and not holds and not any(known)):
             continue
-        text = f"{gain['reward']} ({_change(row['delta']['Judge-acc'], row['ci']['Judge-acc'], ' pts')})"
-        {1: helped, -1: hurt, 0: same}[direction(row["ci"]["Judge-acc"])].append(text)
-    if helped:
-        out.append(f"Judge accuracy rose beyond noise under {_names(helped)}.")
-    if hurt:
-        out.append(f"Judge accuracy fell beyond noise under {_names(hurt)}.")
-    if same:
-        out.append(f"Judge accuracy changed within noise under {_names(same)}.")
-    for gain in gains:
-        row = by_model.get(scst_model_name(gain["reward"]), {})
-        ci = row.get("ci", {})
-        if direction(gain["ci"]) <= 0 or "Judge-acc" not in ci or direction(ci["Judge-acc"]) > 0:
+        column, estimate, unit = interval(pooled)
+        record: dict[str, Any] = {
+            "subject": subject, "claim": claim,
+            "holds": SEED_DEPENDENT if len(set(known)) > 1 else bool(holds),
+            "interval": {"column": column, "point": estimate["point"], "low": estimate["ci"][0],
+                         "high": estimate["ci"][1], "unit": unit, "per_seed": estimate.get("per_seed", [])},
+            "seeds": {str(seed): value for seed, value in seeds.items()}}
+        share = pooled.get("share_of_oracle", {}).get(subject)
+        if claim in CLAIM_JUDGE.values() and share is not None:
+            record["share_of_oracle"] = share
+        record["text"] = render_finding(record)
+        records.append(record)
+    return records
+
+
+def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[str, Mapping[str, float]]
+           ) -> list[tuple[str, str, Any, Any, bool]]:
+    """(subject, claim, predicate(view) -> bool | None, interval(view) -> (column, estimate, unit), emitted only
+    when it holds somewhere) of every rule, the claims fixed from the pooled view."""
+    rows, gains = pooled["rows"], pooled["gains"]
+    rules: list[tuple[str, str, Any, Any, bool]] = []
+
+    def gain_of(view: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
+        return next((g for g in view["gains"] if g["model"] == model), None)
+
+    def row_ci(view: Mapping[str, Any], model: str, column: str, key: str = "ci") -> Sequence[float] | None:
+        entry = view["rows"].get(model, {})
+        return (entry.get(key) or {}).get(column) if key == "ci" else \
+            (entry.get("versus_human", {}).get("ci") or {}).get(column)
+
+    def delta_estimate(model: str, column: str, versus_human: bool = False):
+        def interval(view: Mapping[str, Any]) -> tuple[str, dict[str, Any], str]:
+            entry = view["rows"][model]
+            source = entry["versus_human"] if versus_human else entry
+            return column, {"point": source["delta"][column], "ci": source["ci"][column],
+                            "per_seed": source["delta_per_seed"].get(column, [])}, " pts" if column == JUDGE else ""
+        return interval
+
+    for gain in gains:  # 1. each reward rose on its own scale
+        def rises(view, model=gain["model"]):
+            found = gain_of(view, model)
+            return None if found is None else direction(found["ci"]) > 0
+
+        def gain_interval(view, model=gain["model"]):
+            found = gain_of(view, model)
+            return "reward", {"point": found["delta"], "ci": found["ci"], "per_seed": found["per_seed"]}, ""
+        rules.append((gain["model"], CLAIM_REWARD_RISES, rises, gain_interval, False))
+    for model, entry in rows.items():  # 2. judge accuracy against XE, every SCST row (the oracle's included)
+        if JUDGE not in (entry.get("ci") or {}):
             continue
-        signs = [f"{label} ({_change(row['delta'][column], ci[column])} {column})"
-                 for column, (sign, label) in DEGENERATE_SIGNS.items()
-                 if column in ci and direction(ci[column]) == sign]
-        if signs:
-            out.append(f"{gain['reward']} was gamed: its reward rose ({_change(gain['delta'], gain['ci'])}) while "
-                       f"judge accuracy did not, with {_names(signs)}.")
-    for row in rows:
-        ci = row.get("ci")
-        if ci:
-            noise = [c for c, interval in ci.items() if direction(interval) == 0]
-            if noise:
-                out.append(f"{row['model']}: within noise against XE: {', '.join(noise)}".rstrip(".") + ".")
-    line = human_finding(rows, versus_human or {})
-    if line:
-        out.append(line)
-    return out
+        way = direction(entry["ci"][JUDGE])
+
+        def judge_way(view, model=model, way=way):
+            ci = row_ci(view, model, JUDGE)
+            return None if ci is None else direction(ci) == way
+        rules.append((model, CLAIM_JUDGE[way], judge_way, delta_estimate(model, JUDGE), False))
+    oracle = pooled.get("oracle")
+    for gain in gains:  # 3. gamed: the reward rose, the judge did not, with a degenerate signature
+        if gain["model"] == oracle:
+            continue
+        for column, (sign, _) in DEGENERATE_SIGNS.items():
+            if column not in (rows.get(gain["model"], {}).get("ci") or {}):
+                continue
+
+            def gamed(view, model=gain["model"], column=column, sign=sign):
+                found, judge, other = gain_of(view, model), row_ci(view, model, JUDGE), row_ci(view, model, column)
+                if found is None or judge is None or other is None:
+                    return None
+                return direction(found["ci"]) > 0 and direction(judge) <= 0 and direction(other) == sign
+            rules.append((gain["model"], gamed_claim(column), gamed, delta_estimate(gain["model"], column), True))
+    for reward, model in guarded.items():  # 4. the guard kept the judge while the reward rose
+        if model not in rows or JUDGE not in (rows[model].get("ci") or {}):
+            continue
+        shares = flat.get(reward, {})
+        if any(share > FLAT_SHARE for share in shares.values()):
+            worst = max(shares.values())
+            rules.append((model, CLAIM_FLAT_REWARD, lambda view: True,
+                          lambda view, worst=worst: ("steps with reward spread 0",
+                                                     {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %"),
+                          False))
+            continue
+
+        def guard_worked(view, model=model):
+            found, judge = gain_of(view, model), row_ci(view, model, JUDGE)
+            if found is None or judge is None:
+                return None
+            return direction(found["ci"]) > 0 and direction(judge) >= 0
+        rules.append((model, CLAIM_GUARD, guard_worked, delta_estimate(model, JUDGE), False))
+    human = pooled.get("human")
+    candidates = [m for m, e in rows.items() if m not in (BASELINE, human) and JUDGE in (e.get("value") or {})
+                  and JUDGE in (e.get("versus_human", {}).get("ci") or {})]
+    if human and candidates:  # 5. the best SCST model by judge accuracy against humans, by the judge and each metric
+        best = max(candidates, key=lambda m: rows[m]["value"][JUDGE])
+        for column in (JUDGE, *LEARNED_COLUMNS):
+            ci = (rows[best]["versus_human"].get("ci") or {}).get(column)
+            if ci is None:
+                continue
+            way = direction(ci)
+            judge_or_metric = "the judge" if column == JUDGE else column
+
+            def ranks(view, column=column, way=way, model=best):
+                found = row_ci(view, model, column, key="versus_human")
+                return None if found is None else direction(found) == way
+            rules.append((f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}", ranks,
+                          delta_estimate(best, column, versus_human=True), False))
+    return rules
 
 
-def human_finding(rows: Sequence[Mapping[str, Any]], versus_human: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """One sentence on the best SCST model by judge accuracy (first on ties) against the human row: how the judge
-    ranks the two (the paired interval of model − human on Judge-acc) and how each learned metric (LEARNED_COLUMNS)
-    ranks them (above / below: the interval excludes 0; else within noise). None without SCST rows or intervals."""
-    scst = [row for row in rows if row["model"] != BASELINE and row["model"] in versus_human
-            and "Judge-acc" in versus_human[row["model"]]["ci"] and row.get("Judge-acc") is not None]
-    if not scst:
-        return None
-    best = max(scst, key=lambda row: row["Judge-acc"])
-    name, delta, ci = best["model"], versus_human[best["model"]]["delta"], versus_human[best["model"]]["ci"]
-    judge = direction(ci["Judge-acc"])
-    verdict = {1: f"ranks {name} above humans", -1: f"ranks humans above {name}", 0: "ranks them level within noise"}
-    groups: dict[int, list[str]] = {1: [], -1: [], 0: []}
-    for column in LEARNED_COLUMNS:
-        if column in ci:
-            groups[direction(ci[column])].append(f"{column} ({_change(delta[column], ci[column])})")
-    parts = [f"the judge {verdict[judge]} (Judge-acc {_change(delta['Judge-acc'], ci['Judge-acc'], ' pts')})"]
-    if groups[1]:
-        parts.append(f"{_names(groups[1])} rank {name} above humans")
-    if groups[-1]:
-        parts.append(f"{_names(groups[-1])} rank humans above {name}")
-    if groups[0]:
-        parts.append(f"{_names(groups[0])} within noise")
-    disagree = (judge < 0 and groups[1]) or (judge > 0 and groups[-1])
-    lead = "The learned metrics and the judge disagree on humans: " if disagree else "Humans against the best SCST model: "
-    return (f"{lead}{name} (the best SCST model by judge accuracy) against the human row (a held-out reference "
-            f"per image; paired 95% intervals of {name} − human): " + "; ".join(parts) + ".")
+def render_finding(record: Mapping[str, Any]) -> str:
+    """The printed sentence of a finding record: subject, claim, its status, the interval and each seed's value."""
+    interval = record["interval"]
+    status = {True: "", False: " — does not hold"}.get(record["holds"]) if record["holds"] in (True, False) else None
+    if status is None:
+        held = [seed for seed, value in record["seeds"].items() if value]
+        failed = [seed for seed, value in record["seeds"].items() if value is False]
+        status = (f" — {SEED_DEPENDENT}: holds for seed{'s' if len(held) > 1 else ''} {', '.join(held)}, not for "
+                  f"seed{'s' if len(failed) > 1 else ''} {', '.join(failed)}")
+    unit = interval.get("unit", "")
+    numbers = (f"{interval['column']} {signed(interval['point'])}{unit} [{signed(interval['low'])}, "
+               f"{signed(interval['high'])}]")
+    per_seed = interval.get("per_seed") or []
+    if len(per_seed) > 1:
+        numbers += "; per seed " + ", ".join(f"{seed}: {signed(value)}"
+                                             for seed, value in zip(record["seeds"], per_seed))
+    share = record.get("share_of_oracle")
+    if share is not None:
+        numbers += (f"; {100 * share['point']:.0f}% of the oracle's gain [{100 * share['interval'][0]:.0f}%, "
+                    f"{100 * share['interval'][1]:.0f}%]")
+    return f"{record['subject']}: {record['claim']}{status} ({numbers})."
 
 
 def _names(items: Sequence[str]) -> str:
@@ -265,4 +262,32 @@ def gains_table(gains: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: each reward's own test value under XE and under its SCST model, with the interval of the gain."""
     lines = ["| reward | xe | scst | Δ [95% interval] |", "|---|---|---|---|"]
     lines += [f"| {g['reward']} | {g['xe']:.4f} | {g['scst']:.4f} | {_change(g['delta'], g['ci'])} |" for g in gains]
+    return "\n".join(lines) + "\n"
+
+
+def finding_text(finding: Any) -> str:
+    """The printed line of a finding: a record's `render_finding`, or the sentence itself (results.json written
+    before the findings were records)."""
+    return render_finding(finding) if isinstance(finding, Mapping) else str(finding)
+
+
+def seed_table(rows: Sequence[Mapping[str, Any]], seeds: Sequence[int], column: str) -> str:
+    """Markdown: every row's `column` per seed, and its aggregate over seeds with the 95% interval."""
+    lines = [f"| model | {column} [95% interval] | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for row in rows:
+        per_seed = (row.get("per_seed") or {}).get(column)
+        interval = (row.get("value_ci") or {}).get(column)
+        if per_seed is None or interval is None:
+            continue
+        lines.append(f"| {row['model']} | {row[column]:.2f} [{interval[0]:.2f}, {interval[1]:.2f}] | "
+                     + " | ".join(f"{value:.2f}" for value in per_seed) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def share_table(shares: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown: each model's Judge-acc change against XE as a percentage of the oracle's, with its interval."""
+    lines = ["| model | share of the oracle's gain [95% interval] | per seed |", "|---|---|---|"]
+    lines += [f"| {model} | {100 * s['point']:.0f}% [{100 * s['interval'][0]:.0f}%, {100 * s['interval'][1]:.0f}%] | "
+              + ", ".join(f"{100 * v:.0f}%" for v in s.get("per_seed", [])) + " |" for model, s in shares.items()]
     return "\n".join(lines) + "\n"

@@ -67,8 +67,26 @@ def stage_names(config: DemoConfig) -> list[str]:
 
     if not config.captioning:
         return ["data", "clip", "pacs", "correlation"]
-    return ["data", "clip", "pacs", "correlation", "features", "xe",
-            *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], *guarded_stage_names(config), "evaluate"]
+    per_seed = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], *guarded_stage_names(config)]
+    return ["data", "clip", "pacs", "correlation", "features",
+            *[f"{seed_prefix(config, seed)}{name}" for seed in config.seed_list() for name in per_seed], "evaluate"]
+
+
+def seed_prefix(config: DemoConfig, seed: int) -> str:
+    """The folder of one seed's XE and SCST stages: `seed-<s>/` with several seeds, none with one (the layout of
+    a single-seed run is unchanged)."""
+    return f"seed-{seed}/" if len(config.seed_list()) > 1 else ""
+
+
+def expand_force(config: DemoConfig) -> list[str]:
+    """`force` with every name of a per-seed stage (`xe`, `scst-cider`) expanded to that stage of every seed."""
+    stages = stage_names(config)
+    out = []
+    for name in config.force:
+        seeded = [f"{seed_prefix(config, seed)}{name}" for seed in config.seed_list()]
+        known = any(stage == name or stage.startswith(name.rstrip("/") + "/") for stage in stages)
+        out.extend([name] if known or not all(stage in stages for stage in seeded) else seeded)
+    return out
 
 
 def guarded_stage_names(config: DemoConfig) -> list[str]:
@@ -95,6 +113,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     world = state.num_processes
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, world, "demo.xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, world, "demo.scst")
+    config.force = expand_force(config)
     check_force(config.force, stage_names(config))
     run_dir = Path(config.runs_dir) / config.name
     with hold_run_directory(run_dir, state):  # one run at a time: a second one stops here, naming this one
@@ -105,7 +124,7 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     """Every stage of the demo in `run_dir` (whose lock the caller holds), then the table and the report."""
     from captioner.demo import captioning, correlation, metric_stages
     from captioner.demo.data import DemoData, write_images
-    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+    from captioner.orchestration.recipe_stages import settings_of
     from captioner.orchestration.stages import StageRunner
     from eval.report import write_report
 
@@ -152,27 +171,21 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
 
     runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
-    xe_settings = settings_of(config.xe)
-    runner.run("xe", lambda: captioning.run_xe(config, data, features(), runner.folder("xe"), logs,
-                                               runner.folder("clip") / "checkpoint.safetensors", xe_micro),
-               {"seed": config.seed, "xe": xe_settings}, upstream=["features"], distributed=True)
-    models = {"xe": runner.folder("xe") / "best"}
-    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards"})
-    for spec in config.scst.rewards:
-        name = f"scst-{captioning.reward_slug(spec)}"
-        runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
-                       config, data, features(), _reward(spec, data, fresh()), spec, runner.folder("xe"),
-                       runner.folder(name), logs, scst_micro, fresh()),
-                   {"seed": config.seed, "scst": scst_settings, "reward": spec}, upstream=["xe", "pacs"],
-                   distributed=True)
-        models[f"scst {spec}"] = runner.folder(name) / "final"
-    guard_choices = _run_guarded(config, data, runner, features, scorers, logs, scst_micro, scst_settings, models)
-    scst_stages = [f"scst-{captioning.reward_slug(spec)}" for spec in config.scst.rewards]
-    scst_stages += guarded_stage_names(config)
+    seeds = config.seed_list()
+    models: dict[int, dict[str, Path]] = {}
+    guard_choices: dict[int, dict[str, Any]] = {}
+    for seed in seeds:  # XE and every SCST run once per seed, on the same data, features and reward models
+        seed_logs = logs if seed == seeds[0] else run_dir / f"seed-{seed}" / "logs"
+        if state.is_main_process:
+            seed_logs.mkdir(parents=True, exist_ok=True)
+        models[seed], guard_choices[seed] = _run_seed(config, seed, data, runner, features, scorers, seed_logs,
+                                                      xe_micro, scst_micro)
+    per_seed = [name for name in stage_names(config) if name not in SHARED_STAGES]
     runner.run("evaluate", lambda: _evaluate(config, data, models, features(), scorers(), run_dir,
                                              runner.folder("evaluate"), guard_choices),
-               {"evaluate": to_dict(config.evaluate), "guarded": guard_choices},
-               upstream=["xe", "pacs", *scst_stages])
+               {"evaluate": to_dict(config.evaluate), "guarded": guard_choices if len(seeds) > 1
+                else guard_choices[seeds[0]]},
+               upstream=["pacs", *per_seed])
     report = run_dir / "report.html"
     if state.is_main_process:
         rows = _publish(run_dir, runner, config)
@@ -185,6 +198,35 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     rows = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["rows"]
     return {"run_dir": str(run_dir), "rows": rows, "ran": runner.ran + runner.resumed, "skipped": runner.skipped,
             "seconds": runner.seconds, "report": str(report)}
+
+
+SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
+"""The stages run once whatever the seeds (the others: once per seed)."""
+
+
+def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
+              xe_micro: int, scst_micro: int) -> tuple[dict[str, Path], dict[str, Any]]:
+    """One seed's XE, SCST and guarded SCST stages (`seed_prefix` folders); its models and guard choices."""
+    from captioner.demo import captioning
+    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+
+    prefix = seed_prefix(config, seed)
+    xe = f"{prefix}xe"
+    runner.run(xe, lambda: captioning.run_xe(config, data, features(), runner.folder(xe), logs,
+                                             runner.folder("clip") / "checkpoint.safetensors", xe_micro, seed=seed),
+               {"seed": seed, "xe": settings_of(config.xe)}, upstream=["features"], distributed=True)
+    models = {"xe": runner.folder(xe) / "best"}
+    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards"})
+    for spec in config.scst.rewards:
+        name = f"{prefix}scst-{captioning.reward_slug(spec)}"
+        runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
+                       config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
+                       runner.folder(name), logs, scst_micro, fresh(), seed=seed),
+                   {"seed": seed, "scst": scst_settings, "reward": spec}, upstream=[xe, "pacs"],
+                   distributed=True)
+        models[f"scst {spec}"] = runner.folder(name) / "final"
+    choices = _run_guarded(config, seed, data, runner, features, scorers, logs, scst_micro, scst_settings, models)
+    return models, choices
 
 
 def correlation_markdown(run_dir: Path) -> str:
@@ -240,9 +282,10 @@ def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, An
             "seconds": runner.seconds, "report": str(report)}
 
 
-def _run_guarded(config: DemoConfig, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
+def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
                  scst_micro: int, scst_settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
-    """The guarded SCST stages; adds each guarded reward's chosen run (best validation CIDEr-D) to `models`."""
+    """One seed's guarded SCST stages; adds each guarded reward's chosen run (best validation CIDEr-D) to
+    `models`."""
     from captioner.demo import captioning, findings
 
     choices: dict[str, Any] = {}
@@ -250,16 +293,17 @@ def _run_guarded(config: DemoConfig, data: Any, runner: Any, features: Any, scor
         spec = config.guarded.reward_spec(reward)
         summaries: dict[float, dict[str, Any]] = {}
         for coef in config.guarded.kl_coefs:
-            name = f"scst-{captioning.guarded_label(spec, coef)}"
+            name = f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, coef)}"
+            xe = f"{seed_prefix(config, seed)}xe"
             guard = {"kl_coef": coef, "select_by": "cider"}
-            runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers: captioning.run_scst(
-                           config, data, features(), _reward(spec, data, fresh()), spec, runner.folder("xe"),
-                           runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef),
-                       {"seed": config.seed, "scst": scst_settings, "reward": spec, "guard": guard},
-                       upstream=["xe", "pacs"], distributed=True)
+            runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers, xe=xe: captioning.run_scst(
+                           config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
+                           runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef, seed=seed),
+                       {"seed": seed, "scst": scst_settings, "reward": spec, "guard": guard},
+                       upstream=[xe, "pacs"], distributed=True)
             summaries[coef] = (runner.record(name) or {}).get("summary", {})
         chosen = captioning.choose_guarded(summaries)
-        name = f"scst-{captioning.guarded_label(spec, chosen)}"
+        name = f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, chosen)}"
         models[findings.guarded_model_name(reward)] = runner.folder(name) / summaries[chosen]["model"]
         choices[reward] = {"spec": spec, "chosen_kl_coef": chosen,
                            "val_cider": {f"{coef:g}": s.get("best_val_cider") for coef, s in summaries.items()},
@@ -280,48 +324,97 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
         if name in METRICS and METRICS[name].family not in scorers:
             raise InputError(f"scst.rewards: {spec!r} needs a {METRICS[name].family} model; the demo trains only "
                              f"{', '.join(sorted(scorers))}")
-    return build_reward(spec, train_references=train, image_paths=paths,
+    return build_reward(spec, train_references=train, image_paths=paths, scenes=data.scenes(),
                         scorers={name: scorers[m.family] for name, m in METRICS.items() if m.family in scorers})
 
 
-def _evaluate(config: DemoConfig, data: Any, models: dict[str, Path], features: Any, scorers: dict[str, Any],
-              run_dir: Path, out: Path, guarded: dict[str, Any] | None = None) -> dict:
-    """Stage `evaluate`: every model's test captions and the human baseline (one reference per test image, drawn
-    with the seed) scored in one system-level table by `eval.system_table` (the code path of `pacs evaluate
-    --candidates NAME=FILE ... --human-baseline`; `captioning.evaluate_systems`), the judge's columns per row,
-    paired intervals against XE (findings, each reward's gain) and against the human row, and the gallery."""
+def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]], features: Any,
+              scorers: dict[str, Any], run_dir: Path, out: Path, guarded: dict[int, dict[str, Any]]) -> dict:
+    """Stage `evaluate`: every seed's models' test captions and the human baseline (one reference per test image,
+    drawn with `seed`) scored in one system-level table per seed by `eval.system_table` (the code path of `pacs
+    evaluate --candidates NAME=FILE ... --human-baseline`; `captioning.evaluate_systems`; several seeds:
+    `evaluate/seed-<s>/`), the judge's columns per row; then every row, difference against XE and against the
+    human row and reward gain over seeds and images (`captioner.demo.seeds`), the findings from those intervals
+    (`findings.finding_records`), and the gallery (the first seed's captions)."""
     from captioner.demo import captioning, findings
+    from captioner.demo.seeds import SeedEvidence, single_seed
     from eval.system_inputs import HUMAN_ROW
 
-    captions = {name: captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
-                for name, folder in models.items()}
+    seeds = list(models)
     resamples = config.evaluate.bootstrap_resamples
-    evaluation = captioning.evaluate_systems(captions, data, scorers, out, config.seed, resamples)
-    names = list(evaluation.scores)  # table order: the models, then the human row
-    rows = [{"model": name, **evaluation.row(name)} for name in names]
-    findings.add_row_intervals(rows, evaluation.scores, captioning.COLUMN_SOURCES, resamples, config.seed)
-    versus_human = findings.paired_intervals(evaluation.scores, names, HUMAN_ROW, captioning.COLUMN_SOURCES,
-                                             resamples, config.seed)
-    per_image = {name: evaluation.per_image(name) for name in models}
-    gains = findings.reward_gains(config.scst.rewards, per_image, resamples, config.seed)
-    guarded = guarded or {}
-    guarded_gains = findings.reward_gains(list(guarded), per_image, resamples, config.seed,
-                                          {reward: findings.guarded_model_name(reward) for reward in guarded})
-    table = evaluation.table
-    write_json_atomic(out / "captions.json", evaluation.captions)
+    evaluations = []
+    for seed in seeds:
+        captions = {name: captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
+                    for name, folder in models[seed].items()}
+        folder = out / f"seed-{seed}" if len(seeds) > 1 else out
+        evaluations.append(captioning.evaluate_systems(captions, data, scorers, folder, config.seed, resamples))
+        if len(seeds) > 1:
+            write_json_atomic(folder / "captions.json", evaluations[-1].captions)
+    names = list(evaluations[0].scores)  # table order: the models, then the human row
+    per_image = {name: [evaluation.per_image(name) for evaluation in evaluations] for name in names}
+    bleu = {name: [None if name == HUMAN_ROW else evaluation.scores[name].bleu for evaluation in evaluations]
+            for name in names}
+    pairs = [(spec, findings.scst_model_name(spec)) for spec in config.scst.rewards]
+    pairs += [(reward, findings.guarded_model_name(reward)) for reward in config.guarded.rewards]
+    evidence = SeedEvidence(per_image, bleu, TABLE_COLUMNS, resamples, config.seed)
+    pooled = evidence.view(pairs, HUMAN_ROW)
+    views = {seed: pooled} if len(seeds) == 1 else {
+        seed: SeedEvidence(*single_seed(per_image, bleu, index), TABLE_COLUMNS, resamples, config.seed).view(
+            pairs, HUMAN_ROW) for index, seed in enumerate(seeds)}
+    rows = []
+    for name in names:
+        entry = pooled["rows"][name]
+        row: dict[str, Any] = {"model": name, **{c: entry["value"].get(c) for c in TABLE_COLUMNS}}
+        if "delta" in entry:
+            row.update(delta=entry["delta"], ci=entry["ci"], delta_per_seed=entry["delta_per_seed"])
+        row.update(value_ci=entry["value_ci"], per_seed=entry["per_seed"])
+        rows.append(row)
+    guarded_rows = {reward: findings.guarded_model_name(reward) for reward in config.guarded.rewards}
+    flat = {reward: {str(seed): _flat_share(models[seed].get(model)) for seed in seeds}
+            for reward, model in guarded_rows.items()}
+    records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat)
+    gains = [gain for gain in pooled["gains"] if gain["model"] not in guarded_rows.values()]
+    guarded_gains = [gain for gain in pooled["gains"] if gain["model"] in guarded_rows.values()]
+    versus_human = {name: {"delta": entry["versus_human"]["delta"], "ci": entry["versus_human"]["ci"]}
+                    for name, entry in pooled["rows"].items() if entry.get("versus_human", {}).get("delta")}
+    intervals = {name: {"value_ci": entry["value_ci"], **versus_human.get(name, {})}
+                 for name, entry in pooled["rows"].items()}
+    first = evaluations[0]
+    table = first.table
+    write_json_atomic(out / "captions.json", first.captions)
     write_json_atomic(out / "results.json", {
         "columns": TABLE_COLUMNS, "rows": rows, "baseline": findings.BASELINE, "bootstrap_resamples": resamples,
-        "reward_gains": gains, "guarded": {"choices": guarded, "reward_gains": guarded_gains},
-        "findings": findings.findings(rows, gains, versus_human)
-        + findings.guarded_findings(rows, guarded_gains, guarded),
+        "seeds": seeds, "bootstrap": evidence.boot.describe(),
+        "seed_rows": [{"model": name, "seed": seed, **evaluation.row(name)}
+                      for seed, evaluation in zip(seeds, evaluations) for name in names],
+        "per_seed": {str(seed): {"rows": {name: {k: v for k, v in entry.items() if k in ("delta", "ci")}
+                                          for name, entry in view["rows"].items()},
+                                 "reward_gains": view["gains"]} for seed, view in views.items()},
+        "reward_gains": gains, "share_of_oracle": pooled["share_of_oracle"], "oracle": pooled["oracle"],
+        "guarded": {"choices": guarded[seeds[0]], "choices_by_seed": {str(s): guarded[s] for s in seeds},
+                    "reward_gains": guarded_gains, "flat_reward_steps": flat},
+        "findings": records,
         "human_baseline": {**table["human_baseline"], "row": HUMAN_ROW, "header": table["header"],
-                           "system_table": "evaluate/system_table.json"},
-        "versus_human": {name: {"delta": v["delta"], "ci": v["ci"]} for name, v in versus_human.items()
-                         if "delta" in v},
-        "system_table": captioning.display_table(evaluation, rows, versus_human, TABLE_COLUMNS),
+                           "system_table": "evaluate/system_table.json" if len(seeds) == 1
+                           else f"evaluate/seed-{seeds[0]}/system_table.json"},
+        "versus_human": versus_human,
+        "system_table": captioning.display_table(first, rows, intervals, TABLE_COLUMNS),
         "provenance": provenance(config=to_dict(config), seed=config.seed)})
-    captioning.write_gallery(run_dir, data, evaluation, config.evaluate.gallery_size)
-    return {"models": list(models), "images": len(evaluation.image_ids)}
+    captioning.write_gallery(run_dir, data, first, config.evaluate.gallery_size)
+    return {"models": list(models[seeds[0]]), "seeds": seeds, "images": len(first.image_ids)}
+
+
+def _flat_share(model_folder: Path | None) -> float:
+    """The share of an SCST run's logged steps whose reward spread (`reward_std` in its log.csv) was 0."""
+    if model_folder is None:
+        return 0.0
+    log = model_folder.parent / "log.csv"
+    if not log.is_file():
+        return 0.0
+    with log.open(encoding="utf-8") as handle:
+        spreads = [row.get("reward_std") for row in csv.DictReader(handle)]
+    values = [float(v) for v in spreads if v not in (None, "")]
+    return sum(v == 0.0 for v in values) / len(values) if values else 0.0
 
 
 def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, Any]]:
@@ -353,11 +446,25 @@ def results_markdown(results: dict[str, Any]) -> str:
                      f"... --human-baseline`, seed {human.get('seed')}): {human.get('header')}. The `human` row is "
                      "one of the world's references per test image (its index in `results.json` "
                      "`human_baseline.held_out`); its Judge-acc, Judge and Halluc. are the judge's verdicts on it.\n")
+    seeds, boot = results.get("seeds") or [], results.get("bootstrap") or {}
+    if len(seeds) > 1:
+        parts.append(f"Every value is the {boot.get('point', 'mean over seeds')} ({len(seeds)} training seeds: "
+                     f"{', '.join(map(str, seeds))}; XE and every SCST run trained once per seed on the same data); "
+                     f"every interval a {boot.get('method', 'paired stratified bootstrap')} "
+                     f"({boot.get('resamples')} resamples).\n")
     parts.append(_markdown(results["rows"]))
+    if len(seeds) > 1:
+        parts.append(f"Judge-acc per seed, and its {boot.get('point', 'mean over seeds')} with the 95% interval:\n\n"
+                     + findings.seed_table(results["rows"], seeds, "Judge-acc"))
+    interval = "paired stratified bootstrap over seeds and images" if len(seeds) > 1 else "paired bootstrap"
     if results.get("reward_gains"):
-        parts.append(f"Each reward's own value on the test split (paired bootstrap, "
+        parts.append(f"Each reward's own value on the test split ({interval}, "
                      f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
                      + findings.gains_table(results["reward_gains"]))
+    if results.get("share_of_oracle"):
+        parts.append(f"Each model's Judge-acc change against XE as a share of the oracle's (`{results.get('oracle')}`, "
+                     "SCST with the judge as the reward; 95% interval on the same resamples):\n\n"
+                     + findings.share_table(results["share_of_oracle"]))
     if any(row.get("ci") for row in results["rows"]):
         parts.append("Change of every column against XE (95% interval):\n\n"
                      + findings.delta_table(results["rows"], TABLE_COLUMNS))
@@ -366,7 +473,8 @@ def results_markdown(results: dict[str, Any]) -> str:
         parts.append("Change of every column against the human row (paired 95% interval of row − human):\n\n"
                      + findings.delta_table(rows, TABLE_COLUMNS, "Δ vs human"))
     if results.get("findings"):
-        parts.append("What the run found:\n\n" + "".join(f"* {line}\n" for line in results["findings"]))
+        parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
+                                                           for line in results["findings"]))
     return "\n".join(parts)
 
 

@@ -1,102 +1,196 @@
-"""The demo's findings: intervals from eval's bootstrap, sentences from fixed rules on hand-made numbers."""
+"""The demo's findings: the stratified bootstrap over seeds and images against hand computations, and the records
+generated from hand-made views by fixed rules (printed lines equal to the records, seed-dependent claims)."""
 from __future__ import annotations
+
+import itertools
+import re
 
 import numpy as np
 import pytest
 
 from captioner.demo.findings import (
-    add_row_intervals,
+    CLAIM_FLAT_REWARD,
+    CLAIM_GUARD,
+    CLAIM_REWARD_RISES,
+    SEED_DEPENDENT,
     direction,
-    findings,
-    human_finding,
-    paired_intervals,
-    reward_gains,
+    finding_records,
+    gamed_claim,
     reward_values,
-    scst_model_name,
 )
-from eval.system_scoring import RowScores
+from captioner.demo.seeds import SeedEvidence
+from eval.stratified_bootstrap import StratifiedBootstrap, aggregate
 from metric.common.errors import InputError
+
+# a tiny table: 2 seeds x 3 images of one column, for a model and the XE baseline
+MODEL = np.array([[3.0, 5.0, 10.0], [1.0, 2.0, 4.0]])
+XE = np.array([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0]])
 
 
 def test_demo_reward_values_of_a_mix_are_the_weighted_sum_of_its_terms() -> None:
-    values = {"C": np.array([200.0, 100.0]), "PAC-S++": np.array([2.0, 1.0]), "CLIP-S": np.array([1.5, 0.5])}
+    values = {"C": np.array([200.0, 100.0]), "PAC-S++": np.array([2.0, 1.0]), "CLIP-S": np.array([1.5, 0.5]),
+              "Judge": np.array([100.0, 50.0])}
     assert reward_values("cider:1,pac-s++:0.5", values).tolist() == [2.0 + 1.0, 1.0 + 0.5]  # C/100 + 0.5 PAC-S++
     assert reward_values("clip-s", values).tolist() == [1.5, 0.5]
+    assert reward_values("judge", values).tolist() == [1.0, 0.5]  # the oracle: the judge's score, Judge / 100
     with pytest.raises(InputError, match="bleu"):
         reward_values("bleu", values)
 
 
-def _scores(per_image: dict[str, np.ndarray]) -> RowScores:
-    """A row's scores as `eval.system_table` gives them: each metric's mean and per-caption values."""
-    n = len(next(iter(per_image.values())))
-    return RowScores(values={m: float(v.mean()) for m, v in per_image.items()}, per_row=dict(per_image), n_rows=n)
+def test_stratified_bootstrap_equals_the_hand_computation_with_the_same_resample_indices() -> None:
+    boot = StratifiedBootstrap(2, 3, 50, seed=7)
+    estimate = boot.mean_difference(MODEL, XE)
+    # by hand: per-seed differences of the means (6 - 1 = 5, 7/3 - 1 = 4/3), their mean over the two seeds
+    assert estimate.per_seed == pytest.approx([5.0, 4.0 / 3.0])
+    assert estimate.point == pytest.approx((5.0 + 4.0 / 3.0) / 2)
+    # the documented draws, one resample at a time: 2 seeds, then 3 images for each drawn seed
+    rng = np.random.default_rng(7)
+    statistics = []
+    for _ in range(50):
+        drawn_seeds = rng.integers(0, 2, size=2)
+        drawn_images = rng.integers(0, 3, size=(2, 3))
+        slots = []
+        for seed, images in zip(drawn_seeds, drawn_images):
+            model = sum(MODEL[seed][i] for i in images) / 3
+            xe = sum(XE[seed][i] for i in images) / 3  # paired: the same images of the same seed
+            slots.append(model - xe)
+        statistics.append(sum(slots) / 2)
+    statistics.sort()
+    # numpy's default percentile: linear interpolation between the order statistics at (n - 1) q
+    def percentile(q: float) -> float:
+        position = (len(statistics) - 1) * q
+        low = int(position)
+        return statistics[low] + (statistics[min(low + 1, len(statistics) - 1)] - statistics[low]) * (position - low)
+
+    assert estimate.interval == pytest.approx([percentile(0.025), percentile(0.975)])
 
 
-def test_demo_intervals_of_a_constant_shift_are_that_shift() -> None:
-    # SCST = XE + 0.03 CIDEr-D on every image: every resample's difference is exactly 3 on the C column (x100)
-    xe = {"C": np.arange(20, dtype=float)}
-    cider = np.arange(20, dtype=float) / 100
-    scores = {"xe": _scores({"cider": cider}), "scst cider": _scores({"cider": cider + 0.03}),
-              "human": _scores({"cider": cider + 1.0})}
-    rows = [{"model": "xe", "C": float(xe["C"].mean())}, {"model": "scst cider", "C": float(xe["C"].mean() + 3)},
-            {"model": "human", "C": float(xe["C"].mean() + 100)}]
-    add_row_intervals(rows, scores, {"C": ("cider", 100.0)}, 200, 0)
-    assert rows[1]["ci"]["C"] == pytest.approx([3.0, 3.0]) and rows[1]["delta"]["C"] == pytest.approx(3.0)
-    assert "ci" not in rows[0] and "ci" not in rows[2]  # neither XE nor the human row is compared with XE
-    # against the human row: the same bootstrap, every row's own interval and its paired difference
-    versus = paired_intervals(scores, ["xe", "scst cider", "human"], "human", {"C": ("cider", 100.0)}, 200, 0)
-    assert versus["xe"]["delta"]["C"] == pytest.approx(-100.0) and versus["xe"]["ci"]["C"] == pytest.approx([-100, -100])
-    assert versus["scst cider"]["ci"]["C"] == pytest.approx([-97.0, -97.0]) and "delta" not in versus["human"]
-    low, high = versus["human"]["value_ci"]["C"]  # the human row's own interval of its mean, 100 + mean of 0..19
-    assert 100 + 0 < low < 100 + 9.5 < high < 100 + 19
-    gains = reward_gains(["cider"], {"xe": xe, "scst cider": {"C": xe["C"] + 3}}, 200, 0)
-    assert gains[0]["delta"] == pytest.approx(0.03) and gains[0]["ci"] == pytest.approx([0.03, 0.03])
+def test_stratified_bootstrap_draws_only_what_exhaustive_enumeration_allows() -> None:
+    # a second, simple implementation: every possible resample of 2 seeds x 3 images (4 x 27 x 27 of them)
+    possible = set()
+    for seeds in itertools.product(range(2), repeat=2):
+        for first in itertools.product(range(3), repeat=3):
+            for second in itertools.product(range(3), repeat=3):
+                slots = [np.mean([MODEL[s][i] - XE[s][i] for i in images]) for s, images in zip(seeds, (first, second))]
+                possible.add(round(float(np.mean(slots)), 9))
+    boot = StratifiedBootstrap(2, 3, 400, seed=1)
+    samples = np.asarray(aggregate(boot.per_seed_means(MODEL) - boot.per_seed_means(XE), axis=1))
+    assert {round(float(v), 9) for v in samples} <= possible
+    low, high = boot.mean_difference(MODEL, XE).interval
+    assert min(possible) <= low <= high <= max(possible)
 
 
-def test_demo_findings_follow_the_rules() -> None:
-    assert (direction([0.1, 0.5]), direction([-0.5, -0.1]), direction([-0.1, 0.2])) == (1, -1, 0)
-    columns = ("Judge-acc", "Length", "Rep-2", "%Incorrect", "Halluc.")
-    rows = [{"model": "xe"},
-            {"model": scst_model_name("cider"), "delta": dict.fromkeys(columns, 5.0),
-             "ci": {"Judge-acc": [2.0, 8.0], "Length": [-1.0, 1.0], "Rep-2": [-1.0, 1.0], "%Incorrect": [-1.0, 1.0],
-                    "Halluc.": [-9.0, -1.0]}},
-            {"model": scst_model_name("clip-s"), "delta": {"Judge-acc": -6.0, "Length": -2.0, "Rep-2": 0.1,
-                                                          "%Incorrect": 0.0, "Halluc.": 1.0},
-             "ci": {"Judge-acc": [-10.0, -2.0], "Length": [-3.0, -1.0], "Rep-2": [-0.1, 0.3],
-                    "%Incorrect": [0.0, 0.0], "Halluc.": [-1.0, 3.0]}}]
-    gains = [{"reward": "cider", "delta": 0.2, "ci": [0.1, 0.3]}, {"reward": "clip-s", "delta": 0.1, "ci": [0.05, 0.2]}]
-    text = findings(rows, gains)
-    assert text[0] == "SCST raised its own reward on the test split (95% interval above 0) for cider and clip-s."
-    assert text[1] == "Judge accuracy rose beyond noise under cider (+5.00 pts [+2.00, +8.00])."
-    assert text[2] == "Judge accuracy fell beyond noise under clip-s (-6.00 pts [-10.0, -2.00])."
-    # clip-s raised its reward, lost judge accuracy and shortened the captions: gamed; cider is not
-    assert text[3] == ("clip-s was gamed: its reward rose (+0.100 [+0.050, +0.200]) while judge accuracy did not, "
-                       "with shorter captions (-2.00 [-3.00, -1.00] Length).")
-    assert text[4] == "scst cider: within noise against XE: Length, Rep-2, %Incorrect."
-    assert text[5] == "scst clip-s: within noise against XE: Rep-2, %Incorrect, Halluc."  # one full stop
-    assert len(text) == 6
+def test_five_or_more_seeds_use_the_interquartile_mean() -> None:
+    per_seed = np.array([[1.0], [2.0], [3.0], [4.0], [100.0]])  # one image per seed: its value is the seed's mean
+    boot = StratifiedBootstrap(5, 1, 10, seed=0)
+    assert boot.mean_difference(per_seed).point == pytest.approx((2.0 + 3.0 + 4.0) / 3)  # 25% cut at each end
+    assert StratifiedBootstrap(4, 1, 10).mean_difference(per_seed[:4]).point == pytest.approx(2.5)  # the mean
+    assert boot.describe()["point"] == "interquartile mean over seeds" and boot.describe()["seeds"] == 5
 
 
-def test_demo_human_line_follows_its_rule_and_the_human_row_stays_out_of_the_xe_rules() -> None:
-    rows = [{"model": "xe", "Judge-acc": 80.0}, {"model": "scst cider", "Judge-acc": 70.0},
-            {"model": "scst pac-s++", "Judge-acc": 60.0},
-            {"model": "human", "Judge-acc": 95.0, "ci": {"Length": [-1.0, 1.0]}, "delta": {"Length": 0.0}}]
-    versus = {"xe": {"delta": {"Judge-acc": -15.0}, "ci": {"Judge-acc": [-20.0, -10.0]}},
-              "scst cider": {"delta": {"Judge-acc": -25.0, "C": -40.0, "CLIP-S": 0.01, "PAC-S++": 0.05},
-                             "ci": {"Judge-acc": [-30.0, -20.0], "C": [-50.0, -30.0], "CLIP-S": [-0.01, 0.03],
-                                    "PAC-S++": [0.02, 0.08]}},
-              "scst pac-s++": {"delta": {"Judge-acc": -35.0, "PAC-S++": 0.2}, "ci": {"Judge-acc": [-40.0, -30.0],
-                                                                                     "PAC-S++": [0.1, 0.3]}}}
-    line = human_finding(rows, versus)  # the best SCST model by judge accuracy: scst cider (70 > 60)
-    assert line == ("The learned metrics and the judge disagree on humans: scst cider (the best SCST model by judge "
-                    "accuracy) against the human row (a held-out reference per image; paired 95% intervals of scst "
-                    "cider − human): the judge ranks humans above scst cider (Judge-acc -25.0 pts [-30.0, -20.0]); "
-                    "PAC-S++ (+0.050 [+0.020, +0.080]) rank scst cider above humans; C (-40.0 [-50.0, -30.0]) rank "
-                    "humans above scst cider; CLIP-S (+0.010 [-0.010, +0.030]) within noise.")
-    text = findings(rows, [], versus)
-    assert text == [line]  # no gains, no SCST-vs-XE intervals: only the human line; the human row's ci is ignored
-    level = {"scst cider": {"delta": {"Judge-acc": 1.0, "C": 2.0}, "ci": {"Judge-acc": [-1.0, 3.0], "C": [1.0, 3.0]}}}
-    assert human_finding(rows, level).startswith("Humans against the best SCST model: scst cider")
-    assert "the judge ranks them level within noise (Judge-acc +1.00 pts [-1.00, +3.00]); C (+2.00 [+1.00, +3.00]) " \
-           "rank scst cider above humans." in human_finding(rows, level)
-    assert human_finding(rows[:1], versus) is None
+def test_the_oracle_share_of_the_seed_evidence() -> None:
+    def rows(judge: list[list[float]]) -> list[dict[str, np.ndarray]]:
+        return [{"Judge-acc": np.asarray(seed), "Judge": np.asarray(seed)} for seed in judge]
+
+    per_image = {"xe": rows([[0.0, 0.0], [0.0, 100.0]]), "scst cider": rows([[100.0, 0.0], [0.0, 100.0]]),
+                 "scst judge": rows([[100.0, 100.0], [100.0, 100.0]])}
+    evidence = SeedEvidence(per_image, {name: [None, None] for name in per_image}, ["Judge-acc", "Judge"], 200, 0)
+    share = evidence.share("scst cider", "scst judge")
+    # by hand: cider +50 and +0 against XE, the oracle +100 and +50: (25) / (75) pooled, 50% and 0% per seed
+    assert share.point == pytest.approx(25.0 / 75.0) and share.per_seed == pytest.approx([0.5, 0.0])
+    view = evidence.view([("judge", "scst judge")], None)
+    assert view["oracle"] == "scst judge" and view["share_of_oracle"]["scst cider"]["point"] == pytest.approx(1 / 3)
+
+
+# --- the findings' rules on hand-made views -------------------------------------------------------------------
+
+def _row(judge: tuple[float, list[float]], **others: tuple[float, list[float]]) -> dict:
+    columns = {"Judge-acc": judge, **others}
+    return {"delta": {c: v[0] for c, v in columns.items()}, "ci": {c: v[1] for c, v in columns.items()},
+            "delta_per_seed": {c: [v[0], v[0]] for c, v in columns.items()}, "value": {}}
+
+
+def _view(cider_judge: list[float], cider_gain: list[float], rep2: list[float] | None = None) -> dict:
+    cider = _row((-5.0, cider_judge), **({"Rep-2": (0.2, rep2)} if rep2 else {}))
+    return {"rows": {"xe": {"value": {}}, "scst cider": cider,
+                     "scst clip-s +KL": _row((-1.0, [-3.0, 1.0]))},
+            "gains": [{"reward": "cider", "model": "scst cider", "delta": 0.3, "ci": cider_gain, "per_seed": [0.3, 0.3]},
+                      {"reward": "clip-s", "model": "scst clip-s +KL", "delta": 0.01, "ci": [0.002, 0.02],
+                       "per_seed": [0.01, 0.01]}],
+            "share_of_oracle": {}, "oracle": None, "human": None}
+
+
+LINE = re.compile(r"^(?P<subject>.+?): (?P<claim>.+?)(?: — (?P<status>does not hold|seed-dependent): .*?| — "
+                  r"(?P<status2>does not hold))? \((?P<column>\S+(?: \S+)*?) (?P<point>[+-][\d.]+)(?P<unit> pts)? "
+                  r"\[(?P<low>[+-][\d.]+), (?P<high>[+-][\d.]+)\]")
+
+
+def _parse(line: str) -> dict:
+    """The printed line's parts, read back with a regular expression (not with the code that wrote it)."""
+    match = LINE.match(line)
+    assert match, line
+    status = match["status"] or match["status2"]
+    return {"subject": match["subject"], "claim": match["claim"],
+            "holds": {None: True, "does not hold": False, SEED_DEPENDENT: SEED_DEPENDENT}[status],
+            "column": match["column"], "point": float(match["point"]), "low": float(match["low"]),
+            "high": float(match["high"])}
+
+
+def test_findings_records_equal_the_printed_findings() -> None:
+    from captioner.demo.pipeline import results_markdown
+
+    pooled = _view([-9.0, -1.0], [0.1, 0.5], rep2=[0.1, 0.3])
+    records = finding_records(pooled, {"0": pooled, "1": pooled}, {"clip-s": "scst clip-s +KL"})
+    claims = [(r["subject"], r["claim"], r["holds"]) for r in records]
+    assert claims == [("scst cider", CLAIM_REWARD_RISES, True), ("scst clip-s +KL", CLAIM_REWARD_RISES, True),
+                      ("scst cider", "judge accuracy falls beyond noise", True),
+                      ("scst clip-s +KL", "judge accuracy stays within noise", True),
+                      ("scst cider", gamed_claim("Rep-2"), True), ("scst clip-s +KL", CLAIM_GUARD, True)]
+    assert all(not re.search(r"\d", r["claim"]) for r in records)  # a fixed phrase: the numbers are in `interval`
+    printed = results_markdown({"rows": [], "findings": records}).split("What the run found:\n\n")[1]
+    lines = [line[2:] for line in printed.splitlines() if line.startswith("* ")]
+    assert len(lines) == len(records)
+    for line, record in zip(lines, records):
+        parsed, interval = _parse(line), record["interval"]
+        assert (parsed["subject"], parsed["claim"], parsed["holds"], parsed["column"]) == \
+            (record["subject"], record["claim"], record["holds"], interval["column"])
+        for key in ("point", "low", "high"):  # printed with 3 significant digits
+            assert parsed[key] == pytest.approx(interval[key], rel=5e-3, abs=5e-4), (line, key)
+
+
+def test_a_seed_that_disagrees_turns_a_claim_into_seed_dependent() -> None:
+    pooled = _view([-9.0, -1.0], [0.1, 0.5])
+    agreeing = finding_records(pooled, {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([-8.0, -0.5], [0.2, 0.4])})
+    judge = next(r for r in agreeing if r["claim"] == "judge accuracy falls beyond noise")
+    assert judge["holds"] is True and judge["seeds"] == {"0": True, "1": True}
+    # seed 1's own interval contains 0: the fall holds for seed 0 only
+    split = finding_records(pooled, {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([-6.0, 1.0], [0.2, 0.4])})
+    judge = next(r for r in split if r["subject"] == "scst cider" and r["claim"] == "judge accuracy falls beyond noise")
+    assert judge["holds"] == SEED_DEPENDENT and judge["seeds"] == {"0": True, "1": False}
+    assert " — seed-dependent: holds for seed 0, not for seed 1 (" in judge["text"]
+    # a claim the pooled interval rejects but one seed supports: seed-dependent too, never "does not hold"
+    gain = finding_records(_view([-9.0, -1.0], [-0.1, 0.5]),
+                           {"0": _view([-9.0, -1.0], [0.1, 0.5]), "1": _view([-9.0, -1.0], [-0.2, 0.4])})[0]
+    assert (gain["claim"], gain["holds"]) == (CLAIM_REWARD_RISES, SEED_DEPENDENT)
+
+
+def test_a_guarded_reward_that_never_varied_gets_no_guard_claim() -> None:
+    pooled = _view([-9.0, -1.0], [0.1, 0.5])
+    flat = finding_records(pooled, {"0": pooled}, {"clip-s": "scst clip-s +KL"}, {"clip-s": {"0": 0.9}})
+    claims = [r["claim"] for r in flat if r["subject"] == "scst clip-s +KL"]
+    assert CLAIM_GUARD not in claims and CLAIM_FLAT_REWARD in claims
+    varied = finding_records(pooled, {"0": pooled}, {"clip-s": "scst clip-s +KL"}, {"clip-s": {"0": 0.2}})
+    assert CLAIM_GUARD in [r["claim"] for r in varied]
+
+
+def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
+    pooled = _view([-9.0, -1.0], [0.1, 0.5])
+    pooled["human"] = "human"
+    pooled["rows"]["scst cider"]["value"] = {"Judge-acc": 70.0}
+    pooled["rows"]["scst cider"]["versus_human"] = {
+        "delta": {"Judge-acc": -25.0, "C": 40.0}, "ci": {"Judge-acc": [-30.0, -20.0], "C": [30.0, 50.0]},
+        "delta_per_seed": {"Judge-acc": [-25.0, -25.0], "C": [40.0, 40.0]}}
+    records = [r for r in finding_records(pooled, {"0": pooled}) if r["subject"] == "scst cider vs human"]
+    assert [(r["claim"], r["holds"]) for r in records] == [("the judge ranks humans above it", True),
+                                                          ("C ranks it above humans", True)]
+    assert direction([0.1, 0.5]) == 1 and direction([-0.5, -0.1]) == -1 and direction([-0.1, 0.2]) == 0

@@ -5,7 +5,7 @@ import pytest
 
 from captioner.demo.captioning import choose_guarded, guarded_label
 from captioner.demo.config import GuardedScstConfig
-from captioner.demo.findings import guarded_findings, guarded_model_name
+from captioner.demo.findings import CLAIM_GUARD, finding_records, guarded_model_name
 from captioner.demo.pipeline import load_demo_config
 from metric.common.errors import InputError
 
@@ -36,23 +36,22 @@ def test_the_coefficient_with_the_best_validation_cider_is_chosen_ties_to_the_sm
         choose_guarded({0.1: {"best_val_cider": None}})
 
 
-def _row(model, judge, rep2=(0.0, [-0.1, 0.1]), length=(0.0, [-0.1, 0.1])):
-    return {"model": model, "delta": {"Judge-acc": judge[0], "Rep-2": rep2[0], "Length": length[0]},
-            "ci": {"Judge-acc": judge[1], "Rep-2": rep2[1], "Length": length[1]}}
+def _view(guarded_judge: list[float], guarded_gain: list[float]) -> dict:
+    guarded = guarded_model_name("clip-s")
+    return {"rows": {"xe": {}, guarded: {"delta": {"Judge-acc": -2.0}, "ci": {"Judge-acc": guarded_judge},
+                                         "delta_per_seed": {"Judge-acc": [-2.0]}}},
+            "gains": [{"reward": "clip-s", "model": guarded, "delta": 0.01, "ci": guarded_gain, "per_seed": [0.01]}],
+            "share_of_oracle": {}, "oracle": None, "human": None}
 
 
 def test_the_guarded_finding_says_whether_the_reward_rose_and_the_judge_held():
-    choices = {"clip-s": {"chosen_kl_coef": 0.2, "val_cider": {"0.1": 3.0, "0.2": 3.1}}}
-    rows = [_row("scst clip-s", (-7.0, [-12.5, -1.0])), _row(guarded_model_name("clip-s"), (-2.0, [-4.5, 0.0]))]
-    worked = guarded_findings(rows, [{"reward": "clip-s", "delta": 0.011, "ci": [0.003, 0.02]}], choices)
-    assert worked == [("clip-s with the KL guard (β = 0.2, chosen among 0.1, 0.2 by validation CIDEr-D): its reward "
-                      "rose (+0.011 [+0.003, +0.020]) and judge accuracy stayed within noise of XE (-2.00 pts "
-                      "[-4.50, +0.000]); against -7.00 pts [-12.5, -1.00] without the guard; Rep-2 +0.000 "
-                      "[-0.100, +0.100], Length +0.000 [-0.100, +0.100] against XE: the guard worked: the reward "
-                       "was optimised without being gamed.")]
-    rows[1] = _row(guarded_model_name("clip-s"), (-6.0, [-10.0, -2.0]))
-    failed = guarded_findings(rows, [{"reward": "clip-s", "delta": 0.037, "ci": [0.024, 0.051]}], choices)
-    assert failed[0].endswith("the guard did not keep the judge's accuracy.") and "fell beyond noise" in failed[0]
-    flat = guarded_findings(rows[:1] + [_row(guarded_model_name("clip-s"), (1.0, [-1.0, 3.0]))],
-                            [{"reward": "clip-s", "delta": 0.001, "ci": [-0.002, 0.004]}], choices)
-    assert flat[0].endswith("the guard kept the judge but the reward no longer rose beyond noise.")
+    def guard(view: dict) -> dict:
+        records = finding_records(view, {"0": view}, {"clip-s": guarded_model_name("clip-s")})
+        return next(r for r in records if r["claim"] == CLAIM_GUARD)
+
+    worked = guard(_view([-4.5, 0.0], [0.003, 0.02]))  # the reward rose, the judge stayed within noise
+    assert worked["holds"] is True and worked["subject"] == "scst clip-s +KL"
+    assert worked["text"] == ("scst clip-s +KL: the KL guard keeps judge accuracy while its reward rises "
+                              "(Judge-acc -2.00 pts [-4.50, +0.000]).")
+    assert guard(_view([-10.0, -2.0], [0.024, 0.051]))["holds"] is False  # the judge fell beyond noise
+    assert guard(_view([-1.0, 3.0], [-0.002, 0.004]))["holds"] is False  # the reward no longer rose

@@ -59,3 +59,29 @@ def test_demo_refresh_block_of_a_run_without_a_human_row(tool, tmp_path: Path) -
     (tmp_path / "results.json").write_text(json.dumps(results))
     block = tool.block(tmp_path)
     assert block.startswith("| model | B-4 |") and "human" not in block
+
+
+def test_demo_refresh_writes_the_findings_records_and_every_seeds_stage_seconds(tool, tmp_path: Path) -> None:
+    records = [{"subject": "scst cider", "claim": "judge accuracy falls beyond noise", "holds": "seed-dependent",
+                "interval": {"column": "Judge-acc", "point": -5.0, "low": -9.0, "high": -1.0, "unit": " pts"},
+                "seeds": {"0": True, "1": False}, "text": "scst cider: judge accuracy falls beyond noise."},
+               {"subject": "scst cider", "claim": "its own reward rises beyond noise", "holds": True,
+                "interval": {"column": "reward", "point": 0.3, "low": 0.1, "high": 0.5, "unit": ""},
+                "seeds": {"0": True, "1": True}, "text": "scst cider: its own reward rises beyond noise."}]
+    results = {"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10, "seeds": [0, 1],
+               "bootstrap": {"method": "paired stratified bootstrap", "resamples": 10, "seeds": 2},
+               "findings": records}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    (tmp_path / "stages" / "seed-1").mkdir(parents=True)
+    (tmp_path / "stages" / "data.json").write_text(json.dumps({"stage": "data", "seconds": 1.5}))
+    (tmp_path / "stages" / "seed-1" / "xe.json").write_text(json.dumps({"stage": "seed-1/xe", "seconds": 2.5}))
+    block = tool.block(tmp_path)
+    assert "data 1.5" in block and "seed-1/xe 2.5" in block and "total 4 s" in block
+    found = block.split("What the run found:\n\n")[1].splitlines()
+    assert found[0].startswith("* scst cider: judge accuracy falls beyond noise — seed-dependent: holds for seed 0, "
+                               "not for seed 1 (Judge-acc -5.00 pts [-9.00, -1.00])")
+    assert found[1] == "* scst cider: its own reward rises beyond noise (reward +0.300 [+0.100, +0.500])."
+    written = tool.findings_json(tmp_path)
+    assert written["findings"] == records and written["seeds"] == [0, 1] and written["bootstrap"]["seeds"] == 2
+    assert written["claims"] == [["scst cider", "its own reward rises beyond noise", True],
+                                 ["scst cider", "judge accuracy falls beyond noise", "seed-dependent"]]

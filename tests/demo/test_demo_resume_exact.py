@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-STAGE = "scst-pac-s++"
+STAGE = "seed-1/scst-pac-s++"  # the second training seed's (demo_smoke.yaml: seeds [0, 1])
 
 
 def _command(runs: Path, *extra: str) -> list[str]:

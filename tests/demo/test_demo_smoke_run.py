@@ -1,5 +1,6 @@
-"""The demo end to end with the smoke preset into a temporary run dir, then a second run that reuses every stage,
-then the same preset on 2 CPU processes (`accelerate launch --cpu --num_processes 2`): the same table."""
+"""The demo end to end with the smoke preset (2 training seeds) into a temporary run dir, then a second run that
+reuses every stage, then the same preset on 2 CPU processes (`accelerate launch --cpu --num_processes 2`): the same
+table."""
 from __future__ import annotations
 
 import json
@@ -16,9 +17,12 @@ import pacs_cli
 from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
 from metric.common.errors import InputError
 
-STAGES = {"data", "clip", "pacs", "correlation", "features", "xe", "scst-cider", "scst-clip-s", "scst-pac-s++",
-          "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5", "scst-clip-s-kl0.1", "evaluate"}
-REWARDS = ["cider", "clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5"]
+SEEDS = [0, 1]
+PER_SEED = ["xe", "scst-cider", "scst-clip-s", "scst-pac-s++", "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5",
+            "scst-judge", "scst-clip-s-kl0.1"]
+STAGES = {"data", "clip", "pacs", "correlation", "features", "evaluate",
+          *(f"seed-{seed}/{name}" for seed in SEEDS for name in PER_SEED)}
+REWARDS = ["cider", "clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5", "judge"]
 MODELS = ["xe", *(f"scst {spec}" for spec in REWARDS), "scst clip-s +KL", "human"]
 
 
@@ -38,14 +42,23 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert [r["model"] for r in results["rows"]] == MODELS
     # the guarded run: its coefficient chosen on validation, its checkpoint the best validation CIDEr-D step
     choice = results["guarded"]["choices"]["clip-s"]
-    record = json.loads((run_dir / "stages" / "scst-clip-s-kl0.1.json").read_text())["summary"]
+    record = json.loads((run_dir / "stages" / "seed-0" / "scst-clip-s-kl0.1.json").read_text())["summary"]
     assert choice["chosen_kl_coef"] == 0.1 and choice["val_cider"] == {"0.1": record["best_val_cider"]}
-    assert record["model"] == "best" and record["best_step"] >= 1 and (run_dir / "scst-clip-s-kl0.1" / "best").is_dir()
-    monitor = (run_dir / "scst-clip-s-kl0.1" / "monitor.csv").read_text().splitlines()
+    by_seed = results["guarded"]["choices_by_seed"]
+    assert by_seed["0"]["clip-s"] == choice and set(by_seed) == {"0", "1"}
+    guarded_dir = run_dir / "seed-0" / "scst-clip-s-kl0.1"
+    assert record["model"] == "best" and record["best_step"] >= 1 and (guarded_dir / "best").is_dir()
+    monitor = (guarded_dir / "monitor.csv").read_text().splitlines()
     header = monitor[0].split(",")
     best = max((dict(zip(header, line.split(","))) for line in monitor[2:]), key=lambda r: float(r["cider"]))
     assert int(best["step"]) == record["best_step"]
-    assert "kl" in (run_dir / "scst-clip-s-kl0.1" / "log.csv").read_text().splitlines()[0].split(",")
+    assert "kl" in (guarded_dir / "log.csv").read_text().splitlines()[0].split(",")
+    # every seed trained its own XE and SCST runs (own folders and fingerprints); the table records how it pooled them
+    for seed in SEEDS:
+        assert json.loads((run_dir / "stages" / f"seed-{seed}" / "xe.json").read_text())["settings"]["seed"] == seed
+    assert results["seeds"] == SEEDS and results["bootstrap"]["seeds"] == 2
+    assert results["bootstrap"]["resamples"] == 1000 and "stratified" in results["bootstrap"]["method"]
+    assert [(r["seed"], r["model"]) for r in results["seed_rows"]] == [(s, m) for s in SEEDS for m in MODELS]
     assert results["guarded"]["reward_gains"][0]["model"] == "scst clip-s +KL"
     human_row = results["rows"][-1]
     assert human_row["B-4"] is None and "ci" not in human_row and "| human | - |" in out  # B-4 blank, as the papers
@@ -57,25 +70,40 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
             assert low <= row["delta"][column] + 1e-9 and row["delta"][column] <= high + 1e-9, (row["model"], column)
             assert row["delta"][column] == pytest.approx(row[column] - results["rows"][0][column])
     assert [g["reward"] for g in results["reward_gains"]] == REWARDS and results["findings"]
-    mix = results["reward_gains"][-1]  # the weighted sum of its terms, from the table's columns
+    assert results["oracle"] == "scst judge"
+    # the printed findings are the records' sentences, one bullet each
+    printed = out.split("What the run found:\n\n")[1].split("\n\n")[0].splitlines()
+    assert printed == [f"* {record['text']}" for record in results["findings"]]
+    for record in results["findings"]:
+        assert {"subject", "claim", "holds", "interval", "seeds"} <= set(record) and set(record["seeds"]) == {"0", "1"}
+    gains = {g["reward"]: g for g in results["reward_gains"]}
+    mix = gains["cider:1,pac-s++:0.5"]  # the weighted sum of its terms, from the table's columns
     by_model = {r["model"]: r for r in results["rows"]}
     assert mix["scst"] == pytest.approx(by_model["scst cider:1,pac-s++:0.5"]["C"] / 100
                                         + 0.5 * by_model["scst cider:1,pac-s++:0.5"]["PAC-S++"], rel=1e-5)
+    assert gains["judge"]["scst"] == pytest.approx(by_model["scst judge"]["Judge"] / 100, rel=1e-5)  # the oracle
     assert "What the run found:" in out and "Δ vs xe" in out
-    # Judge-acc and Length recomputed from the captions the run wrote, against the world's scenes
+    # Judge-acc and Length recomputed from the captions each seed's models wrote, against the world's scenes: the
+    # table's value is their mean over the seeds
     from captioner.demo.data import DemoData
     from captioner.demo.judge import judge_caption
 
     scenes = DemoData.build(load_demo_config(config, []).world, tmp_path / "unused").scenes()
+    per_seed = [json.loads((run_dir / "evaluate" / f"seed-{seed}" / "captions.json").read_text()) for seed in SEEDS]
     written_captions = json.loads((run_dir / "evaluate" / "captions.json").read_text())
+    assert written_captions == per_seed[0]
     for row in results["rows"]:
-        captions = written_captions[row["model"]]
-        correct = sum(judge_caption(caption, scenes[image_id]).is_correct for image_id, caption in captions.items())
-        assert row["Judge-acc"] == pytest.approx(100.0 * correct / len(captions)), row["model"]
-        assert row["Length"] == pytest.approx(sum(len(c.split()) for c in captions.values()) / len(captions))
+        accuracy, length = [], []
+        for seed_captions in per_seed:
+            captions = seed_captions[row["model"]]
+            correct = sum(judge_caption(c, scenes[image_id]).is_correct for image_id, c in captions.items())
+            accuracy.append(100.0 * correct / len(captions))
+            length.append(sum(len(c.split()) for c in captions.values()) / len(captions))
+        assert row["Judge-acc"] == pytest.approx(sum(accuracy) / 2), row["model"]
+        assert row["Length"] == pytest.approx(sum(length) / 2), row["model"]
     _check_human_row(tmp_path, run_dir, results, written_captions)
     # every training stage logged curves; the metric stages really trained (validation loss fell)
-    for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++"):
+    for name in ("clip", "pacs", "xe", "scst-cider", "scst-pac-s++", "scst-judge"):
         assert (run_dir / "logs" / f"{name}.csv").is_file(), name
     for stage in ("clip", "pacs"):
         summary = json.loads((run_dir / "stages" / f"{stage}.json").read_text())["summary"]
@@ -87,6 +115,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     page = (run_dir / "report.html").read_text()
     assert 'id="results-table"' in page and page.count("<tr>") >= 6
     assert 'id="delta-table"' in page and 'id="reward-gains"' in page and 'id="findings"' in page
+    assert 'id="seed-deltas"' in page  # every seed's change drawn
     assert 'id="system-table"' in page and 'id="system-plot"' in page and 'id="system-delta-table"' in page
     assert '<td class="name">human</td>' in page
     assert (run_dir / "logs" / "scst_val-cider.csv").is_file()
@@ -109,7 +138,8 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     for image_id in some:
         shutil.copyfile(run_dir / "data" / "images" / f"{image_id}.png", images / f"{image_id}.png")
     out_file = tmp_path / "captions.json"
-    assert pacs_cli.main(["caption", "--checkpoint", str(run_dir / "scst-cider" / "final"), "--images", str(images),
+    assert pacs_cli.main(["caption", "--checkpoint", str(run_dir / "seed-0" / "scst-cider" / "final"), "--images",
+                          str(images),
                           "--beam-size", "2", "--out", str(out_file)]) == 0
     written = {r["image_id"]: r["caption"] for r in json.loads(out_file.read_text())}
     assert written == {image_id: evaluated[image_id] for image_id in some}
@@ -123,7 +153,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
 
     # a changed SCST setting re-runs only the SCST stages and the evaluation below them
     third = run_demo(config, [f"runs_dir={tmp_path}", "threads=1", "scst.rewards=[cider]"])
-    assert set(third["ran"]) == {"evaluate"} and "xe" in third["skipped"]
+    assert set(third["ran"]) == {"evaluate"} and {"seed-0/xe", "seed-1/xe"} <= set(third["skipped"])
     assert ">scst clip-s</" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
 
     # the issue's literal command on 2 CPU processes: same stages, same printed table as one process
@@ -137,7 +167,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert done.returncode == 0, done.stderr[-3000:]
     assert "starting 2 gloo CPU processes" in done.stderr
     assert "120 to extract on process 1/2" in done.stderr  # feature extraction was split, not repeated
-    assert done.stdout.count("| model | ") == 1  # only the main process prints the table
+    assert done.stdout.count("| model | B-4 |") == 1  # only the main process prints the table
     assert _table(done.stdout) == _table(out)
     stages = json.loads((two / "demo_smoke" / "stages.json").read_text())
     assert set(stages["ran"]) == STAGES and stages["skipped"] == []
@@ -157,7 +187,7 @@ def _check_human_row(tmp_path: Path, run_dir: Path, results: dict, captions: dic
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    evaluate = run_dir / "evaluate"
+    evaluate = run_dir / "evaluate" / "seed-0"  # the first seed's table (every seed's: evaluate/seed-<s>/)
     demo_table = json.loads((evaluate / "system_table.json").read_text())
     specs = demo_table["provenance"]["config"]["candidates"]
     assert [spec.split("=", 1)[0] for spec in specs] == MODELS[:-1]
