@@ -4,7 +4,9 @@ A training state lives in `<output_dir>/checkpoints/step-XXXXXXXX/`: accelerate'
 scheduler, one `random_states_<rank>.pkl` per process) plus `trainer_state.json` (step, epoch and position
 in the data) and `manifest.json` (size and sha256 of every file). It is written into a temporary folder
 and renamed into place only when complete; older states are pruned only after that. Loading checks the
-manifest and refuses a corrupt, truncated or incomplete state with an error naming the file.
+manifest and refuses a corrupt, truncated or incomplete state with an error naming the file; its pickle-based
+files are read with `torch.load(weights_only=True)` only (`metric.training.resume_files`): a file holding
+anything else is refused in one line, and nothing in it runs.
 
 A captioner model folder (`best/`, `final/`) holds `model.safetensors` + `captioner.json` (architecture,
 vocabulary, feature source) and is what `pacs caption` and the SCST stage load.
@@ -27,8 +29,10 @@ from captioner.modeling.vocab import Vocab, vocab_from_dict
 from metric.common.config import from_dict
 from metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
 from metric.common.io import chmod_like_umask, write_json_atomic
+from metric.common.json_input import read_json_file
 from metric.common.provenance import provenance, sha256_file
 from metric.training.divergence import nonfinite_parameter
+from metric.training.resume_files import check_state_folder, load_weights_only
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +79,12 @@ class CheckpointManager:
         step = int(trainer_state["step"])
         target = self.folder / f"step-{step:08d}"
         tmp = self.folder / f".tmp-step-{step:08d}"
+        if self.folder.is_symlink():  # on every process: each stops with the same error
+            raise CheckpointError(f"{self.folder} is a symbolic link: pacs writes checkpoints only into "
+                                  "folders of the run directory itself (remove the link)")
         if acc.is_main_process:
+            if tmp.is_symlink() or tmp.is_file():
+                tmp.unlink()
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
@@ -109,7 +118,9 @@ class CheckpointManager:
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
             files = manifest["files"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            if not all(isinstance(e, dict) and {"bytes", "sha256"} <= e.keys() for e in files.values()):
+                raise TypeError("a file entry without bytes / sha256")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # bad JSON, bytes or fields
             raise CheckpointError(f"{manifest_path} is corrupt{hint}") from None
         num_processes = self.accelerator.num_processes
         for rank in range(num_processes):
@@ -130,7 +141,9 @@ class CheckpointManager:
                                       f"expected {expected['bytes']}){hint}")
             if sha256_file(path) != expected["sha256"]:
                 raise CheckpointError(f"checkpoint file {path} is corrupt (sha256 mismatch){hint}")
-        state = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+        state = read_json_file(checkpoint / TRAINER_STATE, "trainer state")
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{checkpoint / TRAINER_STATE} is not a trainer state (a JSON object){hint}")
         missing = [key for key in REQUIRED_STATE_KEYS if key not in state]
         if missing:
             raise CheckpointError(f"{checkpoint / TRAINER_STATE} lacks {', '.join(missing)}: the position in the "
@@ -151,6 +164,7 @@ class CheckpointManager:
         if not checkpoint.is_dir():
             raise CheckpointError(f"checkpoint folder not found: {checkpoint}")
         state = self.verify(checkpoint)
+        check_state_folder(checkpoint)  # weights only: a pickle holding anything else is one error naming it
         self.accelerator.load_state(str(checkpoint))
         self.restored = checkpoint
         logger.info("resumed from %s (step %d)", checkpoint, state["step"])
@@ -163,10 +177,7 @@ class CheckpointManager:
         path = self.restored / EXTRA_STATE.format(rank=self.accelerator.process_index)
         if not path.is_file():
             return None
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True)
-        except (RuntimeError, OSError, EOFError, ValueError) as error:  # pickle refusals are RuntimeErrors
-            raise CheckpointError(f"checkpoint file {path} cannot be read: {error}") from None
+        return load_weights_only(path)  # InputError naming the file when refused (nothing in it runs)
 
 
 def save_captioner(folder: str | os.PathLike, model: Captioner, vocab: Vocab, features: dict[str, Any],

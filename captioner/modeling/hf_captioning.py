@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from metric.common.errors import InputError
+from metric.models.weights_only import LOAD_ERRORS, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,9 @@ def load_hf_captioner(folder: str | os.PathLike, device: str = "cpu") -> HFCapti
         processor = transformers.AutoProcessor.from_pretrained(folder, local_files_only=True,
                                                                trust_remote_code=False)
         model = getattr(transformers, loader).from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except LOAD_ERRORS as error:  # a pytorch_model.bin that torch.load(weights_only=True) refused: nothing ran
+        bins = sorted(folder.glob("pytorch_model*.bin"))
+        raise torch_load_error(bins[0] if len(bins) == 1 else folder, error, parameter="checkpoint") from None
     except (OSError, ValueError, KeyError) as error:
         raise InputError(f"checkpoint={folder}: transformers cannot load this {model_type} folder: "
                          f"{str(error).splitlines()[0]}", parameter="checkpoint") from None

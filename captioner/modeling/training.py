@@ -21,6 +21,7 @@ from annotated_types import Le
 
 from metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from metric.common.errors import InputError
+from metric.common.links import open_no_follow
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class CSVTracker(GeneralTracker):
         if self.resume_step is not None and self.path.is_file():
             with open(self.path, newline="", encoding="utf-8") as handle:
                 kept = [row for row in csv.DictReader(handle) if int(float(row["step"])) <= self.resume_step]
-        with open(self.path, "w", newline="", encoding="utf-8") as handle:
+        with open_no_follow(self.path, "w", newline="", encoding="utf-8") as handle:  # never through a link
             writer = csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(kept)
@@ -65,7 +66,7 @@ class CSVTracker(GeneralTracker):
         """Append one row."""
         row = {key: (f"{value:.8g}" if isinstance(value, float) else value) for key, value in values.items()}
         row["step"] = step
-        with open(self.path, "a", newline="", encoding="utf-8") as handle:
+        with open_no_follow(self.path, "a", newline="", encoding="utf-8") as handle:
             csv.DictWriter(handle, fieldnames=self.columns, extrasaction="ignore").writerow(row)
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from captioner.orchestration.stage_outputs import manifest_problems, output_manifest
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
+from metric.common.links import check_no_links
 from metric.common.provenance import sha256_file
 
 logger = logging.getLogger(__name__)
@@ -183,6 +184,7 @@ class StageRunner:
         self.force = list(force)
         self.state = state if state is not None else _Single()
         self.records = self.run_dir / RECORDS
+        check_no_links(self.run_dir, self.records)  # records are never written through a planted link
         if self.state.is_main_process:
             self.records.mkdir(parents=True, exist_ok=True)
         self.hashes = HashCache(self.records / HASHES, writer=self.state.is_main_process)
@@ -243,6 +245,8 @@ class StageRunner:
         outputs = list(outputs) if outputs is not None else [self.folder(name)]
         fingerprint = Fingerprint(dict(settings), dict(inputs or {}), {u: self.ids[u] for u in upstream})
         digest, parts = fingerprint.digest(), fingerprint.as_dict()
+        for path in outputs:  # on every process: a link planted in the run directory is one error everywhere
+            check_no_links(self.run_dir, path)
         action = self._decide_everywhere(name, digest, parts, outputs, resumable)
         if action == "skip":
             if self.state.is_main_process:

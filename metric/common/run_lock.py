@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metric.common.errors import InputError
+from metric.common.links import open_no_follow
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +77,8 @@ class RunDirectoryLock:
         """Take the lock or raise RunDirectoryBusyError naming the holder; create the run directory if needed."""
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release()
-        except (FileExistsError, NotADirectoryError, PermissionError, OSError) as error:
+            handle = open_no_follow(self.path, "r+", encoding="utf-8")  # a link there: one error, nothing written
+        except OSError as error:
             raise _unwritable(self.run_dir, error) from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from metric.common.config import MAX_BEAM, MAX_IMAGES, MAX_LENGTH, NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
 from metric.common.errors import InputError, MissingResourceError
 from metric.common.io import atomic_path, write_json_atomic
+from metric.common.links import open_no_follow
 from metric.common.paths_inside import user_path
 from metric.common.provenance import provenance
 from metric.training.data import load_rgb
@@ -318,9 +319,9 @@ def _generate_shard(images: list[SourceImage], part: Path, out: Path, config: Po
         logger.info("resuming: %d of %d image(s) of this shard already done", len(images) - len(todo), len(images))
     progress = tqdm(total=len(todo), desc="positives", disable=not show)
     if part.is_file() and part.stat().st_size and not part.read_bytes().endswith(b"\n"):
-        with open(part, "a", encoding="utf-8") as handle:
+        with open_no_follow(part, "a", encoding="utf-8") as handle:
             handle.write("\n")  # a torn last line (interrupted run) stays ignorable on its own line
-    with open(part, "a", encoding="utf-8") as handle:
+    with open_no_follow(part, "a", encoding="utf-8") as handle:  # never through a link planted in the folder
         for batch in _chunks(todo, config.batch_size):
             previous = {image.image_id: done.get(image.image_id, []) for image in batch}
             need_caption = [image for image in batch if not previous[image.image_id]]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +15,7 @@ from torch import nn
 
 from metric.common.config import dump_yaml, to_dict
 from metric.common.errors import InputError
-from metric.common.io import chmod_like_umask, write_json_atomic
+from metric.common.io import chmod_like_umask, finite_or_none, write_json_atomic
 from metric.common.provenance import provenance
 from metric.training.config import FAMILY_OF_MODE, MetricTrainConfig
 
@@ -24,6 +27,8 @@ logger = get_logger(__name__)  # accelerate's: logs once, on the main process
 STATE_DIR = "state"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 ADAPTER_DIR = "adapter"
+TRAINER_STATE_FILE = "trainer_state.json"  # in each saved state folder, next to accelerate's files
+BEST_WEIGHTS_FILE = "best_weights.safetensors"
 
 
 class TrainerState:
@@ -39,19 +44,43 @@ class TrainerState:
         self.train_losses: list[float] = []  # the global batch's total loss at every optimizer step
         self.best_weights: dict[str, torch.Tensor] = {}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data for accelerate's custom-object checkpointing."""
-        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                "best_val": self.best_val, "best_step": self.best_step, "history": self.history,
-                "best_weights": self.best_weights, "train_losses": self.train_losses}
+    def save(self, folder: Path) -> None:
+        """Write `trainer_state.json` (counters, history) and `best_weights.safetensors` into `folder` (no pickle)."""
+        from safetensors.torch import save_file
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from `state_dict()`; a missing field is an error (a resume must be complete)."""
-        for key in ("step", "epoch", "batch_in_epoch", "best_val", "best_step", "history", "best_weights"):
-            if key not in state:
-                raise InputError(f"resume state lacks {key!r}")
-            setattr(self, key, state[key])
-        self.train_losses = list(state.get("train_losses", []))
+        save_file({name: tensor.contiguous() for name, tensor in self.best_weights.items()},
+                  str(folder / BEST_WEIGHTS_FILE))
+        write_json_atomic(folder / TRAINER_STATE_FILE, {
+            "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+            "best_val": finite_or_none(self.best_val), "best_step": self.best_step, "history": self.history,
+            "train_losses": self.train_losses})
+
+    def load(self, folder: Path) -> None:
+        """Restore from `save`'s files; InputError naming the file when one is unreadable or lacks a field."""
+        from safetensors.torch import load_file
+
+        from metric.common.json_input import read_json_file
+
+        path = folder / TRAINER_STATE_FILE
+        state = read_json_file(path, "trainer state")
+        if not isinstance(state, dict):
+            raise InputError(f"{path}: not a trainer state (a JSON object is expected)")
+        for key, kind in (("step", int), ("epoch", int), ("batch_in_epoch", int), ("best_step", int),
+                          ("history", list), ("train_losses", list)):
+            if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+                raise InputError(f"{path}: {key!r} is missing or not {'a list' if kind is list else 'an integer'}")
+        best_val = state.get("best_val")
+        if best_val is not None and not isinstance(best_val, (int, float)):
+            raise InputError(f"{path}: 'best_val' is not a number")
+        weights = folder / BEST_WEIGHTS_FILE
+        try:
+            best_weights = load_file(str(weights))
+        except Exception as error:  # noqa: BLE001 - safetensors raises several types for missing / corrupt files
+            raise InputError(f"{weights}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.best_step, self.history, self.train_losses = state["best_step"], state["history"], state["train_losses"]
+        self.best_val = math.inf if best_val is None else float(best_val)
+        self.best_weights = best_weights
 
 
 def state_dirs(output_dir: Path) -> list[Path]:
@@ -74,12 +103,48 @@ def resolve_resume(config: MetricTrainConfig, output_dir: Path) -> Path | None:
 
 
 def check_state_complete(path: Path) -> None:
-    required = ["custom_checkpoint_0.pkl", "random_states_0.pkl"]
+    required = [TRAINER_STATE_FILE, BEST_WEIGHTS_FILE, "random_states_0.pkl"]
     missing = [name for name in required if not (path / name).is_file()]
     if not any(path.glob("optimizer*.bin")) and not any(path.glob("optimizer*.safetensors")):
         missing.append("optimizer.bin")
     if missing:
         raise InputError(f"resume state {path} is incomplete: missing {', '.join(missing)}")
+
+
+def save_state_folder(accelerator: Any, state: TrainerState, output_dir: Path) -> Path:
+    """Save accelerate's state + `state` as `<output_dir>/state/step_N` (written aside, renamed into place).
+
+    Files are written into a fresh temporary folder that pacs created (never through a link planted in the run
+    directory); the finished folder replaces any older `step_N`.
+    """
+    root = output_dir / STATE_DIR
+    target = root / f"step_{state.step:08d}"
+    tmp = root / f".tmp-step_{state.step:08d}"
+    if root.is_symlink():  # on every process: each stops with the same error
+        raise InputError(f"{root} is a symbolic link: pacs writes training states only into folders of the "
+                         "run directory itself (remove the link)")
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.is_symlink() or tmp.is_file():
+            tmp.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        state.save(tmp)
+        chmod_like_umask(tmp)  # safetensors writes 0600 files: give them the umask's mode
+        trash = root / f".old-step_{state.step:08d}-{uuid.uuid4().hex[:8]}"
+        if target.is_symlink() or target.exists():
+            os.replace(target, trash)
+        os.replace(tmp, target)
+        if trash.is_symlink():
+            trash.unlink()
+        else:
+            shutil.rmtree(trash, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return target
 
 
 def restore_best(model: nn.Module, best: dict[str, torch.Tensor]) -> None:

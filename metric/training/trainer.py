@@ -7,7 +7,8 @@ seeded global batch, encodes it in micro-batches, and the contrastive loss cover
 ``accelerator.backward``; validation loss (over global batches too) every ``eval_every`` optimizer steps with
 early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional
 periodic correlation on an eval benchmark, resumable state
-(``save_state`` / ``load_state``). The loss is InfoNCE, or SigLIP's sigmoid loss for a model with a ``logit_bias``
+(accelerate's ``save_state`` / ``load_state`` for model, optimizer and RNG, read only after
+``metric.training.resume_files.check_state_folder``; the trainer's counters in JSON + safetensors). The loss is InfoNCE, or SigLIP's sigmoid loss for a model with a ``logit_bias``
 (``loss.kind``, see ``metric.training.losses``). The temperature is the model's ``logit_scale`` (and ``logit_bias`` for
 the sigmoid loss); both are frozen unless ``train_logit_scale`` is set (or in ``full`` mode). Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
 ``metric.models.factory.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
@@ -27,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from metric.common.errors import InputError
-from metric.common.io import chmod_like_umask, finite_or_none
+from metric.common.io import finite_or_none
 from metric.common.optim import make_adam
 from metric.training.config import (
     FAMILY_OF_MODE,
@@ -61,6 +62,7 @@ from metric.training.encoding import (
 )
 from metric.training.grad_cache import grad_cache_step
 from metric.training.losses import positives_needed
+from metric.training.resume_files import check_state_folder
 from metric.training.state import (
     ADAPTER_DIR,
     CHECKPOINT_FILE,
@@ -70,6 +72,7 @@ from metric.training.state import (
     resolve_resume,
     restore_best,
     save_outputs,
+    save_state_folder,
 )
 
 if TYPE_CHECKING:
@@ -161,16 +164,17 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     optimizer = make_adam(params.values(), decoupled_weight_decay=True, lr=config.lr,
                           weight_decay=config.weight_decay)
     encoder, optimizer = accelerator.prepare(encoder, optimizer)
-    state = TrainerState()
-    accelerator.register_for_checkpointing(state)
+    state = TrainerState()  # saved as JSON + safetensors by pacs, not registered with accelerate (no pickle)
     resume_dir = resolve_resume(config, output_dir)
     if resume_dir is not None:
+        check_state_folder(resume_dir)  # every pickle-based file: weights only, or one error naming it
         check_state_complete(resume_dir)
         try:
             accelerator.load_state(str(resume_dir))
         except (RuntimeError, KeyError, ValueError) as error:
             raise InputError(f"resume state {resume_dir} does not fit this model/config "
                              f"({str(error).splitlines()[0]})") from None
+        state.load(resume_dir)
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", resume_dir, state.step, state.epoch,
                     state.batch_in_epoch)
     correlate = correlation_hook
@@ -248,11 +252,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
                     logger.info("step %d: %s", state.step, _fmt(record))
                 if config.save_every and state.step % config.save_every == 0:
                     check_weights(accelerator, unwrapped, stage, state.step, hint)
-                    saved = output_dir / STATE_DIR / f"step_{state.step:08d}"
-                    accelerator.save_state(str(saved))
-                    accelerator.wait_for_everyone()
-                    if accelerator.is_main_process:
-                        chmod_like_umask(saved)  # safetensors writes 0600 files: give them the umask's mode
+                    save_state_folder(accelerator, state, output_dir)
                 if state.step >= total_steps or state.step - state.best_step >= config.patience:
                     stop = True
                     break

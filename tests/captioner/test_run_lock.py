@@ -111,7 +111,7 @@ def test_a_run_directory_that_is_a_file_or_read_only_is_one_clear_error(tmp_path
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(args[0]))
 
-    monkeypatch.setattr(run_lock, "open", read_only, raising=False)
+    monkeypatch.setattr(run_lock, "open_no_follow", read_only)  # how run_lock opens the lock file
     assert pacs_cli.main(["train", "--config", "demo_smoke", f"runs_dir={tmp_path / 'ro'}"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         (f"pacs train: error: run directory {tmp_path / 'ro' / 'demo_smoke'} cannot be written (Read-only file "
