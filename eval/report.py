@@ -197,6 +197,10 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
                         + "</tr>" for r in with_ci)
         parts.append(f"<h3>Change against {baseline} (paired bootstrap 95% interval; coloured when it excludes 0)</h3>"
                      f'<table id="delta-table"><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>')
+    seeds_plot = plot_seed_deltas(rows, extra.get("seeds") or [])
+    if seeds_plot is not None:
+        parts.append("<h3>Every seed's change against the baseline (dots: one per seed; bar: the 95% interval over "
+                     f'seeds and images)</h3><img id="seed-deltas" src="{seeds_plot}" alt="per-seed changes">')
     found = extra.get("findings")
     if isinstance(found, list) and found:
         items = "".join(f"<li>{html.escape(_finding_line(line))}</li>" for line in found)
@@ -204,35 +208,6 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
     return "".join(parts)
 
 
-def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]] | None) -> str:
-    if correlation is None:
-        return '<p class="absent">No correlation/ folder in this run.</p>'
-    summary, columns = correlation
-    parts = []
-    if summary:
-        keys = sorted({k for v in summary.values() if isinstance(v, dict) for k in v})
-        head = '<th class="name">metric</th>' + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-        body = "".join('<tr><td class="name">' + html.escape(m) + "</td>"
-                       + "".join(f"<td>{_format(v.get(k, ''))}</td>" for k in keys) + "</tr>"
-                       for m, v in summary.items() if isinstance(v, dict))
-        parts.append(f'<table class="correlation" id="correlation-table"><thead><tr>{head}</tr></thead>'
-                     f"<tbody>{body}</tbody></table>")
-    scatter = plot_correlation(summary, columns)
-    if scatter:
-        parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')
-    return "".join(parts)
-
-    seeds_plot = plot_seed_deltas(rows, extra.get("seeds") or [])
-    if seeds_plot is not None:
-        parts.append("<h3>Every seed's change against the baseline (dots: one per seed; bar: the 95% interval over "
-                     f'seeds and images)</h3><img id="seed-deltas" src="{seeds_plot}" alt="per-seed changes">')
-
-def highlight_caption(caption: str, spans: Any) -> str:
-    """The caption as HTML with each `(start, end, kind)` character span wrapped in `<mark class="hl-KIND">`."""
-    out, position = [], 0
-    valid = sorted((int(a), int(b), str(k)) for a, b, k in (spans or []) if 0 <= int(a) < int(b) <= len(caption))
-    for start, end, kind in valid:
-        if start < position:  # overlapping spans: keep the first
 def _finding_line(finding: Any) -> str:
     """A finding as printed: a record's `text` (results.json `findings: [{subject, claim, holds, interval, text}]`)
     or the sentence itself."""
@@ -271,6 +246,31 @@ def plot_seed_deltas(rows: list[dict[str, Any]], seeds: list[Any]) -> str | None
     return _png_data_uri(figure)
 
 
+def _correlation_html(correlation: tuple[dict[str, Any], dict[str, list[float]]] | None) -> str:
+    if correlation is None:
+        return '<p class="absent">No correlation/ folder in this run.</p>'
+    summary, columns = correlation
+    parts = []
+    if summary:
+        keys = sorted({k for v in summary.values() if isinstance(v, dict) for k in v})
+        head = '<th class="name">metric</th>' + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+        body = "".join('<tr><td class="name">' + html.escape(m) + "</td>"
+                       + "".join(f"<td>{_format(v.get(k, ''))}</td>" for k in keys) + "</tr>"
+                       for m, v in summary.items() if isinstance(v, dict))
+        parts.append(f'<table class="correlation" id="correlation-table"><thead><tr>{head}</tr></thead>'
+                     f"<tbody>{body}</tbody></table>")
+    scatter = plot_correlation(summary, columns)
+    if scatter:
+        parts.append(f'<img class="plot" alt="correlation scatter plots" src="{scatter}">')
+    return "".join(parts)
+
+
+def highlight_caption(caption: str, spans: Any) -> str:
+    """The caption as HTML with each `(start, end, kind)` character span wrapped in `<mark class="hl-KIND">`."""
+    out, position = [], 0
+    valid = sorted((int(a), int(b), str(k)) for a, b, k in (spans or []) if 0 <= int(a) < int(b) <= len(caption))
+    for start, end, kind in valid:
+        if start < position:  # overlapping spans: keep the first
             continue
         out.append(html.escape(caption[position:start]))
         out.append(f'<mark class="hl-{html.escape(kind)}">{html.escape(caption[start:end])}</mark>')
