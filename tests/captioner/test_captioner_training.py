@@ -79,6 +79,7 @@ def test_two_processes_match_one_for_features_xe_and_scst(tmp_path, shared_data)
     _, one = _driver(["multi", str(tmp_path / "one"), images, "16", "4"])
     _, two = _driver(["multi", str(tmp_path / "two"), images, "8", "4"], LAUNCH_2)
     assert one["world"] == [1.0] and two["world"] == [2.0]
+    # bit-equal: every image is encoded alone (the driver's batch_size=1) on one process as on two
     assert len(one["features"]) == 7 and one["features"] == two["features"]
     for stage, steps in (("xe", 6), ("scst", 4)):
         assert len(one[stage]) == len(two[stage]) == steps
