@@ -47,6 +47,8 @@ def test_colliding_ids_of_two_test_sets_do_not_share_image_embeddings(inputs, tm
     both, alone = _rows(tmp_path / "both"), {**_rows(tmp_path / "nocaps"), **_rows(tmp_path / "coco")}
     assert set(both) == set(alone) and ("xe", "nocaps/in-domain") in both
     for key, row in both.items():
+        # bit-equal: each chunk is scored in one scorer call with the text caches cleared first, so a set's images
+        # and captions are embedded in the same batches in a run of both sets as in a run of it alone
         for column in CONTRASTIVE:  # before: nocaps got the COCO images' embeddings (keys=ids)
             assert row[column] == alone[key][column], (key, column)
 
@@ -70,7 +72,9 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
               for name, out in outputs.items()}
     assert counts == {"one": [["0", "20"]], "two": [["0", "12"], ["1", "8"]]}
     one, two = (json.loads((tmp_path / n / "eval" / "results.json").read_text()) for n in ("one", "two"))
-    assert one == two  # every column, row and interval identical
+    # every column, row and interval bit-identical: chunks are the unit of work (captioned and scored in the same
+    # batches on any process count, captioner.orchestration.eval_processes), so the floats are the same computation
+    assert one == two
     assert any("ci" in row for row in one["rows"]) and len(one["rows"]) == 2 * (1 + 1 + 3)  # coco, nocaps + 3 domains
     for model in ("xe", "pac-spp"):
         for test_set in ("coco", "nocaps"):

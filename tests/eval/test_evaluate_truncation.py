@@ -91,6 +91,7 @@ def test_table_counts_truncated_captions_per_system_and_notes_them_in_the_header
         assert _evaluate(systems, "--candidates", folder / f"{row['system']}.json", "--metrics",
                          "clip-s,ref-clip-s,length", "--checkpoint", clip, "--out", single) == 0
         alone = json.loads(single.read_text())
+        # bit-equal: a table embeds each system's captions in fresh batches, as a run of it alone does
         assert alone["metrics"] == row["values"]
         assert alone["truncated_captions"] == row["truncated_captions"]
         assert (alone["provenance"]["config"]["score"], alone["provenance"]["config"]["long_captions"]) == (
