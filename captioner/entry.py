@@ -24,4 +24,10 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
         return demo.run_demo(str(path), list(overrides), force=list(force or []))
     config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
     config.force = [*config.force, *(force or [])]
+    if len(config.seeds) > 1:  # once per seed into run_dir/seed-<s>, the rows pooled into run_dir/seeds/
+        from captioner.orchestration.seed_runs import run_seeds
+
+        return run_seeds(config)
+    if config.seeds:
+        config.seed = config.seeds[0]
     return run_pipeline(config)

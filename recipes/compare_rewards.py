@@ -2,19 +2,23 @@
 PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rewards/results.{md,csv,json}`.
 
     accelerate launch recipes/compare_rewards.py --config recipes/configs/coco_vitb32_base.yaml \
-        [--reward cider --reward pac-s++ ...] [key=value ...]
+        [--reward cider --reward pac-s++ ...] [--seeds 0 1 2] [key=value ...]
 
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
 Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the test images for C, S and the
 contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):
 `ci` in results.json, `Δ<column> low/high` in results.csv, a second table in results.md.
+With `--seeds` (two or more) XE and every reward are trained once per seed (`<run_dir>/seed-<s>/`, the features
+extracted once; `captioner.orchestration.seed_runs`): each row is the mean over seeds (IQM from 5) and its interval
+a paired stratified bootstrap over seeds and images; results.json keeps every seed's row (`seed_rows`).
 A stage whose recorded fingerprint is unchanged is skipped, so adding a reward later only trains that reward;
 a changed setting re-runs the stages it determines; `--force STAGE` re-runs one stage.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -23,6 +27,7 @@ from captioner.modeling.training import process_state
 from captioner.orchestration.evaluation import TABLE_COLUMNS
 from captioner.orchestration.launching import relaunch_cpu_processes
 from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
+from captioner.orchestration.seed_runs import run_seeds
 from metric.common.config import load_config
 from metric.common.errors import PacsError
 from metric.common.os_errors import user_error_line
@@ -38,6 +43,18 @@ def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
                   key=lambda row: (sets.index(row["test_set"]), order.get(row["model"], len(order))))
 
 
+def add_seed_rows(path: Path, seed_rows: list[dict], config: PipelineConfig) -> None:
+    """Keep every seed's row, the seeds and the pooling method in the comparison's results.json."""
+    from eval.stratified_bootstrap import METHOD, point_name
+    from metric.common.io import write_json_atomic
+
+    results = json.loads(path.read_text(encoding="utf-8"))
+    results.update(seeds=list(config.seeds), seed_rows=seed_rows,
+                   bootstrap={"method": METHOD, "resamples": config.evaluation.bootstrap, "seeds": len(config.seeds),
+                              "point": point_name(len(config.seeds))})
+    write_json_atomic(path, results)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reward", action="append", dest="rewards",
                         help="a reward spec, repeatable (default: cider, clip-s, ref-clip-s, pac-s++, ref-pac-s++; "
                              "mixes like 'cider:1,pac-s++:0.5' are one spec)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+                        help="train XE and every reward once per seed (e.g. --seeds 0 1 2) and pool the rows over "
+                             "seeds (default: the config's seeds, else its seed)")
     parser.add_argument("--force", action="append", default=[], metavar="STAGE",
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
@@ -57,10 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(PipelineConfig, args.config, args.overrides)
         config.rewards = args.rewards or list(DEFAULT_REWARDS)
         config.force = [*config.force, *args.force]
-        result = run_pipeline(config)
+        if args.seeds is not None:
+            config.seeds = list(args.seeds)
+            config.validate()
+        if len(config.seeds) > 1:
+            result = run_seeds(config)
+        else:
+            config.seed = config.seeds[0] if config.seeds else config.seed
+            result = run_pipeline(config)
         if process_state().is_main_process:  # the other processes hold no rows
             rows = comparison_rows(result["rows"], config.rewards)
-            write_results(Path(config.run_dir) / "compare_rewards", rows, ["test_set", "reward", *TABLE_COLUMNS])
+            folder = Path(config.run_dir) / "compare_rewards"
+            write_results(folder, rows, ["test_set", "reward", *TABLE_COLUMNS])
+            if result.get("seed_rows"):
+                add_seed_rows(folder / "results.json", result["seed_rows"], config)
             print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
     except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
         message = user_error_line(error)

@@ -307,7 +307,9 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
         models[findings.guarded_model_name(reward)] = runner.folder(name) / summaries[chosen]["model"]
         choices[reward] = {"spec": spec, "chosen_kl_coef": chosen,
                            "val_cider": {f"{coef:g}": s.get("best_val_cider") for coef, s in summaries.items()},
-                           "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()}}
+                           "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()},
+                           # the chosen run's share of steps whose reward had no spread within the k samples
+                           "zero_spread_fraction": summaries[chosen].get("zero_spread_fraction")}
     return choices
 
 
@@ -370,7 +372,8 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
         row.update(value_ci=entry["value_ci"], per_seed=entry["per_seed"])
         rows.append(row)
     guarded_rows = {reward: findings.guarded_model_name(reward) for reward in config.guarded.rewards}
-    flat = {reward: {str(seed): _flat_share(models[seed].get(model)) for seed in seeds}
+    flat = {reward: {str(seed): _flat_share(guarded[seed].get(reward, {}).get("zero_spread_fraction"),
+                                            models[seed].get(model)) for seed in seeds}
             for reward, model in guarded_rows.items()}
     records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat)
     gains = [gain for gain in pooled["gains"] if gain["model"] not in guarded_rows.values()]
@@ -404,8 +407,12 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     return {"models": list(models[seeds[0]]), "seeds": seeds, "images": len(first.image_ids)}
 
 
-def _flat_share(model_folder: Path | None) -> float:
-    """The share of an SCST run's logged steps whose reward spread (`reward_std` in its log.csv) was 0."""
+def _flat_share(recorded: float | None, model_folder: Path | None) -> float:
+    """The share of an SCST run's steps whose reward had no spread: as its stage recorded it (the spread within
+    each image's k samples, `zero_spread_fraction`), else the share of logged steps whose `reward_std` (over the
+    whole batch) was 0 in its log.csv."""
+    if recorded is not None:
+        return float(recorded)
     if model_folder is None:
         return 0.0
     log = model_folder.parent / "log.csv"

@@ -198,6 +198,9 @@ class PipelineConfig:
     contrastive_reward: ContrastiveRewardConfig = field(default_factory=ContrastiveRewardConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: Seed = 42
+    # training seeds: with two or more, the whole pipeline once per seed into run_dir/seed-<s> (features extracted
+    # once) and the rows pooled over seeds into run_dir/seeds/ (captioner.orchestration.seed_runs)
+    seeds: list[Seed] = field(default_factory=list)
     # every stage's device: auto (accelerate's process device: cuda:<local rank>, mps or cpu) or cpu / an explicit
     # device that must be the process's (metric.common.device); features / reward_models `device` default to it
     device: str = "auto"
@@ -208,6 +211,8 @@ class PipelineConfig:
         betas = self.xe.betas
         if len(betas) != 2 or not all(0 <= beta < 1 for beta in betas):
             raise InputError(f"xe.betas={betas}: expected two floats >= 0 and < 1")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise InputError(f"seeds={self.seeds}: a seed is listed twice")
 
 
 def default_config_path() -> Path:

@@ -1,0 +1,141 @@
+"""`seeds:` of a recipe (`pacs train`, `recipes/compare_rewards.py --seeds`): the whole pipeline once per training
+seed into `<run_dir>/seed-<s>/`, the features extracted once (every later seed reads the first seed's through
+`features.cache_dir`, unless the recipe already names one), then every row pooled over the seeds into
+`<run_dir>/seeds/results.{json,csv,md}`: each column's mean over seeds (the interquartile mean from 5 seeds) and,
+for every row but XE, the paired stratified bootstrap over seeds and images (`eval.stratified_bootstrap`) of
+(row − XE) on the columns that are means of per-image values (C, S and the contrastive ones)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from captioner.orchestration.pipeline_config import PipelineConfig
+from metric.common.io import write_json_atomic
+
+logger = logging.getLogger(__name__)
+BASELINE = "xe"
+
+
+def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
+    """One config per seed of `config.seeds`: its own run directory `<run_dir>/seed-<s>`, the first seed's features."""
+    first = Path(config.run_dir) / f"seed-{config.seeds[0]}"
+    out = []
+    for index, seed in enumerate(config.seeds):
+        features = config.features
+        if index and not features.cache_dir:
+            features = dataclasses.replace(features, cache_dir=str(first / "features"))
+        out.append((seed, dataclasses.replace(config, seed=seed, seeds=[], features=features,
+                                              run_dir=str(Path(config.run_dir) / f"seed-{seed}"))))
+    return out
+
+
+def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, Any]] | None = None
+              ) -> dict[str, Any]:
+    """Run the pipeline once per seed and pool the rows (main process: the pooled rows; others: none)."""
+    from captioner.modeling.training import process_state
+
+    if run is None:
+        from captioner.orchestration.pipeline import run_pipeline as run
+    rows_by_seed = {}
+    for seed, seed_config in seed_configs(config):
+        logger.info("seed %d: %s", seed, seed_config.run_dir)
+        rows_by_seed[seed] = run(seed_config)["rows"]
+    if not process_state().is_main_process:
+        return {"rows": [], "seed_rows": []}
+    per_image = {seed: read_per_image(Path(config.run_dir) / f"seed-{seed}") for seed in config.seeds}
+    boot = config.evaluation.bootstrap
+    rows = pool_rows(rows_by_seed, per_image, boot, config.seed)
+    seed_rows = [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of]
+    write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot)
+    return {"rows": rows, "seed_rows": seed_rows, "seeds": list(config.seeds)}
+
+
+def read_per_image(run_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """`{(model, test set): {"image_ids", "values"}}` from a run's `eval/<model>/<set>.json` records."""
+    out: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for path in sorted((run_dir / "eval").glob("*/*.json")):
+        if path.name.endswith(".results.json"):
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for row in record.get("rows", []):
+            values = (record.get("per_image") or {}).get(row.get("test_set"))
+            if values is not None:
+                out[(row["model"], row["test_set"])] = values
+    return out
+
+
+def pool_rows(rows_by_seed: Mapping[int, Sequence[Mapping[str, Any]]],
+              per_image: Mapping[int, Mapping[tuple[str, str], Mapping[str, Any]]], n_resamples: int,
+              seed: int) -> list[dict[str, Any]]:
+    """One row per (model, test set) of the first seed found in every seed: each numeric column aggregated over the
+    seeds (`eval.stratified_bootstrap.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
+    `delta_per_seed` of its per-image columns against the XE row of the same test set."""
+    from eval.stratified_bootstrap import StratifiedBootstrap, aggregate
+
+    seeds = list(rows_by_seed)
+    keyed = {s: {(r["model"], r["test_set"]): r for r in rows} for s, rows in rows_by_seed.items()}
+    pooled = []
+    for first in rows_by_seed[seeds[0]]:
+        key = (first["model"], first["test_set"])
+        if not all(key in keyed[s] for s in seeds):
+            logger.warning("%s on %s is missing in some seed: left out of the pooled table", *key)
+            continue
+        row: dict[str, Any] = {"model": key[0], "test_set": key[1], "seeds": len(seeds), "per_seed": {}}
+        for column in first:
+            values = [keyed[s][key].get(column) for s in seeds]
+            if column in ("model", "test_set", "ci") or not all(isinstance(v, (int, float)) for v in values):
+                continue
+            row[column] = float(aggregate(np.asarray(values, dtype=np.float64)))
+            row["per_seed"][column] = [float(v) for v in values]
+        base_key = (BASELINE, key[1])
+        if key[0] != BASELINE and n_resamples > 0:
+            _add_intervals(row, [per_image[s].get(key) for s in seeds], [per_image[s].get(base_key) for s in seeds],
+                           n_resamples, seed, StratifiedBootstrap)
+        pooled.append(row)
+    return pooled
+
+
+def _add_intervals(row: dict[str, Any], mine: list[Any], base: list[Any], n_resamples: int, seed: int,
+                   bootstrap: Any) -> None:
+    """`delta`, `ci` and `delta_per_seed` of the columns every seed has per-image values of, paired by image."""
+    if any(m is None or b is None or list(m["image_ids"]) != list(b["image_ids"]) for m, b in zip(mine, base)):
+        logger.warning("no interval for %s on %s: per-image values missing or on other images", row["model"],
+                       row["test_set"])
+        return
+    if len({tuple(m["image_ids"]) for m in mine}) != 1:
+        logger.warning("no interval for %s on %s: the seeds' test images differ", row["model"], row["test_set"])
+        return
+    columns = [c for c in mine[0]["values"] if all(c in m["values"] and c in b["values"] for m, b in zip(mine, base))]
+    boot = bootstrap(len(mine), len(mine[0]["image_ids"]), n_resamples, seed)
+    delta, ci, per_seed = {}, {}, {}
+    for column in columns:
+        model = np.asarray([m["values"][column] for m in mine], dtype=np.float64)
+        xe = np.asarray([b["values"][column] for b in base], dtype=np.float64)
+        if not (np.isfinite(model).all() and np.isfinite(xe).all()):
+            continue
+        found = boot.mean_difference(model, xe)
+        delta[column], ci[column], per_seed[column] = found.point, found.interval, found.per_seed
+    if ci:
+        row.update(delta=delta, ci=ci, delta_per_seed=per_seed)
+
+
+def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list[dict[str, Any]], seeds: list[int],
+                       n_resamples: int) -> None:
+    """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
+    from captioner.orchestration.evaluation import TABLE_COLUMNS
+    from captioner.orchestration.pipeline import write_results
+    from eval.stratified_bootstrap import METHOD, point_name
+
+    columns = ["model", "test_set", *TABLE_COLUMNS]
+    write_results(folder, rows, columns)
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    results.update(seeds=seeds, seed_rows=seed_rows,
+                   bootstrap={"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
+                              "point": point_name(len(seeds)), "level": 0.95})
+    write_json_atomic(folder / "results.json", results)

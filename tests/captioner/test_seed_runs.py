@@ -1,0 +1,95 @@
+"""`seeds:` of a recipe and `recipes/compare_rewards.py --seeds`: the pipeline once per seed (features extracted
+once), the rows pooled over seeds (real Flickr8k, tiny models)."""
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from captioner.entry import run_from_config
+from captioner.orchestration.seed_runs import pool_rows
+from eval.stratified_bootstrap import StratifiedBootstrap
+from metric.models.backbones import tiny_clip_config
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path: Path, shared_data: Path) -> dict:
+    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
+    flickr = str(shared_data / "flickr8k")
+    return {
+        "run_dir": str(tmp_path / "run"), "seeds": [0, 1],
+        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 8, "max_val_images": 2},
+        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
+        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
+        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
+        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "eval_every": 2, "val_beam_size": 1,
+               "save_every": 1, "tensorboard": False,
+               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
+                            "final_lr": 1e-4}},
+        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 1, "k": 2, "lr": 5e-6,
+                 "save_every": 1, "tensorboard": False},
+        "rewards": ["cider"],
+        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
+        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
+                       "max_images": 3, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 30},
+    }
+
+
+def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_difference() -> None:
+    rows = {0: [{"model": "xe", "test_set": "t", "C": 10.0}, {"model": "cider", "test_set": "t", "C": 16.0}],
+            1: [{"model": "xe", "test_set": "t", "C": 20.0}, {"model": "cider", "test_set": "t", "C": 22.0}]}
+    per_image = {0: {("xe", "t"): {"image_ids": ["a", "b"], "values": {"C": [5.0, 15.0]}},
+                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [12.0, 20.0]}}},
+                 1: {("xe", "t"): {"image_ids": ["a", "b"], "values": {"C": [18.0, 22.0]}},
+                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [20.0, 24.0]}}}}
+    pooled = pool_rows(rows, per_image, 40, 3)
+    assert [r["C"] for r in pooled] == [15.0, 19.0] and pooled[1]["per_seed"]["C"] == [16.0, 22.0]
+    assert "ci" not in pooled[0]
+    # by hand: the per-seed differences of the per-image means are 6 and 2, their mean 4
+    assert pooled[1]["delta"]["C"] == pytest.approx(4.0) and pooled[1]["delta_per_seed"]["C"] == [6.0, 2.0]
+    expected = StratifiedBootstrap(2, 2, 40, 3).mean_difference(np.array([[12.0, 20.0], [20.0, 24.0]]),
+                                                                np.array([[5.0, 15.0], [18.0, 22.0]]))
+    assert pooled[1]["ci"]["C"] == expected.interval
+    low, high = pooled[1]["ci"]["C"]
+    assert 0.0 <= low <= high <= 8.0  # every resample's difference is a mean of per-image differences in [0, 8]
+
+
+@pytest.mark.slow
+def test_a_recipe_with_two_seeds_runs_once_per_seed_and_pools_the_rows(tmp_path, shared_data) -> None:
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(_config(tmp_path, shared_data)))
+    result = run_from_config(str(config), [])
+    run = tmp_path / "run"
+    for seed in (0, 1):
+        xe = json.loads((run / f"seed-{seed}" / "stages" / "xe.json").read_text())
+        assert xe["settings"]["seed"] == seed
+    # the second seed read the first seed's features instead of extracting them again
+    features = json.loads((run / "seed-1" / "stages" / "features" / "train.json").read_text())
+    assert features["settings"]["cache_dir"] == str(run / "seed-0" / "features" / "train")
+    pooled = json.loads((run / "seeds" / "results.json").read_text())
+    assert pooled["seeds"] == [0, 1] and pooled["bootstrap"]["seeds"] == 2
+    assert {(r["seed"], r["model"]) for r in pooled["seed_rows"]} == {(s, m) for s in (0, 1) for m in ("xe", "cider")}
+    per_seed = [json.loads((run / f"seed-{s}" / "eval" / "results.json").read_text())["rows"] for s in (0, 1)]
+    for row in pooled["rows"]:  # every column: the mean of the two seeds' own tables
+        mine = [next(r for r in rows if r["model"] == row["model"]) for rows in per_seed]
+        for column in ("B-4", "CLIP-S", "RefCLIP-S", "Rep-1"):
+            assert row[column] == pytest.approx((mine[0][column] + mine[1][column]) / 2), (row["model"], column)
+    cider = next(r for r in pooled["rows"] if r["model"] == "cider")
+    assert set(cider["ci"]) == {"CLIP-S", "RefCLIP-S"}  # the per-image columns this recipe computes
+    xe = next(r for r in pooled["rows"] if r["model"] == "xe")
+    assert cider["delta"]["CLIP-S"] == pytest.approx(cider["CLIP-S"] - xe["CLIP-S"], abs=1e-6)
+    assert [r["model"] for r in result["rows"]] == [r["model"] for r in pooled["rows"]]
+
+    # compare_rewards --seeds: the same runs (every stage cached), every seed's row kept in its results.json
+    compare = runpy.run_path(str(REPO / "recipes" / "compare_rewards.py"), run_name="compare_rewards")
+    assert compare["main"](["--config", str(config), "--reward", "cider", "--seeds", "0", "1"]) == 0
+    table = json.loads((run / "compare_rewards" / "results.json").read_text())
+    assert table["seeds"] == [0, 1] and len(table["seed_rows"]) == len(pooled["seed_rows"])
+    assert [r["CLIP-S"] for r in table["rows"]] == [r["CLIP-S"] for r in pooled["rows"]]
