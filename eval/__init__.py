@@ -5,7 +5,9 @@ cheap). Write `from eval import cider_d`: `import eval` would shadow Python's bu
 
 - `cider_d`, `cider_df`, `CiderD`, `DocumentFrequency`: fast CIDEr-D (= pycocoevalcap's `Cider`);
 - `compute_text_metrics`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE through pycocoevalcap, corpus + per caption;
-- `correlate`: a human-judgment benchmark, the table `pacs correlate --out` writes.
+- `correlate`: a human-judgment benchmark, the table `pacs correlate --out` writes;
+- `evaluate_systems`: a system-level table (captions from files or in memory, a model per contrastive column),
+  the table `pacs evaluate --candidates NAME=FILE ... --out` writes.
 """
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ _PUBLIC = {
     "cider_df": "eval.cider",
     "compute_text_metrics": "eval.text_metrics",
     "correlate": "eval.api",
+    "evaluate_systems": "eval.api",
 }
 
-__all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_metrics", "correlate"]
+__all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_metrics", "correlate",
+           "evaluate_systems"]
 
 
 def __getattr__(name: str) -> Any:

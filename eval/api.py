@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,15 +221,27 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     return run_correlation(correlation_options(benchmark, data, metrics, **options)).table
 
 
-def evaluate_systems(candidates: Sequence[str], references: str | os.PathLike, metrics: str | Sequence[str],
-                     **options: Any) -> dict[str, Any]:
+def evaluate_systems(candidates: Sequence[str] | Mapping[str, Any], references: str | os.PathLike | Mapping[str, Any],
+                     metrics: str | Sequence[str], **options: Any) -> dict[str, Any]:
     """A system-level table: the JSON `pacs evaluate --candidates NAME=FILE ... --out` writes.
 
-    `candidates` are `NAME=FILE` strings (or plain files, named after their stems); `options` are the command's
-    other options with Python names: `human_baseline`, `equal_refs`, `skip_single_reference_images`,
-    `baseline`, `bootstrap`, `recompute_corpus`, `seed`, the scoring options (`images`, `image_map`,
-    `skip_missing_images`, `spice_corenlp`, `grammar_backend`, ...) and the model options (`ModelOptions`).
-    Unknown ones: InputError.
+    `candidates` are `NAME=FILE` strings (or plain files, named after their stems), or a mapping
+    `{name: captions}` with captions in memory (`{image_id: caption}` or `[{"image_id", "caption"}]`) or a file;
+    `references` a file or `{image_id: [reference, ...]}` in memory. `options` are the command's other options
+    with Python names: `human_baseline`, `equal_refs`, `skip_single_reference_images`, `baseline`, `bootstrap`,
+    `recompute_corpus`, `seed`, `metric_models` (`--metric-model`: `["pac-s=FILE", ...]` or `{metric: SPEC}`, a
+    model per contrastive column), the scoring options (`images`, `image_map`, `skip_missing_images`,
+    `spice_corenlp`, `grammar_backend`, ...) and the model options (`ModelOptions`). Unknown ones: InputError.
+    `eval.table_export.table_latex` / `table_markdown` render the table as the papers' tables.
+
+    >>> from eval import evaluate_systems
+    >>> refs = {"1": ["a dog runs on the grass", "a brown dog"], "2": ["a cat sleeps", "a cat on a bed"]}
+    >>> table = evaluate_systems({"A": {"1": "a dog runs", "2": "a cat"}, "B": {"1": "a dog", "2": "a cat on a bed"}},
+    ...                          refs, "length,incorrect", bootstrap=0)
+    >>> table["systems"], [row["values"]["length"] for row in table["rows"]]
+    (['A', 'B'], [2.5, 3.5])
+    >>> table["columns"]["incorrect"]["better"], table["rows"][1]["file"]
+    ('lower', None)
     """
     from eval.registry import parse_metric_list
     from eval.system_scoring import ScoringOptions
@@ -237,7 +249,7 @@ def evaluate_systems(candidates: Sequence[str], references: str | os.PathLike, m
 
     names = parse_metric_list(metrics if isinstance(metrics, str) else list(metrics))
     table_fields = {"seed", "bootstrap", "human_baseline", "equal_refs", "skip_single_reference_images", "baseline",
-                    "recompute_corpus"}
+                    "recompute_corpus", "metric_models"}
     scoring_fields = {f.name for f in dataclasses.fields(ScoringOptions)} - {"metrics"}
     model_fields = {f.name for f in dataclasses.fields(ModelOptions)}
     for key in options:
@@ -247,9 +259,10 @@ def evaluate_systems(candidates: Sequence[str], references: str | os.PathLike, m
     scoring = {k: v for k, v in options.items() if k in scoring_fields}
     scoring["images"] = images_folder(scoring.get("images"))
     scoring["image_map"] = image_map_table(scoring.get("image_map"))
+    systems = dict(candidates) if isinstance(candidates, Mapping) else [os.fspath(c) for c in candidates]
     request = TableRequest(
-        candidates=[os.fspath(c) for c in candidates], references=os.fspath(references), metrics=names,
-        scoring=ScoringOptions(metrics=names, **scoring),
+        candidates=systems, references=references if isinstance(references, Mapping) else os.fspath(references),
+        metrics=names, scoring=ScoringOptions(metrics=names, **scoring),
         model=ModelOptions(**{k: v for k, v in options.items() if k in model_fields}),
         **{k: v for k, v in options.items() if k in table_fields})
     return build_system_table(request)

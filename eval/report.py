@@ -73,6 +73,7 @@ body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#2
 h1{margin-bottom:0}table{border-collapse:collapse;margin:1em 0}
 th,td{border:1px solid #bbb;padding:3px 6px;text-align:right;font-size:13px}th{background:#eee}
 td.name,th.name{text-align:left;white-space:nowrap}td.ci-up{background:#dbeafe}td.ci-down{background:#ffedd5}.absent{color:#888;font-style:italic}
+td.ci-better{background:#dcfce7}td.ci-worse{background:#fee2e2}th small{font-weight:normal;color:#555}
 .gallery{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #ccc;padding:8px;width:360px}
 .card img{image-rendering:pixelated;width:128px;height:128px}.verdict-correct{color:#080}
 .verdict-wrong{color:#b00}.verdict-incomplete{color:#b70}.card td{text-align:left;font-size:90%}
@@ -155,14 +156,23 @@ def _signed(value: float) -> str:
     return f"{value:+.1f}" if size >= 10 else f"{value:+.2f}" if size >= 1 else f"{value:+.3f}"
 
 
-def _interval_cell(delta: Any, interval: Any) -> str:
+def _interval_cell(delta: Any, interval: Any, column: str | None = None, scale: float = 1.0) -> str:
+    """A change and its interval (times `scale`), classed `ci-up` / `ci-down` when the interval excludes 0 and
+    `ci-better` / `ci-worse` by the column's direction (`eval.columns`: a rise of Rep-n or %Incorrect is worse;
+    length has none)."""
+    from eval import columns
+
     if _number(delta) is None or not isinstance(interval, (list, tuple)) or len(interval) != 2:
         return "<td></td>"
     low, high = (_number(v) for v in interval)
     if low is None or high is None:
         return "<td></td>"
     kind = "up" if low > 0 else "down" if high < 0 else "noise"
-    return (f'<td class="ci-{kind}">{_signed(float(delta))}<br><small>[{_signed(low)}, {_signed(high)}]</small></td>')
+    sign = columns.direction(column) if column is not None else columns.HIGHER
+    if kind != "noise" and sign != columns.NEITHER:
+        kind += " ci-better" if (kind == "up") == (sign == columns.HIGHER) else " ci-worse"
+    return (f'<td class="ci-{kind}">{_signed(float(delta) * scale)}<br><small>[{_signed(low * scale)}, '
+            f"{_signed(high * scale)}]</small></td>")
 
 
 def _cell(row: dict[str, Any], column: str) -> str:
@@ -184,7 +194,7 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
     gains = extra.get("reward_gains")
     if isinstance(gains, list) and gains:
         lines = "".join(f'<tr><td class="name">{html.escape(str(g.get("reward")))}</td><td>{_format(g.get("xe"))}</td>'
-                        f'<td>{_format(g.get("scst"))}</td>{_interval_cell(g.get("delta"), g.get("ci"))}</tr>'
+                        f'<td>{_format(g.get("scst"))}</td>{_interval_cell(g.get("delta"), g.get("ci"), g.get("reward"))}</tr>'
                         for g in gains if isinstance(g, dict))
         parts.append("<h3>Each reward's own value on the test split</h3>"
                      '<table id="reward-gains"><thead><tr><th class="name">reward</th><th>xe</th><th>scst</th>'
@@ -193,7 +203,7 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
     if with_ci:
         baseline = html.escape(str(extra.get("baseline", "baseline")))
         lines = "".join('<tr><td class="name">' + html.escape(str(r["model"])) + "</td>"
-                        + "".join(_interval_cell((r.get("delta") or {}).get(c), r["ci"].get(c)) for c in columns)
+                        + "".join(_interval_cell((r.get("delta") or {}).get(c), r["ci"].get(c), c) for c in columns)
                         + "</tr>" for r in with_ci)
         parts.append(f"<h3>Change against {baseline} (paired bootstrap 95% interval; coloured when it excludes 0)</h3>"
                      f'<table id="delta-table"><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>')
@@ -404,43 +414,74 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 
 
 # ------------------------------------------------------------------------------------------------ system tables
+def _column_scale(table: dict[str, Any], metric: str) -> float:
+    """The printed scale of a column (`columns[m].printed_scale`: 100 for text metrics; 1 when not recorded)."""
+    return float(((table.get("columns") or {}).get(metric) or {}).get("printed_scale") or 1.0)
+
+
+def _column_model(table: dict[str, Any], metric: str) -> str | None:
+    """`model (family, w=W)` of a contrastive column that records one; None otherwise."""
+    record = (table.get("columns") or {}).get(metric) or {}
+    if not record.get("model"):
+        return None
+    w = f", w={record['w']:g}" if record.get("w") is not None else ""
+    return f"{record['model']} ({record.get('family') or 'family not established'}{w})"
+
+
 def normalised_columns(table: dict[str, Any]) -> list[list[float]]:
-    """Rows × metrics of a system table, each metric scaled to [0, 1] over the rows (NaN where blank; 0.5 for a
-    metric equal on every row)."""
+    """Rows × metrics of a system table, each metric scaled to [0, 1] over the rows from its worst (0) to its best
+    (1) row value by the metric's direction (`eval.columns`: lower is better for Rep-n, %Incorrect, grammar; length,
+    which has no better direction, from lowest to highest); NaN where blank, 0.5 for a metric equal on every row."""
+    from eval import columns
+
     metrics, rows = table["metrics"], table["rows"]
     grid = [[_number(row["values"].get(m)) for m in metrics] for row in rows]
     out = [[float("nan")] * len(metrics) for _ in rows]
-    for column in range(len(metrics)):
+    for column, metric in enumerate(metrics):
         values = [line[column] for line in grid if line[column] is not None]
         if not values:
             continue
         low, high = min(values), max(values)
+        lower_is_better = columns.direction(metric) == columns.LOWER
         for index, line in enumerate(grid):
             if line[column] is not None:
-                out[index][column] = 0.5 if high == low else (line[column] - low) / (high - low)
+                share = 0.5 if high == low else (line[column] - low) / (high - low)
+                out[index][column] = 1.0 - share if lower_is_better and high != low else share
     return out
 
 
 def plot_system_table(table: dict[str, Any]) -> bytes:
-    """A heat map of a system table (rows × metrics, values normalised per metric, the values written in the
-    cells) as PNG bytes."""
+    """A heat map of a system table (rows × metrics, each metric from its worst to its best row, the values written
+    in the cells on their printed scale: text metrics ×100; each contrastive column's model and w under its name)
+    as PNG bytes."""
     import numpy as np
+
+    from eval import columns
 
     metrics, rows = table["metrics"], table["rows"]
     grid = np.ma.masked_invalid(np.array(normalised_columns(table), dtype=float).reshape(len(rows), len(metrics)))
-    figure, axis = plt.subplots(figsize=(1.0 + 0.9 * len(metrics), 0.9 + 0.45 * len(rows)))
+    figure, axis = plt.subplots(figsize=(1.0 + 0.9 * len(metrics), 1.2 + 0.45 * len(rows)))
     colours = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     axis.imshow(grid, cmap=colours, vmin=0.0, vmax=1.0, aspect="auto")
-    axis.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=8)
+    labels = []
+    for metric in metrics:
+        arrow = " ↓" if columns.direction(metric) == columns.LOWER else ""
+        scaled = " ×100" if _column_scale(table, metric) != 1.0 else ""
+        model = _column_model(table, metric)
+        labels.append(f"{metric}{arrow}{scaled}" + (f"\n{model}" if model else ""))
+    axis.set_xticks(range(len(metrics)), labels, rotation=45, ha="right", fontsize=7)
     axis.set_yticks(range(len(rows)), [str(r["system"]) for r in rows], fontsize=8)
     for i, row in enumerate(rows):
         for j, metric in enumerate(metrics):
             value = _number(row["values"].get(metric))
+            if value is not None:
+                value *= _column_scale(table, metric)
             text = "-" if value is None else (f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}")
             shade = grid[i, j]
             colour = "white" if shade is np.ma.masked or shade < 0.5 else "black"
             axis.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
-    axis.set_title("each metric scaled from its lowest (dark) to its highest (light) row value", fontsize=8)
+    axis.set_title("each metric from its worst (dark) to its best (light) row value (↓: lower is better; length: "
+                   "lowest to highest)", fontsize=8)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
@@ -449,19 +490,31 @@ def plot_system_table(table: dict[str, Any]) -> bytes:
 
 
 def system_table_section(table: dict[str, Any], png: bytes | None = None, delta_id: str = "delta-table") -> str:
-    """HTML of a system table: header, values with intervals (`#system-table`), differences against the baseline
-    (`#DELTA_ID`, coloured when the paired interval excludes 0) and the normalised heat map (`#system-plot`)."""
+    """HTML of a system table: header, values with intervals (`#system-table`; text metrics ×100, each contrastive
+    column's model, family and w under its name), differences against the baseline (`#DELTA_ID`, coloured better
+    / worse by the metric's direction when the paired interval excludes 0) and the heat map (`#system-plot`)."""
+    from eval import columns
+
     metrics, rows = table["metrics"], table["rows"]
-    head = '<th class="name">system</th>' + "".join(f"<th>{html.escape(m)}</th>" for m in metrics)
+
+    def header(metric: str) -> str:
+        notes = [note for note in (
+            "×100" if _column_scale(table, metric) != 1.0 else None,
+            "lower is better" if columns.direction(metric) == columns.LOWER else None,
+            _column_model(table, metric)) if note]
+        return f"<th>{html.escape(metric)}" + "".join(f"<br><small>{html.escape(n)}</small>" for n in notes) + "</th>"
+
+    head = '<th class="name">system</th>' + "".join(header(m) for m in metrics)
 
     def value_cell(row: dict[str, Any], metric: str) -> str:
         interval = (row.get("ci") or {}).get(metric)
-        value = row["values"].get(metric)
-        if _number(value) is None:
+        value, scale = _number(row["values"].get(metric)), _column_scale(table, metric)
+        if value is None:
             return "<td>-</td>"
-        extra = (f"<br><small>[{_format(interval[0])}, {_format(interval[1])}]</small>"
-                 if isinstance(interval, list) and len(interval) == 2 else "")
-        return f"<td>{_format(value)}{extra}</td>"
+        bounds = [_number(v) for v in interval] if isinstance(interval, list) and len(interval) == 2 else None
+        extra = (f"<br><small>[{_format(bounds[0] * scale)}, {_format(bounds[1] * scale)}]</small>"
+                 if bounds and None not in bounds else "")
+        return f"<td>{_format(value * scale)}{extra}</td>"
 
     body = "".join('<tr><td class="name">' + html.escape(str(r["system"])) + "</td>"
                    + "".join(value_cell(r, m) for m in metrics) + "</tr>" for r in rows)
@@ -471,11 +524,12 @@ def system_table_section(table: dict[str, Any], png: bytes | None = None, delta_
     paired = [r for r in rows if r.get("delta_ci")]
     if baseline and paired:
         lines = "".join('<tr><td class="name">' + html.escape(str(r["system"])) + "</td>"
-                        + "".join(_interval_cell((r.get("delta") or {}).get(m), r["delta_ci"].get(m)) for m in metrics)
+                        + "".join(_interval_cell((r.get("delta") or {}).get(m), r["delta_ci"].get(m), m,
+                                                 _column_scale(table, m)) for m in metrics)
                         + "</tr>" for r in paired)
         parts.append(f"<h3>Difference against {html.escape(str(baseline))} (paired bootstrap 95% interval; "
-                     f'coloured when it excludes 0)</h3><table id="{delta_id}"><thead><tr>{head}</tr></thead>'
-                     f"<tbody>{lines}</tbody></table>")
+                     f"coloured when it excludes 0: green better, red worse by the metric's direction)</h3>"
+                     f'<table id="{delta_id}"><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>')
     if png:
         parts.append(f'<img class="plot" id="system-plot" alt="normalised system table" src="{_png_data_uri(png)}">')
     return "".join(parts)

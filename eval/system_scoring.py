@@ -113,6 +113,8 @@ class SharedScoring:
         self._cider: dict[str, Any] = {}
         self._checker: Any = None
         self._checker_error: str | None = None
+        #: why SPICE is unavailable, once known (tried, and warned about, once per table, not once per row)
+        self.spice_unavailable: str | None = None
         contrastive = [m for m in self.metrics if get_metric(m).kind == "contrastive"]
         self.suite = MetricSuite(contrastive, scorer_factory) if contrastive else None
 
@@ -172,7 +174,11 @@ def _text_scores(shared: SharedScoring, captions: list[str], references: list[li
     tokenized_captions = shared.tokens(captions)
     tokenized_refs = [shared.tokens(refs) for refs in references]
     out.tokens = (tokenized_captions, tokenized_refs)
-    others = [m for m in text if m != "cider"]
+    others = [m for m in text if m != "cider" and not (m == "spice" and shared.spice_unavailable)]
+    if "spice" in text and shared.spice_unavailable:
+        out.values["spice"] = None
+        out.per_row["spice"] = np.full(len(captions), np.nan)
+        out.unavailable["spice"] = shared.spice_unavailable
     if others:
         for name, value in compute_text_metrics(tokenized_captions, tokenized_refs, others, tokenized=True,
                                                 spice_corenlp=shared.options.spice_corenlp).items():
@@ -180,6 +186,8 @@ def _text_scores(shared: SharedScoring, captions: list[str], references: list[li
             out.per_row[name] = np.asarray(value.per_caption, dtype=np.float64)
             if not value.available:
                 out.unavailable[name] = value.reason
+                if name == "spice":
+                    shared.spice_unavailable = value.reason
             if value.n_failed:
                 out.failed[name] = tuple(value.failed)
     if "cider" in text:

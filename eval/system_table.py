@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,18 @@ METHODS = {
 }
 
 
-def default_metrics(images: str | None, checkpoint: str | None, backbone: str | None) -> list[str]:
-    """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model)."""
+def default_metrics(images: str | None, checkpoint: str | None, backbone: str | None,
+                    metric_models: Any = None) -> list[str]:
+    """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model; with
+    `--metric-model METRIC=SPEC`, each such metric and its Ref- variant, reference-based ones first)."""
+    from eval.metric_models import parse_metric_models
+
     metrics = list(DEFAULT_EVALUATE_METRICS)
-    if images and (checkpoint or backbone):
+    given = parse_metric_models(metric_models)
+    if images and given:
+        free = [m.removeprefix("ref-") for m in given]
+        metrics += [f"ref-{m}" for m in dict.fromkeys(free)] + list(dict.fromkeys(free))
+    elif images and (checkpoint or backbone):
         metrics += ["pac-s++", "ref-pac-s++"] if checkpoint else ["clip-s", "ref-clip-s"]
     return metrics
 
@@ -58,8 +66,10 @@ def default_metrics(images: str | None, checkpoint: str | None, backbone: str | 
 class TableRequest:
     """A system-level table to build: systems, references, metrics and every option, typed."""
 
-    candidates: list[str]
-    references: str
+    #: `NAME=FILE` strings, or `{name: captions in memory or FILE}` (`eval.system_inputs.parse_candidate_specs`)
+    candidates: Any
+    #: the references file, or `{image_id: [reference, ...]}` in memory
+    references: Any
     metrics: list[str]
     scoring: ScoringOptions = field(default_factory=lambda: ScoringOptions([]))
     model: ModelOptions = field(default_factory=ModelOptions)
@@ -70,6 +80,9 @@ class TableRequest:
     skip_single_reference_images: bool = False
     baseline: str | None = None
     recompute_corpus: bool = False
+    #: a model per contrastive column (`--metric-model METRIC=SPEC`, `eval.metric_models`): `METRIC=SPEC` strings
+    #: or `{metric: SPEC}`; the columns without one use `model`
+    metric_models: Any = None
     #: contrastive scorers by metric name, instead of the ones `model` builds (a caller holding its own models:
     #: the demo scores CLIP-S with its CLIP and PAC-S++ with its PAC-S++ model)
     scorer_factory: Callable[[str], Any] | None = None
@@ -225,7 +238,8 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     `row_scores`, when given, receives every row's `RowScores` (table order: per-caption values, BLEU statistics)
     for a caller that adds its own columns or paired comparisons with `add_intervals`.
     """
-    from eval.api import json_safe, scorer_factory, scoring_conventions
+    from eval.api import json_safe, scoring_conventions
+    from eval.metric_models import check_columns, column_factory, parse_metric_models
     from metric.common.provenance import provenance
     from metric.common.seeding import seed_everything
     from metric.scoring.inputs import load_references
@@ -234,13 +248,17 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     conventions = scoring_conventions(request.model)  # a bad score / long_captions fails before any work
     if request.bootstrap < 0:
         raise InputError(f"--bootstrap must be >= 0, got {request.bootstrap}", parameter="bootstrap")
+    metric_models = parse_metric_models(request.metric_models)
+    check_columns(list(request.metrics), metric_models)
     if request.equal_refs and not request.human_baseline:
         raise InputError("--human-baseline-equal-refs needs --human-baseline", parameter="human_baseline")
     specs = parse_candidate_specs(request.candidates)
     if request.human_baseline and any(spec.name == HUMAN_ROW for spec in specs):
         raise InputError(f"system name {HUMAN_ROW!r} is the human baseline's row: name that system otherwise",
                          parameter="candidates")
-    references = load_references(request.references)
+    in_memory = isinstance(request.references, Mapping)
+    references = (load_references("references (in memory)", dict(request.references)) if in_memory
+                  else load_references(request.references))
     systems, common = load_systems(specs, references, request.scoring.skip_missing_images)
     human, protocol, skipped_refs = None, None, []
     if request.human_baseline:
@@ -261,13 +279,14 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
         system_refs, system_key = [human.remaining[key] for key in common], "remaining references"
     models: dict[str, Any] = {}
     shared = SharedScoring(ScoringOptions(**{**request.scoring.__dict__, "metrics": list(request.metrics)}),
-                           request.scorer_factory or scorer_factory(request.model, models), request.tokenizer)
+                           request.scorer_factory or column_factory(request.model, metric_models, models),
+                           request.tokenizer)
     if shared.needs_tokens:  # one PTB call for every caption and reference of the table
         shared.tokenize([c for s in systems for c in s.captions] + [r for refs in full_refs for r in refs])
     rows, scores = [], []
     for system in systems:
         result = score_rows(shared, common, system.captions, system_refs, system_key)
-        rows.append(_row(system.name, "system", str(system.path), result, common))
+        rows.append(_row(system.name, "system", None if system.path is None else str(system.path), result, common))
         rows[-1]["n_missing_images"] = len(system.missing)
         scores.append(result)
     if human is not None:
@@ -289,6 +308,10 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     table = {
         "header": header if note is None else f"{header}; {note}",
         "systems": names, "metrics": list(request.metrics), "baseline": baseline, "rows": rows,
+        "columns": column_records(shared, list(request.metrics), metric_models, request.model,
+                                  request.scorer_factory is not None),
+        "values_are": "raw: text metrics (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE) as fractions; printed tables, "
+                      "LaTeX, Markdown, HTML and PNG multiply each value by its column's printed_scale",
         "images": {"n": len(common), "ids": common,
                    "missing": {s.name: {"n": len(s.missing), "ids": s.missing} for s in systems},
                    "skipped_single_reference": {"n": len(skipped_refs), "ids": skipped_refs}},
@@ -299,9 +322,10 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
                                   for m in request.metrics}},
         "grammar_backend": next(iter(backends)) if len(backends) == 1 else sorted(backends) or None,
         "provenance": provenance(seed=request.seed, w=request.model.w, config={
-            "candidates": [f"{s.name}={s.path}" for s in specs], "references": str(request.references),
+            "candidates": [f"{s.name}={s.source}" for s in specs], "references": "in memory" if in_memory else str(request.references),
             "metrics": list(request.metrics), "images": str(request.scoring.images or "") or None,
             "checkpoint": request.model.checkpoint, "backbone": request.model.backbone,
+            "metric_models": {m: model.spec for m, model in metric_models.items()},
             "human_baseline": protocol, "bootstrap": request.bootstrap,
             "skip_missing_images": request.scoring.skip_missing_images,
             "grammar_backend": request.scoring.grammar_backend, **conventions}, models=models),
@@ -309,35 +333,84 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     return json_safe(table)
 
 
+def column_records(shared: SharedScoring, metrics: list[str], metric_models: dict[str, Any], model: ModelOptions,
+                   own_factory: bool = False) -> dict[str, dict[str, Any]]:
+    """Per column: its paper label, group, direction, printed scale and, for a contrastive column, the model,
+    family and `w` that scored it (`eval.metric_models.column_record`)."""
+    from eval import columns
+    from eval.metric_models import column_record
+    from eval.registry import get_metric
+
+    names = {columns.HIGHER: "higher", columns.LOWER: "lower", columns.NEITHER: None}
+    records = {}
+    for metric in metrics:
+        record: dict[str, Any] = {"label": columns.label(metric), "group": columns.group(metric),
+                                  "better": names[columns.direction(metric)],
+                                  "printed_scale": columns.printed_scale(metric)}
+        suite = shared.suite
+        if get_metric(metric).kind == "contrastive" and suite is not None and metric not in suite.unavailable:
+            record.update(column_record(metric, suite.scorer(metric), metric_models, model, own_factory))
+        records[metric] = record
+    return records
+
+
 # ------------------------------------------------------------------------------------------------ rendering
-def _cell(value: Any) -> str:
-    """A number with 3 decimals, '-' for none."""
-    return "-" if value is None else f"{value:.3f}"
+def printed_scale(table: dict[str, Any], metric: str) -> float:
+    """The factor a printed table applies to a column's raw values (`columns[m].printed_scale`; 1 for a table
+    that records none, e.g. the demo's, whose columns are already on their printed scale)."""
+    return float(((table.get("columns") or {}).get(metric) or {}).get("printed_scale") or 1.0)
 
 
-def _interval(pair: Any) -> str:
-    return "" if not pair or pair[0] is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
+def printed_value(value: Any, scale: float = 1.0, digits: int | None = None) -> str:
+    """A printed cell: the value times its scale with 2 decimals (text metrics ×100: 57.10), 3 on scale 1
+    (0.572); '-' for none."""
+    if value is None:
+        return "-"
+    if digits is None:
+        digits = 2 if scale != 1.0 else 3
+    return f"{float(value) * scale:.{digits}f}"
+
+
+def _interval(pair: Any, scale: float = 1.0) -> str:
+    if not pair or pair[0] is None:
+        return ""
+    return f"[{printed_value(pair[0], scale)}, {printed_value(pair[1], scale)}]"
+
+
+def _delta(row: dict[str, Any], metric: str, scale: float) -> str:
+    """A printed difference against the baseline and its paired interval ('' when none)."""
+    if metric not in row.get("delta", {}):
+        return ""
+    digits = 2 if scale != 1.0 else 3
+    return f"{row['delta'][metric] * scale:+.{digits}f} " + _interval(row.get("delta_ci", {}).get(metric), scale)
 
 
 def table_text(table: dict[str, Any]) -> str:
-    """The printed table: the header, the values, the intervals and the differences against the baseline."""
+    """The printed table: the header, the values, the intervals and the differences against the baseline (text
+    metrics ×100; every column at least two spaces from the next)."""
     metrics, rows = table["metrics"], table["rows"]
     width = max(len("system"), *(len(r["system"]) for r in rows)) + 2
+    scales = {m: printed_scale(table, m) for m in metrics}
     lines = [table["header"]]
 
-    def block(title: str, cell: Any, size: int, skip: str | None = None) -> None:
+    def block(title: str, cell: Any, skip: str | None = None) -> None:
+        shown = [r for r in rows if r["system"] != skip]
+        cells = {m: [cell(r, m) for r in shown] for m in metrics}
+        sizes = {m: max(len(m), *(len(c) for c in cells[m])) + 2 for m in metrics}
         lines.append(title)
-        lines.append("system".ljust(width) + "".join(m.rjust(size) for m in metrics))
-        for row in (r for r in rows if r["system"] != skip):
-            lines.append(row["system"].ljust(width) + "".join(cell(row, m).rjust(size) for m in metrics))
+        lines.append("system".ljust(width) + "".join(m.rjust(sizes[m]) for m in metrics))
+        for index, row in enumerate(shown):
+            lines.append(row["system"].ljust(width) + "".join(cells[m][index].rjust(sizes[m]) for m in metrics))
 
-    block("values", lambda r, m: _cell(r["values"].get(m)), 10)
+    block("values", lambda r, m: printed_value(r["values"].get(m), scales[m]))
     if any(r.get("ci") for r in rows):
-        block("95% intervals", lambda r, m: _interval(r.get("ci", {}).get(m)), 18)
+        block("95% intervals", lambda r, m: _interval(r.get("ci", {}).get(m), scales[m]))
     if table.get("baseline"):
         block(f"difference against {table['baseline']} [paired 95% interval]",
-              lambda r, m: ("" if m not in r.get("delta", {}) else f"{r['delta'][m]:+.3f} "
-                            + _interval(r.get("delta_ci", {}).get(m))), 26, skip=table["baseline"])
+              lambda r, m: _delta(r, m, scales[m]), skip=table["baseline"])
+    scaled = [m for m in metrics if scales[m] != 1.0]
+    if scaled:
+        lines.append(f"({', '.join(scaled)} ×100; the JSON keeps the raw values)")
     return "\n".join(lines)
 
 
@@ -366,9 +439,11 @@ def table_csv(table: dict[str, Any]) -> str:
 
 
 def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: str | None = None,
-                png_path: str | None = None, html_path: str | None = None) -> list[Path]:
-    """Write the table as JSON, CSV (next to the JSON when no CSV path is given), PNG plot and HTML page
-    (each atomically, all rendered before the first is written); the paths written."""
+                png_path: str | None = None, html_path: str | None = None, latex_path: str | None = None,
+                markdown_path: str | None = None) -> list[Path]:
+    """Write the table as JSON, CSV (next to the JSON when no CSV path is given), PNG plot, HTML page, LaTeX and
+    Markdown (`eval.table_export`; each atomically, all rendered before the first is written); the paths
+    written."""
     from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
 
     if json_path and not csv_path:
@@ -376,6 +451,10 @@ def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: s
     rendered: dict[str, Any] = {}
     if csv_path:
         rendered["csv"] = table_csv(table)
+    if latex_path or markdown_path:
+        from eval.table_export import table_latex, table_markdown
+
+        rendered["latex"], rendered["markdown"] = table_latex(table), table_markdown(table)
     if png_path or html_path:
         from eval.report import plot_system_table, system_table_html
 
@@ -397,4 +476,8 @@ def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: s
     if html_path:
         write_text_atomic(html_path, rendered["html"])
         written.append(Path(html_path))
+    for path, key in ((latex_path, "latex"), (markdown_path, "markdown")):
+        if path:
+            write_text_atomic(path, rendered[key])
+            written.append(Path(path))
     return written

@@ -20,7 +20,8 @@ def _metrics(args: argparse.Namespace) -> list[str]:
 
     if args.metrics:
         return parse_metric_list(args.metrics)
-    return default_metrics(args.images, getattr(args, "checkpoint", None), getattr(args, "backbone", None))
+    return default_metrics(args.images, getattr(args, "checkpoint", None), getattr(args, "backbone", None),
+                           args.metric_model)
 
 
 def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
@@ -39,19 +40,23 @@ def _is_table(args: argparse.Namespace) -> bool:
     single = args.candidates[0] if len(args.candidates) == 1 else None
     plain = single is not None and ("=" not in single or Path(single).is_file())
     return not plain or bool(args.human_baseline or args.csv or args.plot or args.html or args.baseline
-                             or args.bootstrap_recompute_corpus)
+                             or args.bootstrap_recompute_corpus or args.latex or args.markdown)
 
 
-def _format(value: Any) -> str:
-    """A table cell."""
+def _format(value: Any, scale: float = 1.0) -> str:
+    """A table cell (times its printed scale: text metrics ×100)."""
+    from eval.system_table import printed_value
+
     if isinstance(value, float):
-        return f"{value:.3f}" if math.isfinite(value) else "nan"
+        return printed_value(value, scale) if math.isfinite(value) else "nan"
     return "-" if value is None else str(value)
 
 
 def run_single(args: argparse.Namespace) -> int:
     """One candidate file: the metric lines and the JSON `{"metrics", "n", ...}` (the same scoring as a table row)."""
-    from eval.api import json_safe, scorer_factory, scoring_conventions
+    from eval import columns
+    from eval.api import json_safe, scoring_conventions
+    from eval.metric_models import check_columns, column_factory, parse_metric_models
     from eval.system_inputs import canonical_rows, parse_candidate_specs
     from eval.system_scoring import SharedScoring, score_rows
     from metric.common.io import write_json_atomic
@@ -68,7 +73,9 @@ def run_single(args: argparse.Namespace) -> int:
     models: dict[str, Any] = {}
     model = ModelOptions.from_mapping(args)
     conventions = scoring_conventions(model)
-    shared = SharedScoring(_scoring_options(args, metrics), scorer_factory(model, models))
+    metric_models = parse_metric_models(args.metric_model)
+    check_columns(metrics, metric_models)
+    shared = SharedScoring(_scoring_options(args, metrics), column_factory(model, metric_models, models))
     result = score_rows(shared, ids, captions, [references[key] for key in ids])
     failed = {m: {"n": len(rows), "items": [ids[r] for r in rows]} for m, rows in result.failed.items()}
     print(f"{len(captions)} captions, {len(set(ids))} images")
@@ -77,20 +84,22 @@ def run_single(args: argparse.Namespace) -> int:
         reason = f"  (unavailable: {result.unavailable[name]})" if name in result.unavailable else ""
         if name in failed:
             reason += f"  (failed on {failed[name]['n']} of {len(captions)} captions, mean over the others)"
-        print(f"{name:<12} {_format(value)}{suffix}{reason}")
+        scale = columns.printed_scale(name)
+        print(f"{name:<12} {_format(value, scale)}{suffix}{reason}{'  (×100)' if scale != 1.0 else ''}")
     for name, count in result.truncated.items():
         if count:
             print(f"{name}: {count} of {len(captions)} captions cut to the text context "
                   f"(long_captions={conventions['long_captions']})")
     if args.json:
-        output = {"metrics": result.values, "n": len(captions), "n_empty": result.n_empty,
+        output = {"metrics": result.values, "printed_scale": {m: columns.printed_scale(m) for m in metrics},
+                  "n": len(captions), "n_empty": result.n_empty,
                   "grammar_backend": result.grammar_backend, "unavailable": result.unavailable, "failed": failed,
                   "truncated_captions": result.truncated,
                   "provenance": provenance(seed=args.seed, w=getattr(args, "w", None), config={
                       "candidates": str(spec.path), "references": str(args.references), "metrics": metrics,
                       "images": args.images, "checkpoint": getattr(args, "checkpoint", None),
                       "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend,
-                      **conventions},
+                      "metric_models": {m: spec.spec for m, spec in metric_models.items()}, **conventions},
                       models=models)}
         write_json_atomic(args.json, json_safe(output))
         print(f"-> {args.json}")
@@ -108,10 +117,10 @@ def run_table(args: argparse.Namespace) -> int:
         scoring=_scoring_options(args, metrics), model=ModelOptions.from_mapping(args), seed=args.seed,
         bootstrap=args.bootstrap, human_baseline=args.human_baseline, equal_refs=args.human_baseline_equal_refs,
         skip_single_reference_images=args.skip_single_reference_images, baseline=args.baseline,
-        recompute_corpus=args.bootstrap_recompute_corpus)
+        recompute_corpus=args.bootstrap_recompute_corpus, metric_models=args.metric_model)
     table = build_system_table(request)
     print(table_text(table))
-    for path in write_table(table, args.json, args.csv, args.plot, args.html):
+    for path in write_table(table, args.json, args.csv, args.plot, args.html, args.latex, args.markdown):
         print(f"-> {path}")
     return 0
 
@@ -158,5 +167,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --out)")
     table.add_argument("--plot", metavar="FILE.png", help="write a heat map (rows x metrics, normalised per metric)")
     table.add_argument("--html", metavar="FILE", help="write an HTML page with the table, intervals and heat map")
+    table.add_argument("--latex", metavar="FILE.tex",
+                       help="write the table as a LaTeX tabular (booktabs): reference-based / reference-free / "
+                            "fluency column groups as in the papers, the best value per column in bold")
+    table.add_argument("--markdown", metavar="FILE.md",
+                       help="write the table as Markdown (the same groups, the best value per column in bold)")
+    evaluate.add_argument("--metric-model", action="append", metavar="METRIC=SPEC",
+                          help="the model of one contrastive column, repeatable: METRIC=SOURCE[,arch=FILE]"
+                               "[,family=NAME][,w=NUMBER]; SOURCE is a checkpoint when it is an existing file or "
+                               "folder, else a backbone (e.g. clip-s=ViT-B-32/FILE pac-s=clip_ViT-B-32.pth "
+                               "pac-s++=PAC++_clip_ViT-B-32.pth); it also scores the metric's Ref- variant; "
+                               "columns without one use --checkpoint / --backbone")
     add_common_options(evaluate)
     evaluate.set_defaults(func=run_evaluate)

@@ -42,9 +42,11 @@ def _check_id(path: str | os.PathLike, image_id: Any) -> None:
         check_text(image_id, f"{path}: image id {image_id!r}")
 
 
-def load_candidates(path: str | os.PathLike) -> list[Candidate]:
-    """Read `{"image_id": "caption"}` or a COCO-results list `[{"image_id", "caption"}]` (ids may repeat)."""
-    data = read_json(path, "candidates", check_strings=False)  # captions are checked below, named by image id
+def load_candidates(path: str | os.PathLike, data: Any = None) -> list[Candidate]:
+    """Read `{"image_id": "caption"}` or a COCO-results list `[{"image_id", "caption"}]` (ids may repeat); with
+    `data` (the same layout, in memory), check that instead, naming it `path` in messages."""
+    if data is None:
+        data = read_json(path, "candidates", check_strings=False)  # captions are checked below, named by image id
     candidates: list[Candidate] = []
     if isinstance(data, dict):
         for image_id, caption in data.items():
@@ -74,9 +76,11 @@ def load_candidates(path: str | os.PathLike) -> list[Candidate]:
     return candidates
 
 
-def load_references(path: str | os.PathLike) -> dict[str, list[str]]:
-    """Read `{"image_id": ["ref", ...]}` or COCO annotations `{"annotations": [{"image_id", "caption"}]}`."""
-    data = read_json(path, "references", check_strings=False)  # references are checked below, named by image id
+def load_references(path: str | os.PathLike, data: Any = None) -> dict[str, list[str]]:
+    """Read `{"image_id": ["ref", ...]}` or COCO annotations `{"annotations": [{"image_id", "caption"}]}`; with
+    `data` (the same layout, in memory), check that instead, naming it `path` in messages."""
+    if data is None:
+        data = read_json(path, "references", check_strings=False)  # references are checked below, named by id
     references: dict[str, list[str]] = {}
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         for index, item in enumerate(data["annotations"]):

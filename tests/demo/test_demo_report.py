@@ -108,7 +108,8 @@ def test_demo_report_contains_every_section(tmp_path: Path) -> None:
     assert "the papers&#x27; protocol" in section and 'id="system-plot"' in section
     assert '<td class="name">human</td><td>-</td><td>0.90</td><td>0.20</td>' in section
     assert "<td>1.50<br><small>[1.10, 1.90]</small></td>" in section  # a value with its own interval
-    assert section.count('class="ci-up"') == 2  # xe's cider, scst-cider's rep1: intervals above 0 against humans
+    # intervals above 0 against humans: xe's cider (better) and scst-cider's rep1 (worse: Rep-n is lower-better)
+    assert section.count('class="ci-up ci-better"') == 1 and section.count('class="ci-up ci-worse"') == 1
     images = re.findall(r'<img [^>]*src="data:image/png;base64,', page)
     assert len(images) == 6  # system table heat map, xe curves, scst curves, correlation scatter, two gallery images
     assert 'class="absent"' not in page

@@ -1,0 +1,85 @@
+"""What a table column means: its paper label, its direction (is higher better?), its printed scale and its group.
+
+Text metrics (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE) are computed as fractions and printed ×100, as the papers
+and the demo print them (the JSON keeps the raw value and records the scale). Rep-n, %Incorrect and the grammar
+error rate are better when lower; length has no better direction. Columns are grouped as the papers group
+them (PAC-S Tab. 7, PAC-S++ Tab. 6): reference-based (text metrics and Ref- scores), reference-free (CLIP-S,
+PAC-S, PAC-S++), then fluency (Rep-n, %Incorrect, grammar, length).
+
+A column may be named by its metric (`bleu4`, `ref-pac-s++`) or by its paper label (`B-4`, `RefPAC-S++`,
+the demo's columns); an unknown name is taken as higher-is-better, scale 1.
+
+>>> label("bleu4"), label("ref-pac-s++"), direction("rep2"), direction("%Incorrect"), printed_scale("cider")
+('B-4', 'RefPAC-S++', -1, -1, 100.0)
+>>> group("meteor"), group("ref-clip-s"), group("PAC-S"), group("incorrect")
+('reference-based', 'reference-based', 'reference-free', 'fluency')
+"""
+from __future__ import annotations
+
+from eval.registry import get_metric
+from metric.common.errors import InputError
+
+HIGHER, LOWER, NEITHER = 1, -1, 0
+GROUPS = ("reference-based", "reference-free", "fluency")
+GROUP_TITLES = {"reference-based": "Reference-based", "reference-free": "Reference-free", "fluency": "Fluency"}
+TEXT_SCALE = 100.0
+
+LABELS: dict[str, str] = {
+    **{f"bleu{k}": f"B-{k}" for k in range(1, 5)}, "meteor": "M", "rouge": "R", "cider": "C", "spice": "S",
+    "clip-s": "CLIP-S", "ref-clip-s": "RefCLIP-S", "pac-s": "PAC-S", "ref-pac-s": "RefPAC-S",
+    "pac-s++": "PAC-S++", "ref-pac-s++": "RefPAC-S++", **{f"rep{k}": f"Rep-{k}" for k in range(1, 5)},
+    "incorrect": "%Incorrect", "grammar": "Grammar", "length": "Length"}
+_BY_LABEL = {text.lower(): name for name, text in LABELS.items()}
+#: metrics (or other columns, by label) where a lower value is better
+LOWER_IS_BETTER = frozenset({"rep1", "rep2", "rep3", "rep4", "incorrect", "grammar", "halluc."})
+#: columns with no better direction
+NO_DIRECTION = frozenset({"length"})
+
+
+def canonical(name: str) -> str:
+    """The metric name of a column named by metric, alias or paper label; the lower-cased name otherwise."""
+    key = str(name).strip().lower()
+    if key in _BY_LABEL:
+        return _BY_LABEL[key]
+    try:
+        return get_metric(key).name
+    except InputError:
+        return key
+
+
+def label(name: str) -> str:
+    """The paper's label of a column (`bleu4` -> `B-4`); an unknown name as given."""
+    return LABELS.get(canonical(name), str(name))
+
+
+def direction(name: str) -> int:
+    """`HIGHER` (1) when a higher value is better, `LOWER` (-1) when a lower one is, `NEITHER` (0) for length."""
+    key = canonical(name)
+    if key in LOWER_IS_BETTER:
+        return LOWER
+    return NEITHER if key in NO_DIRECTION else HIGHER
+
+
+def printed_scale(name: str) -> float:
+    """The factor printed tables apply to a metric's raw value: 100 for text metrics, 1 otherwise."""
+    try:
+        return TEXT_SCALE if get_metric(canonical(name)).kind == "text" else 1.0
+    except InputError:
+        return 1.0
+
+
+def group(name: str) -> str:
+    """`reference-based`, `reference-free` or `fluency` (an unknown column: `fluency`, shown last)."""
+    try:
+        metric = get_metric(canonical(name))
+    except InputError:
+        return "fluency"
+    if metric.kind in ("text", "contrastive"):
+        return "reference-based" if metric.reference_based else "reference-free"
+    return "fluency"
+
+
+def better(name: str, value: float, other: float) -> bool:
+    """True when `value` is strictly better than `other` in the column's direction (never for length)."""
+    sign = direction(name)
+    return sign != NEITHER and sign * (value - other) > 0
