@@ -38,6 +38,7 @@ class ScoringOptions:
     grammar_backend: str = "harper"
     languagetool_jar_dir: str | None = None
     languagetool_url: str | None = None
+    ptb_tokenizer: str = "python"  # the text metrics' PTB tokenizer: "python" (no Java) or "java" (pycocoevalcap's)
 
 
 @dataclass
@@ -107,7 +108,7 @@ class SharedScoring:
         from eval.scoring import MetricSuite
 
         self.options = options
-        self.tokenizer = tokenizer  # None: pycocoevalcap's PTB tokenizer (Java)
+        self.tokenizer = tokenizer  # None: pycocoevalcap's PTB tokenization (options.ptb_tokenizer: python / java)
         self.metrics = list(options.metrics)
         self._tokens: dict[str, str] = {}
         self._cider: dict[str, Any] = {}
@@ -124,13 +125,15 @@ class SharedScoring:
         return any(get_metric(m).kind == "text" for m in self.metrics)
 
     def tokenize(self, strings: Sequence[str]) -> None:
-        """PTB-tokenize every string not seen yet, in one Java call (`eval.tokenize.ptb_tokenize`), or with the
-        caller's `tokenizer` (one verified equal to it on the caller's texts, e.g. the demo world's)."""
+        """PTB-tokenize every string not seen yet, in one call of `eval.tokenize.ptb_tokenize` (the options'
+        tokenizer: Python by default, or Java's), or with the caller's `tokenizer` (one verified equal to it on the
+        caller's texts, e.g. the demo world's)."""
         from eval.tokenize import ptb_tokenize
 
         todo = list(dict.fromkeys(s for s in strings if s not in self._tokens))
         if todo:
-            self._tokens.update(zip(todo, (self.tokenizer or ptb_tokenize)(todo)))
+            tokens = self.tokenizer(todo) if self.tokenizer else ptb_tokenize(todo, self.options.ptb_tokenizer)
+            self._tokens.update(zip(todo, tokens))
 
     def tokens(self, strings: Sequence[str]) -> list[str]:
         """The tokenized strings (tokenizing the unseen ones first)."""

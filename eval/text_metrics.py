@@ -1,13 +1,14 @@
 """Reference-based text metrics through pycocoevalcap (BLEU-1..4, METEOR, ROUGE-L, SPICE) and fast CIDEr-D.
 
-`compute_text_metrics` tokenizes every caption with one PTB-tokenizer call, scores each distinct
+`compute_text_metrics` tokenizes every caption with one PTB-tokenizer call (the Python one by default: BLEU,
+ROUGE-L and CIDEr-D need no Java; `tokenizer="java"` runs pycocoevalcap's jar), scores each distinct
 (candidate, references) pair once (per-caption values do not depend on the other pairs, except CIDEr's document
 frequencies, which are computed over all rows exactly as pycocoevalcap does) and returns corpus and
 per-caption values in input order.
 
-Java starts once per JVM program a call needs (the PTB tokenizer; METEOR; SPICE). Inside a `TextMetricSession`
-(`with TextMetricSession(): ...`, e.g. around every evaluation of a training run) the calls share one METEOR
-process and a memo of PTB tokenisations (a caption's tokens do not depend on the other captions of the batch),
+Java starts once per JVM program a call needs (METEOR; SPICE; the PTB tokenizer when `tokenizer="java"`).
+Inside a `TextMetricSession` (`with TextMetricSession(): ...`, e.g. around every evaluation of a training run) the
+calls share one METEOR process and a memo of PTB tokenisations (a caption's tokens do not depend on the other captions of the batch),
 so a second call on the same references, or a subset of captions already scored, starts no Java at all for
 them; values are unchanged.
 """
@@ -30,7 +31,7 @@ from eval.cider import CiderD
 from eval.java import require_java
 from eval.registry import get_metric
 from eval.spice import SpiceUnavailable, compute_spice
-from eval.tokenize import ptb_tokenize
+from eval.tokenize import check_ptb_tokenizer, ptb_tokenize
 from metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -80,23 +81,25 @@ class TextMetricSession:
 
     Use it as a context manager (`with TextMetricSession():`); `compute_text_metrics` uses the innermost active
     session, or one of its own for the duration of a single call. `java_starts` counts the JVMs it started.
+    `tokenizer` is the PTB tokenizer of its calls: "python" (default, no Java) or "java".
     """
 
-    def __init__(self, max_memo: int = 2_000_000) -> None:
+    def __init__(self, max_memo: int = 2_000_000, tokenizer: str = "python") -> None:
         self.max_memo = max_memo
+        self.tokenizer = check_ptb_tokenizer(tokenizer)
         self.java_starts = 0
         self._tokens: dict[str, str] = {}
         self._meteor: Meteor | None = None
         self._token: Token | None = None
 
     def tokenize(self, captions: Sequence[str]) -> list[str]:
-        """PTB tokens of `captions` (one Java call for the strings not tokenized before in this session)."""
+        """PTB tokens of `captions` (one tokenizer call for the strings not tokenized before in this session)."""
         todo = [c for c in dict.fromkeys(captions) if c not in self._tokens]
         if todo:
             if len(self._tokens) + len(todo) > self.max_memo:
                 self._tokens.clear()  # bounded: start over rather than grow
-            self._tokens.update(zip(todo, ptb_tokenize(todo)))
-            self.java_starts += 1
+            self._tokens.update(zip(todo, ptb_tokenize(todo, self.tokenizer)))
+            self.java_starts += self.tokenizer == "java"
         return [self._tokens[c] for c in captions]
 
     def meteor(self, gts: dict, res: dict) -> tuple[float, list[float]]:
@@ -134,8 +137,8 @@ def active_session() -> TextMetricSession | None:
 
 def tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]],
                    session: TextMetricSession | None = None) -> tuple[list[str], list[list[str]]]:
-    """PTB-tokenize candidates and references with a single Java call (distinct strings only; none for the
-    strings `session` has tokenized before)."""
+    """PTB-tokenize candidates and references with a single tokenizer call (distinct strings only; none for the
+    strings `session` has tokenized before; the Python tokenizer without a session)."""
     flat = [*candidates, *(ref for refs in references for ref in refs)]
     if session is not None:
         tokens = session.tokenize(flat)
@@ -154,14 +157,17 @@ def _scatter(values: Sequence[float], inverse: np.ndarray) -> np.ndarray:
 def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]],
                          metrics: Sequence[str], tokenized: bool = False,
                          spice_corenlp: str | os.PathLike | None = None,
-                         session: TextMetricSession | None = None) -> dict[str, MetricValues]:
+                         session: TextMetricSession | None = None,
+                         tokenizer: str | None = None) -> dict[str, MetricValues]:
     """Corpus and per-caption values of the text `metrics` (bleu1-4, meteor, rouge, cider, spice).
 
     Inputs are raw captions (PTB-tokenized here) unless `tokenized`. Corpus values are pycocoevalcap's
     (corpus BLEU, METEOR's aggregate, mean ROUGE-L / CIDEr-D / SPICE) over the distinct pairs. When the CoreNLP
     jars are missing, SPICE comes back with `available=False` and the reason instead of failing the run.
-    Needs Java (the PTB tokenizer; METEOR and SPICE are jars too). `session` (default: the active
-    `TextMetricSession`, else one for this call) shares METEOR's process and PTB tokens between calls.
+    Java is needed by METEOR and SPICE only (jars), and by the PTB tokenization when `tokenizer="java"`; the
+    default PTB tokenizer is the Python one (`eval.ptb`, equal to Java's on the shared data sets). `session`
+    (default: the active `TextMetricSession`, else one for this call with `tokenizer`, default "python") shares
+    METEOR's process and PTB tokens between calls; a session's own tokenizer is used for its calls.
 
     >>> from eval import compute_text_metrics
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
@@ -181,11 +187,14 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
         log.warning("%d empty candidate(s) are scored as empty strings", empty)
     if not candidates:
         return {name: MetricValues(float("nan"), np.zeros(0)) for name in names}
-    if any(get_metric(name).needs_java for name in names) or not tokenized:
-        require_java([n for n in names if get_metric(n).needs_java] or ["the PTB tokenizer"])
+    if tokenizer is not None:
+        check_ptb_tokenizer(tokenizer)
     session = session or active_session()
+    java_tokenizer = not tokenized and (session.tokenizer if session is not None else tokenizer) == "java"
+    if any(get_metric(name).needs_java for name in names) or java_tokenizer:
+        require_java([n for n in names if get_metric(n).needs_java] or ["the Java PTB tokenizer"])
     if session is None:
-        with TextMetricSession() as own:
+        with TextMetricSession(tokenizer=tokenizer or "python") as own:
             return _compute(candidates, references, names, tokenized, spice_corenlp, own)
     return _compute(candidates, references, names, tokenized, spice_corenlp, session)
 

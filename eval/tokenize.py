@@ -1,4 +1,8 @@
-"""pycocoevalcap's PTB tokenization (Stanford PTBTokenizer 3.4.1 + punctuation removal), one Java call per batch."""
+"""pycocoevalcap's PTB tokenization (Stanford PTBTokenizer 3.4.1 + punctuation removal).
+
+`ptb_tokenize` uses the pure-Python tokenizer (`eval.ptb`, equal to Java's on the shared data sets) by default, or
+pycocoevalcap's jar (`tokenizer="java"`, one Java call per batch).
+"""
 from __future__ import annotations
 
 import logging
@@ -10,16 +14,36 @@ from pathlib import Path
 import pycocoevalcap.tokenizer.ptbtokenizer as ptb
 
 from eval.java import require_java
+from eval.ptb import python_ptb_tokenize
 from metric.common.errors import InputError, PacsError
 
 log = logging.getLogger(__name__)
 
 PTB_JAR = Path(ptb.__file__).resolve().parent / ptb.STANFORD_CORENLP_3_4_1_JAR
 _PUNCTUATION = frozenset(ptb.PUNCTUATIONS)
+#: the PTB tokenizers: "python" (default, no Java) and "java" (pycocoevalcap's jar)
+PTB_TOKENIZERS = ("python", "java")
 
 
-def ptb_tokenize(captions: Sequence[str]) -> list[str]:
-    """Tokenize captions exactly as pycocoevalcap's PTBTokenizer (lower-cased, punctuation removed).
+def check_ptb_tokenizer(name: str) -> str:
+    """`name` when it is a PTB tokenizer, else InputError naming the choices."""
+    if name not in PTB_TOKENIZERS:
+        raise InputError(f"PTB tokenizer {name!r}: choose one of {', '.join(PTB_TOKENIZERS)}")
+    return name
+
+
+def ptb_tokenize(captions: Sequence[str], tokenizer: str = "python") -> list[str]:
+    """Tokenize captions as pycocoevalcap's PTBTokenizer (lower-cased, punctuation removed), output in input order.
+
+    `tokenizer="python"` (default) needs no Java; `"java"` runs pycocoevalcap's jar once for the whole list.
+    """
+    if check_ptb_tokenizer(tokenizer) == "python":
+        return python_ptb_tokenize(captions)
+    return java_ptb_tokenize(captions)
+
+
+def java_ptb_tokenize(captions: Sequence[str]) -> list[str]:
+    """Tokenize captions with pycocoevalcap's Java PTBTokenizer (lower-cased, punctuation removed).
 
     All captions go through a single Java process; the order of the output follows the input.
     """
@@ -30,7 +54,7 @@ def ptb_tokenize(captions: Sequence[str]) -> list[str]:
             raise InputError(f"caption {index} is {type(caption).__name__}, expected a string")
     if not captions:
         return []
-    java = require_java(["the PTB tokenizer (bleu, meteor, rouge, cider, spice)"])
+    java = require_java(["the Java PTB tokenizer (ptb tokenizer `java`; the default `python` one needs no Java)"])
     text = "\n".join(caption.replace("\r", " ").replace("\n", " ") for caption in captions)
     with tempfile.TemporaryDirectory() as folder:
         captions_file = Path(folder) / "captions.txt"

@@ -24,6 +24,28 @@ def _metrics(args: argparse.Namespace) -> list[str]:
                            args.metric_model)
 
 
+def _java_checked(args: argparse.Namespace, metrics: list[str]) -> list[str]:
+    """`metrics`, checked for Java before anything is scored: a metric that needs it (METEOR, SPICE), or the Java
+    PTB tokenizer, asked for on a machine without Java is refused in one line; the defaults leave them out with a
+    warning."""
+    from eval.java import java_executable
+    from eval.java_tools import java_metric_names, missing_java_problems
+    from metric.common.errors import InputError
+
+    if args.ptb_tokenizer == "java" and java_executable() is None:
+        raise InputError("--ptb-tokenizer java needs Java (pycocoevalcap's PTBTokenizer jar) but no `java` was "
+                         "found: install a JRE or use --ptb-tokenizer python (the default, equal to Java's)")
+    problems = missing_java_problems(metrics)
+    if problems and args.metrics:
+        raise InputError("; ".join(problems))
+    if problems:
+        dropped = java_metric_names(metrics)
+        log.warning("%s left out: no Java found (install a JRE, or point PACS_JAVA / JAVA_HOME at one, to get "
+                    "them)", ", ".join(dropped))
+        metrics = [m for m in metrics if m not in dropped]
+    return metrics
+
+
 def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
     """The scoring options of the parsed flags."""
     from eval.api import image_map_table, images_folder
@@ -32,7 +54,7 @@ def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
     return ScoringOptions(metrics=metrics, images=images_folder(args.images), image_map=image_map_table(args.image_map),
                           skip_missing_images=args.skip_missing_images, spice_corenlp=args.spice_corenlp,
                           grammar_backend=args.grammar_backend, languagetool_jar_dir=args.languagetool_jar_dir,
-                          languagetool_url=args.languagetool_url)
+                          languagetool_url=args.languagetool_url, ptb_tokenizer=args.ptb_tokenizer)
 
 
 def _is_table(args: argparse.Namespace) -> bool:
@@ -69,7 +91,7 @@ def run_single(args: argparse.Namespace) -> int:
     (spec,) = parse_candidate_specs(args.candidates)
     references = load_references(args.references)
     ids, captions = canonical_rows(spec.path, references, unique=False)
-    metrics = _metrics(args)
+    metrics = _java_checked(args, _metrics(args))
     models: dict[str, Any] = {}
     model = ModelOptions.from_mapping(args)
     conventions = scoring_conventions(model)
@@ -111,7 +133,7 @@ def run_table(args: argparse.Namespace) -> int:
     from eval.system_table import TableRequest, build_system_table, table_text, write_table
     from metric.scoring.model_options import ModelOptions
 
-    metrics = _metrics(args)
+    metrics = _java_checked(args, _metrics(args))
     request = TableRequest(
         candidates=list(args.candidates), references=args.references, metrics=metrics,
         scoring=_scoring_options(args, metrics), model=ModelOptions.from_mapping(args), seed=args.seed,
@@ -146,6 +168,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--metrics", help=f"comma-separated (default: {','.join(DEFAULT_EVALUATE_METRICS)}, "
                                             "plus clip-s/pac-s++ and their Ref- variants with --images and a model)")
     evaluate.add_argument("--grammar-backend", default="harper", help="harper (offline, default) or languagetool")
+    evaluate.add_argument("--ptb-tokenizer", choices=("python", "java"), default="python",
+                          help="the PTB tokenization of the text metrics: python (default, no Java; equal to "
+                               "pycocoevalcap's on the shared data sets) or java (pycocoevalcap's jar)")
     evaluate.add_argument("--languagetool-jar-dir", metavar="DIR", help="local LanguageTool folder")
     evaluate.add_argument("--languagetool-url", metavar="URL", help="LanguageTool server URL")
     table = evaluate.add_argument_group("system-level table")

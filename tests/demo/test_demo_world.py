@@ -85,7 +85,7 @@ def test_the_world_tokenizer_equals_the_java_ptb_tokenizer_on_every_world_captio
 
     from captioner.demo.candidates import long_candidates_for
     from captioner.demo.world import DemoWorld, WorldConfig, ptb_tokenize_world
-    from eval.tokenize import ptb_tokenize
+    from eval.tokenize import java_ptb_tokenize
 
     world = DemoWorld(WorldConfig(image_size=48))
     rng = np.random.default_rng(0)
@@ -98,4 +98,4 @@ def test_the_world_tokenizer_equals_the_java_ptb_tokenizer_on_every_world_captio
     # what a captioner trained on the world can write: any sequence of its words, empty and degenerate ones too
     captions += ["", "a", ", ,", ": a", *(" ".join(rng.choice(words, size=int(rng.integers(1, 15))))
                                         for _ in range(2000))]
-    assert ptb_tokenize_world(captions) == ptb_tokenize(captions)
+    assert ptb_tokenize_world(captions) == java_ptb_tokenize(captions)

@@ -33,3 +33,4 @@ def test_nothing_missing_when_java_is_found(monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: "/opt/jre/bin/java")
     assert missing_java_problems(["meteor", "spice"]) == []
+
