@@ -111,6 +111,15 @@ def check_state_complete(path: Path) -> None:
         raise InputError(f"resume state {path} is incomplete: missing {', '.join(missing)}")
 
 
+def check_output_folders(output_dir: Path) -> None:
+    """InputError (on every process, before any work) when `state/` or `adapter/` of the run is a symbolic link:
+    pacs never writes through a link planted in its output folder."""
+    from metric.common.links import check_no_links
+
+    for name in (STATE_DIR, ADAPTER_DIR):
+        check_no_links(output_dir, output_dir / name)
+
+
 def save_state_folder(accelerator: Any, state: TrainerState, output_dir: Path) -> Path:
     """Save accelerate's state + `state` as `<output_dir>/state/step_N` (written aside, renamed into place).
 

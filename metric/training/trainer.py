@@ -68,6 +68,7 @@ from metric.training.state import (
     CHECKPOINT_FILE,
     STATE_DIR,
     TrainerState,
+    check_output_folders,
     check_state_complete,
     resolve_resume,
     restore_best,
@@ -134,6 +135,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
 
     config.validate()
     output_dir = Path(config.output_dir)
+    check_output_folders(output_dir)  # no link planted in it is written through
     _allow_new_precision(config.mixed_precision)
     accelerator = build_accelerator("cpu" if config.cpu else config.device, config.mixed_precision)
     if correlation_hook is None and config.correlation.benchmark and config.correlation.every:

@@ -206,6 +206,54 @@ def test_an_interrupted_pipeline_stage_resumes_from_its_intact_checkpoint(pipeli
     assert json.loads((run / "stages" / f"{stage}.json").read_text())["status"] == "finished"
 
 
+def test_compare_rewards_resuming_a_payload_checkpoint_is_one_error_and_never_runs(pipeline_run, tmp_path, capsys):
+    """recipes/compare_rewards.py resumes through the same pipeline: its own one-line error, exit 2."""
+    import runpy
+
+    config, marker = pipeline_run[0], tmp_path / "marker"
+    checkpoint = _interrupted(pipeline_run, "scst-cider")
+    plant(checkpoint / "extra_state_0.pt", marker)
+    _reseal(checkpoint)
+    compare = runpy.run_path(str(Path(__file__).resolve().parents[2] / "recipes" / "compare_rewards.py"),
+                             run_name="compare_rewards")
+    capsys.readouterr()
+    code = compare["main"](["--config", str(config), "--reward", "cider"])
+    lines = [line for line in _error_lines(capsys) if line.startswith("compare_rewards:")]
+    _check_refused(code, lines, checkpoint / "extra_state_0.pt", marker)
+
+
+# --- the demo: a stage's outputs are safetensors / JSON / CSV / PNG, never a pickle --------------------------------
+
+def _is_pickle(path: Path) -> bool:
+    """A plain pickle (protocol 2+ header) or torch's zip format (a `data.pkl` member)."""
+    import zipfile
+
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if head[:1] == b"\x80" and head[1:2] in {bytes([n]) for n in range(2, 6)}:
+        return True
+    return zipfile.is_zipfile(path) and any(n.endswith("data.pkl") for n in zipfile.ZipFile(path).namelist())
+
+
+@pytest.mark.slow
+def test_a_demo_rerun_reads_no_pickle_and_remakes_a_planted_output(tmp_path, capsys):
+    """A demo stage resume reads stage records and the outputs of finished stages: none is a pickle; an output
+    replaced by a payload no longer matches its record, so the stage is made again and nothing runs."""
+    command = ["--log-level", "ERROR", "train", "--config", "demo_smoke", f"runs_dir={tmp_path / 'runs'}",
+               "threads=1", "seeds=[0]"]
+    assert pacs_cli.main(command) == 0
+    run = tmp_path / "runs" / "demo_smoke"
+    files = [p for p in run.rglob("*") if p.is_file() and p.name != ".pacs.lock"]
+    assert files and not [p for p in files if _is_pickle(p)]
+    planted, marker = next(run.rglob("scst-judge/final/model.safetensors")), tmp_path / "marker"
+    plant(planted, marker)
+    capsys.readouterr()
+    assert pacs_cli.main(command) == 0
+    ran = capsys.readouterr().out.split("stages run: ", 1)[1].split(";")[0]
+    assert "scst-judge" in ran  # made again
+    assert not marker.exists() and not _is_pickle(planted)
+
+
 # --- `pacs caption` with a transformers folder whose pytorch_model.bin is a payload -------------------------------
 
 def test_a_payload_pytorch_model_bin_given_to_caption_is_one_error_and_never_runs(tmp_path, capsys):
@@ -289,16 +337,17 @@ def test_a_symlinked_csv_log_is_refused_and_its_target_untouched(tmp_path):
     assert outside.read_text() == "keep\n"
 
 
-def test_metric_training_states_are_not_written_into_a_symlinked_state_folder(metric_state, tmp_path, capsys):
+@pytest.mark.parametrize("folder", ["state", "adapter"])
+def test_metric_training_writes_nothing_into_a_symlinked_output_folder(metric_state, tmp_path, capsys, folder):
     manifest, _ = metric_state
     outside = tmp_path / "outside"
     outside.mkdir()
     (tmp_path / "run").mkdir()
-    os.symlink(outside, tmp_path / "run" / "state")
+    os.symlink(outside, tmp_path / "run" / folder)
     capsys.readouterr()
     code = _train_metric(manifest, tmp_path / "run", "max_steps=2", "save_every=1")
     lines = [line for line in _error_lines(capsys) if not line.startswith("train-metric:")]  # not the progress bar
-    assert code == 2 and len(lines) == 1 and str(tmp_path / "run" / "state") in lines[0], lines
+    assert code == 2 and len(lines) == 1 and str(tmp_path / "run" / folder) in lines[0], lines
     assert list(outside.iterdir()) == []
 
 
