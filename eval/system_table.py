@@ -48,13 +48,13 @@ METHODS = {
 
 def default_metrics(images: str | None, checkpoint: str | None, backbone: str | None,
                     metric_models: Any = None) -> list[str]:
-    """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model; with
-    `--metric-model METRIC=SPEC`, each such metric and its Ref- variant, reference-based ones first)."""
+    """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model, or with
+    `--metric-model METRIC=SPEC` each such metric and its Ref- variant, reference-based ones first)."""
     from eval.metric_models import parse_metric_models
 
     metrics = list(DEFAULT_EVALUATE_METRICS)
     given = parse_metric_models(metric_models)
-    if images and given:
+    if given:  # without --images, the contrastive columns' refusal names what is missing
         free = [m.removeprefix("ref-") for m in given]
         metrics += [f"ref-{m}" for m in dict.fromkeys(free)] + list(dict.fromkeys(free))
     elif images and (checkpoint or backbone):
