@@ -124,13 +124,29 @@ def build_accelerator(device: object = AUTO, mixed_precision: str = "no", **kwar
     """An `Accelerator` on the process state's device (checked against `device`), with the state's flags.
 
     No `cpu=` flag is passed: the device was fixed when the state was created (`process_state`), so this can
-    never contradict it. `mixed_precision` is checked against the device first (`check_precision`).
+    never contradict it. `mixed_precision` is checked against the device first (`check_precision`); a single
+    process may change it between trainings (`allow_new_precision`).
     """
     from accelerate import Accelerator
 
     state = accelerator_state(device)
     check_precision(mixed_precision, state.device)
+    allow_new_precision(mixed_precision)
     return Accelerator(mixed_precision=mixed_precision, **kwargs)
+
+
+def allow_new_precision(mixed_precision: str) -> None:
+    """Let a single-process caller run several trainings with different precisions in one Python process.
+
+    accelerate keeps one process-wide state and refuses a second Accelerator with another mixed precision; when
+    nothing is distributed that part of the state is safe to drop (the device, `PartialState`, is kept; under
+    `accelerate launch` with several processes it is kept and must match).
+    """
+    from accelerate.state import AcceleratorState, PartialState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") != mixed_precision and PartialState().num_processes == 1:
+        AcceleratorState._reset_state()
 
 
 def autocast_dtype(precision: str | None) -> torch.dtype | None:

@@ -292,16 +292,10 @@ def micro_batch_size(config: MetricTrainConfig, processes: int) -> int:
 
 
 def _allow_new_precision(mixed_precision: str) -> None:
-    """Let a single-process caller run several trainings with different precisions in one Python process.
+    """Let a single-process caller run several trainings with different precisions (`metric.common.device`)."""
+    from metric.common.device import allow_new_precision
 
-    accelerate keeps one process-wide state and refuses a second Accelerator with another mixed precision; when
-    nothing is distributed that state is safe to drop (under `accelerate launch` it is kept and must match).
-    """
-    from accelerate.state import AcceleratorState, PartialState
-
-    shared = AcceleratorState._shared_state
-    if shared and shared.get("_mixed_precision") != mixed_precision and PartialState().num_processes == 1:
-        AcceleratorState._reset_state()
+    allow_new_precision(mixed_precision)
 
 
 def _fmt(record: dict[str, float | None]) -> str:
