@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 from metric.common.provenance import pacs_version
+from metric.common.terminal import TerminalFormatter, escape_control
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -24,6 +25,8 @@ COMMAND_MODULES = (
 )
 # Sub-commands that run process groups: `accelerate launch --cpu --num_processes N` re-executes them as N processes.
 PROCESS_GROUP_COMMANDS = frozenset({"train", "train-metric"})
+# Sub-commands whose work is kept in resumable stages or states: a full disk's message says a new run resumes.
+STAGED_COMMANDS = frozenset({"train", "train-metric", "generate-positives"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `pacs` with `argv`; user errors print one line on stderr and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # stderr; user text in a message has its control characters escaped
+    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), handlers=[handler])
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -54,15 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PacsError as error:
         from metric.commands.flags import cli_message  # library errors name parameters; the CLI prints flags
 
-        print(f"pacs {args.command}: error: {cli_message(error)}", file=sys.stderr)
+        print(f"pacs {args.command}: error: {escape_control(cli_message(error))}", file=sys.stderr)
         return 2
     except OSError as error:  # a full disk, a read-only or unwritable folder: the user's to fix, in one line
         from metric.common.os_errors import describe_os_error
 
-        message = describe_os_error(error)
+        message = describe_os_error(error, resumable=args.command in STAGED_COMMANDS)
         if message is None:
             raise
-        print(f"pacs {args.command}: error: {message}", file=sys.stderr)
+        print(f"pacs {args.command}: error: {escape_control(message)}", file=sys.stderr)
         return 2
 
 

@@ -33,14 +33,16 @@ pointing outside) is an InputError naming the entry, and no page is written (`ev
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import io
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -67,6 +69,7 @@ from metric.common.errors import InputError
 from metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 STYLE = """
 body{font-family:system-ui,Arial,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -85,6 +88,16 @@ FILTER_SCRIPT = """<script>function pacsFilter(box){document.querySelectorAll('.
 c.style.display=(box.checked&&c.dataset.disagree!=='1')?'none':'';});}</script>"""
 
 
+def _plain_text(plot: Callable[..., T]) -> Callable[..., T]:
+    """Draw with matplotlib's math text and TeX off: system names, metric and column names are the user's text and
+    appear as written (a name such as ``$\\foo$`` is not parsed as math, which would fail the whole plot)."""
+    @functools.wraps(plot)
+    def plain(*args: Any, **kwargs: Any) -> T:
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return plot(*args, **kwargs)
+    return plain
+
+
 def _png_data_uri(figure_or_bytes: Any) -> str:
     if isinstance(figure_or_bytes, bytes):
         raw = figure_or_bytes
@@ -96,6 +109,7 @@ def _png_data_uri(figure_or_bytes: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
 
 
+@_plain_text
 def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list[float]]]],
                 reference: tuple[str, dict[str, float]] | None = None) -> str:
     """One figure per log group: a panel per column, a line per variant, a dashed line for the reference value
@@ -120,6 +134,7 @@ def plot_curves(group: str, columns: dict[str, dict[str, tuple[list[float], list
     return _png_data_uri(figure)
 
 
+@_plain_text
 def plot_correlation(summary: dict[str, Any], columns: dict[str, list[float]]) -> str | None:
     """Scatter of every metric against the `judge` column (Kendall tau_b in the titles); None without data."""
     if "judge" not in columns:
@@ -228,6 +243,7 @@ SEED_PLOT_COLUMNS = ("Judge-acc", "C", "PAC-S++", "Rep-2", "Length")
 """The columns whose per-seed changes the report draws (those a row has)."""
 
 
+@_plain_text
 def plot_seed_deltas(rows: list[dict[str, Any]], seeds: list[Any]) -> str | None:
     """One panel per column of `SEED_PLOT_COLUMNS`: every row's change against the baseline in each seed (dots,
     `delta_per_seed`) and its 95% interval over seeds and images (bar, `ci`); None with fewer than 2 seeds."""
@@ -450,6 +466,7 @@ def normalised_columns(table: dict[str, Any]) -> list[list[float]]:
     return out
 
 
+@_plain_text
 def plot_system_table(table: dict[str, Any]) -> bytes:
     """A heat map of a system table (rows × metrics, each metric from its worst to its best row, the values written
     in the cells on their printed scale: text metrics ×100; each contrastive column's model and w under its name)

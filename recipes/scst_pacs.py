@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from captioner.entry import run_from_config
+from captioner.entry import run_from_config, run_summary
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 from metric.common.os_errors import user_error_line
@@ -30,9 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         relaunch_cpu_processes()
-        run_from_config(args.config, args.overrides, force=args.force)
+        summary = run_summary(run_from_config(args.config, args.overrides, force=args.force))
+        if summary:
+            print(summary)  # the results table, results.json and report.html
     except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
-        message = user_error_line(error)
+        message = user_error_line(error, resumable=True)  # its stages are kept and resume
         if message is None:
             raise
         print(f"scst_pacs: error: {message}", file=sys.stderr)

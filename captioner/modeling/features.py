@@ -304,14 +304,18 @@ def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
 
 def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str]) -> torch.Tensor:
     """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path."""
-    batch = []
-    for image_id in ids:
-        try:
-            with Image.open(images[image_id]) as image:
-                batch.append(backbone.preprocess(image))
-        except OSError as error:
-            raise InputError(f"image {image_id!r} ({images[image_id]}) cannot be read: {error}") from None
-    return torch.stack(batch)
+    return torch.stack([backbone.preprocess(_read_image(images, image_id)) for image_id in ids])
+
+
+def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image.Image:
+    """The image of `image_id`, read by `pacs score`'s rule (`metric.models.preprocess.open_image`): an unreadable
+    file or a decompression bomb (a 30000×30000 PNG) is one InputError naming the id and the file."""
+    from metric.models.preprocess import open_image
+
+    try:
+        return open_image(images[image_id])
+    except InputError as error:
+        raise InputError(f"image {image_id!r}: {error}") from None
 
 
 def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cache_dir: str | os.PathLike,
@@ -348,8 +352,7 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     probe_id = next(iter(images), None)
     if probe_id is None:
         raise InputError("no images to extract features from")
-    with Image.open(images[probe_id]) as probe:
-        pixels = backbone.preprocess(probe).unsqueeze(0)
+    pixels = backbone.preprocess(_read_image(images, probe_id)).unsqueeze(0)
     tokens = grid_of(pixels).shape[1]
     meta = {"backbone": getattr(backbone, "name", "unknown"), "fingerprint": getattr(backbone, "fingerprint", ""),
             "feature_dim": grid_feature_dim(backbone), "tokens": int(tokens), "dtype": dtype}

@@ -131,6 +131,7 @@ def run_single(args: argparse.Namespace) -> int:
 def run_table(args: argparse.Namespace) -> int:
     """Several systems (and the human baseline): print the table, write JSON / CSV / PNG / HTML."""
     from eval.system_table import TableRequest, build_system_table, table_text, write_table
+    from metric.common.terminal import escape_control
     from metric.scoring.model_options import ModelOptions
 
     metrics = _java_checked(args, _metrics(args))
@@ -141,7 +142,7 @@ def run_table(args: argparse.Namespace) -> int:
         skip_single_reference_images=args.skip_single_reference_images, baseline=args.baseline,
         recompute_corpus=args.bootstrap_recompute_corpus, metric_models=args.metric_model)
     table = build_system_table(request)
-    print(table_text(table))
+    print(escape_control(table_text(table), newlines=False))  # system names are the user's text
     for path in write_table(table, args.json, args.csv, args.plot, args.html, args.latex, args.markdown):
         print(f"-> {path}")
     return 0

@@ -11,6 +11,7 @@ from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
+from metric.common.terminal import escape_control
 from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
 from metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
 from metric.scoring.images import ImageFinder
@@ -160,7 +161,7 @@ def run_score(args: argparse.Namespace) -> int:
         }
         write_json_atomic(args.out, output)
         summary += f" -> {args.out}"
-    print(summary)
+    print(escape_control(summary))  # paths and names are the user's text
     return 0
 
 

@@ -9,6 +9,7 @@ legitimately missing (an undefined correlation, an unavailable metric) is writte
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from metric.common.errors import NonFiniteError
+from metric.common.os_errors import writing_to
 
 _UMASK_LOCK = threading.Lock()
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -58,12 +60,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     The file renamed into place has mode ``0o666 & ~umask`` (like a plain `open()`), not mkstemp's 0600.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a part of the folder path is a file: one line naming it (os_errors), not a traceback
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        yield tmp
+        with writing_to(target):  # a full disk while the block writes names `path`
+            yield tmp
         chmod_like_umask(tmp)
         os.replace(tmp, target)
     finally:

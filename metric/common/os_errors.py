@@ -1,10 +1,14 @@
 """Operating-system failures a user can fix (a full disk, a read-only or unwritable folder) as one clear line."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
+import re
+from collections.abc import Iterator
 
-_DISK_FULL = ("free some disk space (or write to another disk) and run again; finished work is kept and an "
-              "interrupted stage resumes or restarts")
+_DISK_FULL = "free some disk space (or write to another disk) and run again"
+_RESUMES = "; finished work is kept and an interrupted stage resumes or restarts"
 FIXES = {
     errno.ENOSPC: _DISK_FULL,
     errno.EDQUOT: _DISK_FULL,
@@ -17,20 +21,51 @@ FIXES = {
 }
 
 
-def describe_os_error(error: OSError) -> str | None:
-    """One line naming the file, the failure and its fix; None for failures that are not the user's to fix."""
+def describe_os_error(error: OSError, resumable: bool = False) -> str | None:
+    """One line naming the file, the failure and its fix; None for failures that are not the user's to fix.
+
+    `resumable`: the command keeps finished stages (`pacs train`, `train-metric`), so a full disk's line says that
+    a new run resumes; a one-shot command (score, evaluate, report) just names the file it could not write.
+    """
     fix = FIXES.get(error.errno)
     if fix is None:
         return None
+    if fix == _DISK_FULL and resumable:
+        fix += _RESUMES
     where = " and ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
     what = error.strerror or str(error)
     return f"{where}: {what}; {fix}" if where else f"{what}; {fix}"
 
 
-def user_error_line(error: BaseException) -> str | None:
-    """The one line a script prints for a user error (PacsError or a fixable OSError); None for anything else."""
+def user_error_line(error: BaseException, resumable: bool = False) -> str | None:
+    """The one line a script prints for a user error (PacsError or a fixable OSError), its user text escaped
+    (`metric.common.terminal.escape_control`); None for anything else."""
     from metric.common.errors import PacsError
+    from metric.common.terminal import escape_control
 
     if isinstance(error, PacsError):
-        return str(error)
-    return describe_os_error(error) if isinstance(error, OSError) else None
+        return escape_control(str(error))
+    line = describe_os_error(error, resumable) if isinstance(error, OSError) else None
+    return None if line is None else escape_control(line)
+
+
+_OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
+
+
+@contextlib.contextmanager
+def writing_to(path: str | os.PathLike) -> Iterator[None]:
+    """Name `path` in a write failure of the block: an OSError without a file name, or a safetensors
+    `SafetensorError` carrying an operating-system error (a full disk while `save_file` writes), becomes an OSError
+    with that errno and `path`, which `describe_os_error` turns into one line."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror or os.strerror(error.errno), str(path)) from error
+    except Exception as error:
+        match = _OS_ERROR_CODE.search(str(error))
+        if type(error).__name__ != "SafetensorError" or match is None:
+            raise
+        code = int(match.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from error

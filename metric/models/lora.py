@@ -33,6 +33,7 @@ import logging
 import os
 import pickle
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import torch
 from torch import nn
 
 from metric.common.errors import InputError
+from metric.common.io import chmod_like_umask
 from metric.common.json_input import read_json_file
 from metric.common.provenance import sha256_file
 from metric.models.backbones import Backbone, model_fingerprint, save_backbone
@@ -219,6 +221,19 @@ def temperature_values(model: nn.Module) -> dict[str, list[float]]:
     return values
 
 
+def _save_peft_files(model: nn.Module, folder: Path) -> None:
+    """peft's ``save_pretrained`` into a temporary folder inside `folder`, its files then renamed into place: a full
+    disk leaves no partial adapter and is an OSError naming the weights file (`writing_to`), not a SafetensorError."""
+    from metric.common.os_errors import writing_to
+
+    with tempfile.TemporaryDirectory(prefix=".adapter.", dir=folder) as tmp, \
+            writing_to(folder / "adapter_model.safetensors"):
+        model.save_pretrained(tmp, safe_serialization=True)
+        for item in sorted(Path(tmp).iterdir()):
+            chmod_like_umask(item)
+            os.replace(item, folder / item.name)
+
+
 def save_adapter(backbone: Backbone, folder: str | os.PathLike, base: dict[str, Any] | None = None) -> Path:
     """Write the peft adapter (``save_pretrained``) and ``pacs_base.json`` into `folder`; return the folder.
 
@@ -233,7 +248,7 @@ def save_adapter(backbone: Backbone, folder: str | os.PathLike, base: dict[str, 
         raise InputError(f"backbone {backbone.name} carries no LoRA adapter to save")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    backbone.model.save_pretrained(str(folder), safe_serialization=True)
+    _save_peft_files(backbone.model, folder)
     source: dict[str, Any]
     if base and base.get("checkpoint"):
         path = Path(base["checkpoint"]).resolve()

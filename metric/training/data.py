@@ -111,7 +111,7 @@ def load_rgb(path: Path) -> Image.Image:
         with Image.open(path) as image:
             image.load()
             return image
-    except (OSError, UnidentifiedImageError) as error:
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as error:  # as `pacs score` refuses it
         raise InputError(f"cannot read image {path}: {error}") from None
 
 

@@ -3,6 +3,7 @@ output (issue 21 item 6)."""
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import tempfile
@@ -44,6 +45,8 @@ def test_report_on_a_full_or_read_only_disk_is_one_line_and_writes_nothing(tmp_p
 def test_a_full_disk_during_a_stage_stops_with_one_line_and_the_stage_unfinished(tmp_path, monkeypatch, capsys,
                                                                                 torch_threads_restored):
     """ENOSPC when the demo's CLIP stage writes its checkpoint: exit 2, the stage is not recorded finished."""
+    for module in ("accelerate.utils.other", "captioner.modeling.checkpoints", "captioner.modeling.features"):
+        importlib.import_module(module)  # they bind `save_file` when imported: the real one, not the fake
     monkeypatch.setattr(safetensors.torch, "save_file", _failing(errno.ENOSPC))
     code = pacs_cli.main(["--log-level", "WARNING", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}",
                           "threads=1"])
@@ -57,6 +60,8 @@ def test_a_full_disk_during_a_stage_stops_with_one_line_and_the_stage_unfinished
 
 def test_only_failures_the_user_can_fix_become_one_line():
     assert describe_os_error(OSError(errno.ENOSPC, "No space left on device", "/x/y")) == (
+        "/x/y: No space left on device; free some disk space (or write to another disk) and run again")
+    assert describe_os_error(OSError(errno.ENOSPC, "No space left on device", "/x/y"), resumable=True) == (
         "/x/y: No space left on device; free some disk space (or write to another disk) and run again; finished "
         "work is kept and an interrupted stage resumes or restarts")
     assert describe_os_error(OSError(errno.EIO, "Input/output error", "/x")) is None  # a real fault: traceback
