@@ -6,9 +6,11 @@ accelerate 1.x reads the model, optimizer, scheduler and RNG files with `torch.l
 swallows any error of the RNG file (the run would resume with other random numbers), and it reads objects
 registered with `register_for_checkpointing` (`custom_checkpoint_<n>.pkl`) with `weights_only=False`, which
 runs whatever the pickle says. pacs therefore registers no object with accelerate (its own trainer state is JSON +
-safetensors) and checks every pickle-based file of a folder with `torch.load(weights_only=True)` before
-accelerate reads it: a file holding anything but tensors, numbers, strings and plain containers (or numpy's RNG
-arrays) is refused in one line naming it, and nothing in it runs.
+safetensors; with no registered object, accelerate raises on a `custom_checkpoint_<n>.pkl` before it would read
+it), never passes `load_kwargs`, and checks every file of a folder before accelerate reads it: each pickle-based
+file with `torch.load(weights_only=True)` (a file holding anything but tensors, numbers, strings and plain
+containers, or numpy's RNG arrays, is refused in one line naming it, and nothing in it runs), JSON and
+safetensors files for being readable.
 """
 from __future__ import annotations
 
