@@ -30,4 +30,38 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
         return run_seeds(config)
     if config.seeds:
         config.seed = config.seeds[0]
-    return run_pipeline(config)
+    result = run_pipeline(config)
+    return {**result, **_recipe_outputs(config)}
+
+
+def _recipe_outputs(config: PipelineConfig) -> dict[str, Any]:
+    """The finished recipe's files (main process): its results table and results.json, and report.html (written
+    now, or kept when its inputs did not change)."""
+    from pathlib import Path
+
+    from captioner.modeling.training import process_state
+    from eval.report import write_report
+
+    if not process_state().is_main_process:
+        return {}
+    run_dir = Path(config.run_dir)
+    results = run_dir / "eval" / "results.json"
+    table = results.with_name("results.md")
+    report = write_report(run_dir, reuse=True)
+    return {"run_dir": str(run_dir), "results": str(results), "report": str(report),
+            "table": table.read_text(encoding="utf-8") if table.is_file() else ""}
+
+
+def run_summary(result: dict[str, Any]) -> str:
+    """What `pacs train` prints when a run finishes: the recipe's results table (the demo printed its own), then
+    the paths of results.json and report.html (empty on the processes other than the main one)."""
+    from pathlib import Path
+
+    from captioner.modeling.training import process_state
+
+    if not result.get("report") or not process_state().is_main_process:
+        return ""
+    if "table" not in result:  # the demo printed its table and report path
+        return f"results: {Path(result['run_dir']) / 'results.json'}"
+    lines = [result["table"].rstrip()] if result["table"] else []
+    return "\n".join([*lines, f"results: {result['results']}", f"report: {result['report']}"])

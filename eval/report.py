@@ -382,10 +382,14 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
     references = load_references(run_dir)
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
                          f'src="{plot_curves(g, cols, references.get(g))}">' for g, cols in curves.items())
-    results_path = input_file(run_dir, "results.json")
+    results_path = _inputs.results_file(run_dir)  # results.json, or a recipe's eval/results.json, ...
     extra = _read_json(results_path) if results_path is not None else {}
+    warnings = _inputs.load_warnings(run_dir)
     sections = [
         ("Results", _results_html(load_results(run_dir), extra if isinstance(extra, dict) else {})),
+        *([("Warnings", '<ul class="findings" id="warnings">' + "".join(
+            f"<li><b>{html.escape(stage)}</b>: {html.escape(line)}</li>" for stage, line in warnings) + "</ul>")]
+          if warnings else []),
         *_system_section(extra if isinstance(extra, dict) else {}),
         ("Training curves", curve_html or '<p class="absent">No logs/*.csv in this run.</p>'),
         ("Metric vs ground truth", _correlation_html(load_correlation(run_dir))),
@@ -421,6 +425,10 @@ def write_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     target = Path(out) if out else run_dir / "report.html"
     if not run_dir.is_dir():
         raise InputError(f"run directory not found: {run_dir}")
+    if not _inputs.has_results(run_dir):
+        raise InputError(f"{run_dir} holds no pacs results (no {', '.join(_inputs.RESULT_FILES)}, "
+                         f"{_inputs.TRAIN_LOG}, logs/*.csv, <stage>/log.csv, correlation/ or gallery.json): "
+                         "is it a run directory? Nothing was written")
     digest = report_digest(run_dir)
     if reuse and recorded_digest(target) == digest:
         logger.info("report %s is up to date (same inputs), kept", target)

@@ -159,7 +159,9 @@ def run_caption(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
-    from captioner.entry import run_from_config
+    from captioner.entry import run_from_config, run_summary
 
-    run_from_config(args.config, list(args.overrides), force=list(args.force))
+    summary = run_summary(run_from_config(args.config, list(args.overrides), force=list(args.force)))
+    if summary:
+        print(summary)
     return 0

@@ -179,7 +179,11 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
             write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": reference})
         publish_hacking_curves(folder / "monitor.csv", logs, label)
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1]}
+    summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1],
+               # did the reward vary within the k samples? (captioner.modeling.reward_spread; read by the findings)
+               "zero_spread_fraction": result.zero_spread_fraction,
+               "degenerate_reward": result.degenerate_warning is not None,
+               "degenerate_warning": result.degenerate_warning}
     if guarded:
         summary.update(kl_coef=kl_coef, best_step=result.best_step, best_val_cider=finite_or_none(result.best_score),
                        model=str(result.selected_dir.relative_to(folder)))

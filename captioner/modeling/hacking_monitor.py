@@ -14,6 +14,7 @@ validation images greedily (eval mode, no gradients; split over the processes) a
 | `distinct1`, `distinct2` | distinct-n: distinct n-grams / all n-grams over the sample's captions |
 | `incorrect` | %Incorrect (`eval.fluency`: % of captions ending with a preposition, conjunction or determiner) |
 | `grammar_errors` | % of captions with a grammar error (`eval.grammar`, Harper); NaN when no backend |
+| `zero_spread` | fraction of the training images since the previous row whose k rewards were all equal (advantage 0: nothing learnt; `captioner.modeling.reward_spread`); NaN at step 0 |
 
 A logging WARNING names the signature when the reward rose above its step-0 value by more than
 `monitor_reward_rise` while a drift from step 0 passed its threshold (`gaming_signatures`).
@@ -37,7 +38,8 @@ from metric.common.io import write_text_atomic
 logger = logging.getLogger(__name__)
 
 MONITOR_COLUMNS = ("step", "reward", "cider", "length", "rep1", "rep2", "rep3", "rep4", "distinct1", "distinct2",
-                   "incorrect", "grammar_errors")
+                   "incorrect", "grammar_errors", "zero_spread")
+_OLD_COLUMNS = MONITOR_COLUMNS[:-1]  # monitor files written before `zero_spread` (pacs 0.5) still resume
 MONITOR_FILE = "monitor.csv"
 
 
@@ -123,11 +125,13 @@ def read_monitor_rows(path: Path, up_to_step: int | None = None) -> list[dict[st
     if not path.is_file():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines or tuple(lines[0].split(",")) != MONITOR_COLUMNS:
+    header = tuple(lines[0].split(",")) if lines else ()
+    if header not in (MONITOR_COLUMNS, _OLD_COLUMNS):
         logger.warning("%s is not an SCST monitor file; starting it again", path)
         return []
     try:
-        rows = [dict(zip(MONITOR_COLUMNS, map(float, line.split(",")))) for line in lines[1:] if line]
+        rows = [{"zero_spread": math.nan, **dict(zip(header, map(float, line.split(","))))}
+                for line in lines[1:] if line]
     except ValueError:
         logger.warning("%s is not an SCST monitor file; starting it again", path)
         return []
@@ -222,15 +226,17 @@ class HackingMonitor:
         row["grammar_errors"] = self.grammar(texts)
         return row
 
-    def __call__(self, accelerator: Any, model: Any, step: int) -> dict[str, float]:
-        """Monitor step `step`: caption, score (main process), share the row, write the CSV, warn on gaming."""
+    def __call__(self, accelerator: Any, model: Any, step: int, zero_spread: float = math.nan) -> dict[str, float]:
+        """Monitor step `step`: caption, score (main process), share the row, write the CSV, warn on gaming.
+
+        `zero_spread`: the training reward's zero-spread fraction since the previous row (a column of the row)."""
         from accelerate.utils import broadcast_object_list
 
         captions = self.captions(accelerator, model)
         box = [self.score(step, captions) if accelerator.is_main_process else None]
         if accelerator.num_processes > 1:
             broadcast_object_list(box, from_process=0)
-        row = box[0]
+        row = {**box[0], "zero_spread": float(zero_spread)}
         self.rows.append(row)
         if accelerator.is_main_process:
             write_monitor_rows(self.path, self.rows)

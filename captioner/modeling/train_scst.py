@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 import torch
 from accelerate.utils import broadcast_object_list
-from annotated_types import Le
+from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
 from captioner.modeling.checkpoints import CheckpointManager, load_captioner, save_captioner
@@ -42,6 +42,8 @@ from captioner.modeling.features import FeatureCache
 from captioner.modeling.hacking_monitor import MONITOR_FILE, GamingThresholds, HackingMonitor
 from captioner.modeling.model import shift_right, token_log_probs
 from captioner.modeling.reference_policy import ReferencePolicy
+from captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
+from captioner.modeling.reward_spread import SpreadWatch, spread_counts
 from captioner.modeling.train_xe import is_better
 from captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
 from metric.common.config import (
@@ -68,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
 SCST_COLUMNS = ("loss", "lr", "reward_mean", "reward_std", "advantage_mean", "advantage_abs", "length", "rep1",
-                "incorrect", "nonfinite", "epoch", "kl")
+                "incorrect", "nonfinite", "epoch", "kl", "zero_spread")
 BASELINES = ("mean", "loo", "greedy")
 SAMPLINGS = ("beam", "multinomial")
 #: `select_by` -> the monitor column that picks the best checkpoint (`last`: the last step, no selection)
@@ -77,7 +79,8 @@ SELECT_BY = {"last": None, "cider": "cider", "reward": "reward"}
 #: before they existed stay done; the monitor's warning thresholds never determine an output
 GUARD_FIELDS = ("kl_coef", "kl_reference", "select_by", "monitor_every", "monitor_images")
 MONITOR_THRESHOLD_FIELDS = ("monitor_reward_rise", "monitor_rep_rise", "monitor_length_rise",
-                            "monitor_distinct_drop", "monitor_incorrect_rise", "monitor_cider_drop")
+                            "monitor_distinct_drop", "monitor_incorrect_rise", "monitor_cider_drop",
+                            "degenerate_window", "degenerate_fraction")
 
 
 class NonFiniteRewardError(PacsError):
@@ -125,6 +128,10 @@ class SCSTConfig(TrainerConfig):
     monitor_distinct_drop: NonNegativeFloat = 0.1  # ... or distinct-2 fell by more than this
     monitor_incorrect_rise: NonNegativeFloat = 10.0  # ... or %Incorrect rose by more than these points
     monitor_cider_drop: NonNegativeFloat = 0.2  # ... or the validation CIDEr-D fell by more than this fraction
+    # degenerate-reward warning (captioner.modeling.reward_spread): the reward's spread within the k samples was
+    # zero for more than `degenerate_fraction` of the images, on average over the last `degenerate_window` steps
+    degenerate_window: Annotated[PositiveInt, Le(MAX_STEPS)] = 10
+    degenerate_fraction: Annotated[float, Ge(0), Le(1)] = 0.5
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
@@ -165,6 +172,8 @@ class SCSTResult:
     best_step: int = 0
     best_score: float | None = None
     select_by: str = "last"
+    zero_spread_fraction: float | None = None  # images whose k rewards were all equal, over every step
+    degenerate_warning: str | None = None  # the degenerate-reward warning, when it was raised
 
     @property
     def selected_dir(self) -> Path:
@@ -300,6 +309,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
     state.setdefault("best_score", None)  # checkpoints written before the guards lack them
     state.setdefault("best_step", 0)
+    spread = SpreadWatch(config.reward, config.k, config.degenerate_window, config.degenerate_fraction, total_steps,
+                         state.get("reward_spread"))
     if not resumed and accelerator.is_main_process:
         for stale in (out / "best", out / MONITOR_FILE):  # left by an earlier run in this folder
             if stale.is_dir():
@@ -324,7 +335,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
 
     def monitor_step(step: int) -> None:
         """Monitor row of `step`; with `select_by`, keep the model in `best/` when its score is the best so far."""
-        row = monitor(accelerator, accelerator.unwrap_model(model), step)
+        row = monitor(accelerator, accelerator.unwrap_model(model), step, spread.since_last_monitor())
         column = SELECT_BY[config.select_by]
         if column is None or step == 0:  # step 0 is the init model: the monitor's baseline, never a candidate
             return
@@ -346,7 +357,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     try:  # the bar is closed before an error (e.g. a diverged loss) is printed
         while state["step"] < total_steps:
             micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
-            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": []}
+            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": [],
+                     "spread": dict.fromkeys(SPREAD_COUNTS, 0)}
             for index, micro in enumerate(micro_batches):
                 _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
                                  stats, len(micro_batches), sync=index == len(micro_batches) - 1,
@@ -363,6 +375,12 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
             nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
                                                reduction="sum").item())
             state["nonfinite_total"] += nonfinite
+            counts = accelerator.reduce(torch.tensor([stats["spread"][key] for key in SPREAD_COUNTS],
+                                                     device=accelerator.device), reduction="sum").tolist()
+            degenerate = spread.update(step, dict(zip(SPREAD_COUNTS, map(int, counts))))
+            state["reward_spread"] = spread.state()
+            if degenerate and accelerator.is_main_process:
+                logger.warning("scst step %d: %s", step, degenerate)
             state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
             losses.append(loss)
             progress.update(1)
@@ -375,7 +393,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
             if on_step is not None:
                 on_step(step, accelerator.unwrap_model(model))
             if is_due(step, config.log_every) or step == total_steps:
-                accelerator.log(_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]), step=step)
+                accelerator.log({**_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]),
+                                 "zero_spread": spread.fractions[-1]}, step=step)
             if nonfinite:
                 logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
             if state["nonfinite_streak"] >= config.nonfinite_patience:
@@ -407,7 +426,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         logger.info("scst: selected step %d by validation %s (%.4g); the last step is in %s", state["best_step"],
                     config.select_by, state["best_score"], final)
     return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]), best_dir,
-                      int(state["best_step"]), state["best_score"], config.select_by)
+                      int(state["best_step"]), state["best_score"], config.select_by, spread.fraction, spread.warning)
 
 
 def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] | None,
@@ -474,6 +493,8 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
     stats["advantages"].append(advantages)
     stats["captions"].extend(c for row in captions for c in row)
     stats["nonfinite"] += count
+    for key, value in spread_counts(raw, captions).items():
+        stats["spread"][key] += value
 
 
 def _log_row(accelerator: Any, stats: dict[str, Any], loss: float, lr: float, nonfinite: int,

@@ -133,6 +133,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     the named ones. Every process calls this; the main process owns the run directory.
     """
     from captioner.modeling.training import micro_batch_for
+    from captioner.orchestration.preflight import check_before_start
     from metric.common.device import accelerator_state
     from metric.common.run_lock import hold_run_directory
 
@@ -141,7 +142,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
                                    "scst")
     check_force(config.force, stage_names(config))
-    check_reward_models(config)  # a reward without its family's model is a config error before any work
+    check_before_start(config, f"run {config.run_dir}")  # every model, file, tool and folder, before any work
     with hold_run_directory(config.run_dir, state):  # one run at a time: a second one stops here, naming this one
         return _run_stages(config, state, xe_micro, scst_micro)
 
@@ -199,7 +200,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                                                val_references, feature_source=source)),
                {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
                 "seed": config.seed},
-               upstream=["vocab", "features/train"], resumable=True, distributed=True)
+               upstream=["vocab", "features/train"], resumable=True, distributed=True,
+               progress=xe_dir / "checkpoints")
     models = {"xe": xe_dir / "best"}
     model_stages = {"xe": "xe"}
     reward_settings = reward_model_settings(config.reward_models)
@@ -222,7 +224,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
                                 **guard_reward_settings(config, spec)},
                    {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
                     **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
-                   upstream=["xe", "features/train"], resumable=True, distributed=True)
+                   upstream=["xe", "features/train"], resumable=True, distributed=True,
+                   progress=out / "checkpoints")
         models[spec] = out / ("final" if scst.select_by == "last" else "best")  # the model scst.select_by chose
         model_stages[spec] = name
     test_sets = prepare_test_sets(run, test_items)
@@ -234,9 +237,10 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
             name = f"eval/{reward_slug(model_name)}/{set_name}"
             e = config.evaluation
+            chosen = {} if e.contrastive_models is None else {"contrastive_models": e.contrastive_models}
             action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
                                          "text_metrics": e.text_metrics, "max_images": e.max_images,
-                                         "reward_models": reward_settings},
+                                         "reward_models": reward_settings, **chosen},
                                   {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)},
                                   upstream=[model_stages[model_name], f"features/{set_name}"],
                                   outputs=[out, out.with_name(f"{set_name}.results.json")])
@@ -254,6 +258,11 @@ def _summary(result: Any) -> dict[str, Any]:
     """What a stage record keeps of an XE / SCST result (steps and last loss; SCST's selected checkpoint)."""
     losses = list(getattr(result, "losses", []) or [])
     summary = {"steps": getattr(result, "steps", None), "loss_last": losses[-1] if losses else None}
+    if hasattr(result, "zero_spread_fraction"):  # SCST: did the reward vary within the k samples?
+        fraction = result.zero_spread_fraction
+        summary.update(zero_spread_fraction=None if fraction is None else round(fraction, 4),
+                       degenerate_reward=result.degenerate_warning is not None,
+                       warnings=[result.degenerate_warning] if result.degenerate_warning else [])
     if getattr(result, "select_by", "last") != "last":  # SCST with select_by cider / reward
         summary.update(select_by=result.select_by, best_step=result.best_step, best_score=result.best_score,
                        selected=str(result.best_dir))
@@ -350,7 +359,9 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
                     _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
                 continue
             if scorers is None:
-                scorers = reward_scorers(config)
+                from captioner.orchestration.preflight import evaluation_slots
+
+                scorers = reward_scorers(config, evaluation_slots(config))  # only the columns' models
             device = resolve_device(config.device)
             model, vocab, _ = load_captioner(folder, device)
             result = caption_and_score(model, vocab, features, list(paths), paths, references, scorers,

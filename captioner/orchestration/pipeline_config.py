@@ -160,6 +160,9 @@ class EvalConfig:
     text_metrics: list[str] = field(default_factory=lambda: ["bleu4", "meteor", "cider", "spice"])
     max_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
     bootstrap: Annotated[NonNegativeInt, Le(MAX_RESAMPLES)] = 1000  # paired bootstrap resamples for the 95% intervals against XE (0: none)
+    # the reward_models slots (clip, pacs, pac) whose CLIP-S / PAC-S / PAC-S++ columns (and Ref- variants) are
+    # reported; null: every slot that names a model; []: none (no reward model is loaded for the evaluation)
+    contrastive_models: list[str] | None = None
 
     def validate(self) -> None:
         """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""
@@ -173,6 +176,11 @@ class EvalConfig:
             if kind != "text":
                 raise InputError(f"text_metrics: {name!r} is not a text metric (text metrics: bleu1-4 meteor "
                                  f"rouge cider spice)")
+        slots = [slot for _, slot in REWARD_MODEL_SLOTS]
+        for slot in self.contrastive_models or []:
+            if slot not in slots:
+                raise InputError(f"contrastive_models: {slot!r} is not a reward_models slot (slots: "
+                                 f"{', '.join(slots)})")
         for name, test_set in self.test_sets.items():
             check_folder_name("every test_sets key", name, "run_dir/features")
             split = test_set.get("split", "test")

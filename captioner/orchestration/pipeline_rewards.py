@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
@@ -12,15 +13,18 @@ logger = logging.getLogger(__name__)
 
 
 def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
-                   image_paths: dict[str, Any]) -> dict[str, Any]:
+                   image_paths: dict[str, Any], spec: str | None = None) -> dict[str, Any]:
     """The `build_reward` context of a pipeline: training references, image paths, reward models, the guard
-    rewards' options and the contrastive rewards' `score` / `long_captions` (`contrastive_reward`)."""
+    rewards' options and the contrastive rewards' `score` / `long_captions` (`contrastive_reward`).
+
+    With `spec`, only the reward models its contrastive terms use are loaded (none for `cider`)."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device),
                                **config.reward_guards.context(), **config.contrastive_reward.context()}
+    from captioner.orchestration.preflight import reward_slots
     from metric.scoring.registry import METRICS
 
-    scorers = reward_scorers(config)
+    scorers = reward_scorers(config, None if spec is None else reward_slots([spec]))
     if scorers:  # each contrastive reward gets the model of its own family's slot
         context["scorers"] = {name: scorers[spec.family] for name, spec in METRICS.items() if spec.family in scorers}
     return context
@@ -71,11 +75,12 @@ def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references:
     """`rewards.build_reward(spec, **reward_context(...))`."""
     from rewards import build_reward
 
-    return build_reward(spec, **reward_context(config, dataset_references, image_paths))
+    return build_reward(spec, **reward_context(config, dataset_references, image_paths, spec))
 
 
-def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
-    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets.
+def reward_scorers(config: PipelineConfig, slots: Iterable[str] | None = None) -> dict[str, Any]:
+    """Scorers keyed by family ('clip', 'pac-s', 'pac-s++') for the `reward_models` slots the config sets (only
+    those among `slots` when given: `clip`, `pacs`, `pac`).
 
     A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
     (unless `reward_models.allow_family_mismatch`).
@@ -87,7 +92,7 @@ def reward_scorers(config: PipelineConfig) -> dict[str, Any]:
     models = config.reward_models
     for family, slot in REWARD_MODEL_SLOTS:
         source = getattr(models, slot)
-        if _source_given(source):
+        if _source_given(source) and (slots is None or slot in slots):
             device = resolve_device(models.device)
             backbone = load_source_backbone(source, device)
             if backbone.family is not None and backbone.family != family:

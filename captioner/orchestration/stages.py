@@ -14,8 +14,8 @@ hashed) and the output ids of the stages it reads from. On a re-run:
 - an unfinished (interrupted) resumable stage (features, XE, SCST) resumes from its checkpoints when its
   fingerprint matches; when it does not, it is refused with an `InputError` naming the changes and the
   `--force STAGE` that discards it (unless the only change is an upstream stage re-run in this same run, which
-  makes the old checkpoints worthless: it then re-runs from scratch). A non-resumable unfinished stage simply
-  starts over;
+  makes the old checkpoints worthless: it then re-runs from scratch, and so does one whose earlier start never
+  took a step: no checkpoint in its `progress` folder). A non-resumable unfinished stage simply starts over;
 - `force` names stages to re-run from scratch whatever their records say (`eval` names every `eval/...`).
 
 Under several processes (accelerate / torchrun) the main process decides for every stage and broadcasts its
@@ -217,14 +217,17 @@ class StageRunner:
 
     def run(self, name: str, body: Callable[[], Mapping[str, Any] | None], settings: Mapping[str, Any],
             inputs: Mapping[str, Any] | None = None, upstream: Sequence[str] = (),
-            outputs: Sequence[Path] | None = None, resumable: bool = False, distributed: bool = False) -> str:
+            outputs: Sequence[Path] | None = None, resumable: bool = False, distributed: bool = False,
+            progress: Path | None = None) -> str:
         """Run (or skip, or resume) stage `name`; return what happened: 'skipped', 'ran' or 'resumed'.
 
         `body()` writes the stage's `outputs` (default: its folder, created empty before a fresh run) and may
         return a JSON-ready summary; `upstream` names stages this runner has already run or skipped. A
         `distributed` body runs on every process, any other on the main process while the others wait.
+        `progress`: the checkpoint folder of a resumable stage; with no `step-*` checkpoint in it, an unfinished
+        run of the stage never took a step, so other settings start it over instead of refusing it.
         """
-        action = self.begin(name, settings, inputs, upstream, outputs, resumable)
+        action = self.begin(name, settings, inputs, upstream, outputs, resumable, progress)
         if action == "skipped":
             return action
         summary: Mapping[str, Any] | None = None
@@ -234,7 +237,8 @@ class StageRunner:
         return action
 
     def begin(self, name: str, settings: Mapping[str, Any], inputs: Mapping[str, Any] | None = None,
-              upstream: Sequence[str] = (), outputs: Sequence[Path] | None = None, resumable: bool = False) -> str:
+              upstream: Sequence[str] = (), outputs: Sequence[Path] | None = None, resumable: bool = False,
+              progress: Path | None = None) -> str:
         """Decide about stage `name` and prepare its outputs: 'skipped', 'ran' (outputs deleted) or 'resumed'.
 
         Unless skipped, the caller produces the outputs and then calls `finish(name)` (`run` does both).
@@ -247,7 +251,7 @@ class StageRunner:
         digest, parts = fingerprint.digest(), fingerprint.as_dict()
         for path in outputs:  # on every process: a link planted in the run directory is one error everywhere
             check_no_links(self.run_dir, path)
-        action = self._decide_everywhere(name, digest, parts, outputs, resumable)
+        action = self._decide_everywhere(name, digest, parts, outputs, resumable, progress)
         if action == "skip":
             if self.state.is_main_process:
                 logger.info("stage %s: unchanged, skipped", name)
@@ -289,16 +293,16 @@ class StageRunner:
             logger.info(message, *args)
 
     def _decide_everywhere(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
-                           resumable: bool) -> str:
+                           resumable: bool, progress: Path | None = None) -> str:
         """The main process decides (it alone reads the outputs it may then delete); every rank gets its answer."""
         if self.state.num_processes <= 1:
-            return self._decide(name, digest, parts, outputs, resumable)
+            return self._decide(name, digest, parts, outputs, resumable, progress)
         from accelerate.utils import broadcast_object_list
 
         answer: list[Any] = [None]
         if self.state.is_main_process:
             try:
-                answer = [("ok", self._decide(name, digest, parts, outputs, resumable))]
+                answer = [("ok", self._decide(name, digest, parts, outputs, resumable, progress))]
             except InputError as error:
                 answer = [("error", str(error))]
         broadcast_object_list(answer, from_process=0)
@@ -308,7 +312,7 @@ class StageRunner:
         return value
 
     def _decide(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
-                resumable: bool) -> str:
+                resumable: bool, progress: Path | None = None) -> str:
         """'skip', 'resume' (keep the outputs) or 'fresh' (delete them first); InputError when refused."""
         if any(matches(force, name) for force in self.force):
             self._info("stage %s: re-running (--force)", name)
@@ -349,6 +353,10 @@ class StageRunner:
         reran_upstream = {f"upstream {u} re-ran" for u in self.ran + self.resumed}
         if changes and all(change in reran_upstream for change in changes):
             self._info("stage %s: interrupted, re-running from scratch: %s", name, "; ".join(changes))
+            return "fresh"
+        if progress is not None and not any(progress.glob("step-*")):
+            self._info("stage %s: an earlier start under other settings never took a step, starting over: %s",
+                       name, "; ".join(changes) or "fingerprint changed")
             return "fresh"
         raise InputError(f"stage {name} was interrupted under other settings and cannot resume with these "
                          f"({'; '.join(changes)}); restore them to resume, or pass --force {name} to discard "

@@ -370,8 +370,38 @@ def check_batch_split(key: str, batch: int, micro: int, processes: int = 1) -> i
     return batch // (micro * processes)
 
 
+_ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(data: Any, where: str = "config", key: str = "") -> Any:
+    """`data` with `${NAME}` in every string replaced by the environment variable NAME (`$$` is a literal `$`).
+
+    An unset (or empty) variable is one InputError naming the dotted key and the variable, so a recipe that reads
+    `${PACS_SHARED}/data/flickr8k` says what to export instead of looking for a folder named `${PACS_SHARED}`.
+    """
+    if isinstance(data, Mapping):
+        return {k: expand_env(v, where, f"{key}.{k}" if key else str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [expand_env(v, where, f"{key}[{i}]") for i, v in enumerate(data)]
+    if not isinstance(data, str) or "$" not in data:
+        return data
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        value = os.environ.get(name, "")
+        if not value:
+            raise InputError(f"{where}: {key or 'config'}={data!r}: the environment variable {name} is not set "
+                             f"(export {name}=..., or set {key or 'the key'} to a path)")
+        return value
+
+    return _ENV_RE.sub(substitute, data)
+
+
 def config_data(cls: type, path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The mapping `load_config` types: the YAML file(s) merged with the overrides, deprecated keys of `cls` renamed.
+    """The mapping `load_config` types: the YAML file(s) merged with the overrides, deprecated keys of `cls` renamed,
+    `${NAME}` environment variables expanded (`expand_env`, after the merge: an override may replace such a value).
 
     Each file is renamed on its own before the `_base_` merge, so a file in the old names still derives from a
     base in the new ones.
@@ -380,7 +410,8 @@ def config_data(cls: type, path: str | os.PathLike | None = None, overrides: Seq
         return rename_deprecated(cls, data, source)
 
     data = load_yaml(path, normalize=rename) if path else {}
-    return deep_merge(data, rename(parse_overrides(overrides), "override"))
+    merged = deep_merge(data, rename(parse_overrides(overrides), "override"))
+    return expand_env(merged, str(path) if path else "config")
 
 
 def load_config(cls: type[T], path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> T:
