@@ -120,3 +120,22 @@ def test_an_override_replaces_a_value_whose_variable_is_unset(tmp_path, monkeypa
     assert load_config(PipelineConfig, path, [f"run_dir={tmp_path}/r"]).run_dir == f"{tmp_path}/r"
     with pytest.raises(InputError, match="PACS_TEST_UNSET is not set"):
         load_config(PipelineConfig, path)
+
+
+def test_the_vitb32_recipe_names_the_three_files_to_set_and_accepts_them_once_set(tmp_path, monkeypatch):
+    from captioner.orchestration.preflight import preflight_problems
+    from metric.common.config import load_config
+
+    monkeypatch.chdir(tmp_path)  # the recipe's relative model paths resolve here: nothing there
+    monkeypatch.setattr("eval.java_tools.java_executable", lambda: "java")  # METEOR's Java, found
+    config = load_config(PipelineConfig, "flickr8k_vitb32", [f"run_dir={tmp_path / 'run'}"])
+    assert [line.split(":")[0] for line in preflight_problems(config)] == [
+        "features.source.backbone", "reward_models.clip.backbone", "reward_models.pac.checkpoint"]
+    (tmp_path / "w").mkdir()
+    for name in ("vitb32.bin", "PAC++_clip_ViT-B-32.pth"):
+        (tmp_path / "w" / name).write_bytes(b"weights")
+    spec = f"ViT-B-32/{tmp_path / 'w' / 'vitb32.bin'}"
+    config = load_config(PipelineConfig, "flickr8k_vitb32", [
+        f"run_dir={tmp_path / 'run'}", f"features.source.backbone={spec}", f"reward_models.clip.backbone={spec}",
+        f"reward_models.pac.checkpoint={tmp_path / 'w' / 'PAC++_clip_ViT-B-32.pth'}"])
+    assert preflight_problems(config) == []
