@@ -7,10 +7,13 @@
 Same randomly initialised open_clip ViT-B-32 (no pretrained weights), same real images and captions (Flickr8k
 from PACS_SHARED), same run. Prints both times (median of repeats, interleaved), the ratio, the max |score
 difference|, the Scorer's images/s and captions/s at batch sizes 32 and 64, and one row per compute dtype
-(`Scorer(dtype=...)`, `--dtype`: fp32, and bf16 / fp16 under torch.autocast) with its max |Δ score| from fp32.
+(`Scorer(dtype=...)`, `--dtype`: fp32, and bf16 / fp16 under torch.autocast) with its max |Δ score| from fp32,
+and one row per decoding-worker count (`Scorer(workers=...)`, `--workers-list`: 0 = serial, today's path before
+the parallel input pipeline) on `--decode-images` images, images only and images + captions, with whether the
+embeddings equal the serial ones bit for bit.
 
 Run: HF_HUB_OFFLINE=1 PACS_SHARED=/work/shared python bench/bench_metric.py [--repeats 3] [--threads 2]
-     [--device cuda] [--dtypes fp32,bf16,fp16]
+     [--device cuda] [--dtypes fp32,bf16,fp16] [--workers auto] [--workers-list 0,1,auto]
 """
 from __future__ import annotations
 
@@ -66,10 +69,10 @@ def official_scores(backbone: Backbone, images: list[str], captions: list[str]) 
 
 
 def pacs_scores(backbone: Backbone, images: list[str], captions: list[str], batch_size: int,
-                dtype: str = "fp32") -> np.ndarray:
-    """pacs: a fresh Scorer (cold caches) in `dtype`, one call."""
+                dtype: str = "fp32", workers: int | str = "auto") -> np.ndarray:
+    """pacs: a fresh Scorer (cold caches) in `dtype` with `workers` decoding threads, one call."""
     scorer = Scorer(backbone, w=W, batch_size=batch_size, progress=False, warn_empty=False, dtype=dtype,
-                    device=str(backbone.device))
+                    device=str(backbone.device), workers=workers)
     scores = scorer.score(images, captions).scores
     if backbone.device.type == "cuda":
         torch.cuda.synchronize()
@@ -92,7 +95,11 @@ def main() -> None:
     parser.add_argument("--captions-per-image", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,fp16", help="compute dtypes of the per-dtype rows")
+    parser.add_argument("--workers", default="auto", help="decoding threads of the Scorer in the main rows")
+    parser.add_argument("--workers-list", default="0,1,auto", help="worker counts of the per-workers rows")
+    parser.add_argument("--decode-images", type=int, default=128, help="images of the per-workers rows")
     args = parser.parse_args()
+    workers = args.workers if args.workers == "auto" else int(args.workers)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -107,13 +114,14 @@ def main() -> None:
     for _ in range(args.repeats):
         elapsed, reference = timed(official_scores, backbone, images, captions)
         official_times.append(elapsed)
-        elapsed, ours = timed(pacs_scores, backbone, images, captions, 64)
+        elapsed, ours = timed(pacs_scores, backbone, images, captions, 64, "fp32", workers)
         pacs_times.append(elapsed)
     official_time, pacs_time = statistics.median(official_times), statistics.median(pacs_times)
     max_diff = float(np.abs(np.asarray(ours) - np.asarray(reference)).max())
 
     print(f"bench_metric: random open_clip ViT-B-32, {n_images} Flickr8k images x {args.captions_per_image} "
-          f"captions = {len(captions)} captions, w={W}, {args.threads} threads, median of {args.repeats}")
+          f"captions = {len(captions)} captions, w={W}, {args.threads} torch threads, {args.workers} decoding "
+          f"workers, median of {args.repeats}")
     print(f"{'variant':<44}{'time (s)':>10}{'ratio':>8}")
     print(f"{'(a) official: re-encode images, pad to 77':<44}{official_time:>10.3f}{1.0:>8.3f}")
     print(f"{'(b) pacs Scorer: caches + trimmed text':<44}{pacs_time:>10.3f}{pacs_time / official_time:>8.3f}")
@@ -121,7 +129,8 @@ def main() -> None:
     print()
     print(f"{'pacs Scorer throughput':<28}{'batch':>6}{'time (s)':>10}{'images/s':>10}{'captions/s':>12}")
     for batch_size in (32, 64):
-        times = [timed(pacs_scores, backbone, images, captions, batch_size)[0] for _ in range(args.repeats)]
+        times = [timed(pacs_scores, backbone, images, captions, batch_size, "fp32", workers)[0]
+                 for _ in range(args.repeats)]
         elapsed = statistics.median(times)
         print(f"{'':<28}{batch_size:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}{len(captions) / elapsed:>12.1f}")
     print()
@@ -135,6 +144,35 @@ def main() -> None:
         diff = float(np.abs(runs[-1][1].astype(np.float64) - fp32).max())
         print(f"{'':<22}{dtype:>6}{args.device:>8}{64:>6}{elapsed:>10.3f}{n_images / elapsed:>10.1f}"
               f"{len(captions) / elapsed:>12.1f}{diff:>17.2e}")
+    print()
+    workers_rows(backbone, args)
+
+
+def embed_only(backbone: Backbone, images: list[str], workers: int | str) -> torch.Tensor:
+    """A fresh Scorer's image embeddings (batch 64) with `workers` decoding threads."""
+    scorer = Scorer(backbone, w=W, batch_size=64, progress=False, device=str(backbone.device), workers=workers)
+    return scorer.embed_images(images)
+
+
+def workers_rows(backbone: Backbone, args: argparse.Namespace) -> None:
+    """Images/s of the Scorer per decoding-worker count (0: serial, the path before the parallel pipeline)."""
+    images, captions = flickr8k_inputs(args.decode_images, 1)
+    print(f"{'pacs Scorer per workers':<24}{'workers':>8}{'images (s)':>12}{'images/s':>10}{'+captions (s)':>15}"
+          f"{'speed-up':>10}{'equal':>7}   ({len(images)} images, 1 caption each, batch 64)")
+    counts = [item if item == "auto" else int(item) for item in args.workers_list.split(",")]
+    embed_only(backbone, images[:8], 0)  # warm-up
+    serial, base = None, None
+    for count in counts:
+        runs = [timed(embed_only, backbone, images, count) for _ in range(args.repeats)]
+        elapsed = statistics.median(t for t, _ in runs)
+        whole = statistics.median(timed(pacs_scores, backbone, images, captions, 64, "fp32", count)[0]
+                                  for _ in range(args.repeats))
+        embeddings = runs[-1][1]
+        if serial is None:
+            serial, base = embeddings, elapsed
+        equal = bool(torch.equal(embeddings, serial))
+        print(f"{'':<24}{count!s:>8}{elapsed:>12.3f}{len(images) / elapsed:>10.1f}{whole:>15.3f}"
+              f"{base / elapsed:>10.2f}{equal!s:>7}")
 
 
 if __name__ == "__main__":

@@ -302,9 +302,22 @@ def _check_meta(folder: Path, meta: dict[str, Any]) -> None:
                                  f"{meta.get(key)!r}; use another cache folder")
 
 
-def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str]) -> torch.Tensor:
-    """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path."""
-    return torch.stack([backbone.preprocess(_read_image(images, image_id)) for image_id in ids])
+def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str],
+                workers: int | str = "auto") -> torch.Tensor:
+    """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path.
+
+    `workers` threads decode the images (`metric.common.parallel`: the same pixels, bit for bit, in order).
+    """
+    return torch.stack(list(iter_pixels(backbone, images, ids, workers)))
+
+
+def iter_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str],
+                workers: int | str = "auto", ahead: int = 0) -> Iterator[torch.Tensor]:
+    """The preprocessed pixels `[3, H, W]` of `ids`, in order, decoded by `workers` threads up to `ahead` early."""
+    from metric.common.parallel import ordered_map, resolve_workers
+
+    return ordered_map(lambda image_id: backbone.preprocess(_read_image(images, image_id)), ids,
+                       resolve_workers(workers), ahead)
 
 
 def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image.Image:
@@ -320,12 +333,14 @@ def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image
 
 def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cache_dir: str | os.PathLike,
                      batch_size: int = 32, shard_size: int = 512, dtype: str = "float32",
-                     accelerator: Any = None, mixed_precision: str = "no") -> FeatureCache:
+                     accelerator: Any = None, mixed_precision: str = "no", workers: int | str = "auto") -> FeatureCache:
     """Extract grid features of `images` ({image_id: path}) into `cache_dir`, skipping ids already cached.
 
     `backbone` is a `metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
     each process handles `ids[rank::world]`; the returned cache is complete on every process. `mixed_precision`
     bf16 / fp16 runs the tower under `torch.autocast` (fp32 weights; the features are stored in `dtype`).
+    `workers` threads (default: one per core) decode the next batch while the tower encodes the current one; the
+    features are those of the serial path, bit for bit.
     """
     import contextlib
 
@@ -371,9 +386,10 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     logger.info("features: %d cached, %d to extract on process %d/%d", len(done), len(todo), rank, world)
     writer = ShardWriter(folder, shard_size)
     progress = tqdm(total=len(todo), desc="grid features", unit="img", disable=not is_main)
+    loaded = iter_pixels(backbone, images, todo, workers, ahead=2 * batch_size)
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
-        pixels = load_pixels(backbone, images, chunk)
+        pixels = torch.stack([next(loaded) for _ in chunk])
         grid = grid_of(pixels).to(_DTYPES[dtype]).cpu()
         for image_id, tensor in zip(chunk, grid):
             writer.add(image_id, tensor)

@@ -89,7 +89,7 @@ class _Run:
                 return cache
         f = self.config.features
         return extract_features(self.backbone(), image_paths, folder, f.batch_size, f.shard_size, f.dtype,
-                                accelerator=process_state(), mixed_precision=f.mixed_precision)
+                                accelerator=process_state(), mixed_precision=f.mixed_precision, workers=f.workers)
 
     def feature_stage(self, name: str, image_paths: dict[str, Any], selection: dict[str, Any],
                       inputs: dict[str, Any]) -> Any:

@@ -103,5 +103,5 @@ def reward_scorers(config: PipelineConfig, slots: Iterable[str] | None = None) -
                 logger.warning("%s (reward_models.allow_family_mismatch)", message)
             logger.info("reward_models.%s: %s (family %s: %s)", slot, backbone.name, backbone.family or "unknown",
                         backbone.family_source)
-            scorers[family] = Scorer(backbone, device=device, dtype=models.dtype)
+            scorers[family] = Scorer(backbone, device=device, dtype=models.dtype, workers=models.workers)
     return scorers

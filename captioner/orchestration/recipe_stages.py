@@ -17,7 +17,7 @@ from typing import Any
 from captioner.orchestration.stages import StageRunner, file_input
 
 NOT_DETERMINING = frozenset({"output_dir", "resume", "micro_batch_size", "log_every", "tensorboard",
-                             "save_every", "keep_checkpoints", "device"})
+                             "save_every", "keep_checkpoints", "device", "workers"})
 
 
 def settings_of(config: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from metric.common.device import DEVICE_HELP
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
+from metric.common.parallel import DECODE_HELP, DECODES, WORKERS_HELP, workers_option
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
 from metric.common.terminal import escape_control
@@ -86,6 +87,8 @@ def add_model_options(parser: argparse.ArgumentParser, w_help: str = W_HELP) -> 
                        help="captions longer than the text context: truncate (default, as the papers; the end token "
                             "kept) or chunk (split at sentence boundaries into pieces that fit, prompt included; "
                             "the mean of their normalised embeddings; references are chunked the same way)")
+    group.add_argument("--workers", type=workers_option, default="auto", metavar="N|auto", help=WORKERS_HELP)
+    group.add_argument("--decode", choices=DECODES, default="cpu", help=DECODE_HELP)
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:

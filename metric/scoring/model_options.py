@@ -41,6 +41,12 @@ class ModelOptions:
     long_captions: str = field(default="truncate", metadata={
         "help": "captions longer than the text context: truncate (the papers') or chunk (sentence pieces, "
                 "mean of their normalised embeddings)"})
+    workers: int | str = field(default="auto", metadata={
+        "help": "threads decoding images ahead of the model: auto (one per CPU core), 0 or 1 (serial) or N; "
+                "the scores do not depend on it"})
+    decode: str = field(default="cpu", metadata={
+        "help": "image decoding: cpu (PIL, the official code's exact path) or gpu (nvJPEG + antialiased resize "
+                "on CUDA; scores deviate slightly, docs/performance.md)"})
 
     @classmethod
     def from_mapping(cls, values: Any) -> ModelOptions:
@@ -87,11 +93,23 @@ def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
         metric_spec(metric)  # unknown names fail before any model is loaded
     check_score_kind(options.score)
     check_long_captions(options.long_captions)
+    check_input_pipeline(options)  # before the model is loaded
     backbone = load_model(options, metric)
     w = options.w if options.w is not None else (default_w(metric, backbone) if metric else None)
     return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "auto",
                   cache_dir=options.cache_dir, dtype=options.dtype or "fp32", score=options.score or "cosine",
-                  long_captions=options.long_captions or "truncate")
+                  long_captions=options.long_captions or "truncate", workers=options.workers,
+                  decode=options.decode or "cpu")
+
+
+def check_input_pipeline(options: ModelOptions) -> None:
+    """InputError in one line for a bad `workers` value or `decode gpu` without CUDA (before any model loads)."""
+    from metric.common.device import resolve_device
+    from metric.common.parallel import resolve_workers
+    from metric.models.tensor_decode import check_decode
+
+    resolve_workers(options.workers, "--workers")
+    check_decode(options.decode or "cpu", resolve_device(options.device or "auto"), "--decode")
 
 
 def model_identity(backbone: Backbone) -> dict[str, Any]:

@@ -18,6 +18,11 @@
   convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
   backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
   (bit-identical to before). The disk cache of a non-fp32 scorer is keyed by fingerprint + dtype.
+- Images are decoded and preprocessed by `workers` threads (default `auto`: one per CPU core;
+  `metric.common.parallel`) while the model encodes the previous batch; the pixels are those of the serial path,
+  bit for bit, in the same order. `decode="gpu"` (opt-in) decodes JPEG files with nvJPEG and resizes on the GPU
+  (`metric.models.tensor_decode`): faster, with a measured deviation from the exact PIL path; its disk cache is
+  keyed apart.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from tqdm.auto import tqdm
 
 from metric.common.device import check_precision, resolve_device
 from metric.common.errors import InputError
+from metric.common.parallel import ordered_map, resolve_workers
 from metric.models.backbones import Backbone
 from metric.models.pruned_forward import common_prefix_length, prefix_states
 from metric.scoring import image_inputs
@@ -94,7 +100,8 @@ class Scorer:
     def __init__(self, backbone: Backbone, w: float | None = None, batch_size: int = 64, device: str = "cpu",
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
                  text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True,
-                 dtype: str | torch.dtype = "fp32", score: str = "cosine", long_captions: str = "truncate") -> None:
+                 dtype: str | torch.dtype = "fp32", score: str = "cosine", long_captions: str = "truncate",
+                 workers: int | str = "auto", decode: str = "cpu") -> None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
@@ -110,12 +117,16 @@ class Scorer:
         check_precision(self.dtype, self.device, "dtype")  # e.g. bf16 on a GPU without bfloat16: one line
         self.score_kind = check_score_kind(score)
         self.long_captions = check_long_captions(long_captions)
+        self.workers = resolve_workers(workers)
+        self.decode, self._decoder = _decoder(decode, backbone, self.device)
         if self.score_kind == "sigmoid":
             calibration(backbone)  # refused here, once, for a model without a logit bias
         self._pixel_shape: tuple[int, ...] | None = None
-        self.disk_cache = (EmbeddingCache(cache_dir, dtype_fingerprint(backbone.fingerprint, self.dtype),
-                                          backbone.name if self.dtype == "fp32" else f"{backbone.name} ({self.dtype})")
-                           if cache_dir is not None else None)
+        fingerprint = dtype_fingerprint(backbone.fingerprint, self.dtype)
+        label = backbone.name if self.dtype == "fp32" else f"{backbone.name} ({self.dtype})"
+        if self.decode == "gpu":  # other pixels, other embeddings: never mixed with the exact path's
+            fingerprint, label = f"{fingerprint}|decode=gpu", f"{label} (decode gpu)"
+        self.disk_cache = EmbeddingCache(cache_dir, fingerprint, label) if cache_dir is not None else None
         self._image_cache: dict[str, torch.Tensor] = {}
         self._text_cache: OrderedDict[str, tuple[torch.Tensor, bool]] = OrderedDict()
         self._text_cache_size = int(text_cache_size)
@@ -164,6 +175,8 @@ class Scorer:
         return self._pixel_shape
 
     def _load_pixels(self, image: Any) -> torch.Tensor:
+        if self._decoder is not None and isinstance(image, (str, os.PathLike)):
+            return self._decoder(image)
         return image_inputs.load_pixels(image, self.backbone.preprocess, self._expected_pixel_shape)
 
     def _load_pixels_for(self, key: str, image: Any, names: dict[str, str]) -> torch.Tensor:
@@ -218,10 +231,15 @@ class Scorer:
                     del todo[key]
         pending = list(todo.items())
         batches = range(0, len(pending), self.batch_size)
+        # decoded by the worker threads, in order, up to two batches ahead of the model
+        loaded = ordered_map(lambda item: self._load_pixels_for(item[0], item[1], labels), pending, self.workers,
+                             ahead=2 * self.batch_size)
         for start in tqdm(batches, desc="images", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
-            pixels = torch.stack([self._load_pixels_for(key, image, labels) for key, image in chunk]).to(self.device)
+            items = [next(loaded) for _ in chunk]
+            pixels = torch.stack(items).to(self.device) if self._decoder is None else \
+                torch.stack([item.to(self.device) for item in items])
             with self._precision():
                 raw = self.backbone.encode_image(pixels)
             embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
@@ -414,6 +432,15 @@ class Scorer:
         image_embs = self.embed_images(images, keys=keys, names=names)
         return self.score_embeddings(image_embs, candidates, references, w, score=score,
                                      long_captions=long_captions)
+
+
+def _decoder(decode: str, backbone: Backbone, device: torch.device) -> tuple[str, Any]:
+    """(`decode`, the GPU decoder or None): `gpu` is refused in one line without CUDA."""
+    from metric.models.tensor_decode import TensorDecoder, check_decode
+
+    if check_decode(decode, device, "decode") == "gpu":
+        return decode, TensorDecoder(backbone.preprocess, device)
+    return decode, None
 
 
 def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:

@@ -65,7 +65,16 @@ class DataOptions:
     val_split: str = "val"
     skip_missing: bool = False
     num_workers: Annotated[NonNegativeInt, Le(64)] = 0
+    # threads that decode the next batch's images while the model trains (with num_workers 0): auto = one per
+    # CPU core, 0 or 1 = in the training loop; the batches are the same, bit for bit (metric.training.batches)
+    workers: int | str = "auto"
     max_val_pairs: Annotated[PositiveInt, Le(MAX_IMAGES)] = 5000  # validation pairs used (the first ones of the validation split)
+
+    def validate(self) -> None:
+        """Check `workers` (auto or 0..256 threads)."""
+        from metric.common.parallel import resolve_workers
+
+        resolve_workers(self.workers, "data.workers")
 
 
 @dataclass

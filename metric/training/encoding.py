@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import torch
 from accelerate.logging import get_logger
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
 from metric.common.errors import InputError, PacsError
+from metric.training.batches import batch_loader
 from metric.training.config import FAMILY_OF_MODE, LOSS_KINDS, LossOptions, MetricTrainConfig
 from metric.training.data import (
     ShardedEpochBatches,
@@ -209,13 +210,16 @@ def compute_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tenso
 
 @torch.no_grad()
 def embed_pairs(model: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], dataset: Dataset,
-                batch_size: int = 64, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Normalised embeddings of the real images and captions of a positives dataset (in order)."""
+                batch_size: int = 64, device: str | torch.device = "cpu",
+                workers: int | str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised embeddings of the real images and captions of a positives dataset (in order; images decoded by
+    `workers` threads)."""
     encoder = DualEncoder(model)
     was_training = model.training
     model.eval()
     images, texts = [], []
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_positives)
+    loader = batch_loader(dataset, BatchSampler(SequentialSampler(dataset), batch_size, drop_last=False),
+                          collate_positives, 0, workers)
     for pixels, captions, _, _ in loader:
         image_emb, text_emb, _ = encoder(pixels.to(device), tokenize(captions).to(device))
         images.append(image_emb.float().cpu())
@@ -245,7 +249,8 @@ def image_to_text_recall(image_emb: torch.Tensor, text_emb: torch.Tensor, image_
 @torch.no_grad()
 def validation_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Tensor], dataset: Dataset,
                     batch_size: int, micro_batch_size: int, options: LossOptions, device: torch.device,
-                    rank: int = 0, processes: int = 1, num_workers: int = 0) -> dict[str, float]:
+                    rank: int = 0, processes: int = 1, num_workers: int = 0,
+                    workers: int | str = "auto") -> dict[str, float]:
     """Mean of every loss term over the consecutive full global batches of `dataset` (eval mode).
 
     As in training, each loss covers `batch_size` pairs: this process encodes its share in micro-batches and
@@ -261,7 +266,7 @@ def validation_loss(encoder: nn.Module, tokenize: Callable[[list[str]], torch.Te
     was_training = encoder.training
     encoder.eval()
     sums: dict[str, float] = {}
-    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_positives, num_workers=num_workers)
+    loader = batch_loader(dataset, sampler, collate_positives, num_workers, workers)
     for batch in loader:
         parts, scale = [], None
         for micro in split_micro_batches(batch, micro_batch_size):

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelerate.logging import get_logger
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from metric.common.errors import InputError
 from metric.common.io import finite_or_none
 from metric.common.optim import make_adam
+from metric.training.batches import batch_loader
 from metric.training.config import (
     FAMILY_OF_MODE,
     MODES,
@@ -189,9 +190,9 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     def evaluate(step: int) -> dict[str, float | None]:
         check_weights(accelerator, unwrapped, stage, step, hint)
         losses = validation_loss(encoder, tokenize, val_dataset, config.batch_size, micro, config.loss, device, rank,
-                                 processes, config.data.num_workers)
+                                 processes, config.data.num_workers, config.data.workers)
         record: dict[str, float | None] = {"step": float(step), **losses}
-        image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device)
+        image_emb, text_emb = embed_pairs(unwrapped, tokenize, val_dataset, micro, device, config.data.workers)
         record["val_r1"] = image_to_text_recall(image_emb, text_emb, getattr(val_dataset, "image_ids", None))
         every = config.correlation.every or 1
         due = every and (step // max(config.eval_every, 1)) % every == 0
@@ -228,8 +229,8 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         while not stop and state.epoch < config.max_epochs:
             batches = ShardedEpochBatches(len(train_dataset), config.batch_size, config.seed, state.epoch,
                                           state.batch_in_epoch, rank, processes)
-            loader = DataLoader(train_dataset, batch_sampler=batches, collate_fn=collate_positives,
-                                num_workers=config.data.num_workers)
+            loader = batch_loader(train_dataset, batches, collate_positives, config.data.num_workers,
+                                  config.data.workers)  # images decoded by threads, one batch ahead
             for batch in loader:  # this process's share of one global batch
                 terms = grad_cache_step(
                     split_micro_batches(batch, micro),

@@ -1,0 +1,42 @@
+"""Batches of a positives dataset with their images decoded by worker threads, ahead of the training step.
+
+`batch_loader` is what training and validation iterate: with `num_workers` > 0 a torch `DataLoader` with that
+many worker processes (as before); otherwise the items of each batch (`dataset[i]`: two images read and
+preprocessed) are computed by `workers` threads (`metric.common.parallel`), the next batch while the model trains
+on the current one. The items, their order and the collated batches are those of the serial loader, bit for bit.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+from metric.common.parallel import ordered_map, resolve_workers
+
+
+class ThreadedBatches:
+    """An iterable of collated batches: `collate([dataset[i] for i in batch])` per index batch of `sampler`."""
+
+    def __init__(self, dataset: Dataset, sampler: Iterable[Sequence[int]], collate: Callable[[list[Any]], Any],
+                 workers: int) -> None:
+        self.dataset, self.sampler, self.collate, self.workers = dataset, sampler, collate, workers
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = [list(batch) for batch in self.sampler]
+        flat = [index for batch in batches for index in batch]
+        largest = max((len(batch) for batch in batches), default=1)
+        items = ordered_map(self.dataset.__getitem__, flat, self.workers, ahead=2 * largest)
+        for batch in batches:
+            yield self.collate([next(items) for _ in batch])
+
+
+def batch_loader(dataset: Dataset, sampler: Iterable[Sequence[int]], collate: Callable[[list[Any]], Any],
+                 num_workers: int = 0, workers: int | str = "auto") -> Iterable[Any]:
+    """Collated batches of `dataset` for the index batches of `sampler` (processes or threads, see the module)."""
+    if num_workers > 0:
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
+    return ThreadedBatches(dataset, sampler, collate, resolve_workers(workers, "data.workers"))
