@@ -60,10 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"pacs {args.command}: error: {escape_control(cli_message(error))}", file=sys.stderr)
         return 2
-    except OSError as error:  # a full disk, a read-only or unwritable folder: the user's to fix, in one line
-        from metric.common.os_errors import describe_os_error
+    except Exception as error:  # a full disk, a read-only or unwritable folder: the user's to fix, in one line
+        from metric.common.os_errors import describe_os_error, os_error_of
 
-        message = describe_os_error(error, resumable=args.command in STAGED_COMMANDS)
+        os_error = error if isinstance(error, OSError) else os_error_of(error)  # also safetensors' full disk
+        message = describe_os_error(os_error, resumable=args.command in STAGED_COMMANDS) if os_error else None
         if message is None:
             raise
         print(f"pacs {args.command}: error: {escape_control(message)}", file=sys.stderr)

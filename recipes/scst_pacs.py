@@ -14,7 +14,6 @@ import sys
 
 from captioner.entry import run_from_config, run_summary
 from captioner.orchestration.launching import relaunch_cpu_processes
-from metric.common.errors import PacsError
 from metric.common.os_errors import user_error_line
 
 
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_summary(run_from_config(args.config, args.overrides, force=args.force))
         if summary:
             print(summary)  # the results table, results.json and report.html
-    except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
+    except Exception as error:  # user errors, a full disk (safetensors' too), an unwritable folder: one line, exit 2
         message = user_error_line(error, resumable=True)  # its stages are kept and resume
         if message is None:
             raise

@@ -30,6 +30,7 @@ from metric.common.config import from_dict
 from metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
 from metric.common.io import chmod_like_umask, write_json_atomic
 from metric.common.json_input import read_json_file
+from metric.common.os_errors import writing_to
 from metric.common.provenance import provenance, sha256_file
 from metric.training.divergence import nonfinite_parameter
 from metric.training.resume_files import check_state_folder, load_weights_only
@@ -192,7 +193,8 @@ def save_captioner(folder: str | os.PathLike, model: Captioner, vocab: Vocab, fe
     tmp.mkdir()
     try:
         state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-        save_file(state, str(tmp / "model.safetensors"))
+        with writing_to(folder / "model.safetensors"):  # a full disk: one line naming the file
+            save_file(state, str(tmp / "model.safetensors"))
         info = {"format": "pacs-captioner", "model": captioner_config_dict(model.config), "vocab": vocab.to_dict(),
                 "features": dict(features), "provenance": provenance(**(extra or {}))}
         write_json_atomic(tmp / "captioner.json", info, indent=None)

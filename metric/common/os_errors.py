@@ -6,6 +6,7 @@ import errno
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 _DISK_FULL = "free some disk space (or write to another disk) and run again"
 _RESUMES = "; finished work is kept and an interrupted stage resumes or restarts"
@@ -45,11 +46,27 @@ def user_error_line(error: BaseException, resumable: bool = False) -> str | None
 
     if isinstance(error, PacsError):
         return escape_control(str(error))
-    line = describe_os_error(error, resumable) if isinstance(error, OSError) else None
+    os_error = error if isinstance(error, OSError) else os_error_of(error)
+    line = describe_os_error(os_error, resumable) if os_error is not None else None
     return None if line is None else escape_control(line)
 
 
 _OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
+_AT_PATH = re.compile(r' at path "(.+)"\Z')
+
+
+def os_error_of(error: BaseException, path: str | os.PathLike | None = None) -> OSError | None:
+    """The OSError inside a safetensors `SafetensorError` (`... (os error 28) at path "..."`, what `save_file`
+    raises on a full disk), naming `path` or else the folder of the file it was writing; None for anything else."""
+    match = _OS_ERROR_CODE.search(str(error))
+    if type(error).__name__ != "SafetensorError" or match is None:
+        return None
+    code = int(match.group(1))
+    if path is None:
+        at = _AT_PATH.search(str(error))
+        written = Path(at.group(1)) if at else None  # safetensors' own temporary file: name its folder
+        path = (written.parent if written.name.startswith(".tmp") else written) if written else None
+    return OSError(code, os.strerror(code), None if path is None else str(path))
 
 
 @contextlib.contextmanager
@@ -64,8 +81,7 @@ def writing_to(path: str | os.PathLike) -> Iterator[None]:
             raise
         raise OSError(error.errno, error.strerror or os.strerror(error.errno), str(path)) from error
     except Exception as error:
-        match = _OS_ERROR_CODE.search(str(error))
-        if type(error).__name__ != "SafetensorError" or match is None:
+        os_error = os_error_of(error, path)
+        if os_error is None:
             raise
-        code = int(match.group(1))
-        raise OSError(code, os.strerror(code), str(path)) from error
+        raise os_error from error

@@ -48,8 +48,11 @@ class TrainerState:
         """Write `trainer_state.json` (counters, history) and `best_weights.safetensors` into `folder` (no pickle)."""
         from safetensors.torch import save_file
 
-        save_file({name: tensor.contiguous() for name, tensor in self.best_weights.items()},
-                  str(folder / BEST_WEIGHTS_FILE))
+        from metric.common.os_errors import writing_to
+
+        with writing_to(folder / BEST_WEIGHTS_FILE):  # a full disk: one line naming the file
+            save_file({name: tensor.contiguous() for name, tensor in self.best_weights.items()},
+                      str(folder / BEST_WEIGHTS_FILE))
         write_json_atomic(folder / TRAINER_STATE_FILE, {
             "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "best_val": finite_or_none(self.best_val), "best_step": self.best_step, "history": self.history,

@@ -158,6 +158,42 @@ def test_8_a_full_disk_while_saving_a_lora_adapter_names_the_weights_file(tmp_pa
     assert list(folder.iterdir()) == []  # no partial adapter, no temporary folder
 
 
+def test_8_a_full_disk_while_saving_a_captioner_names_the_weights_file(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    from captioner.modeling import checkpoints
+
+    kit = _testkit()
+    model_folder = kit.tiny_checkpoint(tmp_path)  # a captioner to save again
+    model, vocab, _ = checkpoints.load_captioner(model_folder)
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(checkpoints, "save_file", full_disk)
+    with pytest.raises(OSError) as error:
+        checkpoints.save_captioner(tmp_path / "again", model, vocab, {"backbone": "test"})
+    assert (error.value.errno, error.value.filename) == (errno.ENOSPC, str(tmp_path / "again" / "model.safetensors"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["feats", "init"])  # nothing half-written
+
+
+def test_8_a_full_disk_in_any_safetensors_write_is_one_line(tmp_path, monkeypatch, capsys):
+    """The CLI's safety net: a `SafetensorError` carrying an OS error, raised where no file name was attached (an
+    accelerate state), names the folder of the file safetensors was writing."""
+    from safetensors import SafetensorError
+
+    import eval.report
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28) at path "
+                              f'"{tmp_path / "run" / ".tmpAb12Cd"}"')
+
+    monkeypatch.setattr(eval.report, "write_report", full_disk)
+    assert pacs_cli.main(["report", str(tmp_path / "run")]) == 2
+    assert _one_error_line(capsys, "report") == (f"pacs report: error: {tmp_path / 'run'}: No space left on device; "
+                                                 "free some disk space (or write to another disk) and run again")
+
+
 @pytest.mark.parametrize("command", ["score", "evaluate", "report"])
 def test_9_an_output_under_a_regular_file_is_one_line(command, texts, tmp_path, capsys):
     blocker = tmp_path / "f"
