@@ -177,8 +177,9 @@ class HackingMonitor:
 
     def __init__(self, path: Path, validation: Mapping[str, Sequence[str]], features: FeatureCache, vocab: Any,
                  reward: Any, thresholds: GamingThresholds, max_length: int, every: int, last_step: int,
-                 resume_step: int | None = None, batch_size: int = 100) -> None:
+                 resume_step: int | None = None, batch_size: int = 100, policy: Any = None) -> None:
         self.path, self.features, self.vocab, self.reward = path, features, vocab, reward
+        self.policy = policy  # a `captioner.modeling.policy.CaptionPolicy`: captions through it (features unused)
         self.references = {str(k): list(v) for k, v in validation.items()}
         self.ids = list(self.references)
         self.thresholds, self.max_length, self.every, self.last_step = thresholds, max_length, every, last_step
@@ -203,8 +204,13 @@ class HackingMonitor:
         try:
             for start in range(0, len(local), self.batch_size):
                 chunk = local[start:start + self.batch_size]
-                decoded = greedy(model, self.features.get(chunk).to(accelerator.device), self.max_length)
-                out.update({i: row[0] for i, row in zip(chunk, decode_texts(self.vocab, decoded.tokens))})
+                if self.policy is not None:
+                    batch = self.policy.batch(chunk, accelerator.device)
+                    texts = self.policy.decode(self.policy.greedy(model, batch, self.max_length))
+                else:
+                    decoded = greedy(model, self.features.get(chunk).to(accelerator.device), self.max_length)
+                    texts = decode_texts(self.vocab, decoded.tokens)
+                out.update({i: row[0] for i, row in zip(chunk, texts)})
         finally:
             model.train(was_training)
         if accelerator.num_processes > 1:

@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -132,9 +132,9 @@ class HFPolicy:
 
     kind = "transformers"
 
-    def __init__(self, captioner: HFCaptioner, image_paths: dict[str, Any], options: HFTrainOptions,
+    def __init__(self, captioner: HFCaptioner, image_paths: Mapping[str, Any], options: HFTrainOptions,
                  max_length: int = 30, trainable: bool = True) -> None:
-        self.captioner, self.options, self.paths = captioner, options, dict(image_paths)
+        self.captioner, self.options, self.paths = captioner, options, image_paths
         self.text = prompt_text(captioner, options.prompt)
         self.tokenizer = captioner.processor.tokenizer
         self.ends = end_token_ids(captioner)
@@ -166,7 +166,7 @@ class HFPolicy:
         self.module = model.eval()  # dropout is off anyway; eval keeps batch-norm style layers frozen
 
     @classmethod
-    def load(cls, folder: str | os.PathLike, image_paths: dict[str, Any], options: HFTrainOptions,
+    def load(cls, folder: str | os.PathLike, image_paths: Mapping[str, Any], options: HFTrainOptions,
              max_length: int = 30, trainable: bool = True, device: str | torch.device = "cpu") -> HFPolicy:
         """Load the transformers folder `folder` (offline) as a policy over `image_paths` ({id: path})."""
         return cls(load_hf_captioner(folder, str(device)), image_paths, options, max_length, trainable)

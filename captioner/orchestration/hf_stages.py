@@ -1,0 +1,185 @@
+"""The recipe's stages on a transformers captioner (`captioner: {kind: transformers, checkpoint: FOLDER}`).
+
+The same stage machinery as pacs' captioner (`captioner.orchestration.stages`: fingerprints, skip / resume /
+re-run, `--force`, the run-directory lock held by `run_pipeline`), with the stages a transformers model needs:
+
+- `xe` (when `captioner.xe`): `captioner.modeling.hf_train_xe.train_hf_xe` on the training references, from
+  `captioner.checkpoint`; its `best/` starts SCST (without it, SCST starts from the checkpoint itself);
+- `scst-<reward>`: `train_scst` with a `captioner.modeling.hf_policy.HFPolicy` (any reward or mix, the baselines,
+  the KL guard to the starting model, the hacking monitor, selection by validation CIDEr-D);
+- `eval/<model>/<set>`: captions by the model's own `generate` (`pacs caption`'s rules, beam
+  `evaluation.beam_size`) scored like pacs' rows (`evaluation_rows`), bootstrap intervals against the starting
+  row, `eval/results.{json,csv,md}`.
+
+No vocabulary and no grid features: the model reads the images. The starting model is evaluated too, as row
+`init` (`xe` when XE ran: the table's reference row). The stage settings hold the `captioner` section, the
+inputs the checkpoint folder's sha256.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from captioner.modeling.train_scst import SCSTConfig, guard_settings
+from captioner.modeling.train_xe import XEConfig
+from metric.common.config import dump_yaml, from_dict, to_dict
+from metric.common.io import nonfinite_to_none, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+def hf_stage_names(config: Any) -> list[str]:
+    """The stages of a transformers run, in order."""
+    from captioner.orchestration.pipeline_config import reward_slug
+
+    start = "xe" if config.captioner.xe else "init"
+    trained = ["xe"] if config.captioner.xe else []
+    trained += [f"scst-{reward_slug(spec)}" for spec in config.rewards]
+    sets = list(config.evaluation.test_sets)
+    return [*trained, *[f"eval/{reward_slug(m)}/{name}" for name in sets for m in [start, *config.rewards]]]
+
+
+def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
+    """Every stage of a transformers run (the caller holds the run-directory lock); the evaluation rows."""
+    from captioner.modeling.hf_policy import HFPolicy
+    from captioner.modeling.hf_train_xe import train_hf_xe
+    from captioner.modeling.train_scst import train_scst
+    from captioner.orchestration.pipeline import _Run, _same_file_test_sets, _summary
+    from captioner.orchestration.pipeline_config import reward_slug
+    from captioner.orchestration.pipeline_rewards import build_pipeline_reward, guard_reward_settings
+    from captioner.orchestration.recipe_stages import (
+        data_inputs,
+        reward_model_inputs,
+        reward_model_settings,
+        settings_of,
+        trainer_settings,
+    )
+    from captioner.orchestration.training_data import read_training_data
+
+    state.wait_for_everyone()
+    run = _Run(config)
+    if state.is_main_process:
+        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")
+    data = read_training_data(config, run.dir, _same_file_test_sets(config))
+    train_store, images, val_references, test_items = data.store, data.image_paths, data.val_references, \
+        data.test_items
+    del data
+    stages = run.stages
+    section = config.captioner
+    options = section.options()
+    captioner_settings = settings_of(section)
+    data_settings, data_files = settings_of(config.data), data_inputs(config.data)
+    checkpoint = Path(section.checkpoint)
+    start_name = "xe" if section.xe else "init"
+    models: dict[str, Path] = {start_name: checkpoint}
+    model_stages: dict[str, list[str]] = {start_name: []}
+    init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
+    if section.xe:
+        xe_dir = run.dir / "xe"
+        xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
+                              "xe")
+
+        def xe_body() -> dict[str, Any]:
+            """Stage `xe` (every process)."""
+            policy = HFPolicy.load(checkpoint, images, options, config.scst.max_length, device=state.device)
+            return _summary(train_hf_xe(xe_config, policy, train_store.pairs(), val_references))
+
+        stages.run("xe", xe_body, {"xe": trainer_settings(config.xe), "captioner": captioner_settings,
+                                   "data": data_settings, "seed": config.seed, "max_length": config.scst.max_length},
+                   {**data_files, **init_inputs}, resumable=True, distributed=True, progress=xe_dir / "checkpoints")
+        models["xe"] = xe_dir / "best"
+        model_stages["xe"] = ["xe"]
+    init = models[start_name]
+    reward_settings = reward_model_settings(config.reward_models)
+    for spec in config.rewards:
+        name = f"scst-{reward_slug(spec)}"
+        out = run.dir / name
+        scst = from_dict(SCSTConfig, dict(to_dict(config.scst), output_dir=str(out), reward=spec,
+                                          micro_batch_size=scst_micro), "scst")
+
+        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+            """Stage `scst-<reward>` (every process)."""
+            reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
+                                           image_paths=images)
+            policy = HFPolicy.load(init, images, options, scst.max_length, device=state.device)
+            return _summary(train_scst(scst, init, None, train_store.reference_sets(), reward,
+                                       validation=val_references, policy=policy))
+
+        kl_reference = {"kl_reference": stages.checkpoint(scst.kl_reference)} \
+            if scst.kl_coef and scst.kl_reference else {}
+        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
+                                "captioner": captioner_settings, "reward_models": reward_settings,
+                                "data": data_settings, "seed": config.seed, **guard_reward_settings(config, spec)},
+                   {"init_checkpoint": stages.checkpoint(init), **init_inputs,
+                    **reward_model_inputs(stages, config.reward_models), **kl_reference},
+                   upstream=model_stages[start_name], resumable=True, distributed=True,
+                   progress=out / "checkpoints")
+        models[spec] = out / ("final" if scst.select_by == "last" else "best")
+        model_stages[spec] = [name]
+    return _evaluate(run, models, model_stages, test_items, start_name)
+
+
+def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[str]],
+              loaded: dict[str, list], reference_row: str) -> dict[str, Any]:
+    """Caption every test set with every model (main process), score, write eval/results.*; the rows."""
+    from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+    from captioner.orchestration.eval_intervals import add_intervals
+    from captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from captioner.orchestration.pipeline import _collect, _test_set_items, evaluation_rows, write_results
+    from captioner.orchestration.pipeline_config import reward_slug
+    from captioner.orchestration.pipeline_rewards import reward_scorers
+    from captioner.orchestration.preflight import evaluation_slots
+    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, reward_model_settings
+    from eval.text_metrics import TextMetricSession
+
+    config, stages = run.config, run.stages
+    e = config.evaluation
+    section = config.captioner
+    reward_settings = reward_model_settings(config.reward_models)
+    rows: list[dict[str, Any]] = []
+    per_image: dict[tuple[str, str], Any] = {}
+    scorers = None
+    with TextMetricSession():
+        for set_name, set_config in e.test_sets.items():
+            items = loaded[set_name] if set_name in loaded else _test_set_items(run.dataset(set_config), set_config,
+                                                                                e.max_images)
+            paths = {i.image_id: i.image_path for i in items}
+            for model_name, folder in models.items():
+                out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+                name = f"eval/{reward_slug(model_name)}/{set_name}"
+                inputs = {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)}
+                if not model_stages[model_name]:  # the starting checkpoint itself: its files are the input
+                    inputs["checkpoint"] = stages.checkpoint(folder)
+                action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
+                                             "text_metrics": e.text_metrics, "max_images": e.max_images,
+                                             "captioner": {"prompt": section.prompt},
+                                             "max_length": config.scst.max_length, "reward_models": reward_settings},
+                                      inputs, upstream=model_stages[model_name],
+                                      outputs=[out, out.with_name(f"{set_name}.results.json")])
+                if action == "skipped":
+                    if stages.state.is_main_process:
+                        _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
+                    continue
+                if stages.state.is_main_process:
+                    if scorers is None:
+                        scorers = reward_scorers(config, evaluation_slots(config))
+                    options = HFCaptionOptions(prompt=section.prompt, beam_size=e.beam_size,
+                                               max_new_tokens=config.scst.max_length, batch_size=e.batch_size,
+                                               device=str(stages.state.device))
+                    captions = generate_captions(load_hf_captioner(folder, str(stages.state.device)), paths, options)
+                    detailed = evaluation_rows(set_name, captions, items, scorers, e.text_metrics, per_image=True)
+                    record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],
+                                                "per_image": {row["test_set"]: v for row, v in detailed}})
+                    write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
+                    write_json_atomic(out, record)
+                    _collect(record, rows, per_image)
+                stages.finish(name)
+    stages.state.wait_for_everyone()
+    if not stages.state.is_main_process:
+        return {"rows": []}
+    add_intervals(rows, per_image, reference_row, e.bootstrap, config.seed)
+    write_results(run.dir / "eval", rows, ["model", "test_set", *TABLE_COLUMNS])
+    return {"rows": rows}

@@ -1,0 +1,72 @@
+"""`pacs train` with `captioner: {kind: transformers, checkpoint: FOLDER}` (issue 34 item 1): real Flickr8k, a
+tiny random GIT folder: XE, SCST (KL guard, monitor, selection by validation CIDEr-D), evaluation; a re-run skips
+every stage (fingerprints), and a recipe without the checkpoint is one clear error."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from captioner.entry import run_from_config
+from metric.common.errors import InputError
+from metric.models.backbones import tiny_clip_config
+from tests.captioner.hf_tiny import build_git
+
+torch.set_num_threads(1)
+
+
+def _recipe(tmp_path, shared_data, folder) -> dict:
+    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
+    flickr = str(shared_data / "flickr8k")
+    return {
+        "run_dir": str(tmp_path / "run"),
+        "captioner": {"kind": "transformers", "checkpoint": str(folder)},
+        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 4, "max_val_images": 2},
+        "features": {"source": tiny},
+        "xe": {"max_steps": 2, "batch_size": 4, "micro_batch_size": 4, "eval_every": 2, "save_every": 1,
+               "tensorboard": False, "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2,
+                                                  "peak_lr": 1e-3, "final_lr": 1e-4}},
+        "scst": {"batch_size": 2, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-3, "samples": "multinomial",
+                 "max_length": 6, "save_every": 1, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1,
+                 "monitor_images": 2, "select_by": "cider"},
+        "rewards": ["cider"],
+        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
+        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
+                       "max_images": 2, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 0},
+    }
+
+
+def _finished(run) -> dict[str, str]:
+    records = {}
+    for path in (run / "stages").rglob("*.json"):
+        if path.name != "hashes.json":
+            record = json.loads(path.read_text())
+            records[record["stage"]] = record.get("output_id")
+    return records
+
+
+def test_transformers_captioner_runs_the_stages_and_a_rerun_skips_them(tmp_path, shared_data):
+    folder = build_git(tmp_path / "git")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(_recipe(tmp_path, shared_data, folder)))
+    run = tmp_path / "run"
+    run_from_config(str(recipe), [])
+    first = _finished(run)
+    assert set(first) == {"xe", "scst-cider", "eval/xe/flickr8k", "eval/cider/flickr8k"}
+    assert (run / "scst-cider" / "best" / "config.json").is_file()  # select_by cider: a transformers folder
+    assert len((run / "scst-cider" / "monitor.csv").read_text().splitlines()) == 1 + 3  # steps 0, 1, 2
+    rows = json.loads((run / "eval" / "results.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["xe", "cider"]
+    run_from_config(str(recipe), [])
+    assert _finished(run) == first  # same fingerprints: nothing re-ran
+
+
+def test_transformers_kind_without_a_checkpoint_is_one_clear_error(tmp_path, shared_data):
+    recipe = _recipe(tmp_path, shared_data, "")
+    recipe["captioner"] = {"kind": "transformers"}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(InputError, match="captioner.checkpoint"):
+        run_from_config(str(path), [])
