@@ -35,13 +35,12 @@ from accelerate.utils import broadcast_object_list
 from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
-from captioner.modeling.checkpoints import CheckpointManager, load_captioner, save_captioner
-from captioner.modeling.decoding import Decoded, beam_search, decode_texts, greedy, sample
+from captioner.modeling.checkpoints import CheckpointManager
 from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
 from captioner.modeling.features import FeatureCache
 from captioner.modeling.hacking_monitor import MONITOR_FILE, GamingThresholds, HackingMonitor
-from captioner.modeling.model import shift_right, token_log_probs
-from captioner.modeling.reference_policy import ReferencePolicy
+from captioner.modeling.model import token_log_probs
+from captioner.modeling.policy import CaptionPolicy, PacsPolicy
 from captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
 from captioner.modeling.reward_spread import SpreadWatch, spread_counts
 from captioner.modeling.train_xe import is_better
@@ -201,7 +200,13 @@ def scst_loss(logits: torch.Tensor, tokens: torch.Tensor, advantages: torch.Tens
     log p(y) is summed over the tokens up to **and including** the first <eos> (`token_log_probs`), so the end
     token's log-probability is always in the gradient; `advantages` is `[B, k]`.
     """
-    log_p = token_log_probs(logits, tokens).sum(1).view_as(advantages)
+    return policy_gradient_loss(token_log_probs(logits, tokens), advantages)
+
+
+def policy_gradient_loss(token_log_p: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """`−mean((r − b)·log p(y))` from per-token log-probabilities `[B·k, T]` (zero after the end token) and
+    advantages `[B, k]`: log p(y) is the sum over the caption's tokens, its end token included."""
+    log_p = token_log_p.sum(1).view_as(advantages)
     return -(advantages.to(log_p.device) * log_p).mean()
 
 
@@ -240,14 +245,6 @@ def compute_advantages(rewards: torch.Tensor, baseline: str,
     return repaired, advantages, count
 
 
-def _decode(model: Any, feats: torch.Tensor, config: SCSTConfig, rng: ExampleRNG | None = None) -> Decoded:
-    if config.samples == "beam":
-        return beam_search(model, feats, beam_size=config.k, max_length=config.max_length,
-                           length_penalty=config.length_penalty)
-    return sample(model, feats, k=config.k, temperature=config.temperature, top_k=config.top_k,
-                  max_length=config.max_length, rng=rng)
-
-
 def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
     """(Rep-1, %Incorrect) of a list of captions, from eval.fluency (NaN, with a warning, if it is unavailable)."""
     try:
@@ -258,10 +255,11 @@ def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
     return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
 
 
-def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache,
+def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache | None,
                train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
                on_step: Callable[[int, Any], None] | None = None,
-               validation: Mapping[str, Sequence[str]] | None = None) -> SCSTResult:
+               validation: Mapping[str, Sequence[str]] | None = None,
+               policy: CaptionPolicy | None = None) -> SCSTResult:
     """Fine-tune the captioner in `init_checkpoint` on `train` ((image_id, references) pairs) with `reward`.
 
     Resumes from the latest checkpoint in `<output_dir>/checkpoints` (or the folder `resume` names); writes
@@ -270,28 +268,36 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
     `validation` ({image_id: references}, features cached) feeds the hacking monitor (`monitor_every`), which
     writes `<output_dir>/monitor.csv` and, with `select_by` cider / reward, `<output_dir>/best`.
+    `policy` (`captioner.modeling.policy`): the captioner loaded from `init_checkpoint` (default: pacs' own
+    captioner over `features`; a `captioner.modeling.hf_policy.HFPolicy` for a transformers folder).
     """
     if config.samples not in SAMPLINGS:
         raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
     if config.baseline not in BASELINES:
         raise InputError(f"unknown SCST baseline {config.baseline!r} (known: {', '.join(BASELINES)})")
     config.check_guards()  # also for a config built in code
-    missing = features.missing(image_id for image_id, _ in train)
-    if missing:
-        raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
-    monitored = _monitor_sample(config, validation, features)
+    if policy is None:
+        missing = features.missing(image_id for image_id, _ in train)
+        if missing:
+            raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
+    else:
+        missing = policy.missing_images(str(image_id) for image_id, _ in train)
+        if missing:
+            raise InputError(f"{len(missing)} image id(s) have no image, e.g. {missing[:3]}")
+    monitored = _monitor_sample(config, validation, features, policy)
     out = Path(config.output_dir)
-    model, vocab, info = load_captioner(init_checkpoint)
+    policy = policy or PacsPolicy.load(init_checkpoint, features)
+    model = policy.module
     bad = nonfinite_parameter(model.named_parameters())
     if bad is not None:
         raise NonFiniteError(f"init_checkpoint {init_checkpoint}: weight {bad!r} is not finite (NaN/inf): the "
                              "model it was trained into diverged; retrain it with a lower learning rate",
                              parameter="init_checkpoint")
-    config.max_length = min(config.max_length, model.config.max_length)
+    config.max_length = min(config.max_length, policy.max_length)
     accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
     reference = None
     if config.kl_coef > 0:
-        reference = ReferencePolicy(config.kl_reference or init_checkpoint, vocab, accelerator.device)
+        reference = policy.reference(config.kl_reference or init_checkpoint, accelerator.device)
         logger.info("scst: KL guard, beta=%g, reference policy %s", config.kl_coef, reference.folder)
     seed_everything(config.seed)
     plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
@@ -301,7 +307,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         total_steps = min(total_steps, config.max_steps)
     if plan.dropped_per_epoch:
         logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
-    optimizer = make_adam(model.parameters(), lr=config.lr)
+    optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
     state = checkpoints.restore(resume_target(config.resume))
@@ -329,9 +335,9 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
                     disable=not accelerator.is_main_process)
     monitor = None
     if monitored:
-        monitor = HackingMonitor(out / MONITOR_FILE, monitored, features, vocab, reward, gaming_thresholds(config),
-                                 config.max_length, config.monitor_every, total_steps,
-                                 resume_step=state["step"] if resumed else None)
+        monitor = HackingMonitor(out / MONITOR_FILE, monitored, features, getattr(policy, "vocab", None), reward,
+                                 gaming_thresholds(config), config.max_length, config.monitor_every, total_steps,
+                                 resume_step=state["step"] if resumed else None, policy=policy)
 
     def monitor_step(step: int) -> None:
         """Monitor row of `step`; with `select_by`, keep the model in `best/` when its score is the best so far."""
@@ -343,10 +349,10 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         if is_better(score, state["best_score"]):
             state["best_score"], state["best_step"] = score, step
             if accelerator.is_main_process:
-                save_captioner(out / "best", accelerator.unwrap_model(model), vocab, info.get("features", {}),
-                               {"stage": "scst", "reward": config.reward, "step": step,
-                                "init_checkpoint": str(init_checkpoint), "select_by": config.select_by,
-                                f"val_{column}": score})
+                policy.save(out / "best", accelerator.unwrap_model(model),
+                            {"stage": "scst", "reward": config.reward, "step": step,
+                             "init_checkpoint": str(init_checkpoint), "select_by": config.select_by,
+                             f"val_{column}": score})
         elif not math.isfinite(score):
             logger.warning("scst step %d: validation %s is %s: never the best model", step, column, score)
 
@@ -360,7 +366,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
             stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": [],
                      "spread": dict.fromkeys(SPREAD_COUNTS, 0)}
             for index, micro in enumerate(micro_batches):
-                _scst_micro_step(accelerator, model, vocab, features, [train[i] for i in micro], reward, config,
+                _scst_micro_step(accelerator, model, policy, [train[i] for i in micro], reward, config,
                                  stats, len(micro_batches), sync=index == len(micro_batches) - 1,
                                  step=state["step"], indices=micro, reference=reference)
             loss = reduce_mean(accelerator, stats["loss"])  # every micro-batch's loss, all processes: one verdict
@@ -411,9 +417,9 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     check_weights(accelerator, model, stage, state["step"], hint)
     final = out / "final"
     if accelerator.is_main_process:
-        save_captioner(final, accelerator.unwrap_model(model), vocab, info.get("features", {}),
-                       {"stage": "scst", "reward": config.reward, "step": state["step"],
-                        "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
+        policy.save(final, accelerator.unwrap_model(model),
+                    {"stage": "scst", "reward": config.reward, "step": state["step"],
+                     "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
     accelerator.wait_for_everyone()
     finish_trackers(accelerator)
     best_dir = None
@@ -430,7 +436,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
 
 
 def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] | None,
-                    features: FeatureCache) -> dict[str, list[str]]:
+                    features: FeatureCache | None, policy: CaptionPolicy | None = None) -> dict[str, list[str]]:
     """The validation images the hacking monitor captions (empty when it is off); InputError when it has none."""
     if not config.monitor_every:
         return {}
@@ -438,10 +444,11 @@ def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] 
         raise InputError(f"scst.monitor_every={config.monitor_every}: the hacking monitor needs validation images "
                          "(train_scst(validation={image_id: references}))")
     ids = list(validation)[:config.monitor_images] if config.monitor_images else list(validation)
-    missing = features.missing(str(i) for i in ids)
+    missing = (features.missing(str(i) for i in ids) if policy is None
+               else policy.missing_images(str(i) for i in ids))
     if missing:
-        raise InputError(f"scst monitor: {len(missing)} validation image id(s) lack cached features, "
-                         f"e.g. {missing[:3]}")
+        lack = "lack cached features" if policy is None else "have no image"
+        raise InputError(f"scst monitor: {len(missing)} validation image id(s) {lack}, e.g. {missing[:3]}")
     for image_id in ids:
         refs = validation[image_id]
         if isinstance(refs, str) or not refs:
@@ -449,31 +456,32 @@ def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] 
     return {str(i): list(validation[i]) for i in ids}
 
 
-def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: FeatureCache,
+def _scst_micro_step(accelerator: Any, model: Any, captioner: CaptionPolicy,
                      batch: Sequence[tuple[str, Sequence[str]]], reward: RewardFn, config: SCSTConfig,
                      stats: dict[str, Any], n_micro: int, sync: bool, step: int, indices: Sequence[int],
-                     reference: ReferencePolicy | None = None) -> None:
+                     reference: Any = None) -> None:
+    """One micro-batch: k captions per image, rewards, advantages (KL-shaped), the policy-gradient backward."""
     image_ids = [str(image_id) for image_id, _ in batch]
     references = [list(refs) for _, refs in batch]
-    feats = features.get(image_ids).to(accelerator.device)
+    feats = captioner.batch(image_ids, accelerator.device)
     policy = accelerator.unwrap_model(model)
     policy.eval()
     with accelerator.autocast():  # mixed_precision bf16/fp16: sampling autocast too (nothing when "no")
-        decoded = _decode(policy, feats, config,
-                          ExampleRNG(example_generators(config.seed, step, indices, SAMPLING, feats.device)))
-    captions = decode_texts(vocab, decoded.tokens)
+        sampled = captioner.sample(policy, feats, config, ExampleRNG(
+            example_generators(config.seed, step, indices, SAMPLING, accelerator.device)))
+    captions = captioner.decode(sampled)
     greedy_rewards, greedy_tokens = None, None
     if config.baseline == "greedy":
         with accelerator.autocast():
-            greedy_tokens = greedy(policy, feats, config.max_length).tokens
-        greedy_captions = decode_texts(vocab, greedy_tokens)
+            greedy_tokens = captioner.greedy(policy, feats, config.max_length)
+        greedy_captions = captioner.decode(greedy_tokens)
         greedy_rewards = torch.as_tensor(reward(image_ids, greedy_captions, references)).float().cpu().view(-1)
     raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()
     if raw.shape != (len(batch), config.k):
         raise InputError(f"reward {config.reward!r} returned shape {tuple(raw.shape)}, expected {(len(batch), config.k)}")
     repaired, advantages, count = compute_advantages(raw, config.baseline, greedy_rewards)
-    b, k, length = decoded.tokens.shape
-    tokens = decoded.tokens.view(b * k, length).to(accelerator.device)
+    b, k, length = sampled.shape
+    tokens = sampled.reshape(b * k, length).to(accelerator.device)
     if reference is not None:  # KL guard: r'(y) = r(y) − β·KL(y), before the baseline (policy still in eval mode)
         with accelerator.autocast():
             kl = reference.sequence_kl(policy, feats, tokens, repeats=k).float().cpu().view(b, k)
@@ -483,10 +491,10 @@ def _scst_micro_step(accelerator: Any, model: Any, vocab: Any, features: Feature
         _, advantages, _ = compute_advantages(raw - config.kl_coef * kl, config.baseline, shaped_greedy)
         stats["kl"].append(kl)
     model.train()
-    dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, feats.device))
-    with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
-        logits = model(feats, shift_right(tokens), repeats=k)
-        loss = scst_loss(logits, tokens, advantages)
+    dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, accelerator.device))
+    with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+        log_p = captioner.token_log_probs(model, policy, feats, tokens, k, dropout)
+        loss = policy_gradient_loss(log_p, advantages)
         accelerator.backward(loss / n_micro)
     stats["loss"] += float(loss.detach()) / n_micro
     stats["rewards"].append(repaired)

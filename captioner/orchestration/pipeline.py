@@ -119,6 +119,10 @@ def _take(items: list, limit: int) -> list:
 
 def stage_names(config: PipelineConfig) -> list[str]:
     """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
+    if config.captioner.kind == "transformers":
+        from captioner.orchestration.hf_stages import hf_stage_names
+
+        return hf_stage_names(config)
     models = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.rewards]]
     sets = list(config.evaluation.test_sets)
     return ["vocab", "features/train", *models, *[f"features/{name}" for name in sets],
@@ -142,8 +146,16 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
                                    "scst")
     check_force(config.force, stage_names(config))
+    if config.captioner.kind == "transformers":  # a transformers folder: refused before any work when unusable
+        from captioner.modeling.hf_captioning import check_folder
+
+        check_folder(config.captioner.checkpoint, config.captioner.prompt)
     check_before_start(config, f"run {config.run_dir}")  # every model, file, tool and folder, before any work
     with hold_run_directory(config.run_dir, state):  # one run at a time: a second one stops here, naming this one
+        if config.captioner.kind == "transformers":  # captioner.orchestration.hf_stages: the same stage machinery
+            from captioner.orchestration.hf_stages import run_hf_stages
+
+            return run_hf_stages(config, state, xe_micro, scst_micro)
         return _run_stages(config, state, xe_micro, scst_micro)
 
 

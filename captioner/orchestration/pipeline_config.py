@@ -17,6 +17,7 @@ from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from captioner.orchestration.backbone_source import BackboneSource
+from captioner.orchestration.captioner_kind import CaptionerKindConfig
 from metric.common.config import (
     MAX_BEAM,
     MAX_IMAGES,
@@ -213,6 +214,8 @@ class PipelineConfig:
     vocab: VocabConfig = field(default_factory=VocabConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     model: CaptionerConfig = field(default_factory=CaptionerConfig)
+    # pacs' captioner (default) or a transformers image-to-text folder (captioner.orchestration.captioner_kind)
+    captioner: CaptionerKindConfig = field(default_factory=CaptionerKindConfig)
     xe: XEConfig = field(default_factory=XEConfig)
     scst: SCSTConfig = field(default_factory=SCSTConfig)
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
