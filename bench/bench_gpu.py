@@ -6,7 +6,8 @@ Sections (each a table; `--sections` picks some):
   scoring   pairs/s of the pacs `Scorer` (cold caches, JPEG files: decode + preprocess + towers), of the bare
             towers on tensors already on the device (the ceiling), and of torchmetrics' `CLIPScore` (a random
             transformers CLIPModel of the same shape, ViT-B/32 only) for ViT-B/32 and ViT-L/14 in fp32 and bf16
-            (random weights; `--images` JPEGs of 480×360, five captions each). The Scorer's cosines are checked
+            (random weights; `--images` JPEGs of 480×360, five captions each; the Scorer with `workers=` all
+            cores and, on CUDA, also `decode="gpu"` where it has those options). The Scorer's cosines are checked
             against the towers' (max |Δcos|).
   decode    images/s of JPEG decode + the backbone's preprocessing: 1 worker, all cores (a thread pool), and on
             the GPU (torchvision `decode_jpeg` on CUDA + antialiased resize, crop and normalisation on the device).
@@ -266,8 +267,17 @@ def run_scoring(device: str, tiny: bool, work: Path, n_images: int) -> list[dict
                                            tower_cosines(model, pixels, tokens, len(per_image[0]), batch, device,
                                                          dtype))
             pacs_rate, tower_rate = len(captions) / seconds, len(captions) / tower_seconds
+            gpu_rate = None
+            if device.startswith("cuda") and "decode" in inspect.signature(Scorer).parameters:
+                Scorer(backbone, device=device, dtype=dtype, batch_size=batch, progress=False, prompt="",
+                       decode="gpu", **extra).score(images[:batch], captions[:batch])  # warm-up
+                gpu_scorer = Scorer(backbone, device=device, dtype=dtype, batch_size=batch, progress=False,
+                                    prompt="", decode="gpu", **extra)
+                gpu_seconds, _ = timed(device, lambda gpu_scorer=gpu_scorer: gpu_scorer.score(images, captions))
+                gpu_rate = len(captions) / gpu_seconds
             rows.append({"model": name, "dtype": dtype, "pairs": len(captions), "pacs Scorer pairs/s": pacs_rate,
                          "bare towers pairs/s": tower_rate, "Scorer / towers %": 100 * pacs_rate / tower_rate,
+                         "Scorer decode=gpu pairs/s": gpu_rate,
                          "torchmetrics CLIPScore pairs/s": tm_rate if dtype == "fp32" else None,
                          "max abs Δcos Scorer vs towers": float((torch.as_tensor(result.cosines, dtype=torch.float32)
                                                               - cosines.cpu()).abs().max())})
@@ -277,7 +287,8 @@ def run_scoring(device: str, tiny: bool, work: Path, n_images: int) -> list[dict
     workers = f", Scorer workers={extra['workers']}" if extra else ", Scorer without a workers option (one thread)"
     print_table(f"Scoring: {n_images} JPEGs × 5 captions, batch {batch}, random weights{workers}",
                 ["model", "dtype", "pairs", "pacs Scorer pairs/s", "bare towers pairs/s", "Scorer / towers %",
-                 "torchmetrics CLIPScore pairs/s", "max abs Δcos Scorer vs towers"], rows)
+                 "Scorer decode=gpu pairs/s", "torchmetrics CLIPScore pairs/s", "max abs Δcos Scorer vs towers"],
+                rows)
     return rows
 
 
