@@ -47,7 +47,9 @@ def block(run_dir: Path) -> str:
     if seconds:  # each stage's record keeps the seconds of the run that computed it (a cached re-run: 0)
         parts.append("Stage wall seconds of the run that computed each stage (`stages/<stage>.json`): "
                      + ", ".join(f"{name} {value:.1f}" for name, value in seconds.items())
-                     + f"; total {sum(seconds.values()):.0f} s.\n")
+                     + f"; total {sum(seconds.values()):.0f} s"
+                     + (" (a sum: the stages of seeds trained in parallel overlap in wall time)"
+                        if any(name.startswith("seed-") for name in seconds) else "") + ".\n")
     correlation_path = run_dir / "correlation" / "correlation.json"
     if correlation_path.is_file():
         correlation = json.loads(correlation_path.read_text(encoding="utf-8"))

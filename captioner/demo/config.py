@@ -219,6 +219,8 @@ class DemoConfig:
     runs_dir: str = "runs"
     seed: Seed = 0
     seeds: list[Seed] = field(default_factory=list)  # XE and every SCST run once per seed (empty: [seed])
+    parallel_seeds: Annotated[PositiveInt, Le(64)] = 1  # seeds trained at once, each in its own process with
+    # threads // parallel_seeds torch threads (one-process runs; under accelerate launch the seeds run in turn)
     threads: Annotated[PositiveInt, Le(MAX_THREADS)] = 1  # torch threads per process
     device: str = "auto"  # auto: the GPU when there is one (accelerate's process device); cpu forces the CPU
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)

@@ -174,8 +174,12 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     seeds = config.seed_list()
     models: dict[int, dict[str, Path]] = {}
     guard_choices: dict[int, dict[str, Any]] = {}
-    for seed in seeds:  # XE and every SCST run once per seed, on the same data, features and reward models
-        seed_logs = logs if seed == seeds[0] else run_dir / f"seed-{seed}" / "logs"
+    one_cpu_process = state.num_processes == 1 and str(getattr(state, "device", "cpu")) == "cpu"
+    parallel = min(config.parallel_seeds, len(seeds)) if one_cpu_process else 1
+    if parallel > 1:  # one process per seed at threads / parallel_seeds torch threads each
+        models, guard_choices = _run_seeds_in_processes(config, seeds, runner, xe_micro, scst_micro, parallel)
+    for seed in seeds if parallel == 1 else []:  # XE and every SCST run once per seed, on the same data and models
+        seed_logs = _seed_logs(run_dir, seeds, seed)
         if state.is_main_process:
             seed_logs.mkdir(parents=True, exist_ok=True)
         models[seed], guard_choices[seed] = _run_seed(config, seed, data, runner, features, scorers, seed_logs,
@@ -202,6 +206,67 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
 
 SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
 """The stages run once whatever the seeds (the others: once per seed)."""
+
+
+def _seed_logs(run_dir: Path, seeds: list[int], seed: int) -> Path:
+    """Where a seed's training curves go: `logs/` for the first seed (the report draws them), else
+    `seed-<s>/logs/`."""
+    return run_dir / "logs" if seed == seeds[0] else run_dir / f"seed-{seed}" / "logs"
+
+
+def _run_seeds_in_processes(config: DemoConfig, seeds: list[int], runner: Any, xe_micro: int, scst_micro: int,
+                            parallel: int) -> tuple[dict[int, dict[str, Path]], dict[int, dict[str, Any]]]:
+    """Every seed's stages in `parallel` spawned processes (`parallel_seeds`, one-process runs only); the stage
+    records they write are this runner's as if it had run them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    shared = {name: runner.ids[name] for name in SHARED_STAGES if name in runner.ids}
+    threads = max(1, config.threads // parallel)
+    logger.info("seeds %s: %d processes at %d torch thread(s) each", seeds, parallel, threads)
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_seed_worker, config, seeds, seed, shared, xe_micro, scst_micro, threads)
+                   for seed in seeds]
+        results = [future.result() for future in futures]
+    models, choices = {}, {}
+    for seed, result in zip(seeds, results):
+        runner.ids.update(result["ids"])
+        runner.ran += result["ran"]
+        runner.resumed += result["resumed"]
+        runner.skipped += result["skipped"]
+        runner.seconds.update(result["seconds"])
+        models[seed] = {name: Path(folder) for name, folder in result["models"].items()}
+        choices[seed] = result["choices"]
+    return models, choices
+
+
+def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
+                 scst_micro: int, threads: int) -> dict[str, Any]:
+    """One seed's stages in a process of its own (`_run_seeds_in_processes`); what its runner did."""
+    from captioner.demo import captioning
+    from captioner.demo.data import DemoData
+    from captioner.orchestration.stages import StageRunner
+
+    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [seed {seed}] %(name)s: %(message)s")
+    torch.set_num_threads(threads)
+    run_dir = Path(config.runs_dir) / config.name
+    data = DemoData.build(config.world, run_dir / "data" / "images")
+    runner = StageRunner(run_dir, config.force)
+    runner.ids.update(shared)
+    lazy: dict[str, Any] = {}
+
+    def features() -> Any:
+        if "features" not in lazy:
+            lazy["features"] = captioning.open_features(runner.folder("features"))
+        return lazy["features"]
+
+    logs = _seed_logs(run_dir, seeds, seed)
+    logs.mkdir(parents=True, exist_ok=True)
+    models, choices = _run_seed(config, seed, data, runner, features, lambda: _scorers(run_dir), logs, xe_micro,
+                                scst_micro)
+    return {"models": {name: str(folder) for name, folder in models.items()}, "choices": choices,
+            "ids": {name: value for name, value in runner.ids.items() if name not in shared},
+            "ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped, "seconds": runner.seconds}
 
 
 def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
@@ -375,6 +440,10 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     flat = {reward: {str(seed): _flat_share(guarded[seed].get(reward, {}).get("zero_spread_fraction"),
                                             models[seed].get(model)) for seed in seeds}
             for reward, model in guarded_rows.items()}
+    oracle = pooled["rows"].get(pooled["oracle"] or "", {}).get("ci", {}).get(findings.JUDGE)
+    if oracle is not None and findings.direction(oracle) <= 0:  # what SCST reaches when the reward is right
+        logger.warning("the oracle %s did not raise judge accuracy beyond noise (%s): the SCST settings (steps, lr, "
+                       "samples), not the rewards, bound what any reward can show", pooled["oracle"], oracle)
     records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat)
     gains = [gain for gain in pooled["gains"] if gain["model"] not in guarded_rows.values()]
     guarded_gains = [gain for gain in pooled["gains"] if gain["model"] in guarded_rows.values()]
@@ -479,6 +548,16 @@ def results_markdown(results: dict[str, Any]) -> str:
         rows = [{"model": name, **values} for name, values in results["versus_human"].items()]
         parts.append("Change of every column against the human row (paired 95% interval of row − human):\n\n"
                      + findings.delta_table(rows, TABLE_COLUMNS, "Δ vs human"))
+    by_seed = (results.get("guarded") or {}).get("choices_by_seed") or {}
+    if by_seed:
+        chosen = {}
+        for seed, choices in by_seed.items():
+            for reward, choice in choices.items():
+                tried = ", ".join(choice.get("val_cider", {}))
+                chosen.setdefault((reward, tried), []).append(f"seed {seed}: {choice['chosen_kl_coef']:g}")
+        parts.append("The KL coefficient of each guarded row, chosen on the validation split by CIDEr-D (never on "
+                     "test): " + "; ".join(f"{reward} (among {tried}) {', '.join(items)}"
+                                           for (reward, tried), items in chosen.items()) + ".\n")
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
                                                            for line in results["findings"]))

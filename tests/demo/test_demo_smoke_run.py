@@ -156,6 +156,12 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert set(third["ran"]) == {"evaluate"} and {"seed-0/xe", "seed-1/xe"} <= set(third["skipped"])
     assert ">scst clip-s</" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
 
+    # the seeds trained at once, each in a process of its own (parallel_seeds): the same stages and table
+    capsys.readouterr()  # what the runs above printed
+    parallel = run_demo(config, [f"runs_dir={tmp_path / 'parallel'}", "threads=1", "parallel_seeds=2"])
+    assert set(parallel["ran"]) == STAGES and parallel["skipped"] == []
+    assert _table(capsys.readouterr().out) == _table(out)
+
     # the literal command on 2 CPU processes: same stages, same printed table as one process
     two = tmp_path / "two"
     command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
