@@ -269,3 +269,7 @@ class DemoConfig:
         for key, batch, available, what in fits:
             if batch > available:
                 raise InputError(f"{key}={batch}: expected <= the {available} {what}")
+
+        from captioner.demo.budget import check_memory
+
+        check_memory(self)  # sizes within their bounds must also fit together (captioner/demo/budget.py)

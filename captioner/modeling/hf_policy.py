@@ -46,7 +46,7 @@ from captioner.modeling.hf_captioning import (
     read_rgb,
     stack_without_padding,
 )
-from metric.common.config import PositiveInt
+from metric.common.config import PositiveFloat, PositiveInt
 from metric.common.errors import InputError, NonFiniteError
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class HFTrainOptions:
     prompt: str | None = None
     finetune: Literal["full", "lora"] = "full"
     lora_r: Annotated[PositiveInt, Le(1024)] = 8
-    lora_alpha: float = 16.0
+    lora_alpha: PositiveFloat = 16.0
     train_vision: bool = False
     gradient_checkpointing: bool = False
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from annotated_types import Le
 
 from captioner.modeling.hf_policy import HFTrainOptions
-from metric.common.config import PositiveInt
+from metric.common.config import PositiveFloat, PositiveInt
 from metric.common.errors import InputError
 
 
@@ -27,7 +27,7 @@ class CaptionerKindConfig:
     xe: bool = True  # XE fine-tuning on the references before SCST (false: SCST starts from `checkpoint`)
     finetune: Literal["full", "lora"] = "full"
     lora_r: Annotated[PositiveInt, Le(1024)] = 8
-    lora_alpha: float = 16.0
+    lora_alpha: PositiveFloat = 16.0
     train_vision: bool = False  # the vision tower is frozen unless true
     gradient_checkpointing: bool = False
 

@@ -72,6 +72,8 @@ PIPELINE_BAD = [
     ("scst.nonfinite_patience", 0), ("scst.keep_checkpoints", -1),
     ("reward_models.clip.random_seed", -1), ("reward_models.pac.random_seed", -1),
     ("reward_models.pacs.random_seed", 2**32), ("evaluation.beam_size", 0), ("evaluation.batch_size", 0),
+    ("captioner.lora_r", 0), ("captioner.lora_alpha", 0.0), ("scst.degenerate_window", 0),
+    ("scst.degenerate_fraction", 1.5),
     ("evaluation.max_images", -1), ("evaluation.bootstrap", -1), ("seed", -1),
 ]
 METRIC_BAD = [
@@ -173,6 +175,33 @@ def test_metric_batch_size_upper_bound_is_checked_in_validate() -> None:
     with pytest.raises(InputError, match=r"^config: batch_size=65537: expected int <= 65536$"):
         load_config(MetricTrainConfig, None, ["batch_size=65537"])
     assert load_config(MetricTrainConfig, None, ["batch_size=65536"]).batch_size == 65536
+
+
+def test_the_demo_memory_estimate_is_computed_as_documented() -> None:
+    """The smoke preset's XE step by hand: 1+1 layers, d_model 32, ffn 64, 2 heads, 10 vision tokens (48 px / 16,
+    + CLS), max_length 20, micro-batch 16."""
+    from captioner.demo.budget import stage_estimates
+
+    params = 16 * (1 * (4 * 32**2 + 2 * 32 * 64) + 1 * (8 * 32**2 + 2 * 32 * 64))
+    encoder = 4 * 16 * 1 * 10 * (16 * 32 + 2 * 64 + 2 * 2 * 10)
+    decoder = 4 * 16 * 1 * 30 * (16 * 32 + 2 * 64 + 2 * 2 * 30)
+    estimates = stage_estimates(load_demo_config(SMOKE, []))
+    assert estimates["xe"][0] == params + encoder + decoder == 2_222_080
+    decoder_scst = 4 * 8 * 1 * 30 * (16 * 32 + 2 * 64 + 2 * 2 * 30)  # micro 4 × beam 2 samples
+    assert estimates["scst"][0] == params + encoder // 2 + decoder_scst
+
+
+@pytest.mark.parametrize("overrides, stage", [
+    (["xe.d_model=1024", "xe.ffn_dim=4096", "xe.encoder_layers=24", "xe.decoder_layers=24", "xe.n_heads=16",
+      "xe.micro_batch_size=0", "xe.batch_size=64"], "xe"),
+    (["world.image_size=512", "clip.patch_size=16", "clip.vision_width=1024", "clip.vision_layers=24"], "clip"),
+])
+def test_sizes_within_their_bounds_that_do_not_fit_together_are_refused(overrides: list[str], stage: str) -> None:
+    with pytest.raises(InputError) as error:
+        load_demo_config(SMOKE, overrides)
+    message = str(error.value)
+    assert f"{stage}: one training step would hold about " in message and "more than the 16.0 GiB" in message
+    assert f"lower {stage}.micro_batch_size (or batch_size)" in message and "\n" not in message
 
 
 PRESETS = sorted((REPO / "recipes" / "configs").glob("*.yaml"))
