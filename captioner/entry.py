@@ -27,16 +27,16 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
     if len(config.seeds) > 1:  # once per seed into run_dir/seed-<s>, the rows pooled into run_dir/seeds/
         from captioner.orchestration.seed_runs import run_seeds
 
-        return run_seeds(config)
+        return {**run_seeds(config), **_recipe_outputs(config, "seeds")}
     if config.seeds:
         config.seed = config.seeds[0]
     result = run_pipeline(config)
     return {**result, **_recipe_outputs(config)}
 
 
-def _recipe_outputs(config: PipelineConfig) -> dict[str, Any]:
-    """The finished recipe's files (main process): its results table and results.json, and report.html (written
-    now, or kept when its inputs did not change)."""
+def _recipe_outputs(config: PipelineConfig, folder: str = "eval") -> dict[str, Any]:
+    """The finished recipe's files (main process): its results table and results.json (in `folder`: `eval`, or
+    `seeds` for a run over several seeds), and report.html (written now, or kept when its inputs did not change)."""
     from pathlib import Path
 
     from captioner.modeling.training import process_state
@@ -45,7 +45,7 @@ def _recipe_outputs(config: PipelineConfig) -> dict[str, Any]:
     if not process_state().is_main_process:
         return {}
     run_dir = Path(config.run_dir)
-    results = run_dir / "eval" / "results.json"
+    results = run_dir / folder / "results.json"
     table = results.with_name("results.md")
     report = write_report(run_dir, reuse=True)
     return {"run_dir": str(run_dir), "results": str(results), "report": str(report),

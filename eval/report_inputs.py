@@ -160,12 +160,14 @@ def curve_files(run_dir: Path) -> list[tuple[Path, str, str]]:
 
 
 def stage_records(run_dir: Path) -> list[Path]:
-    """The stage records of a run (`stages/**/*.json`, recipe pipeline and demo), each inside the run directory."""
-    base = run_dir / "stages"
-    if not _inside(run_dir, base).is_dir():
-        return []
-    return [path for path in sorted(base.rglob("*.json"))
-            if path.name != "hashes.json" and _inside(run_dir, path).is_file()]
+    """The stage records of a run (`stages/**/*.json`: recipe pipeline and demo; `seed-<s>/stages/` of a recipe
+    over several seeds), each inside the run directory."""
+    found = []
+    for base in [run_dir / "stages", *sorted(run_dir.glob("seed-*/stages"))]:
+        if _inside(run_dir, base).is_dir():
+            found += [path for path in sorted(base.rglob("*.json"))
+                      if path.name != "hashes.json" and _inside(run_dir, path).is_file()]
+    return found
 
 
 def load_warnings(run_dir: Path) -> list[tuple[str, str]]:
@@ -187,7 +189,9 @@ def _warning_records(run_dir: Path) -> list[tuple[Path, str, list[str]]]:
             continue
         lines = summary.get("warnings") or ([summary["degenerate_warning"]] if summary.get("degenerate_warning")
                                            else [])
-        name = str(record.get("stage", path.relative_to(run_dir / "stages").with_suffix("").as_posix()))
+        name = str(record.get("stage", path.stem))
+        if path.parent.parent != run_dir and path.parent.parent.name.startswith("seed-"):
+            name = f"{path.parent.parent.name}/{name}"  # seed-<s>/stages/<stage>.json
         lines = [str(line) for line in lines if line] if isinstance(lines, list) else [str(lines)]
         if lines:
             out.append((path, name, lines))

@@ -78,7 +78,7 @@ def test_report_refuses_a_folder_without_results_and_writes_nothing(tmp_path, ca
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert err.startswith(f"pacs report: error: {tmp_path / 'empty'} holds no pacs results (no results.json, "
-                          "eval/results.json, compare_rewards/results.json, train_log.json")
+                          "seeds/results.json, eval/results.json, compare_rewards/results.json, train_log.json")
     assert not (tmp_path / "empty" / "report.html").exists()
 
 
