@@ -51,9 +51,9 @@ from metric.common.errors import InputError, NonFiniteError
 
 logger = logging.getLogger(__name__)
 
-#: module-name parts of a vision tower (frozen unless `train_vision`; never given LoRA adapters)
-VISION_PARTS = ("vision_model", "vision_tower", "image_encoder", "visual_projection", "vision_encoder",
-                "multi_modal_projector", "qformer", "query_tokens", "language_projection")
+#: module-name parts of a vision tower (frozen unless `train_vision`; never given LoRA adapters): BLIP / BLIP-2's
+#: `vision_model`, LLaVA's `vision_tower`, GIT's `image_encoder`; projectors and BLIP-2's Q-Former train
+VISION_PARTS = ("vision_model", "vision_tower", "image_encoder", "vision_encoder")
 ADAPTER_DIR = "adapter"
 TRAINING_FILE = "pacs_training.json"
 PREFIX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")

@@ -73,3 +73,37 @@ def coloured_images(folder: Path, n: int) -> tuple[dict[str, Path], dict[str, li
         paths[f"img{i}"] = path
         refs[f"img{i}"] = [f"a {colour} square", f"the {colour} square"]
     return paths, refs
+
+
+LLAVA_TEMPLATE = ("{% for m in messages %}user : {% for c in m['content'] %}{% if c['type'] == 'image' %}<image> "
+                  "{% else %}{{ c['text'] }}{% endif %}{% endfor %} assistant :{% endfor %}")
+LLAVA_PROMPT = "describe the image ."
+
+
+def build_llava(folder: Path, words: list[str] = WORDS, seed: int = 0) -> Path:
+    """A tiny random LLaVA (CLIP vision tower + Llama), a word-level tokenizer and a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    extra = ["describe", "image", "user", "assistant", ":", "."]
+    vocab = {token: i for i, token in enumerate(["<pad>", "<unk>", "<s>", "</s>", "<image>", *words, *extra])}
+    words_model = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    words_model.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words_model, pad_token="<pad>",
+                                                     unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                                     extra_special_tokens={"image_token": "<image>"})
+    image_processor = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = transformers.LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                            chat_template=LLAVA_TEMPLATE, patch_size=8,
+                                            vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    tiny, vision = tiny_sizes()
+    text = tiny | {"model_type": "llama", "vocab_size": len(vocab), "num_key_value_heads": 2,
+                   "max_position_embeddings": 128, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
+    config = transformers.LlavaConfig(vision_config=vision | {"model_type": "clip_vision_model"}, text_config=text,
+                                      image_token_index=4, vision_feature_layer=-1,
+                                      vision_feature_select_strategy="default", initializer_range=1.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.LlavaForConditionalGeneration(config)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder

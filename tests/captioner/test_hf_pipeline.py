@@ -70,3 +70,21 @@ def test_transformers_kind_without_a_checkpoint_is_one_clear_error(tmp_path, sha
     path.write_text(yaml.safe_dump(recipe))
     with pytest.raises(InputError, match="captioner.checkpoint"):
         run_from_config(str(path), [])
+
+
+def test_overrides_turn_flickr8k_tiny_into_a_transformers_run(tmp_path, shared_data, monkeypatch):
+    """`captioner.kind=transformers captioner.checkpoint=FOLDER` on the packaged flickr8k_tiny recipe (shrunk)."""
+    monkeypatch.setenv("PACS_SHARED", str(shared_data.parent))
+    folder = build_git(tmp_path / "git")
+    overrides = [f"run_dir={tmp_path / 'run'}", "captioner.kind=transformers", f"captioner.checkpoint={folder}",
+                 "captioner.xe=false", "captioner.finetune=lora", "rewards=[cider]",
+                 "data.max_train_images=4", "data.max_val_images=2", "evaluation.max_images=2",
+                 "scst.max_steps=1", "scst.batch_size=2", "scst.micro_batch_size=2", "scst.k=2",
+                 "scst.max_length=6", "scst.monitor_images=2", "scst.save_every=1"]
+    run_from_config("flickr8k_tiny", overrides)
+    run = tmp_path / "run"
+    assert set(_finished(run)) == {"scst-cider", "eval/init/flickr8k", "eval/cider/flickr8k"}
+    final = run / "scst-cider" / "final"
+    assert (final / "adapter" / "adapter_config.json").is_file() and (final / "config.json").is_file()
+    rows = json.loads((run / "eval" / "results.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["init", "cider"]

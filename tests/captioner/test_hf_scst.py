@@ -18,10 +18,11 @@ import transformers
 from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
 from captioner.modeling.hf_policy import ADAPTER_DIR, HFPolicy, HFTrainOptions
 from captioner.modeling.train_scst import SCSTConfig, policy_gradient_loss, train_scst
-from tests.captioner.hf_tiny import build_blip, build_git, coloured_images
+from tests.captioner.hf_tiny import LLAVA_PROMPT, build_blip, build_git, build_llava, coloured_images
 
 BUILDERS = {"blip": build_blip, "git": build_git}
-PROMPTS = {"blip": "a picture of", "git": None}  # BLIP with a prompt (echo rule), GIT without (start token)
+# BLIP with a prompt (echo rule), GIT without (start token), LLaVA with its chat template (image tokens in the ids)
+PROMPTS = {"blip": "a picture of", "git": None, "llava": LLAVA_PROMPT}
 
 
 def word_reward(image_ids, captions, references):
@@ -35,7 +36,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Images and the two tiny folders."""
     root = tmp_path_factory.mktemp("hf-scst")
     paths, refs = coloured_images(root / "images", 6)
-    return {"paths": paths, "refs": refs, "blip": build_blip(root / "blip"), "git": build_git(root / "git")}
+    return {"paths": paths, "refs": refs, "blip": build_blip(root / "blip"), "git": build_git(root / "git"),
+            "llava": build_llava(root / "llava")}
 
 
 def _config(out: Path, **overrides) -> SCSTConfig:
@@ -60,7 +62,7 @@ def _hand_log_prob(model, image_inputs: dict, prefix: list[int], caption: list[i
     return total
 
 
-@pytest.mark.parametrize("kind", ["blip", "git"])
+@pytest.mark.parametrize("kind", ["blip", "git", "llava"])
 def test_policy_gradient_loss_equals_hand_computation(world, kind):
     """Loss of sampled captions = −mean(A·Σ_t log p(y_t)) computed caption by caption from the raw logits."""
     options = HFTrainOptions(prompt=PROMPTS[kind])
@@ -76,16 +78,24 @@ def test_policy_gradient_loss_equals_hand_computation(world, kind):
     # by hand: the processor's inputs of one image, the prefix generate starts from, one caption at a time
     processor = transformers.AutoProcessor.from_pretrained(world[kind])
     model = transformers.AutoModelForImageTextToText.from_pretrained(world[kind]).eval()
-    end = 3  # [SEP]: BLIP's sep_token_id, GIT's eos_token_id
+    end = 3  # [SEP]: BLIP's sep_token_id, GIT's eos_token_id; </s>: LLaVA's eos_token_id
     if kind == "blip":
         prefix = [5] + processor.tokenizer(PROMPTS[kind], add_special_tokens=False)["input_ids"]  # [DEC] prompt
-    else:
+    elif kind == "git":
         prefix = [2]  # GIT without a prompt starts from bos ([CLS])
+    else:  # LLaVA: the chat turn with the image, as its documentation builds it (image tokens expanded)
+        turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPTS[kind]}]}]
+        text = processor.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
     from captioner.modeling.hf_captioning import read_rgb
 
     expected = 0.0
     for b, image_id in enumerate(ids):
-        pixels = processor(images=[read_rgb(world["paths"][image_id])], return_tensors="pt")["pixel_values"]
+        if kind == "llava":
+            inputs = processor(images=[read_rgb(world["paths"][image_id])], text=[text], return_tensors="pt")
+            pixels, prefix = inputs["pixel_values"], inputs["input_ids"][0].tolist()
+            assert prefix.count(4) > 1  # the <image> token expanded to one per patch (+ CLS)
+        else:
+            pixels = processor(images=[read_rgb(world["paths"][image_id])], return_tensors="pt")["pixel_values"]
         for j in range(3):
             caption = tokens[b, j].tolist()
             expected += float(advantages[b, j]) * _hand_log_prob(model, {"pixel_values": pixels}, prefix, caption, end)
@@ -93,7 +103,7 @@ def test_policy_gradient_loss_equals_hand_computation(world, kind):
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-5, abs=1e-6)  # float32 model vs float64 sums
 
 
-@pytest.mark.parametrize("kind", ["blip", "git"])
+@pytest.mark.parametrize("kind", ["blip", "git", "llava"])
 def test_one_step_changes_weights_kl_is_zero_and_the_folder_loads(world, kind, tmp_path):
     """One SCST step with the KL guard: KL exactly 0 (policy = reference), weights changed, folder loads."""
     options = HFTrainOptions(prompt=PROMPTS[kind])
@@ -105,7 +115,7 @@ def test_one_step_changes_weights_kl_is_zero_and_the_folder_loads(world, kind, t
     rows = list(csv.DictReader((tmp_path / "scst" / "log.csv").open()))
     assert float(rows[0]["kl"]) == 0.0
     changed = [n for n, p in policy.module.named_parameters() if not torch.equal(p, before[n])]
-    vision = [n for n in changed if "vision_model" in n or "image_encoder" in n]
+    vision = [n for n in changed if "vision_model" in n or "image_encoder" in n or "vision_tower" in n]
     assert changed and not vision  # the vision tower is frozen by default
     loaded = transformers.AutoModelForImageTextToText.from_pretrained(result.final_dir)
     state = dict(loaded.named_parameters())
