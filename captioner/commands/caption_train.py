@@ -8,6 +8,7 @@ from typing import Any
 
 from metric.common.device import DEVICE_HELP
 from metric.common.errors import InputError
+from metric.common.terminal import escape_control
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def run_caption(args: argparse.Namespace) -> int:
                        "after the prompt; %s", len(empty), len(captions), ", ".join(map(str, empty[:3])), hint)
     what = "the model" if kind == TRANSFORMERS else "the captioner"
     note = f" ({len(empty)} empty: {what} ended them at once; {hint})" if empty else ""
-    print(f"captioned {len(captions)} images -> {args.out}{note}")
+    print(escape_control(f"captioned {len(captions)} images -> {args.out}{note}"))
     return 0
 
 

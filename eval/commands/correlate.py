@@ -13,6 +13,7 @@ from eval.commands.options import add_dataclass_options, dataclass_from_args
 from metric.commands.output_flag import add_out_option
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
+from metric.common.terminal import escape_control
 from metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def print_table(results: dict[str, Any]) -> None:
     for name, row in results.items():
         cells = "".join(_format(row.get(c)).rjust(size) for c, size in zip(columns, sizes))
         note = f"  (unavailable: {row['unavailable'][:60]}...)" if row.get("unavailable") else ""
-        print(name.ljust(width) + cells + note)
+        print(escape_control(name.ljust(width) + cells + note))  # metric names may be the user's
 
 
 def run_correlate(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def run_correlate(args: argparse.Namespace) -> int:
         print(f"{key}: {value}")
     if args.json:
         write_json_atomic(args.json, run.table)
-        print(f"-> {args.json}")
+        print(escape_control(f"-> {args.json}"))
     return 0
 
 

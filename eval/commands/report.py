@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from metric.common.terminal import escape_control
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `report` sub-command to the `pacs` parser."""
@@ -19,5 +21,5 @@ def run_report(args: argparse.Namespace) -> int:
     from eval.report import write_report
 
     path = write_report(args.run_dir, args.out)
-    print(f"report written to {path}")
+    print(escape_control(f"report written to {path}"))
     return 0

@@ -11,6 +11,7 @@ from metric.common.errors import InputError
 from metric.common.io import write_json_atomic
 from metric.common.provenance import provenance
 from metric.common.seeding import seed_everything
+from metric.common.terminal import escape_control
 from metric.scoring.inputs import load_image_map, load_references, references_for
 from metric.scoring.model_options import ModelOptions, model_provenance
 from metric.scoring.registry import metric_spec
@@ -143,7 +144,7 @@ def run_score_video(args: argparse.Namespace) -> int:
         }
         write_json_atomic(args.out, output)
         summary += f" -> {args.out}"
-    print(summary)
+    print(escape_control(summary))  # paths and names are the user's text
     return 0
 
 

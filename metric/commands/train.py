@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from metric.common.device import DEVICE_HELP
+from metric.common.terminal import escape_control
 
 
 def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -49,7 +50,7 @@ def run_generate_positives(args: argparse.Namespace) -> int:
     config = load_config(PositivesConfig, args.config, overrides)
     manifest = generate_positives(config)
     n_lines = sum(1 for line in Path(manifest).read_text(encoding="utf-8").splitlines() if line.strip())
-    print(f"generate-positives: {n_lines} pairs in {manifest}")
+    print(escape_control(f"generate-positives: {n_lines} pairs in {manifest}"))
     return 0
 
 
