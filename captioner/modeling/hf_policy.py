@@ -204,7 +204,8 @@ class HFPolicy:
     def _logits(self, model: Any, batch: dict[str, Any], sequence: torch.Tensor) -> torch.Tensor:
         """Logits `[N, L, V]` of the text positions of `sequence` `[N, L]` (prefix + caption)."""
         mask = torch.ones_like(sequence)
-        out = model(**batch["image"], input_ids=sequence, attention_mask=mask)
+        out = model(**batch["image"], input_ids=sequence, attention_mask=mask, use_cache=False)  # whole sequence:
+        # no key-value cache (one is also what breaks recomputation under gradient checkpointing)
         return out.logits[:, -sequence.shape[1]:]
 
     # -- decoding ------------------------------------------------------------------------------------------

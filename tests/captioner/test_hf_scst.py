@@ -150,3 +150,20 @@ def test_lora_adapters_saved_and_reloaded_give_the_same_captions(world, tmp_path
     base.module = reloaded
     assert [row[0] for row in base.decode(base.greedy(reloaded, base.batch(ids, "cpu"), 6))] == trained
     assert not math.isnan(result.losses[-1])
+
+
+def test_gradient_checkpointing_changes_nothing_and_bf16_runs(world, tmp_path):
+    """GIT: the model's own gradient checkpointing recomputes the same forward (bit-identical losses and weights);
+    scst.mixed_precision=bf16 (CPU autocast) trains with finite losses."""
+    train = [(i, world["refs"][i]) for i in ["img0", "img1", "img2", "img3"]]
+    runs = {}
+    for name, options, precision in (("plain", HFTrainOptions(), "no"),
+                                     ("checkpointed", HFTrainOptions(gradient_checkpointing=True), "no"),
+                                     ("bf16", HFTrainOptions(), "bf16")):
+        policy = HFPolicy.load(world["git"], world["paths"], options, max_length=6)
+        result = train_scst(_config(tmp_path / name, max_steps=2, mixed_precision=precision), world["git"], None,
+                            train, word_reward, policy=policy)
+        runs[name] = (result.losses, dict(policy.module.named_parameters()))
+    assert runs["checkpointed"][0] == runs["plain"][0]
+    assert all(torch.equal(p, runs["checkpointed"][1][n]) for n, p in runs["plain"][1].items())
+    assert len(runs["bf16"][0]) == 2 and all(math.isfinite(x) for x in runs["bf16"][0])
