@@ -25,9 +25,10 @@ logger = logging.getLogger(__name__)
 
 CURVE_X_COLUMNS = ("step", "epoch", "iteration")
 CURVE_SKIP_COLUMNS = ("epoch", "tokens", "nonfinite")  # bookkeeping, not curves
-#: where each kind of run directory keeps its results table: the demo (and `pacs evaluate`) at the top, the recipe
-#: pipeline in eval/, recipes/compare_rewards.py in compare_rewards/ (rows named by `reward`)
-RESULT_FILES = ("results.json", "eval/results.json", "compare_rewards/results.json")
+#: where each kind of run directory keeps its results table: the demo (and `pacs evaluate`) at the top, a recipe
+#: over several seeds in seeds/, the recipe pipeline in eval/, recipes/compare_rewards.py in compare_rewards/ (rows
+#: named by `reward`)
+RESULT_FILES = ("results.json", "seeds/results.json", "eval/results.json", "compare_rewards/results.json")
 #: a `pacs train-metric` output folder's record (evaluation history, training losses)
 TRAIN_LOG = "train_log.json"
 
@@ -151,11 +152,13 @@ def curve_files(run_dir: Path) -> list[tuple[Path, str, str]]:
     if found:
         return found
     for name, fixed in (("log.csv", None), ("monitor.csv", "hacking")):
-        for path in sorted(run_dir.glob(f"*/{name}")):
+        # a recipe over several seeds keeps each seed's stages in seed-<s>/: one line per stage and seed
+        for path in sorted(run_dir.glob(f"*/{name}")) + sorted(run_dir.glob(f"seed-*/*/{name}")):
             if not _inside(run_dir, path).is_file():
                 continue
             group, _, variant = path.parent.name.partition("-")
-            found.append((path, fixed or group, variant or group))
+            seed = f" {path.parent.parent.name}" if path.parent.parent != run_dir else ""
+            found.append((path, fixed or group, (variant or group) + seed))
     return found
 
 
