@@ -104,3 +104,24 @@ def test_report_of_a_compare_rewards_folder_and_of_a_metric_training_folder(tmp_
     page = (metric / "report.html").read_text(encoding="utf-8")
     assert '<td class="name">metric</td><td>20.00</td><td>20.00</td><td>2.50</td>' in page
     assert 'alt="validation curves"' in page and 'alt="training curves"' in page
+
+
+def test_report_of_a_recipe_over_several_seeds(tmp_path):
+    from captioner.orchestration.pipeline import write_results
+
+    run = tmp_path / "run"
+    write_results(run / "seeds", [{"model": "xe", "test_set": "flickr8k", "C": 8.25},
+                                  {"model": "cider", "test_set": "flickr8k", "C": 10.5}], ["model", "test_set", "C"])
+    for seed, losses in (("seed-0", (0.5, 0.4)), ("seed-1", (0.6, 0.3))):
+        log = run / seed / "scst-cider" / "log.csv"
+        log.parent.mkdir(parents=True)
+        log.write_text("step,loss,zero_spread\n" + "".join(f"{i + 1},{v},1\n" for i, v in enumerate(losses)))
+    record = run / "seed-1" / "stages" / "scst-cider.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"stage": "scst-cider", "status": "finished",
+                                  "summary": {"warnings": ["reward 'cider' is degenerate: ..."]}}))
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert '<td class="name">cider</td><td>flickr8k</td><td>10.50</td>' in page
+    assert 'alt="scst curves"' in page
+    assert "<li><b>seed-1/scst-cider</b>: reward &#x27;cider&#x27; is degenerate: ...</li>" in page
