@@ -170,10 +170,11 @@ def preflight_problems(config: PipelineConfig) -> list[str]:
     problems += _data_problems("data", config.data)
     for name, test_set in config.evaluation.test_sets.items():
         problems += _data_problems(f"evaluation.test_sets.{name}", test_set)
-    if config.features.cache_dir and not Path(config.features.cache_dir).expanduser().is_dir():
+    features = config.captioner.kind != "transformers"  # a transformers captioner reads the images: no features
+    if features and config.features.cache_dir and not Path(config.features.cache_dir).expanduser().is_dir():
         problems.append(f"features.cache_dir: folder {config.features.cache_dir} not found; set it to the folder "
                         "of precomputed feature caches, or to '' to extract features")
-    problem = source_problem(config.features.source, "features.source")
+    problem = source_problem(config.features.source, "features.source") if features else None
     if problem:
         problems.append(problem)
     slots = dict(REWARD_MODEL_SLOTS)

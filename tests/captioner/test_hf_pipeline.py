@@ -88,3 +88,17 @@ def test_overrides_turn_flickr8k_tiny_into_a_transformers_run(tmp_path, shared_d
     assert (final / "adapter" / "adapter_config.json").is_file() and (final / "config.json").is_file()
     rows = json.loads((run / "eval" / "results.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["init", "cider"]
+
+
+def test_preflight_asks_no_feature_backbone_of_a_transformers_run(tmp_path, shared_data):
+    """A transformers captioner reads the images: a missing features.source file is no problem for it."""
+    from captioner.orchestration.pipeline_config import PipelineConfig
+    from captioner.orchestration.preflight import preflight_problems
+    from metric.common.config import from_dict
+
+    recipe = _recipe(tmp_path, shared_data, build_git(tmp_path / "git"))
+    recipe["features"] = {"source": {"backbone": f"ViT-B-32/{tmp_path / 'missing.bin'}"}}
+    assert preflight_problems(from_dict(PipelineConfig, recipe, "recipe")) == []
+    recipe["captioner"] = {"kind": "pacs"}
+    assert any(line.startswith("features.source") for line in preflight_problems(from_dict(PipelineConfig, recipe,
+                                                                                            "recipe")))
