@@ -12,7 +12,10 @@ names a real one.
     HF_HUB_OFFLINE=1 PACS_SHARED=/path/to/shared python recipes/grpo_vlm_example.py --steps 3 --reward pac-s++
 
 `--out FILE` writes the reward the trainer logged at each step and the completions and image files the
-reward scored (tests recompute the reward from them).
+reward scored (tests recompute the reward from them). `--aggregation normalize_then_sum` passes one reward
+function per component of a mix (`rewards.trl.reward_functions`) with TRL's GDPO normalisation of each
+component within the generations of a prompt; `--monitor-every N` adds pacs' completion monitor
+(`rewards.monitor.CompletionMonitor`: length, Rep-n, distinct-n of the completions; a warning on gaming).
 """
 from __future__ import annotations
 
@@ -33,13 +36,15 @@ from metric.common.errors import PacsError
 from metric.common.io import write_json_atomic
 from metric.common.paths import shared_dir
 from metric.common.seeding import seed_everything
-from rewards.trl import PacsRewardFunction, reward_function
+from rewards.monitor import CompletionMonitor
+from rewards.trl import PacsRewardFunction, reward_function, reward_functions
 
 logger = logging.getLogger("grpo_vlm_example")
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 IMAGE_TOKEN = "<image>"
 PROMPT = "Describe the image."
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # trl.GRPOConfig.multi_objective_aggregation
 # A LLaVA-style template: image placeholders and text blocks of each user turn, then the assistant's turn.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -70,6 +75,8 @@ class GRPOExampleConfig:
     image_size: int = 32
     lr: float = 1e-3
     seed: int = 0
+    aggregation: str = "sum_then_normalize"  # TRL's multi_objective_aggregation; normalize_then_sum: per component
+    monitor_every: int = 0  # > 0: the completion monitor compares windows of this many reward calls
 
 
 def build_tokenizer(captions: Sequence[str]) -> Any:
@@ -182,23 +189,29 @@ def run(config: GRPOExampleConfig, data: Path, output_dir: Path) -> dict[str, An
     patch_size = config.image_size // 4
     processor = build_processor(tokenizer, config.image_size, patch_size)
     model = build_vlm(tokenizer, config.image_size, patch_size, config.seed)
-    reward = RecordingReward(reward_function(config.reward, name="pacs",
-                                             train_references=dataset["references"],
-                                             **reward_model_options(config)))
+    monitor = CompletionMonitor(every=config.monitor_every) if config.monitor_every else None
+    options = {"train_references": dataset["references"], "monitor": monitor, **reward_model_options(config)}
+    if config.aggregation == "normalize_then_sum":  # one function per component: TRL normalises each, then weights
+        functions, weights = reward_functions(config.reward, **options)
+    else:
+        functions, weights = [reward_function(config.reward, name="pacs", **options)], [1.0]
+    rewards = [RecordingReward(function) for function in functions]
     args = GRPOConfig(output_dir=str(output_dir), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
                       num_generations=config.num_generations, max_completion_length=config.max_completion_length,
                       learning_rate=config.lr, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
                       use_cpu=True, bf16=False, activation_checkpointing=False, seed=config.seed,
-                      dataloader_num_workers=0, disable_tqdm=True)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+                      dataloader_num_workers=0, disable_tqdm=True, reward_weights=weights,
+                      multi_objective_aggregation=config.aggregation)
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=dataset,
                           processing_class=processor)
     trainer.remove_callback(PrinterCallback)  # main() prints its own per-step summary
     trainer.train()
-    steps = [{"step": entry["step"], "reward": entry["rewards/pacs/mean"], "loss": entry.get("loss"),
-              "grad_norm": entry.get("grad_norm")}
-             for entry in trainer.state.log_history if "rewards/pacs/mean" in entry]
-    return {"config": asdict(config), "steps": steps, "reward_calls": reward.calls,
-            "images_encoded": reward.reward.n_encoded}
+    steps = [{"step": entry["step"], "reward": entry["reward"], "loss": entry.get("loss"),  # the weighted sum
+              "grad_norm": entry.get("grad_norm")} for entry in trainer.state.log_history if "reward" in entry]
+    return {"config": asdict(config), "steps": steps, "reward_calls": rewards[0].calls,
+            "component_calls": {reward.__name__: reward.calls for reward in rewards}, "weights": weights,
+            "monitor": {"rows": monitor.rows, "warnings": monitor.warnings} if monitor else None,
+            "images_encoded": functions[0].n_encoded}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,13 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="raw Flickr8k folder (default: $PACS_SHARED/data/flickr8k)")
     parser.add_argument("--out", type=Path, default=None, help="write the per-step rewards and reward calls (JSON)")
     for field_name in ("reward", "backbone", "checkpoint", "steps", "images", "batch_size", "num_generations",
-                       "max_completion_length", "lr", "seed"):
+                       "max_completion_length", "lr", "seed", "aggregation", "monitor_every"):
         default = getattr(defaults, field_name)
         parser.add_argument("--" + field_name.replace("_", "-"), default=default,
                             type=type(default) if default is not None else str)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = GRPOExampleConfig(**{key: value for key, value in vars(args).items() if key not in ("data", "out")})
+    if config.aggregation not in AGGREGATIONS:
+        parser.error(f"--aggregation {config.aggregation}: expected one of {', '.join(AGGREGATIONS)}")
     torch.set_num_threads(1)
     try:
         data = args.data or shared_dir() / "data" / "flickr8k"
@@ -229,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
               f"grad norm {step['grad_norm']:.3f}")
     scored = sum(len(call["completions"]) for call in result["reward_calls"])
     print(f"{scored} completions scored; images encoded by the reward: {result['images_encoded']}")
+    if result["monitor"]:
+        last = result["monitor"]["rows"][-1]
+        print(f"completion monitor: length {last['length']:.2f}  rep2 {last['rep2']:.2f}  distinct2 "
+              f"{last['distinct2']:.2f}; {len(result['monitor']['warnings'])} gaming warning(s)")
     if args.out:
         write_json_atomic(args.out, result)
     return 0

@@ -34,7 +34,13 @@ def check_batch(image_ids: Sequence[str], captions: Sequence[Sequence[str]],
 
 
 class Reward:
-    """A named reward function with the batch contract enforced on its inputs and output."""
+    """A named reward function with the batch contract enforced on its inputs and output.
+
+    `mix_normalisation` (`rewards.mix`; set by `build_reward(..., mix_normalisation=...)`): how `group_rewards`
+    aggregates the reward's components for a policy gradient; calling the reward always gives the weighted sum.
+    """
+
+    mix_normalisation = "weighted_sum"
 
     def __init__(self, name: str, fn: RewardFn) -> None:
         self.name = name
@@ -67,6 +73,14 @@ class Reward:
             raise RuntimeError(f"reward {self.name!r} returned shape {tuple(values.shape)}, "
                                f"expected [{len(image_ids)}, {k}]")
         return values.detach().to(device="cpu", dtype=torch.float32)
+
+    def group_rewards(self, image_ids: list[str], captions: list[list[str]],
+                      references: list[list[str]]) -> torch.Tensor:
+        """The rewards `[B, k]` to compute advantages from: the weighted sum, or with `mix_normalisation`
+        `normalize_then_sum` each component normalised within the image's k captions first (`rewards.mix`)."""
+        from rewards.mix import mixed_rewards
+
+        return mixed_rewards(self, self(image_ids, captions, references), self.mix_normalisation)
 
 
 class WeightedReward(Reward):

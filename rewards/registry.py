@@ -16,6 +16,7 @@ from typing import Any
 
 from metric.common.errors import InputError
 from rewards.base import Reward, RewardFn, WeightedReward
+from rewards.mix import check_mix_normalisation
 from rewards.resources import RewardResources
 
 RewardFactory = Callable[..., RewardFn]
@@ -135,11 +136,20 @@ def build_reward(spec: str, **context: Any) -> Reward:
     >>> parts = reward.last_components
     >>> sorted(parts), torch.allclose(values, parts["cider"] + 0.5 * parts["clip-s"])
     (['cider', 'clip-s'], True)
+
+    `mix_normalisation="normalize_then_sum"` makes `reward.group_rewards(...)` (the rewards a policy gradient
+    uses; SCST's `scst.mix_normalisation`) normalise each component within the image's k captions before the
+    weighting (GDPO / TRL's `multi_objective_aggregation="normalize_then_sum"`, `rewards.mix`); calling the
+    reward still gives the weighted sum.
     """
     terms = parse_reward_spec(spec)
+    normalisation = check_mix_normalisation(context.pop("mix_normalisation", "weighted_sum"))
     context.setdefault("resources", RewardResources())
     if len(terms) == 1 and ":" not in spec:
         name = terms[0][0]
-        return Reward(name, REWARDS[name](**context))
-    components = [(name, weight, Reward(name, REWARDS[name](**context))) for name, weight in terms]
-    return WeightedReward(spec.strip(), components)
+        reward = Reward(name, REWARDS[name](**context))
+    else:
+        components = [(name, weight, Reward(name, REWARDS[name](**context))) for name, weight in terms]
+        reward = WeightedReward(spec.strip(), components)
+    reward.mix_normalisation = normalisation
+    return reward

@@ -10,6 +10,14 @@ tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see
 the `references` column; both names are configurable. It builds the reward once with `rewards.build_reward`,
 so image embeddings are cached across calls (an image is encoded once per run, whatever the number of
 generations and steps). Nothing here imports `trl`: the callable follows its calling convention.
+
+A mix such as `"pac-s++:1,rep-penalty:0.5,length-penalty:0.25"` (the guards as reward components) is one
+function returning the weighted sum; `reward_functions(spec)` gives one function per component and their
+weights instead, for `GRPOConfig(reward_weights=weights, multi_objective_aggregation="normalize_then_sum")`, TRL's
+GDPO normalisation of each component within the prompt's generations (`rewards.mix` has the formula; pacs SCST's
+`scst.mix_normalisation: normalize_then_sum` is the same). `monitor=rewards.monitor.CompletionMonitor()` gives a
+TRL run pacs' hacking-monitor signals: length, Rep-n, distinct-n and %Incorrect of the completions of every call
+(logged through TRL's `log_metric`), and a WARNING when the reward rises while they drift.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from typing import Any
 from metric.common.errors import InputError
 from metric.scoring.registry import METRICS
 from rewards.base import Reward, WeightedReward
+from rewards.monitor import CompletionMonitor
 from rewards.registry import build_reward, parse_reward_spec
 from rewards.resources import RewardResources
 
@@ -89,7 +98,12 @@ class PacsRewardFunction:
     """A pacs reward (any spec) with TRL's reward-function calling convention; see `reward_function`."""
 
     def __init__(self, spec: str, image_column: str | None = None, references_column: str = "references",
-                 name: str | None = None, **model_options: Any) -> None:
+                 name: str | None = None, monitor: CompletionMonitor | None = None, **model_options: Any) -> None:
+        if model_options.pop("mix_normalisation", "weighted_sum") != "weighted_sum":
+            raise InputError("reward_function: mix_normalisation= is not used by TRL's calling convention (one "
+                             "reward per completion, groups unknown); use reward_functions(spec), which returns one "
+                             "function per component and the weights, with GRPOConfig(reward_weights=weights, "
+                             "multi_objective_aggregation='normalize_then_sum')")
         for key in ("image_loader", "image_paths", "image_embeddings"):
             if key in model_options:
                 raise InputError(f"reward_function: {key}= is not used; the images arrive in the dataset column "
@@ -109,6 +123,10 @@ class PacsRewardFunction:
                                            **model_options)
         self.last_truncated: list[bool | None] = []  # per completion of the last call (None: not scored)
         self.n_truncated = 0  # completions cut to the text context, over all calls
+        self.last_values: list[float | None] = []  # the rewards of the last call
+        self.monitor = monitor
+        # reward_functions: the (function, weight) pairs of the mix whose weighted sum the monitor observes
+        self.monitor_group: list[tuple[PacsRewardFunction, float]] | None = None
 
     def _truncated_rows(self, n_rows: int) -> list[bool]:
         """Whether each scored row's caption was cut to the text context by any contrastive term."""
@@ -200,11 +218,30 @@ class PacsRewardFunction:
         if log_metric is not None and isinstance(self.reward, WeightedReward) and rows:
             for term, term_values in self.reward.last_components.items():
                 log_metric(f"{self.__name__}/{term}", float(term_values.mean()))
+        self.last_values = result
+        if self.monitor is not None:
+            step = getattr(trainer_state, "global_step", None)
+            prefix = "monitor" if self.monitor_group else f"{self.__name__}/monitor"
+            self.monitor.observe(captions, self._monitored_rewards(result), step=step, log_metric=log_metric,
+                                 prefix=prefix)
         return result
+
+    def _monitored_rewards(self, result: list[float | None]) -> list[float | None]:
+        """The rewards the monitor sees: this function's, or the weighted sum of the `reward_functions` group."""
+        if not self.monitor_group:
+            return result
+        total: list[float | None] = [0.0] * len(result)
+        for function, weight in self.monitor_group:
+            values = function.last_values
+            if len(values) != len(result):
+                return [None] * len(result)
+            total = [None if t is None or v is None else t + weight * v for t, v in zip(total, values)]
+        return total
 
 
 def reward_function(spec: str, *, image_column: str | None = None, references_column: str = "references",
-                    name: str | None = None, **model_options: Any) -> PacsRewardFunction:
+                    name: str | None = None, monitor: CompletionMonitor | None = None,
+                    **model_options: Any) -> PacsRewardFunction:
     """A TRL `GRPOTrainer` reward function scoring completions with the pacs reward `spec` (e.g. `"pac-s++"`).
 
     `model_options` are `rewards.build_reward`'s context (`backbone=`, `checkpoint=`, `scorer=`, `w=`,
@@ -213,7 +250,8 @@ def reward_function(spec: str, *, image_column: str | None = None, references_co
     not scored) and `n_truncated` counts them over all calls; with TRL's `log_metric`, the share is logged as
     `<name>/truncated`. Images come from the dataset column `image_column`
     (default: `image`, else `images`), references from `references_column`; `name` is the name TRL logs
-    (`rewards/<name>/mean`; default: the spec).
+    (`rewards/<name>/mean`; default: the spec). `monitor` (`rewards.monitor.CompletionMonitor`) observes the
+    completions and rewards of every call (module docstring).
 
     >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
     >>> from PIL import Image
@@ -225,4 +263,30 @@ def reward_function(spec: str, *, image_column: str | None = None, references_co
     (2, 'clip-s', 1)
     """
     return PacsRewardFunction(spec, image_column=image_column, references_column=references_column, name=name,
-                              **model_options)
+                              monitor=monitor, **model_options)
+
+
+def reward_functions(spec: str, *, image_column: str | None = None, references_column: str = "references",
+                     monitor: CompletionMonitor | None = None,
+                     **model_options: Any) -> tuple[list[PacsRewardFunction], list[float]]:
+    """One TRL reward function per component of the mix `spec` (named by its term) and the weights, for
+    `GRPOTrainer(reward_funcs=functions, args=GRPOConfig(reward_weights=weights,
+    multi_objective_aggregation="normalize_then_sum"))`: TRL normalises each component within the prompt's
+    generations before the weighting (GDPO; `rewards.mix`). The functions share one `RewardResources` (each image
+    encoded once per reward model); `monitor` observes the weighted sum of the components (after the last one).
+
+    >>> functions, weights = reward_functions("rep-penalty:1,length-penalty:0.5")
+    >>> [f.__name__ for f in functions], weights
+    (['rep-penalty', 'length-penalty'], [1.0, 0.5])
+    >>> [f(prompts=["p"], completions=["a dog dog a dog"], references=[["a dog"]]) for f in functions]  # unweighted
+    [[-1.0], [-3.0]]
+    """
+    terms = parse_reward_spec(spec)
+    resources = model_options.pop("resources", None) or RewardResources()
+    functions = [PacsRewardFunction(term, image_column=image_column, references_column=references_column,
+                                    name=term, resources=resources, **model_options) for term, _ in terms]
+    weights = [weight for _, weight in terms]
+    if monitor is not None:
+        functions[-1].monitor = monitor  # TRL calls the functions in order: the last one sees every component
+        functions[-1].monitor_group = list(zip(functions, weights))
+    return functions, weights

@@ -75,3 +75,24 @@ def test_the_tiny_llava_sees_the_image(shared_data):
         logits = model(**inputs).logits[:, -1]
     assert not torch.allclose(logits[0], logits[1])  # the image changes the next-token distribution
     assert tokenizer.decode(tokenizer("A dog runs.")["input_ids"], skip_special_tokens=True) == "a dog runs."
+
+
+@pytest.mark.slow
+def test_normalised_components_and_the_monitor_through_the_recipe(shared_data, tmp_path):
+    recipe = _load_recipe()
+    config = recipe.GRPOExampleConfig(reward="pac-s++:1,rep-penalty:0.5", steps=1, images=2, batch_size=4,
+                                      num_generations=2, aggregation="normalize_then_sum", monitor_every=1)
+    result = recipe.run(config, shared_data / "flickr8k", tmp_path)
+    assert result["weights"] == [1.0, 0.5] and list(result["component_calls"]) == ["pac-s++", "rep-penalty"]
+    (pacs_call,), (rep_call,) = result["component_calls"].values()
+    texts = [completion[-1]["content"] for completion in rep_call["completions"]]
+    from eval.fluency import repetitions, words
+
+    assert rep_call["rewards"] == [-float(repetitions(text, 2)) for text in texts]
+    # TRL's logged reward is the weighted sum of the components' means; the monitor saw the same weighted sum
+    total = [a + 0.5 * b for a, b in zip(pacs_call["rewards"], rep_call["rewards"])]
+    (step,) = result["steps"]
+    assert step["reward"] == pytest.approx(sum(total) / len(total), abs=1e-5)
+    (row,) = result["monitor"]["rows"]
+    assert row["reward"] == pytest.approx(sum(total) / len(total), abs=1e-6)
+    assert row["length"] == pytest.approx(sum(len(words(text)) for text in texts) / len(texts))  # punctuation dropped

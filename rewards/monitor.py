@@ -1,0 +1,137 @@
+"""A hacking monitor for any RL loop that calls a reward on its completions (TRL's `GRPOTrainer` included).
+
+`CompletionMonitor` is pacs' SCST hacking monitor (`captioner.modeling.hacking_monitor`) for loops pacs does not
+run: each `observe(captions, rewards)` records the batch's mean reward and the drift signals of the completions —
+mean length in words, Rep-1..4 (`eval.fluency.rep_n`), distinct-1/2 (distinct n-grams / all n-grams over the
+batch) and %Incorrect — with the same definitions as the SCST monitor's columns. Every `every` calls it compares
+the mean of the latest `every` calls with the mean of the first `every` and logs one WARNING naming the
+signature (repetition gaming, length gaming, diversity collapse, bad endings) when the reward rose by more than
+`reward_rise` while a signal drifted past its threshold (the SCST monitor's defaults). The SCST monitor scores
+greedy captions of fixed validation images; this one sees the training completions, so its drifts include the
+sampling noise of a batch (hence the window).
+
+With TRL: `rewards.trl.reward_function(spec, monitor=CompletionMonitor())` observes every call, and with TRL's
+`log_metric` the signals go to the trainer's logs as `<name>/length`, `<name>/rep2`, ...
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from eval.fluency import incorrect_rate, rep_n, words
+
+logger = logging.getLogger(__name__)
+
+SIGNALS = ("length", "rep1", "rep2", "rep3", "rep4", "distinct1", "distinct2", "incorrect")
+
+
+def distinct_n(captions: Sequence[str], n: int) -> float:
+    """Distinct-n (Li et al., 2016): distinct n-grams / n-gram occurrences over all `captions` (NaN if none)."""
+    grams = [tuple(tokens[i:i + n]) for tokens in (words(c) for c in captions) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else float("nan")
+
+
+def completion_signals(captions: Sequence[str]) -> dict[str, float]:
+    """Mean length (words), Rep-1..4, distinct-1/2 and %Incorrect of a batch of completions."""
+    captions = list(captions)
+    signals = {"length": sum(len(words(c)) for c in captions) / len(captions) if captions else float("nan")}
+    signals.update({f"rep{n}": float(rep_n(captions, n)) for n in range(1, 5)})
+    signals.update({f"distinct{n}": distinct_n(captions, n) for n in (1, 2)})
+    signals["incorrect"] = float(incorrect_rate(captions))
+    return signals
+
+
+@dataclass
+class DriftThresholds:
+    """How far a signal may drift from the first window before a rising reward is called gaming (the SCST
+    monitor's `scst.monitor_*` defaults)."""
+
+    reward_rise: float = 0.0  # the reward must exceed the first window's by more than this
+    rep_rise: float = 0.5  # Rep-2 increase (repeated word pairs per caption)
+    length_rise: float = 0.2  # relative increase of the mean length (0.2: +20%)
+    distinct_drop: float = 0.1  # decrease of distinct-2
+    incorrect_rise: float = 10.0  # %Incorrect increase, in percentage points
+
+
+def drift_signatures(start: dict[str, float], now: dict[str, float],
+                     thresholds: DriftThresholds) -> list[tuple[str, str]]:
+    """[(signature, drift)] for each drift of `now` from `start` past its threshold, when the reward rose."""
+    def delta(key: str) -> float | None:
+        a, b = start.get(key, math.nan), now.get(key, math.nan)
+        return b - a if math.isfinite(a) and math.isfinite(b) else None
+
+    rise = delta("reward")
+    if rise is None or rise <= thresholds.reward_rise:
+        return []
+    found = []
+    rep = delta("rep2")
+    if rep is not None and rep > thresholds.rep_rise:
+        found.append(("repetition gaming", f"rep2 {rep:+.3g}"))
+    length = delta("length")
+    if length is not None and start["length"] > 0 and length / start["length"] > thresholds.length_rise:
+        found.append(("length gaming", f"length {length:+.3g} words ({100 * length / start['length']:+.0f}%)"))
+    distinct = delta("distinct2")
+    if distinct is not None and -distinct > thresholds.distinct_drop:
+        found.append(("diversity collapse", f"distinct2 {distinct:+.3g}"))
+    incorrect = delta("incorrect")
+    if incorrect is not None and incorrect > thresholds.incorrect_rise:
+        found.append(("bad endings", f"%incorrect {incorrect:+.3g}"))
+    return found
+
+
+def _mean_row(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    keys = ("reward", *SIGNALS)
+    out = {}
+    for key in keys:
+        values = [row[key] for row in rows if math.isfinite(row.get(key, math.nan))]
+        out[key] = sum(values) / len(values) if values else math.nan
+    return out
+
+
+@dataclass
+class CompletionMonitor:
+    """Records the drift signals of the completions of each reward call and warns on a gaming signature.
+
+    `rows` holds one dict per call (`call`, `step` when known, `reward`, the `SIGNALS`); `warnings` the warning
+    texts logged. `every` (>= 1): the window and the interval of the comparisons.
+    """
+
+    every: int = 10
+    thresholds: DriftThresholds = field(default_factory=DriftThresholds)
+    rows: list[dict[str, float]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise ValueError(f"CompletionMonitor: every={self.every!r}: expected an int >= 1")
+
+    def observe(self, captions: Sequence[str], rewards: Sequence[float | None], step: int | None = None,
+                log_metric: Callable[[str, float], None] | None = None, prefix: str = "monitor") -> dict[str, float]:
+        """Record one call's completions and rewards (None / NaN left out of the mean); returns its row."""
+        finite = [float(r) for r in rewards if r is not None and math.isfinite(float(r))]
+        row = {"call": float(len(self.rows) + 1), "reward": sum(finite) / len(finite) if finite else math.nan,
+               **completion_signals(captions)}
+        if step is not None:
+            row["step"] = float(step)
+        self.rows.append(row)
+        if log_metric is not None:
+            for key in SIGNALS:
+                if math.isfinite(row[key]):
+                    log_metric(f"{prefix}/{key}", row[key])
+        if len(self.rows) >= 2 * self.every and len(self.rows) % self.every == 0:
+            self._check()
+        return row
+
+    def _check(self) -> None:
+        start, now = _mean_row(self.rows[:self.every]), _mean_row(self.rows[-self.every:])
+        found = drift_signatures(start, now, self.thresholds)
+        if not found:
+            return
+        text = (f"reward monitor, calls {len(self.rows) - self.every + 1}-{len(self.rows)}: mean reward "
+                f"{now['reward'] - start['reward']:+.3g} ({start['reward']:.4g} -> {now['reward']:.4g}) while "
+                f"{', '.join(drift for _, drift in found)} since calls 1-{self.every}: "
+                f"{', '.join(name for name, _ in found)}")
+        self.warnings.append(text)
+        logger.warning("%s", text)
