@@ -97,7 +97,8 @@ class SeedEvidence:
     def view(self, rewards: Sequence[tuple[str, str]], human: str | None) -> dict[str, Any]:
         """One view of the evidence: every row's value and interval, every captioner's difference with XE and
         with `human`, each reward's own gain (`rewards`: (spec, the row trained on it) pairs) and each row's
-        Judge-acc change as a share of the oracle's (when the `judge` reward was trained)."""
+        Judge-acc change as a share of the oracle's (when the `judge` reward was trained and raised judge accuracy
+        beyond noise: the share of a gain within noise is not reported)."""
         rows: dict[str, dict[str, Any]] = {}
         for name in self.names:
             entry: dict[str, Any] = {"value": {}, "value_ci": {}, "per_seed": {}}
@@ -118,7 +119,8 @@ class SeedEvidence:
                           "ci": gain.interval, "per_seed": gain.per_seed})
         shares = {}
         oracle = next((model for spec, model in rewards if spec == ORACLE), None)
-        if oracle is not None:
+        oracle_gain = (rows.get(oracle, {}).get("ci") or {}).get("Judge-acc") if oracle is not None else None
+        if oracle_gain is not None and oracle_gain[0] > 0:  # a share of a gain that is noise would be noise too
             for name in self.names:
                 if name in (BASELINE, human, oracle):
                     continue

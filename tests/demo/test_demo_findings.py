@@ -92,14 +92,18 @@ def test_the_oracle_share_of_the_seed_evidence() -> None:
     def rows(judge: list[list[float]]) -> list[dict[str, np.ndarray]]:
         return [{"Judge-acc": np.asarray(seed), "Judge": np.asarray(seed)} for seed in judge]
 
-    per_image = {"xe": rows([[0.0, 0.0], [0.0, 100.0]]), "scst cider": rows([[100.0, 0.0], [0.0, 100.0]]),
+    per_image = {"xe": rows([[0.0, 0.0], [0.0, 50.0]]), "scst cider": rows([[100.0, 0.0], [0.0, 100.0]]),
                  "scst judge": rows([[100.0, 100.0], [100.0, 100.0]])}
     evidence = SeedEvidence(per_image, {name: [None, None] for name in per_image}, ["Judge-acc", "Judge"], 200, 0)
     share = evidence.share("scst cider", "scst judge")
-    # by hand: cider +50 and +0 against XE, the oracle +100 and +50: (25) / (75) pooled, 50% and 0% per seed
-    assert share.point == pytest.approx(25.0 / 75.0) and share.per_seed == pytest.approx([0.5, 0.0])
-    view = evidence.view([("judge", "scst judge")], None)
-    assert view["oracle"] == "scst judge" and view["share_of_oracle"]["scst cider"]["point"] == pytest.approx(1 / 3)
+    # by hand: cider +50 and +25 against XE, the oracle +100 and +75: 37.5 / 87.5 pooled, 50% and 33% per seed
+    assert share.point == pytest.approx(37.5 / 87.5) and share.per_seed == pytest.approx([0.5, 25.0 / 75.0])
+    view = evidence.view([("judge", "scst judge")], None)  # the oracle's gain is above 0 in every resample
+    assert view["oracle"] == "scst judge" and view["share_of_oracle"]["scst cider"]["point"] == pytest.approx(3 / 7)
+    # an oracle whose own gain is within noise gives no shares (seed 0 +100, seed 1 -50: the interval spans 0)
+    per_image["scst judge"] = rows([[100.0, 100.0], [0.0, 0.0]])
+    flat = SeedEvidence(per_image, {name: [None, None] for name in per_image}, ["Judge-acc", "Judge"], 200, 0)
+    assert flat.view([("judge", "scst judge")], None)["share_of_oracle"] == {}
 
 
 # --- the findings' rules on hand-made views -------------------------------------------------------------------
