@@ -143,13 +143,14 @@ def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
              folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None,
-             kl_coef: float | None = None, seed: int | None = None) -> dict:
+             kl_coef: float | None = None, seed: int | None = None, mix_normalisation: str = "weighted_sum") -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
     the model is also scored on held-out validation images every `scst.monitor_every` steps
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
-    `seed` (default `config.seed`): the training seed.
+    `seed` (default `config.seed`): the training seed. `mix_normalisation` (`scst.normalised_rewards`):
+    `normalize_then_sum` normalises each reward component within the image's k samples first (`rewards.mix`).
     """
     stage, guarded = config.scst, kl_coef is not None
     guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
@@ -160,8 +161,10 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
                       save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
-                      tensorboard=False, **guards)
+                      tensorboard=False, mix_normalisation=mix_normalisation, **guards)
     label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
+    if mix_normalisation != "weighted_sum":
+        label = normalised_label(spec)
     monitor = None
     if scorers is not None and stage.monitor_every:
         monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"),
@@ -223,6 +226,17 @@ JUDGE_MONITOR_FILE = "judge_monitor.csv"
 def guarded_label(spec: str, kl_coef: float) -> str:
     """Stage / log name of a guarded run: `<reward slug>-kl<coef>` (e.g. `clip-s-kl0.1`)."""
     return f"{reward_slug(spec)}-kl{kl_coef:g}"
+
+
+def normalised_label(spec: str) -> str:
+    """Stage / log name of an SCST run on the normalised mix of `spec` (`scst.normalised_rewards`):
+    `<reward slug>-norm` (e.g. `cider_1_pac-s++_0.5-norm`)."""
+    return f"{reward_slug(spec)}-norm"
+
+
+def normalised_model_name(spec: str) -> str:
+    """The table row of an SCST run on the normalised mix of `spec`: `scst <spec> norm`."""
+    return f"scst {spec} norm"
 
 
 def choose_guarded(summaries: Mapping[float, Mapping[str, Any]]) -> float:

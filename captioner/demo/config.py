@@ -136,6 +136,9 @@ class ScstStageConfig:
     """SCST fine-tuning of the XE captioner with each reward."""
 
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
+    # rewards also trained with `mix_normalisation: normalize_then_sum` (each component normalised within the
+    # image's k samples before the weighting, rewards.mix): stage `scst-<reward>-norm`, row `scst <reward> norm`
+    normalised_rewards: list[str] = field(default_factory=list)
     steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 32
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
@@ -155,7 +158,7 @@ class ScstStageConfig:
         from metric.scoring.registry import METRICS
         from rewards.registry import parse_reward_spec
 
-        for spec in self.rewards:
+        for spec in [*self.rewards, *self.normalised_rewards]:
             try:
                 terms = parse_reward_spec(spec)
             except InputError as error:
@@ -170,6 +173,11 @@ class ScstStageConfig:
             raise InputError(f"scst.baseline={self.baseline!r}: unknown (known: {', '.join(BASELINES)})")
         if self.baseline == "loo" and self.beam_size < 2:
             raise InputError(f"scst.beam_size={self.beam_size}: the leave-one-out baseline needs >= 2 samples")
+        if self.normalised_rewards and self.baseline == "greedy":
+            raise InputError("scst.normalised_rewards: normalize_then_sum needs a baseline over the k samples "
+                             "(scst.baseline mean or loo)")
+        if len(set(self.normalised_rewards)) != len(self.normalised_rewards):
+            raise InputError(f"scst.normalised_rewards={self.normalised_rewards}: a reward is listed twice")
 
 
 @dataclass

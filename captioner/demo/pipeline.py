@@ -63,11 +63,13 @@ def _scorers(run_dir: Path, device: str = "cpu") -> dict[str, Any]:
 
 def stage_names(config: DemoConfig) -> list[str]:
     """The demo's stages, in the order they run."""
-    from captioner.demo.captioning import reward_slug
+    from captioner.demo.captioning import normalised_label, reward_slug
 
     if not config.captioning:
         return ["data", "clip", "pacs", "correlation"]
-    per_seed = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards], *guarded_stage_names(config)]
+    per_seed = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards],
+                *[f"scst-{normalised_label(spec)}" for spec in config.scst.normalised_rewards],
+                *guarded_stage_names(config)]
     return ["data", "clip", "pacs", "correlation", "features",
             *[f"{seed_prefix(config, seed)}{name}" for seed in config.seed_list() for name in per_seed], "evaluate"]
 
@@ -281,7 +283,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
                                              runner.folder("clip") / "checkpoint.safetensors", xe_micro, seed=seed),
                {"seed": seed, "xe": settings_of(config.xe)}, upstream=["features"], distributed=True)
     models = {"xe": runner.folder(xe) / "best"}
-    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards"})
+    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     for spec in config.scst.rewards:
         name = f"{prefix}scst-{captioning.reward_slug(spec)}"
         runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
@@ -290,6 +292,15 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
                    {"seed": seed, "scst": scst_settings, "reward": spec}, upstream=[xe, "pacs"],
                    distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
+    for spec in config.scst.normalised_rewards:  # the same SCST, each component normalised within the k samples
+        name = f"{prefix}scst-{captioning.normalised_label(spec)}"
+        runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
+                       config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
+                       runner.folder(name), logs, scst_micro, fresh(), seed=seed,
+                       mix_normalisation="normalize_then_sum"),
+                   {"seed": seed, "scst": scst_settings, "reward": spec, "mix_normalisation": "normalize_then_sum"},
+                   upstream=[xe, "pacs"], distributed=True)
+        models[captioning.normalised_model_name(spec)] = runner.folder(name) / "final"
     choices = _run_guarded(config, seed, data, runner, features, scorers, logs, scst_micro, scst_settings, models)
     return models, choices
 
@@ -422,6 +433,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     bleu = {name: [None if name == HUMAN_ROW else evaluation.scores[name].bleu for evaluation in evaluations]
             for name in names}
     pairs = [(spec, findings.scst_model_name(spec)) for spec in config.scst.rewards]
+    pairs += [(spec, captioning.normalised_model_name(spec)) for spec in config.scst.normalised_rewards]
     pairs += [(reward, findings.guarded_model_name(reward)) for reward in config.guarded.rewards]
     evidence = SeedEvidence(per_image, bleu, TABLE_COLUMNS, resamples, config.seed)
     pooled = evidence.view(pairs, HUMAN_ROW)
@@ -445,6 +457,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
         logger.warning("the oracle %s did not raise judge accuracy beyond noise (%s): the SCST settings (steps, lr, "
                        "samples), not the rewards, bound what any reward can show", pooled["oracle"], oracle)
     records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat)
+    normalised = _normalisation_comparisons(config, evidence)
     gains = [gain for gain in pooled["gains"] if gain["model"] not in guarded_rows.values()]
     guarded_gains = [gain for gain in pooled["gains"] if gain["model"] in guarded_rows.values()]
     versus_human = {name: {"delta": entry["versus_human"]["delta"], "ci": entry["versus_human"]["ci"]}
@@ -466,6 +479,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
         "guarded": {"choices": guarded[seeds[0]], "choices_by_seed": {str(s): guarded[s] for s in seeds},
                     "reward_gains": guarded_gains, "flat_reward_steps": flat},
         "findings": records,
+        "mix_normalisation": normalised,
         "human_baseline": {**table["human_baseline"], "row": HUMAN_ROW, "header": table["header"],
                            "system_table": "evaluate/system_table.json" if len(seeds) == 1
                            else f"evaluate/seed-{seeds[0]}/system_table.json"},
@@ -474,6 +488,23 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
         "provenance": provenance(config=to_dict(config), seed=config.seed)})
     captioning.write_gallery(run_dir, data, first, config.evaluate.gallery_size)
     return {"models": list(models[seeds[0]]), "seeds": seeds, "images": len(first.image_ids)}
+
+
+def _normalisation_comparisons(config: DemoConfig, evidence: Any) -> list[dict[str, Any]]:
+    """Judge-acc of each `scst.normalised_rewards` run against the weighted-sum run of the same reward (when
+    `scst.rewards` trains it too): the paired difference (normalised − weighted sum) over seeds and images."""
+    from captioner.demo import captioning, findings
+
+    out = []
+    for spec in config.scst.normalised_rewards:
+        if spec not in config.scst.rewards:
+            continue
+        model, versus = captioning.normalised_model_name(spec), findings.scst_model_name(spec)
+        found = evidence.estimate(model, findings.JUDGE, versus)
+        if found is not None:
+            out.append({"reward": spec, "model": model, "versus": versus, "column": findings.JUDGE,
+                        "delta": found.point, "ci": list(found.interval), "per_seed": list(found.per_seed)})
+    return out
 
 
 def _flat_share(recorded: float | None, model_folder: Path | None) -> float:
@@ -537,6 +568,11 @@ def results_markdown(results: dict[str, Any]) -> str:
         parts.append(f"Each reward's own value on the test split ({interval}, "
                      f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
                      + findings.gains_table(results["reward_gains"]))
+    for comparison in results.get("mix_normalisation") or []:  # scst.normalised_rewards against the weighted sum
+        parts.append(f"`{comparison['model']}` − `{comparison['versus']}` ({comparison['column']}, each component "
+                     f"normalised within the image's k samples vs the weighted sum; {interval}, 95% interval): "
+                     f"{findings.signed(comparison['delta'])} pts [{findings.signed(comparison['ci'][0])}, "
+                     f"{findings.signed(comparison['ci'][1])}]\n")
     if results.get("share_of_oracle"):
         parts.append(f"Each model's Judge-acc change against XE as a share of the oracle's (`{results.get('oracle')}`, "
                      "SCST with the judge as the reward; 95% interval on the same resamples):\n\n"

@@ -64,6 +64,7 @@ from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
 from metric.common.trainer_config import TrainerConfig, is_due, resume_target
 from metric.training.divergence import check_loss, check_weights, nonfinite_parameter
+from rewards.mix import check_mix_normalisation, mixed_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ SAMPLINGS = ("beam", "multinomial")
 SELECT_BY = {"last": None, "cider": "cider", "reward": "reward"}
 #: the guard settings (issue 24): left out of stage fingerprints while at their defaults (off), so runs finished
 #: before they existed stay done; the monitor's warning thresholds never determine an output
-GUARD_FIELDS = ("kl_coef", "kl_reference", "select_by", "monitor_every", "monitor_images")
+GUARD_FIELDS = ("kl_coef", "kl_reference", "select_by", "monitor_every", "monitor_images",
+                "mix_normalisation")  # mix_normalisation (issue 34): how a mixed reward's components aggregate
 MONITOR_THRESHOLD_FIELDS = ("monitor_reward_rise", "monitor_rep_rise", "monitor_length_rise",
                             "monitor_distinct_drop", "monitor_incorrect_rise", "monitor_cider_drop",
                             "degenerate_window", "degenerate_fraction")
@@ -131,6 +133,9 @@ class SCSTConfig(TrainerConfig):
     # zero for more than `degenerate_fraction` of the images, on average over the last `degenerate_window` steps
     degenerate_window: Annotated[PositiveInt, Le(MAX_STEPS)] = 10
     degenerate_fraction: Annotated[float, Ge(0), Le(1)] = 0.5
+    # a mixed reward's components: summed with their weights, or each normalised within the image's k samples
+    # first (GDPO; TRL's multi_objective_aggregation="normalize_then_sum"; rewards.mix, docs/rewards.md)
+    mix_normalisation: str = "weighted_sum"
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
@@ -157,6 +162,9 @@ class SCSTConfig(TrainerConfig):
                              "selects the checkpoint is computed by the hacking monitor")
         if self.kl_reference and not self.kl_coef:
             raise InputError(f"kl_reference={self.kl_reference!r} has no effect with kl_coef=0: set kl_coef > 0")
+        if check_mix_normalisation(self.mix_normalisation) == "normalize_then_sum" and self.baseline == "greedy":
+            raise InputError("mix_normalisation=normalize_then_sum needs a baseline over the k samples (mean or "
+                             "loo): the greedy caption is not among the samples each component is normalised over")
 
 
 @dataclass
@@ -276,6 +284,10 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     if config.baseline not in BASELINES:
         raise InputError(f"unknown SCST baseline {config.baseline!r} (known: {', '.join(BASELINES)})")
     config.check_guards()  # also for a config built in code
+    built = getattr(reward, "mix_normalisation", "weighted_sum")
+    if built != "weighted_sum" and built != config.mix_normalisation:  # build_reward(..., mix_normalisation=...)
+        raise InputError(f"the reward was built with mix_normalisation={built!r} but scst.mix_normalisation="
+                         f"{config.mix_normalisation!r}: SCST aggregates as its config says; set it there")
     if policy is None:
         missing = features.missing(image_id for image_id, _ in train)
         if missing:
@@ -479,7 +491,10 @@ def _scst_micro_step(accelerator: Any, model: Any, captioner: CaptionPolicy,
     raw = torch.as_tensor(reward(image_ids, captions, references)).float().cpu()
     if raw.shape != (len(batch), config.k):
         raise InputError(f"reward {config.reward!r} returned shape {tuple(raw.shape)}, expected {(len(batch), config.k)}")
-    repaired, advantages, count = compute_advantages(raw, config.baseline, greedy_rewards)
+    learnt = mixed_rewards(reward, raw, config.mix_normalisation)  # normalize_then_sum: per-image component z-scores
+    repaired, advantages, count = compute_advantages(learnt, config.baseline, greedy_rewards)
+    if learnt is not raw:  # log.csv's reward columns stay the weighted sum (comparable across aggregations)
+        repaired = compute_advantages(raw, "mean")[0]
     b, k, length = sampled.shape
     tokens = sampled.reshape(b * k, length).to(accelerator.device)
     if reference is not None:  # KL guard: r'(y) = r(y) − β·KL(y), before the baseline (policy still in eval mode)
@@ -488,7 +503,7 @@ def _scst_micro_step(accelerator: Any, model: Any, captioner: CaptionPolicy,
             greedy_kl = None if greedy_tokens is None else reference.sequence_kl(
                 policy, feats, greedy_tokens.view(b, -1).to(accelerator.device)).float().cpu()
         shaped_greedy = None if greedy_rewards is None else greedy_rewards - config.kl_coef * greedy_kl
-        _, advantages, _ = compute_advantages(raw - config.kl_coef * kl, config.baseline, shaped_greedy)
+        _, advantages, _ = compute_advantages(learnt - config.kl_coef * kl, config.baseline, shaped_greedy)
         stats["kl"].append(kl)
     model.train()
     dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, accelerator.device))

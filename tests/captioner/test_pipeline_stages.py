@@ -97,7 +97,7 @@ def test_pacs_train_refuses_unknown_force_and_unsplittable_batch_before_any_work
     smoke = str(Path(__file__).resolve().parents[2] / "recipes" / "configs" / "demo_smoke.yaml")
     assert main(["train", "--config", smoke, "--force", "scst", f"runs_dir={tmp_path}"]) == 2
     per_seed = ["xe", "scst-cider", "scst-clip-s", "scst-pac-s++", "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5",
-                "scst-judge", "scst-clip-s-kl0.1"]  # once per training seed (demo_smoke.yaml: seeds [0, 1])
+                "scst-judge", "scst-cider_1_pac-s++_0.5-norm", "scst-clip-s-kl0.1"]  # once per training seed (seeds [0, 1])
     assert ("--force scst: no such stage; the stages of this run are: data, clip, pacs, correlation, features, "
             + ", ".join(f"seed-{seed}/{name}" for seed in (0, 1) for name in per_seed) + ", evaluate"
             ) in capsys.readouterr().err

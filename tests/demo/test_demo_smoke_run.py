@@ -19,11 +19,11 @@ from metric.common.errors import InputError
 
 SEEDS = [0, 1]
 PER_SEED = ["xe", "scst-cider", "scst-clip-s", "scst-pac-s++", "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5",
-            "scst-judge", "scst-clip-s-kl0.1"]
+            "scst-judge", "scst-cider_1_pac-s++_0.5-norm", "scst-clip-s-kl0.1"]
 STAGES = {"data", "clip", "pacs", "correlation", "features", "evaluate",
           *(f"seed-{seed}/{name}" for seed in SEEDS for name in PER_SEED)}
 REWARDS = ["cider", "clip-s", "pac-s++", "ref-pac-s++", "cider:1,pac-s++:0.5", "judge"]
-MODELS = ["xe", *(f"scst {spec}" for spec in REWARDS), "scst clip-s +KL", "human"]
+MODELS = ["xe", *(f"scst {spec}" for spec in REWARDS), "scst cider:1,pac-s++:0.5 norm", "scst clip-s +KL", "human"]
 
 
 @pytest.mark.slow
@@ -69,19 +69,28 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
             low, high = row["ci"][column]
             assert low <= row["delta"][column] + 1e-9 and row["delta"][column] <= high + 1e-9, (row["model"], column)
             assert row["delta"][column] == pytest.approx(row[column] - results["rows"][0][column])
-    assert [g["reward"] for g in results["reward_gains"]] == REWARDS and results["findings"]
+    assert [g["reward"] for g in results["reward_gains"]] == [*REWARDS, "cider:1,pac-s++:0.5"] and results["findings"]
     assert results["oracle"] == "scst judge"
     # the printed findings are the records' sentences, one bullet each
     printed = out.split("What the run found:\n\n")[1].split("\n\n")[0].splitlines()
     assert printed == [f"* {record['text']}" for record in results["findings"]]
     for record in results["findings"]:
         assert {"subject", "claim", "holds", "interval", "seeds"} <= set(record) and set(record["seeds"]) == {"0", "1"}
-    gains = {g["reward"]: g for g in results["reward_gains"]}
-    mix = gains["cider:1,pac-s++:0.5"]  # the weighted sum of its terms, from the table's columns
+    gains = {g["model"]: g for g in results["reward_gains"]}
     by_model = {r["model"]: r for r in results["rows"]}
-    assert mix["scst"] == pytest.approx(by_model["scst cider:1,pac-s++:0.5"]["C"] / 100
-                                        + 0.5 * by_model["scst cider:1,pac-s++:0.5"]["PAC-S++"], rel=1e-5)
-    assert gains["judge"]["scst"] == pytest.approx(by_model["scst judge"]["Judge"] / 100, rel=1e-5)  # the oracle
+    for model in ("scst cider:1,pac-s++:0.5", "scst cider:1,pac-s++:0.5 norm"):  # normalised or not, the mix's own
+        assert gains[model]["scst"] == pytest.approx(by_model[model]["C"] / 100  # value is its weighted sum
+                                                     + 0.5 * by_model[model]["PAC-S++"], rel=1e-5)
+    # the normalised mix against the weighted sum on the judge: the paired difference of the two rows' Judge-acc
+    (compared,) = results["mix_normalisation"]
+    assert (compared["model"], compared["versus"]) == ("scst cider:1,pac-s++:0.5 norm", "scst cider:1,pac-s++:0.5")
+    assert compared["delta"] == pytest.approx(by_model[compared["model"]]["Judge-acc"]
+                                              - by_model[compared["versus"]]["Judge-acc"], abs=1e-9)
+    assert compared["ci"][0] <= compared["delta"] + 1e-9 and compared["delta"] <= compared["ci"][1] + 1e-9
+    assert f"`{compared['model']}` − `{compared['versus']}` (Judge-acc" in out
+    norm_record = json.loads((run_dir / "stages" / "seed-0" / "scst-cider_1_pac-s++_0.5-norm.json").read_text())
+    assert norm_record["settings"]["mix_normalisation"] == "normalize_then_sum"  # in the stage's fingerprint
+    assert gains["scst judge"]["scst"] == pytest.approx(by_model["scst judge"]["Judge"] / 100, rel=1e-5)  # the oracle
     assert "What the run found:" in out and "Δ vs xe" in out
     # Judge-acc and Length recomputed from the captions each seed's models wrote, against the world's scenes: the
     # table's value is their mean over the seeds
