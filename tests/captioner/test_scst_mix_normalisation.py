@@ -103,3 +103,23 @@ def test_the_option_reaches_the_stage_fingerprint_and_its_default_leaves_it_as_b
     assert "mix_normalisation" not in default  # runs finished before the key existed stay done
     on = guard_settings(trainer_settings(SCSTConfig(mix_normalisation="normalize_then_sum")))
     assert on == {**default, "mix_normalisation": "normalize_then_sum"}  # changing it: another fingerprint
+
+
+def test_a_transformers_captioner_learns_from_the_normalised_components_too(tmp_path):
+    """The same rule through the transformers policy (a tiny GIT): train_scst's one aggregation serves both kinds."""
+    from captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
+    from tests.captioner.hf_tiny import build_git, coloured_images
+
+    paths, refs = coloured_images(tmp_path / "images", 4)
+    folder = build_git(tmp_path / "git")
+    train = [(image_id, refs[image_id]) for image_id in paths]
+    losses = {}
+    for name, reward, normalisation in (("norm", _mix(), "normalize_then_sum"), ("hand", _hand_normalised,
+                                                                                  "weighted_sum")):
+        policy = HFPolicy.load(folder, paths, HFTrainOptions(), max_length=6)
+        config = SCSTConfig(output_dir=str(tmp_path / name), reward="mix", lr=1e-3, batch_size=2, micro_batch_size=2,
+                            samples="multinomial", k=3, max_length=6, max_steps=1, save_every=0, tensorboard=False,
+                            seed=3, mix_normalisation=normalisation)
+        losses[name] = train_scst(config, folder, None, train, reward, policy=policy).losses[0]
+    assert losses["norm"] != 0.0  # some component varied within an image's samples: a real gradient
+    assert losses["norm"] == pytest.approx(losses["hand"], rel=1e-5, abs=1e-7)
