@@ -163,7 +163,8 @@ class HFPolicy:
             if vision:  # train_vision with LoRA: the vision tower's own weights train fully
                 for name, parameter in model.named_parameters():
                     parameter.requires_grad_(parameter.requires_grad or any(name.endswith(v) for v in vision))
-        self.module = model.eval()  # dropout is off anyway; eval keeps batch-norm style layers frozen
+        self.module = model.eval()  # the SCST / XE loops switch to train mode for the gradient pass (gradient
+        # checkpointing runs only in train mode); dropout is off either way
 
     @classmethod
     def load(cls, folder: str | os.PathLike, image_paths: Mapping[str, Any], options: HFTrainOptions,
