@@ -1,0 +1,51 @@
+"""tools/compare_findings.py: two runs' findings compared as sets of (subject, claim, holds) (issue 32 item 5)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "compare_findings.py"
+
+
+@pytest.fixture(scope="module")
+def tool():
+    """The script loaded as a module (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("compare_findings", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder: Path, records: list[tuple[str, str, object]]) -> Path:
+    folder.mkdir()
+    findings = [{"subject": s, "claim": c, "holds": h, "interval": {}, "seeds": {}} for s, c, h in records]
+    (folder / "results.json").write_text(json.dumps({"rows": [], "findings": findings}))
+    return folder
+
+
+def test_two_runs_with_the_same_claims_are_equal_and_a_changed_one_is_named(tool, tmp_path, capsys) -> None:
+    a = _run(tmp_path / "a", [("scst cider", "judge accuracy falls beyond noise", True),
+                              ("scst judge", "judge accuracy rises beyond noise", True)])
+    b = _run(tmp_path / "b", [("scst judge", "judge accuracy rises beyond noise", True),
+                              ("scst cider", "judge accuracy falls beyond noise", True)])
+    assert tool.main([str(a), str(b)]) == 0 and capsys.readouterr().out == "2 claims alike, 0 differ\n"
+    c = _run(tmp_path / "c", [("scst cider", "judge accuracy falls beyond noise", "seed-dependent"),
+                              ("scst clip-s", "its own reward rises beyond noise", True)])
+    assert tool.main([str(a), str(c / "results.json")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "0 claims alike, 3 differ",
+        "  differs: scst cider: judge accuracy falls beyond noise — A: True, B: seed-dependent",
+        "  differs: scst clip-s: its own reward rises beyond noise — A: absent, B: True",
+        "  differs: scst judge: judge accuracy rises beyond noise — A: True, B: absent"]
+
+
+def test_a_run_without_findings_records_is_one_line_exit_2(tool, tmp_path, capsys) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"rows": [], "findings": ["a sentence of 0.5"]}))
+    assert tool.main([str(old), str(old)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no findings records" in err and str(old / "results.json") in err
