@@ -98,12 +98,16 @@ def main() -> None:
     parser.add_argument("--workers", default="auto", help="decoding threads of the Scorer in the main rows")
     parser.add_argument("--workers-list", default="0,1,auto", help="worker counts of the per-workers rows")
     parser.add_argument("--decode-images", type=int, default=128, help="images of the per-workers rows")
+    parser.add_argument("--only-workers", action="store_true", help="print the per-workers rows only")
     args = parser.parse_args()
     workers = args.workers if args.workers == "auto" else int(args.workers)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     backbone = load_backbone("ViT-B-32", device=args.device)  # open_clip architecture, random weights
+    if args.only_workers:
+        workers_rows(backbone, args)
+        return
     images, captions = flickr8k_inputs(args.images, args.captions_per_image)
     n_images = len(set(images))
 
@@ -161,13 +165,17 @@ def workers_rows(backbone: Backbone, args: argparse.Namespace) -> None:
           f"{'speed-up':>10}{'equal':>7}   ({len(images)} images, 1 caption each, batch 64)")
     counts = [item if item == "auto" else int(item) for item in args.workers_list.split(",")]
     embed_only(backbone, images[:8], 0)  # warm-up
+    runs: dict[int | str, list] = {count: [] for count in counts}
+    wholes: dict[int | str, list[float]] = {count: [] for count in counts}
+    for _ in range(args.repeats):  # interleaved, so that load changes hit every count alike
+        for count in counts:
+            runs[count].append(timed(embed_only, backbone, images, count))
+            wholes[count].append(timed(pacs_scores, backbone, images, captions, 64, "fp32", count)[0])
     serial, base = None, None
     for count in counts:
-        runs = [timed(embed_only, backbone, images, count) for _ in range(args.repeats)]
-        elapsed = statistics.median(t for t, _ in runs)
-        whole = statistics.median(timed(pacs_scores, backbone, images, captions, 64, "fp32", count)[0]
-                                  for _ in range(args.repeats))
-        embeddings = runs[-1][1]
+        elapsed = statistics.median(t for t, _ in runs[count])
+        whole = statistics.median(wholes[count])
+        embeddings = runs[count][-1][1]
         if serial is None:
             serial, base = embeddings, elapsed
         equal = bool(torch.equal(embeddings, serial))

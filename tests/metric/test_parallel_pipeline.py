@@ -141,3 +141,23 @@ def test_tensor_decoder_follows_the_exact_geometry(flickr_images):
         assert tensor.shape == exact.shape == (3, 224, 224)
         steps = ((tensor - exact) * std * 255).abs()  # in 8-bit steps
         assert steps.mean() < 2.0 and steps.max() < 64  # decoder + filter rounding, not another geometry
+
+
+def test_score_refuses_decode_gpu_and_bad_workers_before_loading_a_model(tmp_path, capsys, monkeypatch):
+    import json
+
+    import pacs_cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (tmp_path / "c.json").write_text(json.dumps({"a": "a dog"}))
+    from PIL import Image
+
+    Image.new("RGB", (16, 16), "red").save(tmp_path / "a.png")
+    common = ["score", "--metric", "clip-s", "--backbone", "no-such-model", "--images", str(tmp_path),
+              "--candidates", str(tmp_path / "c.json")]  # the backbone would fail if it were loaded
+    assert pacs_cli.main([*common, "--decode", "gpu"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--decode gpu needs a CUDA GPU" in lines[0]
+    with pytest.raises(SystemExit) as stop:
+        pacs_cli.main([*common, "--workers", "lots"])
+    assert stop.value.code == 2 and "--workers='lots': give auto or a number" in capsys.readouterr().err
