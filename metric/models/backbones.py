@@ -1,19 +1,18 @@
 """Dual encoders built through open_clip: by name (+ pretrained tag or file), from a config dict, from files.
 
-The `Backbone` record, open_clip model construction and pacs' own checkpoint format (`save_backbone` and its
-reader). The one way in for every source, `load_backbone`, is the factory on top (`metric.models.factory`): it
-imports this module, `metric.models.official` and `metric.models.lora`, none of which import it back.
+The `Backbone` record, open_clip model construction and assembly (`assemble_backbone`) and pacs' own checkpoint
+format (`save_backbone`; its reader is `metric.models.pacs_checkpoint`). Each family's loader builds on this module
+(`metric.models.open_clip_clip`, `open_clip_siglip`, `transformers_backbone`, `official`); the one way in for every
+source, `load_backbone`, is the factory on top (`metric.models.factory`), which none of them import.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import logging
 import os
-import pickle
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,23 +21,14 @@ import open_clip
 import torch
 from open_clip.model import CLIP, CustomTextCLIP
 
-from metric.common.errors import InputError, MissingResourceError
+from metric.common.errors import InputError
 from metric.common.io import atomic_path
-from metric.common.provenance import sha256_file
 from metric.models.families import (
     FAMILIES,
     NOT_ESTABLISHED,
     SOURCE_BUILT,
-    SOURCE_METADATA,
-    SOURCE_OPEN_CLIP,
-    SOURCE_USER,
-    check_declared_family,
-    check_family_name,
 )
 from metric.models.open_clip_traits import (
-    TOKENIZER_FILES_TEXT,
-    has_tokenizer_files,
-    hf_tokenizer_from_folder,
     open_clip_traits,
     wrap_open_clip_tokenizer,
 )
@@ -51,12 +41,10 @@ from metric.models.pruned_forward import (
 )
 from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
 from metric.models.traits import CLIP_TRAITS, BackboneTraits
-from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
 PACS_FORMAT = "open_clip"
-TINY_RANDOM_NAME = "tiny-random"
 # A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.training.export).
 EXPORT_CONFIG_FILE = "open_clip_config.json"
 EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
@@ -212,49 +200,6 @@ def instantiate_open_clip(config: Mapping[str, Any]) -> torch.nn.Module:
         raise InputError(f"invalid open_clip model config: {error}") from None
 
 
-def _reads_hf_tokenizer(config: Mapping[str, Any]) -> bool:
-    text_cfg = config.get("text_cfg", {})
-    return bool(text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name"))
-
-
-def checkpoint_tokenizer(config: Mapping[str, Any], name: str, weights: Path) -> Callable[..., torch.Tensor] | None:
-    """The Hugging Face tokenizer of a pacs checkpoint / export (SigLIP, SigLIP2); None for the CLIP BPE.
-
-    Looked for, in order: tokenizer files next to `weights` (an export folder holds them), the recorded base `name`
-    (a ``local-dir:`` folder, the folder of a ``NAME/FILE`` weights file, a built-in name's tokenizer in the Hugging
-    Face cache); else one MissingResourceError saying where to put the tokenizer files.
-    """
-    if not _reads_hf_tokenizer(config):
-        return None
-    text_cfg = config.get("text_cfg", {})
-    what = f"checkpoint {weights}"
-    model_name, pretrained = parse_backbone_spec(name)
-    folders = [weights.resolve().parent]
-    if model_name.startswith("local-dir:"):
-        folders.append(Path(model_name[len("local-dir:"):]))
-    elif pretrained and not open_clip.get_pretrained_cfg(model_name, pretrained) and \
-            (Path(pretrained).suffix or os.sep in pretrained):  # NAME/FILE: the tokenizer lay next to FILE
-        folders.append(Path(pretrained).parent)
-    for folder in folders:
-        if has_tokenizer_files(folder):
-            return hf_tokenizer_from_folder(folder, text_cfg, what, parameter="checkpoint")
-    tokenizer_name = text_cfg.get("hf_tokenizer_name") or text_cfg.get("hf_model_name")
-    if model_name.startswith("hf-hub:") or (not model_name.startswith("local-dir:")
-                                            and open_clip.get_model_config(model_name) is not None):
-        # a hub or built-in name: its tokenizer may be in the Hugging Face cache
-        try:
-            with _open_clip_errors_silenced():
-                return wrap_open_clip_tokenizer(open_clip.get_tokenizer(
-                    model_name, context_length=int(text_cfg.get("context_length", 77))))
-        except (OSError, ValueError, RuntimeError):
-            pass
-    places = " or ".join(str(folder) for folder in folders)
-    raise MissingResourceError(f"{what}: its text tower reads the Hugging Face tokenizer {tokenizer_name}, found "
-                               f"neither next to the weights nor at the recorded base {name} (looked in {places}): "
-                               f"put the tokenizer files ({TOKENIZER_FILES_TEXT}) in {weights.resolve().parent}",
-                               parameter="checkpoint")
-
-
 def _default_tokenizer(config: Mapping[str, Any], name: str) -> Callable[..., torch.Tensor]:
     text_cfg = config.get("text_cfg", {})
     context_length = int(text_cfg.get("context_length", 77))
@@ -329,88 +274,6 @@ def open_clip_name_config(name: str) -> dict:
     return copy.deepcopy(config)
 
 
-def _missing_pretrained_message(name: str, tag: str, error: Exception) -> str:
-    cfg = open_clip.get_pretrained_cfg(name, tag)
-    hub = cfg.get("hf_hub") or ""
-    if hub:
-        repo, _, filename = hub.rstrip("/").rpartition("/") if not hub.endswith("/") else (hub.rstrip("/"), "", "")
-        where = f"file {filename or 'open_clip_pytorch_model.bin'} of the Hugging Face repo {repo or hub}"
-    else:
-        url = cfg.get("url") or "the open_clip pretrained registry"
-        where = f"file {os.path.basename(url)} from {url}"
-    return (f"pretrained weights {name}/{tag} are not available locally: missing {where} "
-            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it once, then point at the local "
-            f"copy with backbone={name}/PATH_TO_FILE (or backbone={name} and checkpoint=PATH_TO_FILE)")
-
-
-@contextlib.contextmanager
-def _open_clip_errors_silenced() -> Iterator[None]:
-    """Drop open_clip's root-logger INFO chatter and ERROR records while it runs (pacs reports failures itself)."""
-    root = logging.getLogger()
-
-    def not_open_clip(record: logging.LogRecord) -> bool:
-        return "open_clip" not in record.pathname or record.levelno == logging.WARNING
-
-    root.addFilter(not_open_clip)
-    try:
-        yield
-    finally:
-        root.removeFilter(not_open_clip)
-
-
-def load_open_clip_backbone(spec: str, device: str = "cpu", family: str | None = None) -> Backbone:
-    """Build an open_clip model `NAME[/PRETRAINED]` (tag or local file); random weights without PRETRAINED.
-
-    A pretrained tag (or no weights) is family CLIP; a local weights file has the family `family` (--family)
-    or none established.
-    """
-    name, pretrained = parse_backbone_spec(spec)
-    family = check_family_name(family)
-    if pretrained and os.path.isfile(pretrained) and not open_clip.get_pretrained_cfg(name, pretrained):
-        own_family, own_source = (family, SOURCE_USER) if family else (None, NOT_ESTABLISHED)
-    else:
-        own_family, own_source = "clip", (f"{SOURCE_OPEN_CLIP} {spec}" if pretrained else SOURCE_BUILT)
-        check_declared_family(own_family, own_source, family, spec)
-    if name == TINY_RANDOM_NAME:
-        seed = int(pretrained) if pretrained and pretrained.isdigit() else 0
-        return build_backbone_from_config(tiny_clip_config(), seed=seed, name=spec, device=device or "cpu")
-    if not name.startswith(("hf-hub:", "local-dir:")):
-        config = open_clip_name_config(name)
-    else:
-        config = {}
-    if pretrained and not open_clip.get_pretrained_cfg(name, pretrained) and not os.path.isfile(pretrained):
-        tags = ", ".join(open_clip.list_pretrained_tags_by_model(name)) or "none"
-        raise InputError(f"backbone= {spec}: {pretrained!r} is neither a pretrained tag of {name} "
-                         f"(known: {tags}) nor an existing file", parameter="backbone")
-    try:
-        with _open_clip_errors_silenced(), quiet_pickle_protocol_warning():  # download failures: one error below
-            model = open_clip.create_model(name, pretrained=pretrained, precision="fp32", device="cpu",
-                                           weights_only=True)
-    except (pickle.UnpicklingError, EOFError) as error:  # a local file torch.load(weights_only=True) refused
-        raise torch_load_error(pretrained, error, parameter="backbone") from None
-    except RuntimeError as error:
-        if pretrained and open_clip.get_pretrained_cfg(name, pretrained):
-            raise MissingResourceError(_missing_pretrained_message(name, pretrained, error),
-                                       parameter=("backbone", "checkpoint")) from None
-        raise InputError(f"backbone= {spec}: cannot build the model: {str(error).splitlines()[0]}",
-                         parameter="backbone") from None
-    except (FileNotFoundError, OSError, ValueError) as error:
-        raise MissingResourceError(f"backbone= {spec}: {str(error).splitlines()[0]}", parameter="backbone") from None
-    preprocess_cfg = open_clip.get_model_preprocess_cfg(model)
-    if not config:  # hf-hub / local-dir: the config came with the weights
-        config = {"model_name": name}
-    else:
-        config = {**config, "preprocess_cfg": {k: list(v) if isinstance(v, tuple) else v
-                                               for k, v in preprocess_cfg.items()}}
-    preprocess = ImagePreprocess.from_open_clip_cfg(preprocess_cfg)
-    source = {"kind": "open_clip", "name": name, "pretrained": pretrained,
-              "sha256": sha256_file(pretrained) if pretrained and os.path.isfile(pretrained) else None,
-              "family_source": own_source}
-    return assemble_backbone(model, config, preprocess=preprocess, name=spec, family=own_family, source=source,
-                             device=device, tokenizer=None if config.get("text_cfg") else
-                             open_clip.get_tokenizer(name), family_source=own_source)
-
-
 def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
     """Write the backbone as one `.safetensors` file (open_clip state dict + metadata), atomically."""
     from safetensors.torch import save_file
@@ -428,44 +291,6 @@ def save_backbone(backbone: Backbone, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata=metadata)
     return path
-
-
-def load_pacs_safetensors(path: Path, device: str, family: str | None = None) -> Backbone | None:
-    """A pacs checkpoint (`save_backbone`; the weights of a `pacs export` folder), None for another safetensors file.
-
-    The tokenizer of a model with a Hugging Face tokenizer comes from `checkpoint_tokenizer`.
-    """
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-    except Exception as error:  # noqa: BLE001 - safetensors raises its own and several built-in types for bad files
-        raise InputError(f"{path}: not a readable safetensors file: {error}") from None
-    if metadata.get("pacs_format") != PACS_FORMAT:
-        return None
-    try:
-        config = json.loads(metadata["open_clip_config"])
-    except (KeyError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: broken pacs metadata (open_clip_config): {error}") from None
-    stored = metadata.get("family") or None
-    if stored is not None and stored not in FAMILIES:
-        raise InputError(f"{path}: broken pacs metadata: family {stored!r} (known: {', '.join(FAMILIES)})")
-    own_family, own_source = (stored, SOURCE_METADATA) if stored else (None, NOT_ESTABLISHED)
-    check_declared_family(own_family, own_source, family, str(path))
-    if own_family is None and check_family_name(family):
-        own_family, own_source = check_family_name(family), SOURCE_USER
-    name = metadata.get("name", path.stem)
-    tokenizer = checkpoint_tokenizer(config, name, path)
-    state = load_file(str(path))
-    model = instantiate_open_clip(config)
-    load_state_strict(model, state, path)
-    preprocess = ImagePreprocess.from_open_clip_cfg(config.get("preprocess_cfg", {}))
-    return assemble_backbone(model, config, preprocess=preprocess, name=name, family=own_family,
-                             family_source=own_source, device=device, tokenizer=tokenizer,
-                             source={"kind": "pacs", "path": str(path), "sha256": sha256_file(path),
-                                     "family_source": own_source})
 
 
 def load_state_strict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path | str) -> None:

@@ -1,12 +1,13 @@
 """The one way in for every model source: `load_backbone(backbone=..., checkpoint=..., arch=...)`.
 
-It handles an open_clip `NAME[/PRETRAINED]`, a local open_clip checkpoint, an official PAC-S / PAC-S++ file
-(`metric.models.official`), a pacs checkpoint written by `save_backbone`, a pacs peft adapter folder
-(`metric.models.lora`), a `pacs export` folder (`metric.training.export`), open_clip SigLIP / SigLIP2 names and
-``local-dir:`` folders (`metric.models.open_clip_local`) and transformers CLIP / SigLIP / Siglip2 folders
-(`metric.models.transformers_backbone`). A folder is recognised by what it holds (docs/metric.md, "Backbone
-families"). Sitting on top of those modules, it
-keeps them free of import cycles.
+Each backbone family is one loader (`metric.models.loader_registry`: `detect(request)`, `build(request, device)`)
+and `FAMILY_LOADERS` lists them in the order they are asked: a pacs LoRA adapter folder (`AdapterLoader`, here: it
+loads its base through `load_backbone`), a pacs checkpoint or `pacs export` folder (`metric.models.pacs_checkpoint`),
+open_clip SigLIP / SigLIP2 (`metric.models.open_clip_siglip`), open_clip CLIP names and ``local-dir:`` folders
+(`metric.models.open_clip_clip`), transformers CLIP / SigLIP / Siglip2 folders
+(`metric.models.transformers_backbone`) and state-dict files such as the official PAC-S / PAC-S++ ones
+(`metric.models.official`). A folder is recognised by what it holds (docs/metric.md, "Backbone families").
+Sitting on top of those modules, it keeps them free of import cycles.
 """
 from __future__ import annotations
 
@@ -21,26 +22,16 @@ from metric.models.backbones import (
     EXPORT_CONFIG_FILE,
     EXPORT_WEIGHTS_FILE,
     Backbone,
-    load_open_clip_backbone,
-    load_pacs_safetensors,
-    parse_backbone_spec,
 )
 from metric.models.families import check_declared_family
+from metric.models.loader_registry import FamilyLoader, LoadRequest, select_loader
 from metric.models.lora import BASE_FILE, apply_adapter, read_base_record
-from metric.models.official import load_state_dict_checkpoint
-from metric.models.open_clip_local import (
-    LOCAL_DIR,
-    has_hf_tokenizer,
-    is_open_clip_folder,
-    load_local_dir_backbone,
-    load_named_hf_text_backbone,
-)
-from metric.models.transformers_backbone import (
-    HF_CONFIG_FILE,
-    MODEL_TYPES,
-    folder_model_type,
-    load_transformers_backbone,
-)
+from metric.models.official import OfficialStateDictLoader
+from metric.models.open_clip_clip import OpenClipClipLoader
+from metric.models.open_clip_local import LOCAL_DIR
+from metric.models.open_clip_siglip import OpenClipSiglipLoader
+from metric.models.pacs_checkpoint import PacsCheckpointLoader
+from metric.models.transformers_backbone import HF_CONFIG_FILE, MODEL_TYPES, TransformersLoader
 
 
 def load_backbone(backbone: str | None = None, checkpoint: str | None = None, arch: str | None = None,
@@ -70,59 +61,40 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
         raise InputError("no model given: pass checkpoint= PATH or backbone= NAME[/PRETRAINED]",
                          parameter=("checkpoint", "backbone"))
     device = resolve_device(device)  # auto: the process's device (metric.common.device); an explicit one checked
-    if checkpoint is None:
-        if arch is not None:
-            raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))
-        return _load_named(backbone, device, family)
-    path = Path(checkpoint)
-    if not path.exists():
+    if checkpoint is None and arch is not None:
+        raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is not None and not path.exists():
         raise MissingResourceError(f"checkpoint not found: {path}")
-    if backbone is not None and path.is_file() and has_hf_tokenizer(parse_backbone_spec(backbone)[0]):
-        return load_named_hf_text_backbone(backbone, device=device, family=family, checkpoint=str(path))
-    if path.is_dir():
-        return _load_folder(path, device, family, arch)
-    if path.suffix == ".safetensors":
-        loaded = load_pacs_safetensors(path, device, family)
-        if loaded is not None:
-            if arch is not None:
-                raise InputError(f"{path} is a pacs checkpoint that carries its architecture: drop arch= {arch}",
-                                 parameter="arch")
-            return loaded
-    return load_state_dict_checkpoint(path, backbone=backbone, arch=arch, device=device, lora_mode=lora_mode,
-                                      family=family)
+    request = LoadRequest(backbone=backbone, checkpoint=path, arch=arch, lora_mode=lora_mode, family=family)
+    loader = select_loader(request, FAMILY_LOADERS)
+    if loader is None:  # only a folder is left unclaimed: the last loader takes every file, the CLIP one every name
+        raise InputError(f"checkpoint {path} is a folder that holds no known backbone: expected {BASE_FILE} (a pacs "
+                         f"adapter), {EXPORT_CONFIG_FILE} + {EXPORT_WEIGHTS_FILE} (a pacs export or open_clip "
+                         f"local-dir folder) or {HF_CONFIG_FILE} with model_type {', '.join(MODEL_TYPES)} (a "
+                         "transformers folder)", parameter="checkpoint")
+    return loader.build(request, device)
 
 
-def _load_named(spec: str, device: str, family: str | None) -> Backbone:
-    """`backbone=` alone: ``local-dir:FOLDER``, a name with a Hugging Face tokenizer (SigLIP), else open_clip CLIP."""
-    if spec.startswith(LOCAL_DIR):
-        return load_local_dir_backbone(spec[len(LOCAL_DIR):], device=device, family=family)
-    if has_hf_tokenizer(parse_backbone_spec(spec)[0]):
-        return load_named_hf_text_backbone(spec, device=device, family=family)
-    return load_open_clip_backbone(spec, device=device, family=family)
+class AdapterLoader:
+    """Loader of pacs LoRA adapter folders (``pacs_base.json``): the base through `load_backbone`, then the adapter."""
 
+    name = "pacs-adapter"
 
-def _load_folder(path: Path, device: str, family: str | None, arch: str | None) -> Backbone:
-    """Dispatch a checkpoint folder on what it holds (never on its name); anything else is one InputError."""
-    if (path / "pacs_base.json").is_file():
-        adapter = load_adapter_backbone(str(path), device=device)
-        check_declared_family(adapter.family, adapter.family_source, family, str(path))
+    def detect(self, request: LoadRequest) -> bool:
+        """A checkpoint folder holding ``pacs_base.json``."""
+        return request.checkpoint is not None and (request.checkpoint / BASE_FILE).is_file()
+
+    def build(self, request: LoadRequest, device: str) -> Backbone:
+        """The merged adapter backbone; --family must agree with the adapter's family."""
+        adapter = load_adapter_backbone(str(request.checkpoint), device=device)
+        check_declared_family(adapter.family, adapter.family_source, request.family, str(request.checkpoint))
         return adapter
-    if (path / EXPORT_WEIGHTS_FILE).is_file():  # a `pacs export` folder: its weights are a pacs checkpoint
-        loaded = load_pacs_safetensors(path / EXPORT_WEIGHTS_FILE, device, family)
-        if loaded is not None:
-            if arch is not None:
-                raise InputError(f"{path} is a pacs export that carries its architecture: drop arch= {arch}",
-                                 parameter="arch")
-            return loaded
-    if is_open_clip_folder(path):
-        return load_local_dir_backbone(path, device=device, family=family)
-    model_type = folder_model_type(path)
-    if model_type is not None:
-        return load_transformers_backbone(path, device=device, family=family)
-    raise InputError(f"checkpoint {path} is a folder that holds no known backbone: expected {BASE_FILE} (a pacs "
-                     f"adapter), {EXPORT_CONFIG_FILE} + {EXPORT_WEIGHTS_FILE} (a pacs export or open_clip local-dir "
-                     f"folder) or {HF_CONFIG_FILE} with model_type {', '.join(MODEL_TYPES)} (a transformers folder)",
-                     parameter="checkpoint")
+
+
+# The backbone families in the order they are asked (first `detect` wins): see the module docstring.
+FAMILY_LOADERS: tuple[FamilyLoader, ...] = (AdapterLoader(), PacsCheckpointLoader(), OpenClipSiglipLoader(),
+                                            OpenClipClipLoader(), TransformersLoader(), OfficialStateDictLoader())
 
 
 def _load_base(folder: Path, record: dict[str, Any], device: str) -> Backbone:

@@ -51,6 +51,7 @@ from metric.models.families import (
     official_checkpoint,
     single_variant_preset,
 )
+from metric.models.loader_registry import LoadRequest
 from metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
 from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
@@ -297,3 +298,22 @@ def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, ar
                 family_source, len(lora), source_of_config)
     return assemble_backbone(model, config, preprocess=preprocess, name=path.name, family=family,
                              family_source=family_source, source=source, device=device)
+
+
+class OfficialStateDictLoader:
+    """Loader of state-dict files in the OpenAI CLIP key layout (`metric.models.loader_registry`); the last one.
+
+    Takes every checkpoint *file* the loaders before it left: official PAC-S / PAC-S++ files, OpenAI and open_clip
+    state dicts (``backbone=`` and ``arch=`` establish the architecture, see `resolve_architecture`).
+    """
+
+    name = "official-state-dict"
+
+    def detect(self, request: LoadRequest) -> bool:
+        """A checkpoint that is not a folder."""
+        return request.checkpoint is not None and not request.checkpoint.is_dir()
+
+    def build(self, request: LoadRequest, device: str) -> Backbone:
+        """The open_clip model of the state dict (LoRA deltas merged per `request.lora_mode`)."""
+        return load_state_dict_checkpoint(request.checkpoint, backbone=request.backbone, arch=request.arch,
+                                          device=device, lora_mode=request.lora_mode, family=request.family)

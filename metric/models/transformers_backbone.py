@@ -27,6 +27,7 @@ from metric.common.json_input import read_json_file
 from metric.models.backbones import Backbone, model_fingerprint
 from metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
 from metric.models.hf_tokenizer import HFTextTokenizer
+from metric.models.loader_registry import LoadRequest
 from metric.models.preprocess import to_eight_bit
 from metric.models.traits import TRANSFORMERS_CLIP, TRANSFORMERS_SIGLIP, TRANSFORMERS_SIGLIP2, BackboneTraits
 
@@ -169,3 +170,22 @@ def load_transformers_backbone(folder: str | os.PathLike, device: str = "cpu", f
     return Backbone(model=wrapper, preprocess=preprocess, tokenize=text_tokenizer, name=str(folder),
                     fingerprint=fingerprint, family=own_family, open_clip_config={}, context_length=context_length,
                     source=source, family_source=own_source, traits=_traits(kind, text_tokenizer))
+
+
+class TransformersLoader:
+    """Loader of transformers CLIP / SigLIP / Siglip2 folders (`metric.models.loader_registry`).
+
+    Takes a checkpoint folder with a `config.json` (after the open_clip loaders); a config.json without
+    `model_type` is an InputError, an unsupported model_type one at build.
+    """
+
+    name = "transformers"
+
+    def detect(self, request: LoadRequest) -> bool:
+        """A checkpoint folder holding a transformers `config.json`."""
+        folder = request.checkpoint
+        return folder is not None and folder.is_dir() and folder_model_type(folder) is not None
+
+    def build(self, request: LoadRequest, device: str) -> Backbone:
+        """Model, tokenizer and image processor of the folder."""
+        return load_transformers_backbone(request.checkpoint, device=device, family=request.family)
