@@ -17,6 +17,7 @@ from captioner.demo.findings import (
     finding_records,
     gamed_claim,
     reward_values,
+    signed,
 )
 from captioner.demo.seeds import SeedEvidence
 from eval.stratified_bootstrap import StratifiedBootstrap, aggregate
@@ -198,3 +199,6 @@ def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
     assert [(r["claim"], r["holds"]) for r in records] == [("the judge ranks humans above it", True),
                                                           ("C ranks it above humans", True)]
     assert direction([0.1, 0.5]) == 1 and direction([-0.5, -0.1]) == -1 and direction([-0.1, 0.2]) == 0
+    # float noise of identical captions scored in other batches (~1e-7) is no difference, and prints as +0.000
+    assert direction([3e-8, 0.2]) == 0 and direction([-0.2, -4e-8]) == 0
+    assert (signed(-2e-7), signed(-0.0004), signed(-0.0006), signed(-0.004)) == ("+0.000", "+0.000", "-0.001", "-0.004")
