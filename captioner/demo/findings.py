@@ -62,8 +62,7 @@ def guarded_model_name(reward: str) -> str:
 FLOAT_NOISE = 1e-5
 """An interval bound this close to 0 counts as 0: two models' identical captions scored in batches of another
 composition (another process count, another CPU) differ by float rounding (up to ~4e-6 measured on the smoke
-preset, 1 vs 2 processes), not by anything a claim is
-about."""
+preset, 1 vs 2 processes), not by anything a claim is about."""
 
 
 def direction(interval: Sequence[float]) -> int:
