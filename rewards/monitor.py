@@ -3,7 +3,7 @@
 `CompletionMonitor` is pacs' SCST hacking monitor (`captioner.modeling.hacking_monitor`) for loops pacs does not
 run: each `observe(captions, rewards)` records the batch's mean reward and the drift signals of the completions —
 mean length in words, Rep-1..4 (`eval.fluency.rep_n`), distinct-1/2 (distinct n-grams / all n-grams over the
-batch) and %Incorrect — with the same definitions as the SCST monitor's columns. Every `every` calls it compares
+batch) and %Incorrect — the SCST monitor's columns, both from `eval.caption_drift`. Every `every` calls it compares
 the mean of the latest `every` calls with the mean of the first `every` and logs one WARNING naming the
 signature (repetition gaming, length gaming, diversity collapse, bad endings) when the reward rose by more than
 `reward_rise` while a signal drifted past its threshold (the SCST monitor's defaults). The SCST monitor scores
@@ -20,65 +20,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from eval.fluency import incorrect_rate, rep_n, words
+from eval.caption_drift import DriftThresholds, caption_stats, drift_signatures
 
 logger = logging.getLogger(__name__)
 
 SIGNALS = ("length", "rep1", "rep2", "rep3", "rep4", "distinct1", "distinct2", "incorrect")
+__all__ = ["SIGNALS", "CompletionMonitor", "DriftThresholds", "completion_signals", "drift_signatures"]
 
-
-def distinct_n(captions: Sequence[str], n: int) -> float:
-    """Distinct-n (Li et al., 2016): distinct n-grams / n-gram occurrences over all `captions` (NaN if none)."""
-    grams = [tuple(tokens[i:i + n]) for tokens in (words(c) for c in captions) for i in range(len(tokens) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else float("nan")
-
-
-def completion_signals(captions: Sequence[str]) -> dict[str, float]:
-    """Mean length (words), Rep-1..4, distinct-1/2 and %Incorrect of a batch of completions."""
-    captions = list(captions)
-    signals = {"length": sum(len(words(c)) for c in captions) / len(captions) if captions else float("nan")}
-    signals.update({f"rep{n}": float(rep_n(captions, n)) for n in range(1, 5)})
-    signals.update({f"distinct{n}": distinct_n(captions, n) for n in (1, 2)})
-    signals["incorrect"] = float(incorrect_rate(captions))
-    return signals
-
-
-@dataclass
-class DriftThresholds:
-    """How far a signal may drift from the first window before a rising reward is called gaming (the SCST
-    monitor's `scst.monitor_*` defaults)."""
-
-    reward_rise: float = 0.0  # the reward must exceed the first window's by more than this
-    rep_rise: float = 0.5  # Rep-2 increase (repeated word pairs per caption)
-    length_rise: float = 0.2  # relative increase of the mean length (0.2: +20%)
-    distinct_drop: float = 0.1  # decrease of distinct-2
-    incorrect_rise: float = 10.0  # %Incorrect increase, in percentage points
-
-
-def drift_signatures(start: dict[str, float], now: dict[str, float],
-                     thresholds: DriftThresholds) -> list[tuple[str, str]]:
-    """[(signature, drift)] for each drift of `now` from `start` past its threshold, when the reward rose."""
-    def delta(key: str) -> float | None:
-        a, b = start.get(key, math.nan), now.get(key, math.nan)
-        return b - a if math.isfinite(a) and math.isfinite(b) else None
-
-    rise = delta("reward")
-    if rise is None or rise <= thresholds.reward_rise:
-        return []
-    found = []
-    rep = delta("rep2")
-    if rep is not None and rep > thresholds.rep_rise:
-        found.append(("repetition gaming", f"rep2 {rep:+.3g}"))
-    length = delta("length")
-    if length is not None and start["length"] > 0 and length / start["length"] > thresholds.length_rise:
-        found.append(("length gaming", f"length {length:+.3g} words ({100 * length / start['length']:+.0f}%)"))
-    distinct = delta("distinct2")
-    if distinct is not None and -distinct > thresholds.distinct_drop:
-        found.append(("diversity collapse", f"distinct2 {distinct:+.3g}"))
-    incorrect = delta("incorrect")
-    if incorrect is not None and incorrect > thresholds.incorrect_rise:
-        found.append(("bad endings", f"%incorrect {incorrect:+.3g}"))
-    return found
+completion_signals = caption_stats  # the name `rewards.monitor` documents for the batch's drift signals
 
 
 def _mean_row(rows: Sequence[dict[str, float]]) -> dict[str, float]:

@@ -16,6 +16,7 @@ validation images greedily (eval mode, no gradients; split over the processes) a
 | `grammar_errors` | % of captions with a grammar error (`eval.grammar`, Harper); NaN when no backend |
 | `zero_spread` | fraction of the training images since the previous row whose k rewards were all equal (advantage 0: nothing learnt; `captioner.modeling.reward_spread`); NaN at step 0 |
 
+`length`..`incorrect` are `eval.caption_drift.caption_stats` (the same as `rewards.monitor`'s signals).
 A logging WARNING names the signature when the reward rose above its step-0 value by more than
 `monitor_reward_rise` while a drift from step 0 passed its threshold (`gaming_signatures`).
 """
@@ -32,7 +33,7 @@ import torch
 
 from captioner.modeling.decoding import decode_texts, greedy
 from captioner.modeling.features import FeatureCache
-from eval.fluency import incorrect_rate, rep_n, words
+from eval.caption_drift import DriftThresholds, caption_stats, drift, drift_signatures, reward_rose
 from metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -43,66 +44,24 @@ _OLD_COLUMNS = MONITOR_COLUMNS[:-1]  # monitor files written before `zero_spread
 MONITOR_FILE = "monitor.csv"
 
 
-def distinct_n(captions: Sequence[str], n: int) -> float:
-    """Distinct-n (Li et al., 2016): distinct n-grams / n-gram occurrences over all `captions` (NaN if none)."""
-    grams = [tuple(tokens[i:i + n]) for tokens in (words(c) for c in captions) for i in range(len(tokens) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else float("nan")
-
-
-def caption_stats(captions: Sequence[str]) -> dict[str, float]:
-    """Length, Rep-1..4, distinct-1/2 and %Incorrect of a list of captions."""
-    captions = list(captions)
-    stats = {"length": sum(len(words(c)) for c in captions) / len(captions) if captions else float("nan")}
-    stats.update({f"rep{n}": float(rep_n(captions, n)) for n in range(1, 5)})
-    stats.update({f"distinct{n}": distinct_n(captions, n) for n in (1, 2)})
-    stats["incorrect"] = float(incorrect_rate(captions))
-    return stats
-
-
 @dataclass
-class GamingThresholds:
+class GamingThresholds(DriftThresholds):
     """How far a monitored statistic may drift from step 0 before a rising reward is called gaming."""
 
-    reward_rise: float = 0.0  # the reward must exceed its step-0 value by more than this
-    rep_rise: float = 0.5  # Rep-2 increase (repeated word pairs per caption)
-    length_rise: float = 0.2  # relative increase of the mean length (0.2: +20%)
-    distinct_drop: float = 0.1  # decrease of distinct-2
-    incorrect_rise: float = 10.0  # %Incorrect increase, in percentage points
     cider_drop: float = 0.2  # relative decrease of the validation CIDEr-D (0.2: −20%)
-
-
-def _finite(*values: float) -> bool:
-    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
 def gaming_signatures(start: Mapping[str, float], now: Mapping[str, float],
                       thresholds: GamingThresholds) -> list[tuple[str, str]]:
     """[(signature, drift)] for each drift of `now` from `start` beyond its threshold, when the reward rose.
 
-    Empty when the reward did not rise by more than `reward_rise` (or a value is missing / NaN).
+    `eval.caption_drift.drift_signatures` and a relative drop of the validation CIDEr-D; empty when the reward
+    did not rise by more than `reward_rise` (or a value is missing / NaN).
     """
-    if not _finite(start.get("reward", math.nan), now.get("reward", math.nan)) \
-            or now["reward"] - start["reward"] <= thresholds.reward_rise:
+    if not reward_rose(start, now, thresholds.reward_rise):
         return []
-    found = []
-
-    def delta(key: str) -> float | None:
-        a, b = start.get(key, math.nan), now.get(key, math.nan)
-        return b - a if _finite(a, b) else None
-
-    rep = delta("rep2")
-    if rep is not None and rep > thresholds.rep_rise:
-        found.append(("repetition gaming", f"rep2 {rep:+.3g}"))
-    length = delta("length")
-    if length is not None and start["length"] > 0 and length / start["length"] > thresholds.length_rise:
-        found.append(("length gaming", f"length {length:+.3g} words ({100 * length / start['length']:+.0f}%)"))
-    distinct = delta("distinct2")
-    if distinct is not None and -distinct > thresholds.distinct_drop:
-        found.append(("diversity collapse", f"distinct2 {distinct:+.3g}"))
-    incorrect = delta("incorrect")
-    if incorrect is not None and incorrect > thresholds.incorrect_rise:
-        found.append(("bad endings", f"%incorrect {incorrect:+.3g}"))
-    cider = delta("cider")
+    found = drift_signatures(start, now, thresholds)
+    cider = drift(start, now, "cider")
     if cider is not None and start["cider"] > 0 and -cider / start["cider"] > thresholds.cider_drop:
         found.append(("reward/CIDEr-D divergence", f"CIDEr-D {cider:+.3g} ({100 * cider / start['cider']:+.0f}%)"))
     return found

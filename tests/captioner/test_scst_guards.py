@@ -15,13 +15,7 @@ from safetensors.torch import load_file
 
 from captioner.modeling.checkpoints import load_captioner
 from captioner.modeling.decoding import sample
-from captioner.modeling.hacking_monitor import (
-    GamingThresholds,
-    HackingMonitor,
-    caption_stats,
-    distinct_n,
-    gaming_warning,
-)
+from captioner.modeling.hacking_monitor import GamingThresholds, HackingMonitor, gaming_warning
 from captioner.modeling.model import shift_right
 from captioner.modeling.reference_policy import ReferencePolicy, token_log_ratio
 from captioner.modeling.train_scst import (
@@ -35,6 +29,7 @@ from captioner.modeling.train_scst import (
 from captioner.modeling.vocab import EOS_ID, PAD_ID
 from captioner.orchestration.pipeline_config import PipelineConfig
 from captioner.orchestration.recipe_stages import trainer_settings
+from eval.caption_drift import caption_stats, distinct_n
 from metric.common.config import from_dict, load_config
 from metric.common.errors import InputError, NonFiniteError
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.modeling.hacking_monitor import caption_stats
+from eval.caption_drift import distinct_n
 from eval.fluency import repetitions, words
 from metric.common.errors import InputError
 from metric.scoring.registry import default_w
 from metric.scoring.scorer import Scorer
-from rewards.monitor import CompletionMonitor, completion_signals, distinct_n
+from rewards.monitor import CompletionMonitor, completion_signals
 from rewards.trl import reward_function, reward_functions
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "grpo_vlm_example.py"
@@ -54,12 +54,13 @@ def test_mix_normalisation_in_reward_function_points_to_trl_s_option(tiny_backbo
         reward_function(SPEC, backbone=tiny_backbone, mix_normalisation="normalize_then_sum")
 
 
-def test_the_monitor_signals_are_the_scst_monitor_s():
+def test_the_monitor_signals_by_hand():
     captions = ["a dog dog dog runs", "a red square on the", "two cats", ""]
-    ours, scst = completion_signals(captions), caption_stats(captions)
-    assert ours == pytest.approx(scst, nan_ok=True)
-    # by hand: 3 + ... words; distinct-2 over the batch's bigrams
+    ours = completion_signals(captions)  # eval.caption_drift.caption_stats, the SCST monitor's columns too
+    # by hand: words per caption; distinct-n over the batch's n-grams
     assert ours["length"] == (5 + 5 + 2 + 0) / 4
+    # 12 words, 9 distinct (a dog runs red square on the two cats); Rep-1: "dog" x3 is 2 repeats over 4 captions
+    assert ours["distinct1"] == 9 / 12 and ours["rep1"] == 2 / 4
     bigrams = [("a", "dog"), ("dog", "dog"), ("dog", "dog"), ("dog", "runs"), ("a", "red"), ("red", "square"),
                ("square", "on"), ("on", "the"), ("two", "cats")]
     assert distinct_n(captions, 2) == len(set(bigrams)) / len(bigrams) == 8 / 9
