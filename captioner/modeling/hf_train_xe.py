@@ -13,32 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from accelerate.utils import broadcast_object_list, gather_object
-from tqdm.auto import tqdm
 
-from captioner.modeling.checkpoints import CheckpointManager
 from captioner.modeling.hf_policy import HFPolicy, caption_mask
-from captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XEResult, cider_validator, is_better
-from captioner.modeling.training import (
-    BatchPlan,
-    finish_trackers,
-    make_accelerator,
-    pacs_scheduler,
-    reduce_mean,
-    start_trackers,
-)
-from metric.common.config import to_dict
+from captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XELoop, XEResult, cider_validator
+from captioner.modeling.training import BatchPlan, make_accelerator
 from metric.common.errors import InputError
-from metric.common.io import finite_or_none
-from metric.common.optim import make_adam
 from metric.common.seeding import seed_everything
-from metric.common.trainer_config import is_due, resume_target
-from metric.training.divergence import check_loss, check_weights
 
 logger = logging.getLogger(__name__)
 
@@ -54,25 +39,13 @@ def train_hf_xe(config: XEConfig, policy: HFPolicy, train: Sequence[tuple[str, s
     seed_everything(config.seed)
     plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
                      config.seed, "xe")
-    model = policy.module
-    optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.schedule.peak_lr,
-                          betas=tuple(config.betas), weight_decay=config.weight_decay)
-    scheduler = pacs_scheduler(optimizer, config.schedule)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(resume_target(config.resume)) or {
-        "step": 0, "epoch": 0, "position": 0, "best_score": None, "best_step": -1}
-    state["best_score"] = finite_or_none(state.get("best_score"))
-    hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"
-    start_trackers(accelerator, "xe", to_dict(config), state["step"] if state["step"] else None)
+    loop = XELoop(accelerator, policy.module, config, plan, out, trainable_only=True)
+    model = loop.model
     val_ids = sorted(val)[: config.val_max_images or None]
-    losses: list[float] = []
-    progress = tqdm(total=config.max_steps, initial=state["step"], desc="xe", disable=not accelerator.is_main_process)
     try:
-        while state["step"] < config.max_steps:
-            model.train()
+        while loop.state["step"] < config.max_steps:
+            micro_batches = loop.micro_batches()
             unwrapped = accelerator.unwrap_model(model)
-            micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
             local_loss, local_tokens = 0.0, 0
             for index, micro in enumerate(micro_batches):
                 sync = index == len(micro_batches) - 1
@@ -87,55 +60,26 @@ def train_hf_xe(config: XEConfig, policy: HFPolicy, train: Sequence[tuple[str, s
                     accelerator.backward(per_caption.mean() / len(micro_batches))
                 local_loss += float(per_caption.detach().mean()) / len(micro_batches)
                 local_tokens += int(mask.sum())
-            loss = reduce_mean(accelerator, local_loss)
-            check_loss(accelerator, loss, "xe", state["step"] + 1, hint)
-            if config.grad_clip > 0:
-                accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss)
-            state["step"] += 1
-            state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
-            step = state["step"]
-            progress.update(1)
-            row: dict[str, Any] = {}
-            if is_due(step, config.log_every) or step == config.max_steps:
-                row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
-            validating = bool(val_ids) and (is_due(step, config.eval_every) or step == config.max_steps)
-            saving = is_due(step, config.save_every) or step == config.max_steps
-            if validating or saving:
-                check_weights(accelerator, model, "xe", step, hint)
+            row, validating, saving = loop.step(local_loss, local_tokens, bool(val_ids))
+            step = loop.state["step"]
             if validating:
                 score = _validate(accelerator, model, policy, val_ids, val, config)
                 row["val_cider"] = score
-                if accelerator.is_main_process and is_better(score, state["best_score"]):
-                    state["best_score"], state["best_step"] = score, step
+                if loop.is_best(score):
                     policy.save(out / "best", accelerator.unwrap_model(model),
                                 {"stage": "xe", "step": step, "val_cider": score})
                 logger.info("xe step %d: val CIDEr %.2f", step, score)
-            if row:
-                accelerator.log(row, step=step)
-            if saving:
-                box = [state]
-                broadcast_object_list(box, from_process=0)
-                state = box[0]
-                checkpoints.save(state)
+            loop.end_step(row, saving)
     finally:
-        progress.close()
-    check_weights(accelerator, model, "xe", state["step"], hint)
+        loop.progress.close()
+    loop.check_final_weights()
     final = out / "final"
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        policy.save(final, unwrapped, {"stage": "xe", "step": state["step"]})
+        policy.save(final, unwrapped, {"stage": "xe", "step": loop.state["step"]})
         if not (out / "best" / "config.json").is_file():  # no validation set: the last model is the best
-            policy.save(out / "best", unwrapped, {"stage": "xe", "step": state["step"]})
-    accelerator.wait_for_everyone()
-    finish_trackers(accelerator)
-    best = state["best_score"]
-    return XEResult(out / "best", final, -math.inf if best is None else float(best), int(state["best_step"]),
-                    int(state["step"]), losses)
+            policy.save(out / "best", unwrapped, {"stage": "xe", "step": loop.state["step"]})
+    return loop.result(out, final)
 
 
 def _validate(accelerator: Any, model: Any, policy: HFPolicy, val_ids: Sequence[str],

@@ -184,30 +184,19 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
     targets = EncodedCaptions.encode(vocab, (caption for _, caption in train),  # two arrays on disk, nothing per
                                      folder=out if out.is_dir() else None)  # caption in memory
 
-    model = Captioner(model_config)
-    optimizer = make_adam(model.parameters(), lr=config.schedule.peak_lr, betas=tuple(config.betas),
-                          weight_decay=config.weight_decay)
-    scheduler = pacs_scheduler(optimizer, config.schedule)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(resume_target(config.resume)) or {
-        "step": 0, "epoch": 0, "position": 0, "best_score": None, "best_step": -1}
-    state["best_score"] = finite_or_none(state.get("best_score"))  # None: nothing validated yet (JSON null)
-    hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"
-    start_trackers(accelerator, "xe", to_dict(config), state["step"] if state["step"] else None)
+    loop = XELoop(accelerator, Captioner(model_config), config, plan, out)
+    model = loop.model
     source = dict(features.meta, **(feature_source or {}))
     val_ids = sorted(val)[: config.val_max_images or None]
-    losses: list[float] = []
-    progress = tqdm(total=config.max_steps, initial=state["step"], desc="xe", disable=not accelerator.is_main_process)
     try:  # the bar is closed before an error (e.g. a diverged loss) is printed
-        while state["step"] < config.max_steps:
-            model.train()
+        while loop.state["step"] < config.max_steps:
+            micro_batches = loop.micro_batches()
             policy = accelerator.unwrap_model(model)
-            micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
             local_loss, local_tokens = 0.0, 0
             for index, micro in enumerate(micro_batches):
                 sync = index == len(micro_batches) - 1
-                dropout = ExampleRNG(example_generators(config.seed, state["step"], micro, DROPOUT, accelerator.device))
+                dropout = ExampleRNG(example_generators(config.seed, loop.state["step"], micro, DROPOUT,
+                                                        accelerator.device))
                 with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
                     feats = features.get([distinct_ids[int(image_of_caption[int(i)])] for i in micro]).to(accelerator.device)
                     batch_targets = targets.targets(micro).to(accelerator.device)
@@ -216,57 +205,31 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                     accelerator.backward(per_caption.mean() / len(micro_batches))
                 local_loss += float(per_caption.detach().mean()) / len(micro_batches)
                 local_tokens += int(sequence_mask(batch_targets).sum())
-            loss = reduce_mean(accelerator, local_loss)  # every micro-batch's loss, all processes: one verdict
-            check_loss(accelerator, loss, "xe", state["step"] + 1, hint)
-            if config.grad_clip > 0:
-                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss)
-            state["step"] += 1
-            state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
-            step = state["step"]
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss:.3f}")
-            row: dict[str, Any] = {}
-            if is_due(step, config.log_every) or step == config.max_steps:
-                row.update(loss=loss, lr=lr, tokens=local_tokens, epoch=state["epoch"])
-            validating = bool(val_ids) and (is_due(step, config.eval_every) or step == config.max_steps)
-            saving = is_due(step, config.save_every) or step == config.max_steps
-            if validating or saving:
-                check_weights(accelerator, model, "xe", step, hint)
+            row, validating, saving = loop.step(local_loss, local_tokens, bool(val_ids))
+            state, step = loop.state, loop.state["step"]
+            loop.progress.set_postfix(loss=f"{loop.losses[-1]:.3f}")
             if validating:
                 score = _validate(accelerator, model, vocab, features, val_ids, val, validate, config)
                 row["val_cider"] = score
-                if accelerator.is_main_process and is_better(score, state["best_score"]):
-                    state["best_score"], state["best_step"] = score, step
+                if loop.is_best(score):
                     save_captioner(out / "best", accelerator.unwrap_model(model), vocab, source,
                                    {"stage": "xe", "step": step, "val_cider": score})
                 if not math.isfinite(score):
                     logger.warning("xe step %d: the validation score is %s: never the best model", step, score)
                 logger.info("xe step %d: val CIDEr %.2f (best %s at step %d)", step, score,
                             _shown(state["best_score"]), state["best_step"])
-            if row:
-                accelerator.log(row, step=step)
-            if saving:
-                state = _broadcast(state)
-                checkpoints.save(state)
+            loop.end_step(row, saving)
     finally:
-        progress.close()
-    check_weights(accelerator, model, "xe", state["step"], hint)
+        loop.progress.close()
+    loop.check_final_weights()
+    state = loop.state
     final = out / "final"
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
         save_captioner(final, unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
         if not (out / "best" / "captioner.json").is_file():  # no validation set: the last model is the best
             save_captioner(out / "best", unwrapped, vocab, source, {"stage": "xe", "step": state["step"]})
-    accelerator.wait_for_everyone()
-    finish_trackers(accelerator)
-    best = state["best_score"]
-    return XEResult(out / "best", final, -math.inf if best is None else float(best), int(state["best_step"]),
-                    int(state["step"]), losses)
+    return loop.result(out, final)
 
 
 def is_better(score: float, best: float | None) -> bool:
@@ -278,10 +241,94 @@ def _shown(best: float | None) -> str:
     return "none" if best is None else f"{best:.2f}"
 
 
-def _broadcast(state: dict[str, Any]) -> dict[str, Any]:
-    box = [state]
-    broadcast_object_list(box, from_process=0)
-    return box[0]
+class XELoop:
+    """The optimisation loop both XE trainers share (pacs' captioner here, a transformers captioner in
+    `captioner.modeling.hf_train_xe`): Adam with the PAC-S++ schedule under accelerate, the resumable state
+    (`step`, `epoch`, `position`, `best_score`, `best_step`), the optimizer step, the log row, the checks of the
+    weights before a validation or a checkpoint, and the result."""
+
+    def __init__(self, accelerator: Any, model: Any, config: XEConfig, plan: BatchPlan, out: Path,
+                 trainable_only: bool = False) -> None:
+        """Prepare `model` (only its parameters that require a gradient when `trainable_only`), restore the
+        latest checkpoint and start the trackers and the progress bar."""
+        self.accelerator, self.config, self.plan, self.trainable_only = accelerator, config, plan, trainable_only
+        optimizer = make_adam(self.parameters(model), lr=config.schedule.peak_lr, betas=tuple(config.betas),
+                              weight_decay=config.weight_decay)
+        scheduler = pacs_scheduler(optimizer, config.schedule)
+        self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
+        self.checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
+        self.state: dict[str, Any] = self.checkpoints.restore(resume_target(config.resume)) or {
+            "step": 0, "epoch": 0, "position": 0, "best_score": None, "best_step": -1}
+        self.state["best_score"] = finite_or_none(self.state.get("best_score"))  # None: nothing validated yet
+        self.hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"
+        start_trackers(accelerator, "xe", to_dict(config), self.state["step"] if self.state["step"] else None)
+        self.losses: list[float] = []
+        self.progress = tqdm(total=config.max_steps, initial=self.state["step"], desc="xe",
+                             disable=not accelerator.is_main_process)
+
+    def parameters(self, model: Any) -> list[Any]:
+        """The parameters the loop trains and clips."""
+        return [p for p in model.parameters() if p.requires_grad or not self.trainable_only]
+
+    def micro_batches(self) -> list[Any]:
+        """This process's micro-batches of the next step (the model in training mode)."""
+        self.model.train()
+        return self.plan.local_micro_batches(self.state["epoch"], self.state["position"],
+                                             self.accelerator.process_index)
+
+    def step(self, local_loss: float, tokens: int, has_validation: bool) -> tuple[dict[str, Any], bool, bool]:
+        """Check the loss, clip, step the optimizer and the schedule; (log row, validating, saving) of the step."""
+        accelerator, config, state = self.accelerator, self.config, self.state
+        loss = reduce_mean(accelerator, local_loss)  # every micro-batch's loss, all processes: one verdict
+        check_loss(accelerator, loss, "xe", state["step"] + 1, self.hint)
+        if config.grad_clip > 0:
+            accelerator.clip_grad_norm_(self.parameters(self.model), config.grad_clip)
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.losses.append(loss)
+        state["step"] += 1
+        state["epoch"], state["position"] = self.plan.advance(state["epoch"], state["position"])
+        step = state["step"]
+        self.progress.update(1)
+        row: dict[str, Any] = {}
+        if is_due(step, config.log_every) or step == config.max_steps:
+            row.update(loss=loss, lr=lr, tokens=tokens, epoch=state["epoch"])
+        validating = has_validation and (is_due(step, config.eval_every) or step == config.max_steps)
+        saving = is_due(step, config.save_every) or step == config.max_steps
+        if validating or saving:
+            check_weights(accelerator, self.model, "xe", step, self.hint)
+        return row, validating, saving
+
+    def is_best(self, score: float) -> bool:
+        """On the main process, whether `score` beats the best so far (then it is recorded as the best)."""
+        if self.accelerator.is_main_process and is_better(score, self.state["best_score"]):
+            self.state["best_score"], self.state["best_step"] = score, self.state["step"]
+            return True
+        return False
+
+    def end_step(self, row: dict[str, Any], saving: bool) -> None:
+        """Log the step's row and save a checkpoint (the main process's state) when `saving`."""
+        if row:
+            self.accelerator.log(row, step=self.state["step"])
+        if saving:
+            box = [self.state]
+            broadcast_object_list(box, from_process=0)
+            self.state = box[0]
+            self.checkpoints.save(self.state)
+
+    def check_final_weights(self) -> None:
+        """Check the weights after the last step (a non-finite weight is an error)."""
+        check_weights(self.accelerator, self.model, "xe", self.state["step"], self.hint)
+
+    def result(self, out: Path, final: Path) -> XEResult:
+        """Wait for every process, finish the trackers; what stage 1 produced."""
+        self.accelerator.wait_for_everyone()
+        finish_trackers(self.accelerator)
+        best = self.state["best_score"]
+        return XEResult(out / "best", final, -math.inf if best is None else float(best),
+                        int(self.state["best_step"]), int(self.state["step"]), self.losses)
 
 
 def _validate(accelerator: Any, model: Any, vocab: Vocab, features: FeatureCache, val_ids: Sequence[str],
