@@ -17,7 +17,6 @@ inputs the checkpoint folder's sha256.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import Any
 
 from captioner.modeling.train_scst import SCSTConfig, guard_settings
 from captioner.modeling.train_xe import XEConfig
-from metric.common.config import dump_yaml, from_dict, to_dict
 from metric.common.io import nonfinite_to_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -47,7 +45,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     from captioner.modeling.hf_policy import HFPolicy
     from captioner.modeling.hf_train_xe import train_hf_xe
     from captioner.modeling.train_scst import train_scst
-    from captioner.orchestration.pipeline import _Run, _same_file_test_sets, _summary
+    from captioner.orchestration.pipeline import _kl_reference_input, _open_run, _read_data, _summary, _trainer_config
     from captioner.orchestration.pipeline_config import reward_slug
     from captioner.orchestration.pipeline_rewards import build_pipeline_reward, guard_reward_settings
     from captioner.orchestration.recipe_stages import (
@@ -57,16 +55,9 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
         settings_of,
         trainer_settings,
     )
-    from captioner.orchestration.training_data import read_training_data
 
-    state.wait_for_everyone()
-    run = _Run(config)
-    if state.is_main_process:
-        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")
-    data = read_training_data(config, run.dir, _same_file_test_sets(config))
-    train_store, images, val_references, test_items = data.store, data.image_paths, data.val_references, \
-        data.test_items
-    del data
+    run = _open_run(config, state)
+    train_store, images, val_references, test_items = _read_data(config, run)
     stages = run.stages
     section = config.captioner
     options = section.options()
@@ -79,8 +70,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
     if section.xe:
         xe_dir = run.dir / "xe"
-        xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
-                              "xe")
+        xe_config = _trainer_config(XEConfig, config.xe, xe_dir, xe_micro, "xe")
 
         def xe_body() -> dict[str, Any]:
             """Stage `xe` (every process)."""
@@ -97,8 +87,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     for spec in config.rewards:
         name = f"scst-{reward_slug(spec)}"
         out = run.dir / name
-        scst = from_dict(SCSTConfig, dict(to_dict(config.scst), output_dir=str(out), reward=spec,
-                                          micro_batch_size=scst_micro), "scst")
+        scst = _trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
 
         def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
@@ -108,13 +97,11 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
             return _summary(train_scst(scst, init, None, train_store.reference_sets(), reward,
                                        validation=val_references, policy=policy))
 
-        kl_reference = {"kl_reference": stages.checkpoint(scst.kl_reference)} \
-            if scst.kl_coef and scst.kl_reference else {}
         stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
                                 "captioner": captioner_settings, "reward_models": reward_settings,
                                 "data": data_settings, "seed": config.seed, **guard_reward_settings(config, spec)},
                    {"init_checkpoint": stages.checkpoint(init), **init_inputs,
-                    **reward_model_inputs(stages, config.reward_models), **kl_reference},
+                    **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
                    upstream=model_stages[start_name], resumable=True, distributed=True,
                    progress=out / "checkpoints")
         models[spec] = out / ("final" if scst.select_by == "last" else "best")

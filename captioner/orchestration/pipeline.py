@@ -171,20 +171,12 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         settings_of,
         trainer_settings,
     )
-    from captioner.orchestration.training_data import read_training_data
     from eval.text_metrics import TextMetricSession
 
-    state.wait_for_everyone()
-    run = _Run(config)
-    if state.is_main_process:
-        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
+    run = _open_run(config, state)
     if not config.data.path:
         raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
-    # read once, one item at a time: the training data on disk, the validation and test items in memory
-    data = read_training_data(config, run.dir, _same_file_test_sets(config))
-    train_store, images, val_references, test_items = data.store, data.image_paths, data.val_references, \
-        data.test_items
-    del data
+    train_store, images, val_references, test_items = _read_data(config, run)
     logger.info("pipeline: %d training images, %d validation images", train_store.num_images, len(val_references))
     stages = run.stages
     data_settings, data_files = settings_of(config.data), data_inputs(config.data)
@@ -205,8 +197,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     source = config.features.source.to_record()
 
     xe_dir = run.dir / "xe"
-    xe_config = from_dict(XEConfig, dict(to_dict(config.xe), output_dir=str(xe_dir), micro_batch_size=xe_micro),
-                          "xe")
+    xe_config = _trainer_config(XEConfig, config.xe, xe_dir, xe_micro, "xe")
     stages.run("xe", lambda: _summary(train_xe(xe_config, config.model, vocab, features,
                                                train_store.pairs(),
                                                val_references, feature_source=source)),
@@ -220,8 +211,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     for spec in config.rewards:
         name = f"scst-{reward_slug(spec)}"
         out = run.dir / name
-        scst = from_dict(SCSTConfig, dict(to_dict(config.scst), output_dir=str(out), reward=spec,
-                                          micro_batch_size=scst_micro), "scst")
+        scst = _trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
 
         def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
@@ -264,6 +254,31 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         stages.finish(name)
     state.wait_for_everyone()
     return result
+
+
+def _open_run(config: PipelineConfig, state: Any) -> _Run:
+    """The run directory (every process, once all are here); the main process writes its `config.yaml`."""
+    state.wait_for_everyone()
+    run = _Run(config)
+    if state.is_main_process:
+        dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
+    return run
+
+
+def _read_data(config: PipelineConfig, run: _Run) -> tuple[Any, Any, dict[str, list[str]], dict[str, list]]:
+    """The data read once, one item at a time: (training store and image paths on disk, validation references,
+    test items in memory; `captioner.orchestration.training_data.TrainingData`'s fields)."""
+    from captioner.orchestration.training_data import read_training_data
+
+    data = read_training_data(config, run.dir, _same_file_test_sets(config))
+    return data.store, data.image_paths, data.val_references, data.test_items
+
+
+def _trainer_config(kind: type, section: Any, out: Path, micro_batch_size: int, name: str, **fields: Any) -> Any:
+    """The `kind` (XEConfig / SCSTConfig) of stage section `name`: the recipe's `section` with the stage's output
+    folder, the derived micro-batch size and `fields`."""
+    return from_dict(kind, dict(to_dict(section), output_dir=str(out), micro_batch_size=micro_batch_size, **fields),
+                     name)
 
 
 def _summary(result: Any) -> dict[str, Any]:
