@@ -10,6 +10,7 @@ from captioner.modeling.checkpoints import save_captioner
 from captioner.modeling.features import FeatureCache, write_feature_cache
 from captioner.modeling.model import Captioner, CaptionerConfig
 from captioner.modeling.vocab import build_vocab
+from metric.models.backbones import tiny_clip_config
 
 COLOURS = ["red", "blue", "green", "yellow"]
 SHAPES = ["circle", "square", "triangle"]
@@ -72,3 +73,34 @@ def tiny_pipeline_sections(xe_batch: int, xe_micro: int, eval_every: int, save_e
                "schedule": {"warmup_steps": 2, "constant_until": 4, "decay_until": 6, "peak_lr": 2e-3,
                             "final_lr": 1e-4}},
     }
+
+
+def tiny_clip_source() -> dict:
+    """A tiny random CLIP (seed 0) as a `features.source` / `reward_models.clip` section."""
+    return {"random_config": tiny_clip_config(), "random_seed": 0}
+
+
+def tiny_pipeline_recipe(run_dir: Path, flickr: Path, max_images: int = 2, bootstrap: int = 0, **sections) -> dict:
+    """A `pacs train` recipe on real Flickr8k small enough for CPU tests: 8 training images, a tiny random CLIP,
+    a tiny captioner, 2 XE steps, 1 SCST step of the CIDEr reward, `max_images` test images scored with BLEU-4
+    (`bootstrap` resamples). `sections` replace whole top-level sections (None: left out)."""
+    tiny = tiny_clip_source()
+    recipe = {
+        "run_dir": str(run_dir),
+        "data": {"name": "flickr8k", "path": str(flickr), "max_train_images": 8, "max_val_images": 2},
+        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
+        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
+        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
+        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "eval_every": 2, "val_beam_size": 1,
+               "save_every": 1, "tensorboard": False,
+               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
+                            "final_lr": 1e-4}},
+        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 1, "k": 2, "lr": 5e-6,
+                 "save_every": 1, "tensorboard": False},
+        "rewards": ["cider"],
+        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
+        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": str(flickr), "split": "test"}},
+                       "max_images": max_images, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": bootstrap},
+    }
+    recipe.update(sections)
+    return {key: value for key, value in recipe.items() if value is not None}

@@ -8,34 +8,28 @@ import json
 import pytest
 import torch
 import yaml
+from captioner_testkit import tiny_clip_source, tiny_pipeline_recipe
 
 from captioner.entry import run_from_config
 from metric.common.errors import InputError
-from metric.models.backbones import tiny_clip_config
 from tests.captioner.hf_tiny import build_git
 
 torch.set_num_threads(1)
 
 
 def _recipe(tmp_path, shared_data, folder) -> dict:
-    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
-    flickr = str(shared_data / "flickr8k")
-    return {
-        "run_dir": str(tmp_path / "run"),
-        "captioner": {"kind": "transformers", "checkpoint": str(folder)},
-        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 4, "max_val_images": 2},
-        "features": {"source": tiny},
-        "xe": {"max_steps": 2, "batch_size": 4, "micro_batch_size": 4, "eval_every": 2, "save_every": 1,
-               "tensorboard": False, "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2,
-                                                  "peak_lr": 1e-3, "final_lr": 1e-4}},
-        "scst": {"batch_size": 2, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-3, "samples": "multinomial",
-                 "max_length": 6, "save_every": 1, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1,
-                 "monitor_images": 2, "select_by": "cider"},
-        "rewards": ["cider"],
-        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
-        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
-                       "max_images": 2, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 0},
-    }
+    """The tiny recipe with a transformers captioner (no vocabulary, no captioner model section)."""
+    return tiny_pipeline_recipe(
+        tmp_path / "run", shared_data / "flickr8k",
+        captioner={"kind": "transformers", "checkpoint": str(folder)},
+        data={"name": "flickr8k", "path": str(shared_data / "flickr8k"), "max_train_images": 4, "max_val_images": 2},
+        features={"source": tiny_clip_source()}, vocab=None, model=None,
+        xe={"max_steps": 2, "batch_size": 4, "micro_batch_size": 4, "eval_every": 2, "save_every": 1,
+            "tensorboard": False, "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2,
+                                               "peak_lr": 1e-3, "final_lr": 1e-4}},
+        scst={"batch_size": 2, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-3, "samples": "multinomial",
+              "max_length": 6, "save_every": 1, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1,
+              "monitor_images": 2, "select_by": "cider"})
 
 
 def _finished(run) -> dict[str, str]:

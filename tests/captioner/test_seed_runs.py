@@ -10,36 +10,18 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from captioner_testkit import tiny_pipeline_recipe
 
 from captioner.entry import run_from_config
 from captioner.orchestration.seed_runs import pool_rows
 from eval.stratified_bootstrap import StratifiedBootstrap
-from metric.models.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp_path: Path, shared_data: Path) -> dict:
-    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
-    flickr = str(shared_data / "flickr8k")
-    return {
-        "run_dir": str(tmp_path / "run"), "seeds": [0, 1],
-        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 8, "max_val_images": 2},
-        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
-        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
-        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
-        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "eval_every": 2, "val_beam_size": 1,
-               "save_every": 1, "tensorboard": False,
-               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
-                            "final_lr": 1e-4}},
-        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 1, "k": 2, "lr": 5e-6,
-                 "save_every": 1, "tensorboard": False},
-        "rewards": ["cider"],
-        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
-        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
-                       "max_images": 3, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 30},
-    }
+    return tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k", max_images=3, bootstrap=30, seeds=[0, 1])
 
 
 def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_difference() -> None:

@@ -116,26 +116,9 @@ def test_a_payload_in_a_metric_training_state_is_one_error_and_never_runs(metric
 # --- pipeline XE and SCST: `pacs train` resuming an interrupted stage ----------------------------------------------
 
 def _pipeline_config(run_dir: Path, flickr: Path) -> dict:
-    from metric.models.backbones import tiny_clip_config
+    from tests.captioner.captioner_testkit import tiny_pipeline_recipe
 
-    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
-    return {
-        "run_dir": str(run_dir),
-        "data": {"name": "flickr8k", "path": str(flickr), "max_train_images": 8, "max_val_images": 2},
-        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
-        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
-        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
-        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "eval_every": 2, "val_beam_size": 1,
-               "save_every": 1, "tensorboard": False,
-               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
-                            "final_lr": 1e-4}},
-        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 1, "k": 2, "lr": 5e-6, "save_every": 1,
-                 "tensorboard": False},
-        "rewards": ["cider"],
-        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
-        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": str(flickr), "split": "test"}},
-                       "max_images": 2, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 0},
-    }
+    return tiny_pipeline_recipe(run_dir, flickr)
 
 
 @pytest.fixture(scope="module")
