@@ -3,17 +3,6 @@ and the Java tokenizer are refused at load in one line (the Java lookup is faked
 from __future__ import annotations
 
 import json
-import shutil
-
-import pytest
-
-
-@pytest.fixture
-def no_java(monkeypatch):
-    """A machine without Java: PATH lookup finds nothing, no PACS_JAVA / JAVA_HOME."""
-    monkeypatch.delenv("PACS_JAVA", raising=False)
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
 
 
 def _write_inputs(tmp_path):

@@ -1,19 +1,7 @@
 """missing_java_problems: METEOR and SPICE need Java, BLEU/ROUGE-L/CIDEr-D do not (the Java lookup is faked)."""
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
 from eval.java_tools import missing_java_problems
-
-
-@pytest.fixture
-def no_java(monkeypatch):
-    """A machine without Java: PATH lookup finds nothing, no PACS_JAVA / JAVA_HOME."""
-    monkeypatch.delenv("PACS_JAVA", raising=False)
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
 
 
 def test_metrics_without_java_need_nothing(no_java):
@@ -28,9 +16,6 @@ def test_meteor_and_spice_are_named_one_line_each(no_java):
         assert "\n" not in problem and "install a JRE" in problem and "or drop" in problem
 
 
-def test_nothing_missing_when_java_is_found(monkeypatch):
-    monkeypatch.delenv("PACS_JAVA", raising=False)
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: "/opt/jre/bin/java")
+def test_nothing_missing_when_java_is_found(java_on_path):
     assert missing_java_problems(["meteor", "spice"]) == []
 
