@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from captioner.modeling.train_scst import SCSTConfig, guard_settings
+from captioner.modeling.train_scst import SCSTConfig
 from captioner.modeling.train_xe import XEConfig
 from metric.common.io import nonfinite_to_none, write_json_atomic
 
@@ -45,13 +45,9 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     from captioner.modeling.hf_policy import HFPolicy
     from captioner.modeling.hf_train_xe import train_hf_xe
     from captioner.modeling.train_scst import train_scst
-    from captioner.orchestration.pipeline import _kl_reference_input, _open_run, _read_data, _summary, _trainer_config
-    from captioner.orchestration.pipeline_config import reward_slug
-    from captioner.orchestration.pipeline_rewards import build_pipeline_reward, guard_reward_settings
+    from captioner.orchestration.pipeline import _open_run, _read_data, _scst_stages, _summary, _trainer_config
     from captioner.orchestration.recipe_stages import (
         data_inputs,
-        reward_model_inputs,
-        reward_model_settings,
         settings_of,
         trainer_settings,
     )
@@ -83,29 +79,17 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
         models["xe"] = xe_dir / "best"
         model_stages["xe"] = ["xe"]
     init = models[start_name]
-    reward_settings = reward_model_settings(config.reward_models)
-    for spec in config.rewards:
-        name = f"scst-{reward_slug(spec)}"
-        out = run.dir / name
-        scst = _trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
 
-        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
-            """Stage `scst-<reward>` (every process)."""
-            reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
-                                           image_paths=images)
-            policy = HFPolicy.load(init, images, options, scst.max_length, device=state.device)
-            return _summary(train_scst(scst, init, None, train_store.reference_sets(), reward,
-                                       validation=val_references, policy=policy))
+    def train(scst: SCSTConfig, reward: Any) -> Any:
+        """SCST of the starting model (its `HFPolicy`) with `reward`."""
+        policy = HFPolicy.load(init, images, options, scst.max_length, device=state.device)
+        return train_scst(scst, init, None, train_store.reference_sets(), reward, validation=val_references,
+                          policy=policy)
 
-        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
-                                "captioner": captioner_settings, "reward_models": reward_settings,
-                                "data": data_settings, "seed": config.seed, **guard_reward_settings(config, spec)},
-                   {"init_checkpoint": stages.checkpoint(init), **init_inputs,
-                    **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
-                   upstream=model_stages[start_name], resumable=True, distributed=True,
-                   progress=out / "checkpoints")
-        models[spec] = out / ("final" if scst.select_by == "last" else "best")
-        model_stages[spec] = [name]
+    scst_stages = _scst_stages(run, scst_micro, train_store, images, train, init, {"captioner": captioner_settings},
+                               init_inputs, model_stages[start_name])
+    for spec, (name, selected) in scst_stages.items():
+        models[spec], model_stages[spec] = selected, [name]
     return _evaluate(run, models, model_stages, test_items, start_name)
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,28 +209,13 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     models = {"xe": xe_dir / "best"}
     model_stages = {"xe": "xe"}
     reward_settings = reward_model_settings(config.reward_models)
-    for spec in config.rewards:
-        name = f"scst-{reward_slug(spec)}"
-        out = run.dir / name
-        scst = _trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
-
-        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
-            """Stage `scst-<reward>` (every process)."""
-            reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
-                                           image_paths=images)
-            return _summary(train_scst(scst, xe_dir / "best", features,
-                                       train_store.reference_sets(), reward,
-                                       validation=val_references))
-
-        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec,
-                                "reward_models": reward_settings, "data": data_settings, "seed": config.seed,
-                                **guard_reward_settings(config, spec)},
-                   {"init_checkpoint": stages.checkpoint(xe_dir / "best"),
-                    **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
-                   upstream=["xe", "features/train"], resumable=True, distributed=True,
-                   progress=out / "checkpoints")
-        models[spec] = out / ("final" if scst.select_by == "last" else "best")  # the model scst.select_by chose
-        model_stages[spec] = name
+    scst_stages = _scst_stages(
+        run, scst_micro, train_store, images,
+        lambda scst, reward: train_scst(scst, xe_dir / "best", features, train_store.reference_sets(), reward,
+                                        validation=val_references),
+        xe_dir / "best", {}, {}, ["xe", "features/train"])
+    for spec, (name, selected) in scst_stages.items():
+        models[spec], model_stages[spec] = selected, name
     test_sets = prepare_test_sets(run, test_items)
     del test_items
     eval_stages = []
@@ -279,6 +265,44 @@ def _trainer_config(kind: type, section: Any, out: Path, micro_batch_size: int, 
     folder, the derived micro-batch size and `fields`."""
     return from_dict(kind, dict(to_dict(section), output_dir=str(out), micro_batch_size=micro_batch_size, **fields),
                      name)
+
+
+def _scst_stages(run: _Run, scst_micro: int, train_store: Any, images: Any,
+                 train: Callable[[SCSTConfig, Any], Any], init: Path, settings: dict[str, Any],
+                 inputs: dict[str, Any], upstream: list[str]) -> dict[str, tuple[str, Path]]:
+    """Stage `scst-<reward>` of every reward of the recipe (every process): `train(scst, reward)` trains one from
+    the model folder `init`; `settings` and `inputs` are added to the stage's own (reward, guards, reward models,
+    data, seed; its starting model, reward models, KL reference). {reward spec: (stage name, the model
+    `scst.select_by` chose)}."""
+    from captioner.orchestration.recipe_stages import (
+        reward_model_inputs,
+        reward_model_settings,
+        settings_of,
+        trainer_settings,
+    )
+
+    config, stages = run.config, run.stages
+    reward_settings = reward_model_settings(config.reward_models)
+    chosen: dict[str, tuple[str, Path]] = {}
+    for spec in config.rewards:
+        name = f"scst-{reward_slug(spec)}"
+        out = run.dir / name
+        scst = _trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
+
+        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+            """Stage `scst-<reward>` (every process)."""
+            reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
+                                           image_paths=images)
+            return _summary(train(scst, reward))
+
+        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
+                                "reward_models": reward_settings, "data": settings_of(config.data),
+                                "seed": config.seed, **guard_reward_settings(config, spec)},
+                   {"init_checkpoint": stages.checkpoint(init), **inputs,
+                    **reward_model_inputs(stages, config.reward_models), **_kl_reference_input(stages, scst)},
+                   upstream=upstream, resumable=True, distributed=True, progress=out / "checkpoints")
+        chosen[spec] = (name, out / ("final" if scst.select_by == "last" else "best"))
+    return chosen
 
 
 def _summary(result: Any) -> dict[str, Any]:
