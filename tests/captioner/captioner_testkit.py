@@ -1,6 +1,7 @@
 """Tiny synthetic data for captioner tests: features with a learnable colour/shape signal and a tiny captioner."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -104,3 +105,13 @@ def tiny_pipeline_recipe(run_dir: Path, flickr: Path, max_images: int = 2, boots
     }
     recipe.update(sections)
     return {key: value for key, value in recipe.items() if value is not None}
+
+
+def finished_stages(run: Path) -> dict[str, str]:
+    """{stage: output id} of every finished stage record of the run directory `run`."""
+    records = {}
+    for path in (run / "stages").rglob("*.json"):
+        if path.name != "hashes.json":
+            record = json.loads(path.read_text())
+            records[record["stage"]] = record.get("output_id")
+    return records

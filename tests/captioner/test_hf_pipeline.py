@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import yaml
-from captioner_testkit import tiny_clip_source, tiny_pipeline_recipe
+from captioner_testkit import finished_stages, tiny_clip_source, tiny_pipeline_recipe
 
 from captioner.entry import run_from_config
 from metric.common.errors import InputError
@@ -32,29 +32,20 @@ def _recipe(tmp_path, shared_data, folder) -> dict:
               "monitor_images": 2, "select_by": "cider"})
 
 
-def _finished(run) -> dict[str, str]:
-    records = {}
-    for path in (run / "stages").rglob("*.json"):
-        if path.name != "hashes.json":
-            record = json.loads(path.read_text())
-            records[record["stage"]] = record.get("output_id")
-    return records
-
-
 def test_transformers_captioner_runs_the_stages_and_a_rerun_skips_them(tmp_path, shared_data):
     folder = build_git(tmp_path / "git")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump(_recipe(tmp_path, shared_data, folder)))
     run = tmp_path / "run"
     run_from_config(str(recipe), [])
-    first = _finished(run)
+    first = finished_stages(run)
     assert set(first) == {"xe", "scst-cider", "eval/xe/flickr8k", "eval/cider/flickr8k"}
     assert (run / "scst-cider" / "best" / "config.json").is_file()  # select_by cider: a transformers folder
     assert len((run / "scst-cider" / "monitor.csv").read_text().splitlines()) == 1 + 3  # steps 0, 1, 2
     rows = json.loads((run / "eval" / "results.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["xe", "cider"]
     run_from_config(str(recipe), [])
-    assert _finished(run) == first  # same fingerprints: nothing re-ran
+    assert finished_stages(run) == first  # same fingerprints: nothing re-ran
 
 
 def test_transformers_kind_without_a_checkpoint_is_one_clear_error(tmp_path, shared_data):
@@ -77,7 +68,7 @@ def test_overrides_turn_flickr8k_tiny_into_a_transformers_run(tmp_path, shared_d
                  "scst.max_length=6", "scst.monitor_images=2", "scst.save_every=1"]
     run_from_config("flickr8k_tiny", overrides)
     run = tmp_path / "run"
-    assert set(_finished(run)) == {"scst-cider", "eval/init/flickr8k", "eval/cider/flickr8k"}
+    assert set(finished_stages(run)) == {"scst-cider", "eval/init/flickr8k", "eval/cider/flickr8k"}
     final = run / "scst-cider" / "final"
     assert (final / "adapter" / "adapter_config.json").is_file() and (final / "config.json").is_file()
     rows = json.loads((run / "eval" / "results.json").read_text())["rows"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from captioner_testkit import tiny_pipeline_recipe
+from captioner_testkit import finished_stages, tiny_pipeline_recipe
 
 from captioner.entry import run_from_config
 from metric.common.errors import InputError
@@ -20,29 +20,19 @@ def _config(tmp_path, shared_data) -> dict:
     return tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k")
 
 
-def _finished(run) -> dict[str, str]:
-    """{stage: output id} of every finished stage record."""
-    records = {}
-    for path in (run / "stages").rglob("*.json"):
-        if path.name != "hashes.json":
-            record = json.loads(path.read_text())
-            records[record["stage"]] = record.get("output_id")
-    return records
-
-
 @pytest.mark.slow
 def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_data, caplog):
     config = tmp_path / "recipe.yaml"
     config.write_text(yaml.safe_dump(_config(tmp_path, shared_data)))
     run = tmp_path / "run"
     run_from_config(str(config), [])
-    first = _finished(run)
+    first = finished_stages(run)
     assert set(first) == {"vocab", "features/train", "xe", "scst-cider", "features/flickr8k", "eval/xe/flickr8k",
                           "eval/cider/flickr8k"}
 
     with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
-    second = _finished(run)
+    second = finished_stages(run)
     changed = {name for name in first if first[name] != second[name]}
     assert changed == {"scst-cider", "eval/cider/flickr8k"}
     assert "stage scst-cider: re-running: scst.lr 5e-06 -> 1e-06" in caplog.messages
@@ -62,11 +52,11 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
-    third = _finished(run)
+    third = finished_stages(run)
     assert {name for name in second if second[name] != third[name]} == {"scst-cider", "eval/cider/flickr8k"}
     assert "stage scst-cider: interrupted with the same settings, resuming" in caplog.messages
     run_from_config(str(config), ["scst.lr=1e-6"], force=["xe"])
-    fourth = _finished(run)
+    fourth = finished_stages(run)
     assert {name for name in third if third[name] != fourth[name]} == {"xe", "scst-cider", "eval/xe/flickr8k",
                                                                         "eval/cider/flickr8k"}
     with pytest.raises(InputError, match="force= scst: no such stage"):
