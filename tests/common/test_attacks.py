@@ -18,14 +18,13 @@ import json
 import logging
 import os
 import stat
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from image_files import decompression_bomb
 from PIL import Image
 
 import pacs_cli
@@ -52,17 +51,6 @@ def _one_error_line(capsys: pytest.CaptureFixture, command: str) -> str:
 def _png(path: Path, colour: tuple[int, int, int] = (200, 30, 30)) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (16, 16), colour).save(path)
-    return path
-
-
-def _bomb(path: Path, side: int = 30000) -> Path:
-    """A PNG whose header says side × side pixels (1-bit grey) with one row of data: PIL refuses it at open."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(side // 8 + 1)))
-                     + chunk(b"IEND", b""))
     return path
 
 
@@ -227,7 +215,7 @@ def test_10_a_decompression_bomb_is_one_line_for_caption_as_for_score(tmp_path, 
 
     images = tmp_path / "images"
     images.mkdir()
-    bomb = _bomb(images / "bomb.png")
+    bomb = decompression_bomb(images / "bomb.png")
     assert bomb.stat().st_size < 10_000
     why = "Image size (900000000 pixels) exceeds limit of 178956970 pixels, could be decompression bomb DOS attack."
     (tmp_path / "c.json").write_text(json.dumps({"bomb": "a black square"}))

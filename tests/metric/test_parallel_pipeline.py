@@ -8,12 +8,11 @@ failing image in input order is the one reported.
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from image_files import decompression_bomb
 
 from metric.common.errors import InputError
 from metric.common.parallel import available_cores, ordered_map, resolve_workers
@@ -29,17 +28,6 @@ def flickr_images(shared_data: Path) -> list[Path]:
     if len(paths) < 48:
         pytest.skip(f"the Flickr8k images are not under {folder}")
     return paths
-
-
-def _bomb(path: Path, side: int = 30000) -> Path:
-    """A PNG whose header says side × side pixels: PIL refuses it at open as a decompression bomb."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(side // 8 + 1)))
-                     + chunk(b"IEND", b""))
-    return path
 
 
 def test_worker_threads_give_the_serial_pixels_bit_for_bit(flickr_images):
@@ -63,7 +51,7 @@ def test_scorer_embeddings_do_not_depend_on_the_workers(flickr_images, tiny_back
 def test_the_first_bad_image_in_order_is_reported_in_one_line(tmp_path, tiny_backbone, flickr_images):
     broken = tmp_path / "broken.jpg"
     broken.write_bytes(b"not an image")
-    bomb = _bomb(tmp_path / "bomb.png")
+    bomb = decompression_bomb(tmp_path / "bomb.png")
     paths = [str(flickr_images[0]), str(broken), str(flickr_images[1]), str(bomb)]
     messages = {}
     for workers in (0, 4):
