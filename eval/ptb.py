@@ -9,8 +9,8 @@ One quirk is kept on purpose: a one-letter abbreviation ("the letter S.") keeps 
 sentence opener ("The", "A", "It", ...) follows, and Java reads the next caption of the batch as the next line, so
 the last word of a caption can depend on the caption after it, exactly as in pycocoevalcap.
 
-Outside the shared data sets the rules may differ from Java's on rare forms (URLs, e-mail addresses, "C++",
-Unicode fractions); `eval.tokenize.ptb_tokenize(..., "java")` runs the jar itself.
+Outside the shared data sets the rules may still differ from Java's on rare forms ("rock'n'roll" written without
+spaces, "U.S.-based", a word glued to an ellipsis); `eval.tokenize.ptb_tokenize(..., "java")` runs the jar itself.
 """
 from __future__ import annotations
 
@@ -54,10 +54,18 @@ _NUMBER_ABBREVIATIONS = _words("ca fig figs prop no nos sec sect secs sects art 
 _SPLIT_WORDS = {"cannot": 3, "gonna": 3, "gotta": 3, "wanna": 3, "lemme": 3, "gimme": 3}
 
 _APOSTROPHES = "'\u2019"
-_LETTER = r"[^\W\d_]"
-_ALNUM = r"[^\W_]"
+_SCRIPTS = "\u00b2\u00b3\u00b9\u00bc-\u00be\u2070-\u209f\u2150-\u215f"  # super/subscripts, fractions: own tokens
+_LETTER = rf"[^\W\d_{_SCRIPTS}]"
+_ALNUM = rf"[^\W_{_SCRIPTS}]"
+_ALNUM_CHAR = re.compile(_ALNUM)
 _SEGMENT = rf"{_ALNUM}+"
-_WORD = re.compile(rf"{_SEGMENT}(?:(?:[-/]|[.!?](?={_LETTER})){_SEGMENT})*")
+_WORD = re.compile(rf"{_SEGMENT}(?:(?:[-/_]|[.!?](?={_LETTER})){_SEGMENT})*")
+_URL = re.compile(r"(?:https?|ftp)://[^\s\"<>|(){}\[\]]*[^\s\"'<>|.!?(){},;:&\[\]-]")
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9]")
+_AT_NAME = re.compile(r"@[A-Za-z_][A-Za-z_0-9]*|#[^\W\d_]\w*[^\W_]|_+")
+_SPECIAL = re.compile(r"[Cc]\+\+|['\u2019][tT](?=(?:[iI][sS]|[wW][aA][sS])(?![^\W_]))|[yY]['\u2019](?=[^\W\d_])")
+_CURRENCIES = {"\u20ac": "$", "\u00a3": "#"}  # normalised as PTB does: euro -> $, pound -> #
+_FRACTIONS = {"\u00bc": "1/4", "\u00bd": "1/2", "\u00be": "3/4", "\u2153": "1/3", "\u2154": "2/3"}
 _NUMBER = re.compile(r"\d*(?:[.,:]\d+)+")
 _HYPHENATED = re.compile(rf"{_ALNUM}(?:{_ALNUM}|[.,](?={_ALNUM}))*(?:-{_SEGMENT})+")
 _AMPERSAND = re.compile(r"[A-Z]+(?:&[A-Z]+)+")
@@ -108,7 +116,7 @@ def _tokenize_line(line: str, after: str) -> list[str]:
             continue
         length, produced = _next_token(line, position, after)
         tokens.extend(produced)
-        position += length
+        position += max(length, 1)
     return tokens
 
 
@@ -129,6 +137,15 @@ def _next_token(line: str, position: int, after: str) -> tuple[int, list[str]]:
     escape = _BRACKET_ESCAPE.match(line, position)
     if escape:
         return escape.end() - position, [escape.group(0).upper()]
+    special = _longest((_URL, _EMAIL, _AT_NAME, _SPECIAL), line, position)
+    if special and special >= _longest((_WORD, _NUMBER, _HYPHENATED, _AMPERSAND), line, position):
+        return special, [line[position:position + special].replace("\u2019", "'")]
+    if char in _FRACTIONS:
+        return 1, [_FRACTIONS[char]]
+    if char in _CURRENCIES:
+        return 1, [_CURRENCIES[char]]
+    if char in "\u2026\u0085":
+        return 1, ["..."]
     smiley = _SMILEY.match(line, position)
     if smiley:
         text = smiley.group(0)
@@ -144,7 +161,7 @@ def _next_token(line: str, position: int, after: str) -> tuple[int, list[str]]:
     apostrophe_word = _longest(_APOSTROPHE_WORDS, line, position)
     if apostrophe_word and apostrophe_word >= _longest((_WORD, _NUMBER, _HYPHENATED, _AMPERSAND), line, position):
         return apostrophe_word, [line[position:position + apostrophe_word].replace("\u2019", "'")]
-    if char.isalnum():
+    if _ALNUM_CHAR.match(char):
         return _word_token(line, position, after)
     number = _NUMBER.match(line, position)
     if number:
@@ -166,7 +183,7 @@ def _next_token(line: str, position: int, after: str) -> tuple[int, list[str]]:
         return 1, ["''"]
     if char in "'`\u2018\u2019":
         return 1, ["'"]
-    if char.isascii() or unicodedata.category(char) in ("Sm", "Sk", "Sc", "Pd", "Po", "Ps", "Pe", "Pi", "Pf"):
+    if char.isascii() or unicodedata.category(char) in ("Sm", "Sk", "Sc", "No", "Pd", "Po", "Ps", "Pe", "Pi", "Pf"):
         return 1, [char]
     return 1, []  # a character the tokenizer cannot tokenize is deleted
 

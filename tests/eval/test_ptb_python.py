@@ -83,9 +83,16 @@ def test_a_one_letter_abbreviation_keeps_its_period_unless_a_sentence_follows():
     assert python_ptb_tokenize(["Washington D.C.", "The end"])[0] == "washington d.c."
 
 
+# forms absent from the shared data sets that the rules also cover
+BEYOND_THE_DATA = ["o'clock, O'Neil's rock 'n' roll of the '90s; y'all 'Tis", "C++ at http://www.example.com/a/b",
+                   "mail a.b@c.org or @home #hashtag __init__ snake_case", "a ½ cup, x² and 5€ or £10…",
+                   "gonna wanna cannot ain't DON'T", "St. Louis, Mr. Smith vs. Dr. Who and no. 5 (fig. 2)"]
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs pycocoevalcap's Java tokenizer")
 def test_hand_written_cases_are_what_java_prints():
-    lines = [*HAND_CASES, "the letter S.", "The end", "the letter S.", "a dog", "the letter S. The dog", "x"]
+    lines = [*HAND_CASES, "the letter S.", "The end", "the letter S.", "a dog", "the letter S. The dog", "x",
+             *BEYOND_THE_DATA]
     assert python_ptb_tokenize(lines) == java_ptb_tokenize(lines)
 
 
