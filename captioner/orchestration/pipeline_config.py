@@ -71,7 +71,6 @@ class FeaturesConfig:
     # features extracted elsewhere: CACHE_DIR/<set> (train, and each test set's name) holds a pacs feature cache
     # (meta.json + shards) whose recorded fingerprint must be `source`'s; nothing is extracted then
     cache_dir: str = ""
-
     # threads decoding the next batch's images while the tower runs: auto (one per core), 0 or 1, or N; the
     # features are the same for every value (not part of the stage's settings)
     workers: int | str = "auto"
@@ -81,6 +80,7 @@ class FeaturesConfig:
         from metric.common.parallel import resolve_workers
 
         resolve_workers(self.workers, "features.workers")
+
 
 @dataclass
 class RewardModelConfig:
@@ -97,18 +97,18 @@ class RewardModelConfig:
     device: str = "auto"
     dtype: str = "fp32"
     allow_family_mismatch: bool = False
-
     # threads decoding images for the reward's image cache and the evaluation's columns (auto: one per core);
     # the scores are the same for every value
     workers: int | str = "auto"
+
     def validate(self) -> None:
         """`dtype` is a compute precision the Scorer knows (fp32, bf16, fp16); `workers` auto or a count."""
         from metric.common.parallel import resolve_workers
 
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
-
         resolve_workers(self.workers, "reward_models.workers")
+
 
 @dataclass
 class RewardGuardsConfig:

@@ -168,10 +168,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help='{"image_id": [refs]} or COCO annotations')
     evaluate.add_argument("--metrics", help=f"comma-separated (default: {','.join(DEFAULT_EVALUATE_METRICS)}, "
                                             "plus clip-s/pac-s++ and their Ref- variants with --images and a model)")
-    evaluate.add_argument("--grammar-backend", default="harper", help="harper (offline, default) or languagetool")
     evaluate.add_argument("--ptb-tokenizer", choices=("python", "java"), default="python",
                           help="the PTB tokenization of the text metrics: python (default, no Java; equal to "
                                "pycocoevalcap's on the shared data sets) or java (pycocoevalcap's jar)")
+    evaluate.add_argument("--grammar-backend", default="harper", help="harper (offline, default) or languagetool")
     evaluate.add_argument("--languagetool-jar-dir", metavar="DIR", help="local LanguageTool folder")
     evaluate.add_argument("--languagetool-url", metavar="URL", help="LanguageTool server URL")
     table = evaluate.add_argument_group("system-level table")
