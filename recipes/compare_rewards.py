@@ -29,8 +29,8 @@ from captioner.orchestration.launching import relaunch_cpu_processes
 from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
 from captioner.orchestration.seed_runs import run_seeds
 from metric.common.config import load_config
-from metric.common.errors import PacsError
 from metric.common.os_errors import user_error_line
+from metric.common.terminal import TerminalFormatter
 
 DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
 
@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # stderr; user text in a message has its control characters escaped
+    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         relaunch_cpu_processes()
         config = load_config(PipelineConfig, args.config, args.overrides)
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             if result.get("seed_rows"):
                 add_seed_rows(folder / "results.json", result["seed_rows"], config)
             print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))
-    except (PacsError, OSError) as error:  # user errors, a full disk, an unwritable folder: one line, exit 2
-        message = user_error_line(error)
+    except Exception as error:  # user errors, a full disk (safetensors' too), an unwritable folder: one line, exit 2
+        message = user_error_line(error, resumable=True)  # its stages are kept and resume
         if message is None:
             raise
         print(f"compare_rewards: error: {message}", file=sys.stderr)

@@ -482,3 +482,28 @@ def test_scst_resume_is_bit_exact(tmp_path):
     resumed = run(tmp_path / "killed")
     assert len(full) == 5 and len(set(full)) > 1
     assert resumed == full[3:]  # exact float equality: dropout and multinomial sampling on
+
+
+def test_8_a_full_disk_in_compare_rewards_is_one_line(tmp_path, monkeypatch, capsys):
+    """recipes/compare_rewards.py has the same safety net as pacs train: a `SafetensorError` carrying an OS error
+    raised anywhere in its runs is one line naming the folder, exit 2 (was: a raw traceback)."""
+    import runpy
+
+    from safetensors import SafetensorError
+
+    import captioner.orchestration.pipeline
+    import captioner.orchestration.seed_runs
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28) at path "
+                              f'"{tmp_path / "run" / ".tmpAb12Cd"}"')
+
+    monkeypatch.setattr(captioner.orchestration.pipeline, "run_pipeline", full_disk)
+    monkeypatch.setattr(captioner.orchestration.seed_runs, "run_seeds", full_disk)
+    script = Path(__file__).resolve().parents[2] / "recipes" / "compare_rewards.py"
+    compare = runpy.run_path(str(script), run_name="compare_rewards")
+    assert compare["main"](["--config", "flickr8k_tiny", "--reward", "cider", f"run_dir={tmp_path / 'run'}"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("compare_rewards")]
+    assert err == [(f"compare_rewards: error: {tmp_path / 'run'}: No space left on device; free some disk space "
+                   "(or write to another disk) and run again; finished work is kept and an interrupted stage "
+                   "resumes or restarts")], err
