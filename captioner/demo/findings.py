@@ -267,9 +267,11 @@ def delta_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], label
 
 
 def gains_table(gains: Sequence[Mapping[str, Any]]) -> str:
-    """Markdown: each reward's own test value under XE and under its SCST model, with the interval of the gain."""
-    lines = ["| reward | xe | scst | Δ [95% interval] |", "|---|---|---|---|"]
-    lines += [f"| {g['reward']} | {g['xe']:.4f} | {g['scst']:.4f} | {_change(g['delta'], g['ci'])} |" for g in gains]
+    """Markdown: each SCST model's own reward on the test split under XE and under that model, with the interval of
+    the gain (the model column tells apart two runs of one reward, e.g. a mix summed and normalised)."""
+    lines = ["| model | reward | xe | scst | Δ [95% interval] |", "|---|---|---|---|---|"]
+    lines += [f"| {g.get('model', '')} | {g['reward']} | {g['xe']:.4f} | {g['scst']:.4f} | "
+              f"{_change(g['delta'], g['ci'])} |" for g in gains]
     return "\n".join(lines) + "\n"
 
 

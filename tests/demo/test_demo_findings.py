@@ -202,3 +202,17 @@ def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
     # float noise of identical captions scored in other batches (~1e-7) is no difference, and prints as +0.000
     assert direction([3e-8, 0.2]) == 0 and direction([-0.2, -4e-8]) == 0
     assert (signed(-2e-7), signed(-0.0004), signed(-0.0006), signed(-0.004)) == ("+0.000", "+0.000", "-0.001", "-0.004")
+
+
+def test_gains_table_tells_apart_two_runs_of_one_reward():
+    """A mix trained summed and normalised has one reward spec but two rows: the model column names each."""
+    from captioner.demo.findings import gains_table
+
+    gains = [{"model": "scst cider:1,pac-s++:0.5", "reward": "cider:1,pac-s++:0.5", "xe": 4.5, "scst": 4.75,
+              "delta": 0.25, "ci": [0.125, 0.5]},
+             {"model": "scst cider:1,pac-s++:0.5 norm", "reward": "cider:1,pac-s++:0.5", "xe": 4.5, "scst": 4.25,
+              "delta": -0.25, "ci": [-0.5, 0.0]}]
+    lines = gains_table(gains).splitlines()
+    assert lines[0] == "| model | reward | xe | scst | Δ [95% interval] |"
+    assert lines[2].startswith("| scst cider:1,pac-s++:0.5 | cider:1,pac-s++:0.5 | 4.5000 | 4.7500 | +0.250")
+    assert lines[3].startswith("| scst cider:1,pac-s++:0.5 norm | cider:1,pac-s++:0.5 | 4.5000 | 4.2500 | -0.250")
