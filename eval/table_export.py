@@ -122,10 +122,7 @@ def table_latex(table: dict[str, Any]) -> str:
         name = row["system"]
         if row.get("kind") == HUMAN_ROW:
             lines.append("\\midrule")
-        values = []
-        for metric in metrics:
-            text = cells[name][metric]
-            values.append("-" if text is None else f"\\textbf{{{text}}}" if name in best[metric] else text)
+        values = _row_values(cells[name], metrics, best, name, "\\textbf{{{}}}")
         label = "Humans" if row.get("kind") == HUMAN_ROW else latex_escape(name)
         lines.append(f"{label} & " + " & ".join(values) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
@@ -145,13 +142,16 @@ def table_markdown(table: dict[str, Any]) -> str:
              "|---|" + "---:|" * len(metrics)]
     for row in table["rows"]:
         name = row["system"]
-        values = []
-        for metric in metrics:
-            text = cells[name][metric]
-            values.append("-" if text is None else f"**{text}**" if name in best[metric] else text)
+        values = _row_values(cells[name], metrics, best, name, "**{}**")
         label = "Humans" if row.get("kind") == HUMAN_ROW else markdown_escape(name)
         lines.append(f"| {label} | " + " | ".join(values) + " |")
     notes = _models_note(table)
     if notes:
         lines += ["", "Models: " + "; ".join(markdown_escape(line) for line in notes) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _row_values(row_cells: dict, metrics: list[str], best: dict, name: str, bold: str) -> list[str]:
+    """One system's printed cells in column order: `-` for a missing value, `bold` around a column's best."""
+    return ["-" if row_cells[metric] is None else bold.format(row_cells[metric]) if name in best[metric]
+            else row_cells[metric] for metric in metrics]
