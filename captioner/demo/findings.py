@@ -8,10 +8,18 @@ resampler and seed, so the same resamples). A difference "holds" when its interv
 "within noise". The human row (a held-out reference per image) never enters the SCST-vs-XE rules; one line
 compares it with the best SCST model by the judge (`human_finding`). The findings are generated from these rules
 only, never written by hand.
+
+Over several seeds a claim's verdict is the pooled interval's (seeds and images, `captioner.demo.seeds`); it is
+"seed-dependent" instead when the seeds disagree beyond noise, one seed's own interval above 0 and another's below
+on a difference the claim rests on (`opposed_seeds`). A seed whose own interval merely contains 0 does not make a
+claim seed-dependent: with a few seeds that is what a true effect near the size of the noise shows, and which
+side of 0 each seed's bound lands on moves with float rounding (another machine, another thread count). The
+"gamed" claims are stated only where they hold.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,7 +92,7 @@ def _change(delta: float, interval: Sequence[float], unit: str = "") -> str:
 
 
 SEED_DEPENDENT = "seed-dependent"
-"""`holds` of a claim that holds for some seeds and not for others: never stated as a result."""
+"""`holds` of a claim whose seeds disagree beyond noise (`opposed_seeds`): never stated as a result."""
 JUDGE = "Judge-acc"
 CLAIM_REWARD_RISES = "its own reward rises beyond noise"
 CLAIM_JUDGE = {1: "judge accuracy rises beyond noise", -1: "judge accuracy falls beyond noise",
@@ -95,6 +103,8 @@ CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "rank
 FLAT_SHARE = 0.5
 """A run whose reward spread (`reward_std` of the SCST log) was 0 on more than this share of its steps never gets
 a "guard worked" claim: its reward gave SCST nothing to follow."""
+REWARD = "reward"
+"""The label of a model's own-reward gain among a claim's differences."""
 
 
 def gamed_claim(column: str) -> str:
@@ -102,80 +112,131 @@ def gamed_claim(column: str) -> str:
     return f"is gamed: its reward rises while judge accuracy does not, with {DEGENERATE_SIGNS[column][1]}"
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One claim: its verdict on a view, its reported interval, and the differences it rests on."""
+
+    subject: str
+    claim: str
+    predicate: Callable[[Mapping[str, Any]], bool | None]  # the claim's verdict on a view (None: not available)
+    interval: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any], str]]  # (column, estimate, unit) to report
+    differences: Callable[[Mapping[str, Any]], dict[str, int | None]]  # label -> `direction` of each difference
+    only_when_holds: bool = False  # stated only when it holds, never as "does not hold" (the "gamed" rules)
+
+
+def opposed_seeds(directions: Mapping[str, Mapping[str, int | None]]) -> dict[str, dict[str, list[str]]]:
+    """The differences on which the seeds disagree beyond noise (`directions[seed][label]`): some seed's own
+    interval lies above 0 and another's below (a qualitative interaction between seed and effect, Gail & Simon
+    1985), as `{label: {"up": seeds, "down": seeds}}`. A seed whose interval merely contains 0 opposes nothing: it
+    is what every seed shows near a boundary, and which side of the boundary it lands on is float rounding."""
+    labels = dict.fromkeys(label for seed in directions.values() for label in seed)
+    out = {}
+    for label in labels:
+        up = [seed for seed, found in directions.items() if found.get(label) == 1]
+        down = [seed for seed, found in directions.items() if found.get(label) == -1]
+        if up and down:
+            out[label] = {"up": up, "down": down}
+    return out
+
+
 def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[str, Any]],
                     guarded: Mapping[str, str] | None = None,
                     flat_steps: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
-    """The findings as records `{subject, claim, holds, interval, seeds, text}`, each from the intervals of the
-    views (`captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed, `per_seed[seed]` each seed's own).
+    """The findings as records `{subject, claim, holds, interval, seeds, text}` (plus `opposed` when seed-dependent),
+    each from the intervals of the views (`captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
+    `per_seed[seed]` each seed's own).
 
-    `holds` is the pooled interval's verdict, or "seed-dependent" when the seeds' own intervals disagree with each
-    other. `guarded` maps each guarded reward to its row; `flat_steps[reward][seed]` is the share of its guarded
+    `holds` is the pooled interval's verdict (over seeds and images), or "seed-dependent" when the seeds disagree
+    beyond noise on a difference the claim rests on (`opposed_seeds`); `seeds` keeps each seed's own verdict.
+    `guarded` maps each guarded reward to its row; `flat_steps[reward][seed]` is the share of its guarded
     run's SCST steps whose reward spread was 0 (above `FLAT_SHARE` in a seed: no guard claim, `CLAIM_FLAT_REWARD`).
     """
-    rules = _rules(pooled, guarded or {}, flat_steps or {})
     records = []
-    for subject, claim, predicate, interval, emit_if_any in rules:
-        holds = predicate(pooled)
-        seeds = {seed: predicate(view) for seed, view in per_seed.items()}
-        known = [value for value in seeds.values() if value is not None]
-        if holds is None or (emit_if_any and not holds and not any(known)):
+    for rule in _rules(pooled, guarded or {}, flat_steps or {}):
+        holds = rule.predicate(pooled)
+        if holds is None or (rule.only_when_holds and not holds):
             continue
-        column, estimate, unit = interval(pooled)
+        seeds = {seed: rule.predicate(view) for seed, view in per_seed.items()}
+        opposed = opposed_seeds({seed: rule.differences(view) for seed, view in per_seed.items()})
+        column, estimate, unit = rule.interval(pooled)
         record: dict[str, Any] = {
-            "subject": subject, "claim": claim,
-            "holds": SEED_DEPENDENT if len(set(known)) > 1 else bool(holds),
+            "subject": rule.subject, "claim": rule.claim,
+            "holds": SEED_DEPENDENT if opposed else bool(holds),
             "interval": {"column": column, "point": estimate["point"], "low": estimate["ci"][0],
                          "high": estimate["ci"][1], "unit": unit, "per_seed": estimate.get("per_seed", [])},
             "seeds": {str(seed): value for seed, value in seeds.items()}}
-        share = pooled.get("share_of_oracle", {}).get(subject)
-        if claim in CLAIM_JUDGE.values() and share is not None:
+        if opposed:
+            record["opposed"] = opposed
+        share = pooled.get("share_of_oracle", {}).get(rule.subject)
+        if rule.claim in CLAIM_JUDGE.values() and share is not None:
             record["share_of_oracle"] = share
         record["text"] = render_finding(record)
         records.append(record)
     return records
 
 
+def _gain_of(view: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
+    return next((g for g in view["gains"] if g["model"] == model), None)
+
+
+def _row_ci(view: Mapping[str, Any], model: str, column: str, versus_human: bool = False) -> Sequence[float] | None:
+    entry = view["rows"].get(model, {})
+    source = entry.get("versus_human", {}) if versus_human else entry
+    return (source.get("ci") or {}).get(column)
+
+
+def _directions(view: Mapping[str, Any], model: str, columns: Sequence[str], gain: bool = False,
+                versus_human: bool = False) -> dict[str, int | None]:
+    """`direction` of `model`'s own-reward gain (`gain`) and of its difference in each of `columns`."""
+    out: dict[str, int | None] = {}
+    if gain:
+        found = _gain_of(view, model)
+        out[REWARD] = None if found is None else direction(found["ci"])
+    for column in columns:
+        ci = _row_ci(view, model, column, versus_human)
+        out[column] = None if ci is None else direction(ci)
+    return out
+
+
+def _delta_estimate(model: str, column: str, versus_human: bool = False):
+    def interval(view: Mapping[str, Any]) -> tuple[str, dict[str, Any], str]:
+        entry = view["rows"][model]
+        source = entry["versus_human"] if versus_human else entry
+        return column, {"point": source["delta"][column], "ci": source["ci"][column],
+                        "per_seed": source["delta_per_seed"].get(column, [])}, " pts" if column == JUDGE else ""
+    return interval
+
+
+def _gain_interval(model: str):
+    def interval(view: Mapping[str, Any]) -> tuple[str, dict[str, Any], str]:
+        found = _gain_of(view, model)
+        return REWARD, {"point": found["delta"], "ci": found["ci"], "per_seed": found["per_seed"]}, ""
+    return interval
+
+
 def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[str, Mapping[str, float]]
-           ) -> list[tuple[str, str, Any, Any, bool]]:
-    """(subject, claim, predicate(view) -> bool | None, interval(view) -> (column, estimate, unit), emitted only
-    when it holds somewhere) of every rule, the claims fixed from the pooled view."""
+           ) -> list[Rule]:
+    """Every rule, the claims fixed from the pooled view."""
     rows, gains = pooled["rows"], pooled["gains"]
-    rules: list[tuple[str, str, Any, Any, bool]] = []
-
-    def gain_of(view: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
-        return next((g for g in view["gains"] if g["model"] == model), None)
-
-    def row_ci(view: Mapping[str, Any], model: str, column: str, key: str = "ci") -> Sequence[float] | None:
-        entry = view["rows"].get(model, {})
-        return (entry.get(key) or {}).get(column) if key == "ci" else \
-            (entry.get("versus_human", {}).get("ci") or {}).get(column)
-
-    def delta_estimate(model: str, column: str, versus_human: bool = False):
-        def interval(view: Mapping[str, Any]) -> tuple[str, dict[str, Any], str]:
-            entry = view["rows"][model]
-            source = entry["versus_human"] if versus_human else entry
-            return column, {"point": source["delta"][column], "ci": source["ci"][column],
-                            "per_seed": source["delta_per_seed"].get(column, [])}, " pts" if column == JUDGE else ""
-        return interval
-
+    rules: list[Rule] = []
     for gain in gains:  # 1. each reward rose on its own scale
-        def rises(view, model=gain["model"]):
-            found = gain_of(view, model)
-            return None if found is None else direction(found["ci"]) > 0
+        model = gain["model"]
 
-        def gain_interval(view, model=gain["model"]):
-            found = gain_of(view, model)
-            return "reward", {"point": found["delta"], "ci": found["ci"], "per_seed": found["per_seed"]}, ""
-        rules.append((gain["model"], CLAIM_REWARD_RISES, rises, gain_interval, False))
+        def rises(view, model=model):
+            found = _gain_of(view, model)
+            return None if found is None else direction(found["ci"]) > 0
+        rules.append(Rule(model, CLAIM_REWARD_RISES, rises, _gain_interval(model),
+                          lambda view, model=model: _directions(view, model, [], gain=True)))
     for model, entry in rows.items():  # 2. judge accuracy against XE, every SCST row (the oracle's included)
         if JUDGE not in (entry.get("ci") or {}):
             continue
         way = direction(entry["ci"][JUDGE])
 
         def judge_way(view, model=model, way=way):
-            ci = row_ci(view, model, JUDGE)
+            ci = _row_ci(view, model, JUDGE)
             return None if ci is None else direction(ci) == way
-        rules.append((model, CLAIM_JUDGE[way], judge_way, delta_estimate(model, JUDGE), False))
+        rules.append(Rule(model, CLAIM_JUDGE[way], judge_way, _delta_estimate(model, JUDGE),
+                          lambda view, model=model: _directions(view, model, [JUDGE])))
     oracle = pooled.get("oracle")
     for gain in gains:  # 3. gamed: the reward rose, the judge did not, with a degenerate signature
         if gain["model"] == oracle:
@@ -185,29 +246,32 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
                 continue
 
             def gamed(view, model=gain["model"], column=column, sign=sign):
-                found, judge, other = gain_of(view, model), row_ci(view, model, JUDGE), row_ci(view, model, column)
-                if found is None or judge is None or other is None:
+                found = _directions(view, model, [JUDGE, column], gain=True)
+                if None in found.values():
                     return None
-                return direction(found["ci"]) > 0 and direction(judge) <= 0 and direction(other) == sign
-            rules.append((gain["model"], gamed_claim(column), gamed, delta_estimate(gain["model"], column), True))
+                return found[REWARD] > 0 and found[JUDGE] <= 0 and found[column] == sign
+            rules.append(Rule(gain["model"], gamed_claim(column), gamed, _delta_estimate(gain["model"], column),
+                              lambda view, model=gain["model"], column=column:
+                              _directions(view, model, [JUDGE, column], gain=True), only_when_holds=True))
     for reward, model in guarded.items():  # 4. the guard kept the judge while the reward rose
         if model not in rows or JUDGE not in (rows[model].get("ci") or {}):
             continue
         shares = flat.get(reward, {})
         if any(share > FLAT_SHARE for share in shares.values()):
             worst = max(shares.values())
-            rules.append((model, CLAIM_FLAT_REWARD, lambda view: True,
-                          lambda view, worst=worst: ("steps with reward spread 0",
-                                                     {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %"),
-                          False))
+            rules.append(Rule(model, CLAIM_FLAT_REWARD, lambda view: True,
+                              lambda view, worst=worst: ("steps with reward spread 0",
+                                                         {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %"),
+                              lambda view: {}))
             continue
 
         def guard_worked(view, model=model):
-            found, judge = gain_of(view, model), row_ci(view, model, JUDGE)
-            if found is None or judge is None:
+            found = _directions(view, model, [JUDGE], gain=True)
+            if None in found.values():
                 return None
-            return direction(found["ci"]) > 0 and direction(judge) >= 0
-        rules.append((model, CLAIM_GUARD, guard_worked, delta_estimate(model, JUDGE), False))
+            return found[REWARD] > 0 and found[JUDGE] >= 0
+        rules.append(Rule(model, CLAIM_GUARD, guard_worked, _delta_estimate(model, JUDGE),
+                          lambda view, model=model: _directions(view, model, [JUDGE], gain=True)))
     human = pooled.get("human")
     candidates = [m for m, e in rows.items() if m not in (BASELINE, human) and JUDGE in (e.get("value") or {})
                   and JUDGE in (e.get("versus_human", {}).get("ci") or {})]
@@ -221,10 +285,12 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
             judge_or_metric = "the judge" if column == JUDGE else column
 
             def ranks(view, column=column, way=way, model=best):
-                found = row_ci(view, model, column, key="versus_human")
+                found = _row_ci(view, model, column, versus_human=True)
                 return None if found is None else direction(found) == way
-            rules.append((f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}", ranks,
-                          delta_estimate(best, column, versus_human=True), False))
+            rules.append(Rule(f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}", ranks,
+                              _delta_estimate(best, column, versus_human=True),
+                              lambda view, column=column, model=best:
+                              _directions(view, model, [column], versus_human=True)))
     return rules
 
 
@@ -232,11 +298,14 @@ def render_finding(record: Mapping[str, Any]) -> str:
     """The printed sentence of a finding record: subject, claim, its status, the interval and each seed's value."""
     interval = record["interval"]
     status = {True: "", False: " — does not hold"}.get(record["holds"]) if record["holds"] in (True, False) else None
-    if status is None:
+    if status is None and "opposed" in record:
+        status = f" — {SEED_DEPENDENT}: " + "; ".join(
+            f"{label} rises beyond noise for {_seed_names(ways['up'])} and falls for {_seed_names(ways['down'])}"
+            for label, ways in record["opposed"].items())
+    elif status is None:  # a record of pacs 0.6 (seed-dependent: the seeds' own verdicts differed)
         held = [seed for seed, value in record["seeds"].items() if value]
         failed = [seed for seed, value in record["seeds"].items() if value is False]
-        status = (f" — {SEED_DEPENDENT}: holds for seed{'s' if len(held) > 1 else ''} {', '.join(held)}, not for "
-                  f"seed{'s' if len(failed) > 1 else ''} {', '.join(failed)}")
+        status = f" — {SEED_DEPENDENT}: holds for {_seed_names(held)}, not for {_seed_names(failed)}"
     unit = interval.get("unit", "")
     numbers = (f"{interval['column']} {signed(interval['point'])}{unit} [{signed(interval['low'])}, "
                f"{signed(interval['high'])}]")
@@ -249,6 +318,10 @@ def render_finding(record: Mapping[str, Any]) -> str:
         numbers += (f"; {100 * share['point']:.0f}% of the oracle's gain [{100 * share['interval'][0]:.0f}%, "
                     f"{100 * share['interval'][1]:.0f}%]")
     return f"{record['subject']}: {record['claim']}{status} ({numbers})."
+
+
+def _seed_names(seeds: Sequence[str]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}"
 
 
 def _names(items: Sequence[str]) -> str:

@@ -167,16 +167,45 @@ def test_a_seed_that_disagrees_turns_a_claim_into_seed_dependent() -> None:
     pooled = _view([-9.0, -1.0], [0.1, 0.5])
     agreeing = finding_records(pooled, {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([-8.0, -0.5], [0.2, 0.4])})
     judge = next(r for r in agreeing if r["claim"] == "judge accuracy falls beyond noise")
-    assert judge["holds"] is True and judge["seeds"] == {"0": True, "1": True}
-    # seed 1's own interval contains 0: the fall holds for seed 0 only
-    split = finding_records(pooled, {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([-6.0, 1.0], [0.2, 0.4])})
+    assert judge["holds"] is True and judge["seeds"] == {"0": True, "1": True} and "opposed" not in judge
+    # seed 1's own interval lies above 0 where seed 0's lies below: the seeds disagree beyond noise
+    split = finding_records(pooled, {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([1.0, 6.0], [0.2, 0.4])})
     judge = next(r for r in split if r["subject"] == "scst cider" and r["claim"] == "judge accuracy falls beyond noise")
     assert judge["holds"] == SEED_DEPENDENT and judge["seeds"] == {"0": True, "1": False}
-    assert " — seed-dependent: holds for seed 0, not for seed 1 (" in judge["text"]
-    # a claim the pooled interval rejects but one seed supports: seed-dependent too, never "does not hold"
+    assert judge["opposed"] == {"Judge-acc": {"up": ["1"], "down": ["0"]}}
+    assert " — seed-dependent: Judge-acc rises beyond noise for seed 1 and falls for seed 0 (" in judge["text"]
+    # a claim the pooled interval rejects while the seeds go opposite ways: seed-dependent, never "does not hold"
+    gain = finding_records(_view([-9.0, -1.0], [-0.1, 0.5]),
+                           {"0": _view([-9.0, -1.0], [0.1, 0.5]), "1": _view([-9.0, -1.0], [-0.4, -0.2])})[0]
+    assert (gain["claim"], gain["holds"]) == (CLAIM_REWARD_RISES, SEED_DEPENDENT)
+    assert gain["opposed"] == {"reward": {"up": ["0"], "down": ["1"]}}
+
+
+def test_a_seed_within_noise_leaves_the_pooled_verdict() -> None:
+    # three seeds, the fall beyond noise in seeds 0 and 2 and within noise in seed 1 (its interval contains 0): no
+    # seed goes the other way, so the pooled verdict stands; seed 1's own verdict is kept in `seeds`
+    pooled = _view([-9.0, -1.0], [0.1, 0.5])
+    seeds = {"0": _view([-9.0, -2.0], [0.1, 0.5]), "1": _view([-6.0, 1.0], [0.2, 0.4]),
+             "2": _view([-7.0, -1.5], [0.1, 0.3])}
+    judge = next(r for r in finding_records(pooled, seeds)
+                 if r["subject"] == "scst cider" and r["claim"] == "judge accuracy falls beyond noise")
+    assert judge["holds"] is True and judge["seeds"] == {"0": True, "1": False, "2": True}
+    assert judge["text"].startswith("scst cider: judge accuracy falls beyond noise (Judge-acc -5.00 pts [-9.00, ")
+    # a pooled rejection with one seed beyond noise and none against it: "does not hold", not seed-dependent
     gain = finding_records(_view([-9.0, -1.0], [-0.1, 0.5]),
                            {"0": _view([-9.0, -1.0], [0.1, 0.5]), "1": _view([-9.0, -1.0], [-0.2, 0.4])})[0]
-    assert (gain["claim"], gain["holds"]) == (CLAIM_REWARD_RISES, SEED_DEPENDENT)
+    assert (gain["claim"], gain["holds"]) == (CLAIM_REWARD_RISES, False)
+
+
+def test_a_gamed_claim_is_stated_only_where_it_holds() -> None:
+    # Rep-2 rises beyond noise in seed 0 and falls in seed 1, the pooled Rep-2 interval contains 0: the cider run is
+    # not gamed by repetition in the pooled view, and the seeds' disagreement on Rep-2 is no claim of its own
+    pooled = _view([-9.0, -1.0], [0.1, 0.5], rep2=[-0.1, 0.3])
+    seeds = {"0": _view([-9.0, -1.0], [0.1, 0.5], rep2=[0.1, 0.3]), "1": _view([-9.0, -1.0], [0.1, 0.5], rep2=[-0.3, -0.1])}
+    assert gamed_claim("Rep-2") not in [r["claim"] for r in finding_records(pooled, seeds)]
+    held = finding_records(_view([-9.0, -1.0], [0.1, 0.5], rep2=[0.1, 0.3]), seeds)
+    record = next(r for r in held if r["claim"] == gamed_claim("Rep-2"))
+    assert record["holds"] == SEED_DEPENDENT and record["opposed"] == {"Rep-2": {"up": ["0"], "down": ["1"]}}
 
 
 def test_a_guarded_reward_that_never_varied_gets_no_guard_claim() -> None:
