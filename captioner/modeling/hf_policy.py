@@ -133,7 +133,8 @@ class HFPolicy:
     kind = "transformers"
 
     def __init__(self, captioner: HFCaptioner, image_paths: Mapping[str, Any], options: HFTrainOptions,
-                 max_length: int = 30, trainable: bool = True) -> None:
+                 max_length: int = 30, trainable: bool = True, seed: int = 0) -> None:
+        """`seed`: the LoRA adapters' initialisation (`finetune: lora`); the training's own seed is the trainer's."""
         self.captioner, self.options, self.paths = captioner, options, image_paths
         self.text = prompt_text(captioner, options.prompt)
         self.tokenizer = captioner.processor.tokenizer
@@ -158,8 +159,12 @@ class HFPolicy:
                 raise InputError(f"checkpoint={captioner.folder}: no nn.Linear layer outside the vision tower "
                                  "for LoRA", parameter="captioner.finetune")
             vision = [n for n, p in model.named_parameters() if p.requires_grad and _is_vision(n)]
-            model = get_peft_model(model, LoraConfig(r=options.lora_r, lora_alpha=options.lora_alpha,
-                                                     lora_dropout=0.0, target_modules=targets))
+            with torch.random.fork_rng(devices=sorted({p.device.index or 0 for p in model.parameters()
+                                                       if p.device.type == "cuda"})):
+                torch.manual_seed(seed)  # peft draws the adapters' A matrices from the global generator: without
+                # a seed of their own every run (and every process count) would start from other adapters
+                model = get_peft_model(model, LoraConfig(r=options.lora_r, lora_alpha=options.lora_alpha,
+                                                         lora_dropout=0.0, target_modules=targets))
             if vision:  # train_vision with LoRA: the vision tower's own weights train fully
                 for name, parameter in model.named_parameters():
                     parameter.requires_grad_(parameter.requires_grad or any(name.endswith(v) for v in vision))
@@ -168,9 +173,10 @@ class HFPolicy:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, image_paths: Mapping[str, Any], options: HFTrainOptions,
-             max_length: int = 30, trainable: bool = True, device: str | torch.device = "cpu") -> HFPolicy:
+             max_length: int = 30, trainable: bool = True, device: str | torch.device = "cpu",
+             seed: int = 0) -> HFPolicy:
         """Load the transformers folder `folder` (offline) as a policy over `image_paths` ({id: path})."""
-        return cls(load_hf_captioner(folder, str(device)), image_paths, options, max_length, trainable)
+        return cls(load_hf_captioner(folder, str(device)), image_paths, options, max_length, trainable, seed)
 
     # -- inputs --------------------------------------------------------------------------------------------
     def missing_images(self, image_ids: Iterable[str]) -> list[str]:

@@ -70,7 +70,8 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
 
         def xe_body() -> dict[str, Any]:
             """Stage `xe` (every process)."""
-            policy = HFPolicy.load(checkpoint, images, options, config.scst.max_length, device=state.device)
+            policy = HFPolicy.load(checkpoint, images, options, config.scst.max_length, device=state.device,
+                                   seed=config.seed)
             return _summary(train_hf_xe(xe_config, policy, train_store.pairs(), val_references))
 
         stages.run("xe", xe_body, {"xe": trainer_settings(config.xe), "captioner": captioner_settings,
@@ -82,7 +83,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
 
     def train(scst: SCSTConfig, reward: Any) -> Any:
         """SCST of the starting model (its `HFPolicy`) with `reward`."""
-        policy = HFPolicy.load(init, images, options, scst.max_length, device=state.device)
+        policy = HFPolicy.load(init, images, options, scst.max_length, device=state.device, seed=scst.seed)
         return train_scst(scst, init, None, train_store.reference_sets(), reward, validation=val_references,
                           policy=policy)
 

@@ -1,9 +1,11 @@
 """Subprocess driver for the transformers-captioner SCST tests (run with python or accelerate launch).
 
 usage:
-  hf_scst_driver.py scst OUT MICRO STEPS KILL_AT_CALL   SCST on a tiny random GIT (multinomial samples, k=3,
+  hf_scst_driver.py scst OUT MICRO STEPS KILL_AT_CALL [FINETUNE]
+                                                        SCST on a tiny random GIT (multinomial samples, k=3,
                                                         global batch 4, checkpoints every 3 steps); SIGKILLs
-                                                        itself at reward call KILL_AT_CALL (0: never)
+                                                        itself at reward call KILL_AT_CALL (0: never); FINETUNE
+                                                        full (default) or lora
 Prints `RESULT <name> <json list of float reprs>` lines (losses, and the final folder's weight sums).
 """
 from __future__ import annotations
@@ -50,13 +52,14 @@ def main() -> None:
     """SCST on the tiny GIT (see the module docstring)."""
     relaunch_cpu_processes()
     out, micro, steps, kill_at = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    finetune = sys.argv[6] if len(sys.argv) > 6 else "full"
     data = out.parent / "data"
     with process_state().main_process_first():
         if not (data / "git" / "config.json").is_file():
             build_git(data / "git")
         paths, refs = coloured_images(data / "images", 8)
     emit("world", [process_state().num_processes])
-    policy = HFPolicy.load(data / "git", paths, HFTrainOptions(), max_length=6)
+    policy = HFPolicy.load(data / "git", paths, HFTrainOptions(finetune=finetune), max_length=6)
     config = SCSTConfig(output_dir=str(out), reward="words", lr=1e-3, batch_size=4, micro_batch_size=micro,
                         epochs=10, max_steps=steps, samples="multinomial", k=3, max_length=6, save_every=3,
                         keep_checkpoints=5, tensorboard=False, kl_coef=0.1)

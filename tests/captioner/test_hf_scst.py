@@ -152,6 +152,30 @@ def test_lora_adapters_saved_and_reloaded_give_the_same_captions(world, tmp_path
     assert not math.isnan(result.losses[-1])
 
 
+def test_lora_adapters_start_from_the_policy_seed(world):
+    """peft draws the adapters' A matrices from torch's global generator: the policy seeds them itself, so two
+    loads with one seed start alike whatever the global generator's state, another seed starts elsewhere, and the
+    global generator is left where it was."""
+    options = HFTrainOptions(finetune="lora", lora_r=4, lora_alpha=8.0)
+
+    def adapters(seed: int) -> dict[str, torch.Tensor]:
+        policy = HFPolicy.load(world["git"], world["paths"], options, max_length=6, seed=seed)
+        return {n: p.detach().clone() for n, p in policy.module.named_parameters() if "lora_A" in n}
+
+    torch.manual_seed(1)
+    first = adapters(5)
+    after = torch.rand(3)
+    torch.manual_seed(2)
+    second = adapters(5)
+    torch.manual_seed(1)
+    adapters(7)
+    assert torch.equal(torch.rand(3), after)  # the global generator is untouched by the adapters' draw
+    other = adapters(7)
+    assert first and set(first) == set(second) == set(other)
+    assert all(torch.equal(first[n], second[n]) for n in first)
+    assert all(not torch.equal(first[n], other[n]) for n in first)
+
+
 def test_gradient_checkpointing_changes_nothing_and_bf16_runs(world, tmp_path):
     """GIT: the model's own gradient checkpointing recomputes the same forward (bit-identical losses and weights);
     scst.mixed_precision=bf16 (CPU autocast) trains with finite losses."""

@@ -72,3 +72,26 @@ def test_sigkill_then_resume_gives_the_uninterrupted_losses(tmp_path):
     first = load_file(str(tmp_path / "full" / "final" / "model.safetensors"))
     second = load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
     assert all(torch.equal(tensor, second[name]) for name, tensor in first.items())
+
+
+@pytest.mark.slow
+def test_lora_on_two_processes_matches_one(tmp_path):
+    """LoRA (peft adapters on the language side): 1 process × micro 4 vs 2 gloo processes × micro 2 (issue 34
+    item 2). Only the adapters train, so the processes must agree on the adapters' all-reduced gradients."""
+    _, one = _driver(["scst", str(tmp_path / "one"), "4", "3", "0", "lora"])
+    _, two = _driver(["scst", str(tmp_path / "two"), "2", "3", "0", "lora"], LAUNCH_2)
+    assert one["world"] == [1.0] and two["world"] == [2.0]
+    for a, b in zip(one["scst"], two["scst"], strict=True):  # the tolerance of test_two_processes_match_one
+        assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6), (one["scst"], two["scst"])
+    init = load_file(str(tmp_path / "data" / "git" / "model.safetensors"))
+    adapters = [load_file(str(tmp_path / run / "final" / "adapter" / "adapter_model.safetensors"))
+                for run in ("one", "two")]
+    assert adapters[0] and set(adapters[0]) == set(adapters[1])
+    for name, tensor in adapters[0].items():  # Adam's per-element steps: the tolerance reasoning above
+        assert torch.allclose(tensor, adapters[1][name], rtol=0, atol=1e-5), name
+    merged = [load_file(str(tmp_path / run / "final" / "model.safetensors")) for run in ("one", "two")]
+    moved = [name for name in init if not torch.equal(merged[0][name], init[name])]
+    # the merged folder differs from the start only where an adapter sits: language-side linear weights
+    assert moved and all(name.endswith(".weight") and "image_encoder" not in name for name in moved), moved
+    for name in moved:
+        assert torch.allclose(merged[0][name], merged[1][name], rtol=0, atol=1e-5), name
