@@ -191,6 +191,8 @@ class GuardedScstConfig:
     rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
     length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
     # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
+    monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 0  # the hacking monitor's cadence in the guarded
+    # runs, the steps their checkpoint is chosen among (0: scst.hacking_monitor_every, as in the unguarded runs)
 
     def validate(self) -> None:
         """Guarded rewards must be trained by the demo; at least one coefficient, no duplicates."""
