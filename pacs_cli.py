@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.errors import PacsError
 from metric.common.provenance import pacs_version
-from metric.common.terminal import TerminalFormatter, escape_control
+from metric.common.terminal import escape_control, setup_terminal_logging
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -45,9 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `pacs` with `argv`; user errors print one line on stderr and exit with status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()  # stderr; user text in a message has its control characters escaped
-    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), handlers=[handler])
+    setup_terminal_logging(getattr(logging, str(args.log_level).upper(), logging.INFO))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write
 from captioner.orchestration.seed_runs import run_seeds
 from metric.common.config import load_config
 from metric.common.os_errors import user_error_line
-from metric.common.terminal import TerminalFormatter
+from metric.common.terminal import setup_terminal_logging
 
 DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
 
@@ -71,9 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()  # stderr; user text in a message has its control characters escaped
-    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    setup_terminal_logging()
     try:
         relaunch_cpu_processes()
         config = load_config(PipelineConfig, args.config, args.overrides)

@@ -9,13 +9,12 @@ re-runs with everything below it; `--force STAGE` re-runs one stage. See docs/ca
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from captioner.entry import run_from_config, run_summary
 from captioner.orchestration.launching import relaunch_cpu_processes
 from metric.common.os_errors import user_error_line
-from metric.common.terminal import TerminalFormatter
+from metric.common.terminal import setup_terminal_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,9 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. xe.max_steps=100")
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()  # stderr; user text in a message has its control characters escaped
-    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    setup_terminal_logging()
     try:
         relaunch_cpu_processes()
         summary = run_summary(run_from_config(args.config, args.overrides, force=args.force))

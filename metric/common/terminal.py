@@ -36,3 +36,12 @@ class TerminalFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         """The record's line with the user text in its message escaped."""
         return escape_control(super().formatMessage(record), newlines=False)
+
+
+def setup_terminal_logging(level: int = logging.INFO) -> None:
+    """Log to stderr through `TerminalFormatter`, Python warnings (`warnings.warn`, pacs' and the libraries') too:
+    a warning that echoes user text (a config path, a key) cannot drive the terminal either."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    logging.captureWarnings(True)

@@ -260,6 +260,19 @@ def test_11_control_characters_of_user_text_are_escaped_on_the_terminal(texts, t
     assert stream.getvalue() == "WARNING pacs.test: skipped image 'a\\x1b[2J' (b\\x1b[1m\nsecond line)\n"
 
 
+def test_a_python_warning_reaches_the_terminal_escaped() -> None:
+    """`warnings.warn` text (pacs' deprecation warnings echo a config path; libraries' warnings too) goes through the
+    CLIs' log handler (`setup_terminal_logging`), so its control characters are escaped like every log line."""
+    code = ("import warnings\nfrom metric.common.terminal import setup_terminal_logging\nsetup_terminal_logging()\n"
+            "warnings.warn('config evil\\x1b]0;title\\x07.yaml: key is deprecated', DeprecationWarning)\n")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2], check=False)
+    assert done.returncode == 0, done.stderr
+    assert "config evil\\x1b]0;title\\x07.yaml: key is deprecated" in done.stderr, done.stderr
+    assert ESC not in done.stderr and "\x07" not in done.stderr
+    assert done.stderr.startswith("WARNING py.warnings: ")
+
+
 @pytest.mark.parametrize("command", ["score", "evaluate"])
 def test_11_a_full_disk_in_score_or_evaluate_names_the_file_and_no_stage(command, texts, tmp_path, monkeypatch,
                                                                         capsys):
