@@ -54,6 +54,8 @@ def stage_estimates(config: Any) -> dict[str, tuple[int, str]]:
     clip_keys = ("clip.vision_width, clip.vision_layers, clip.text_width, clip.text_layers, clip.context_length, "
                  "world.image_size / clip.patch_size")
     model_keys = "xe.d_model, xe.ffn_dim, xe.encoder_layers, xe.decoder_layers, xe.max_length"
+    if config.captioner.transformers:  # the transformers captioner's own ViT and text decoder (`captioner`)
+        captioner_step, model_keys = _transformers_step(config)
     return {
         "clip": (clip_step(clip.batch_size, clip.micro_batch_size),
                  f"clip.micro_batch_size (or batch_size), {clip_keys}"),
@@ -64,6 +66,28 @@ def stage_estimates(config: Any) -> dict[str, tuple[int, str]]:
         "scst": (captioner_step((scst.micro_batch_size or scst.batch_size) * scst.beam_size, xe.max_length),
                  f"scst.micro_batch_size (or batch_size) × scst.beam_size, {model_keys}"),
     }
+
+
+def _transformers_step(config: Any) -> tuple[Any, str]:
+    """(samples, caption length) -> bytes of a transformers captioner's training step, and the keys that size it:
+    its ViT over (image_size // patch_size)² + 1 tokens, its text decoder over those tokens and the caption (GIT
+    attends over both), the projection between them (the embeddings of the world's few words are left out)."""
+    model = config.captioner
+    tokens = (config.world.image_size // model.patch_size) ** 2 + 1
+    vision, text = model.vision_hidden_size, model.hidden_size
+    params = _params_bytes(model.vision_layers * (4 * vision**2 + 2 * vision * model.vision_intermediate_size),
+                           model.layers * (4 * text**2 + 2 * text * model.intermediate_size), vision * text)
+
+    def step(samples: int, length: int) -> int:
+        return params + (
+            _layers_bytes(samples, model.vision_layers, tokens, vision, model.vision_intermediate_size,
+                          model.vision_heads)
+            + _layers_bytes(samples, model.layers, tokens + length, text, model.intermediate_size, model.heads))
+
+    keys = ("captioner.hidden_size, captioner.intermediate_size, captioner.layers, captioner.vision_hidden_size, "
+            "captioner.vision_intermediate_size, captioner.vision_layers, world.image_size / captioner.patch_size, "
+            "xe.max_length")
+    return step, keys
 
 
 def _size(count: int) -> str:

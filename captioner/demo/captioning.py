@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,23 +65,34 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
     train_items, val_items = data.splits["train"], data.splits["val"]
     vocab = build_vocab("word", [c for item in train_items for c in item.references], min_count=1,
                         max_length=stage.max_length)
-    main = process_state().is_main_process
-    if main:
+    if process_state().is_main_process:
         vocab.save(folder / "vocab.json")
     model_config = CaptionerConfig(d_model=stage.d_model, n_heads=stage.n_heads, encoder_layers=stage.encoder_layers,
                                    decoder_layers=stage.decoder_layers, ffn_dim=stage.ffn_dim, dropout=stage.dropout)
-    xe = XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
-                  micro_batch_size=micro_batch_size,
-                  schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
-                                          decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
-                  eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
-                  save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
-                  tensorboard=False)
-    result = train_xe(xe, model_config, vocab, features,
+    result = train_xe(xe_trainer_config(config, folder, micro_batch_size, seed), model_config, vocab, features,
                       [(item.image_id, caption) for item in train_items for caption in item.references],
                       {item.image_id: item.references for item in val_items},
                       feature_source={"backbone": "", "checkpoint": str(Path(clip_checkpoint).resolve())})
-    if main:
+    return finish_xe(result, folder, logs)
+
+
+def xe_trainer_config(config: DemoConfig, folder: Path, micro_batch_size: int, seed: int | None = None) -> XEConfig:
+    """The XE trainer's settings of the `xe` section (PAC-S++ schedule: warm-up, constant to 60%, decay to lr/10;
+    greedy validation CIDEr-D picks the best checkpoint), for pacs' captioner and a transformers one alike."""
+    stage = config.xe
+    return XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
+                    micro_batch_size=micro_batch_size,
+                    schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
+                                            decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
+                    eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
+                    save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
+                    tensorboard=False)
+
+
+def finish_xe(result: Any, folder: Path, logs: Path) -> dict:
+    """After an XE run: its log copied to `logs/xe.csv`, its resume checkpoints dropped (main process); the
+    stage's summary."""
+    if process_state().is_main_process:
         shutil.copyfile(folder / "log.csv", logs / "xe.csv")
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     losses = result.losses
@@ -96,9 +107,11 @@ class ScstMonitor:
     """`train_scst`'s `on_step`: every `every` steps (and at step 0, the XE model), greedy captions of the first
     validation images scored by the judge, CIDEr-D and the contrastive metrics, appended to a curve CSV."""
 
-    def __init__(self, data: DemoData, features: FeatureCache, scorers: Mapping[str, Any], vocab: Any, out: Path,
-                 every: int, n_images: int, last_step: int) -> None:
+    def __init__(self, data: DemoData, features: FeatureCache | None, scorers: Mapping[str, Any], vocab: Any,
+                 out: Path, every: int, n_images: int, last_step: int,
+                 captioner: Callable[[Any, list[str]], dict[str, str]] | None = None) -> None:
         self.data, self.features, self.scorers, self.vocab, self.out = data, features, scorers, vocab, out
+        self.captioner = captioner  # (model, image ids) -> greedy captions; default: pacs' captioner over features
         self.every, self.last_step = every, last_step
         self.ids = [item.image_id for item in data.splits["val"][:n_images]]
         self.rows: list[dict[str, float]] = _read_curve(out)  # a resumed stage keeps the rows before its step
@@ -111,7 +124,8 @@ class ScstMonitor:
             self.first_call = False
         if not process_state().is_main_process or not self.ids or (step % self.every and step != self.last_step):
             return
-        captions = generate_captions(model, self.vocab, self.features, self.ids, beam_size=1, batch_size=100)
+        captions = (self.captioner(model, self.ids) if self.captioner is not None else
+                    generate_captions(model, self.vocab, self.features, self.ids, beam_size=1, batch_size=100))
         for scorer in self.scorers.values():  # each row from empty caches: the same batches after a resume
             scorer.clear_caches()
         self.rows.append({"step": step, **monitor_scores(captions, self.data, self.scorers)})
@@ -141,7 +155,7 @@ def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping
     return {column: row[column] for column in MONITOR_COLUMNS}
 
 
-def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward: Any, spec: str, xe_folder: Path,
+def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, reward: Any, spec: str, xe_folder: Path,
              folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None,
              kl_coef: float | None = None, seed: int | None = None, mix_normalisation: str = "weighted_sum") -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
@@ -151,6 +165,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     `seed` (default `config.seed`): the training seed. `mix_normalisation` (`scst.normalised_rewards`):
     `normalize_then_sum` normalises each reward component within the image's k samples first (`rewards.mix`).
+    A transformers captioner (`captioner.kind`) trains as a `captioner.demo.hf_captioner` policy (no `features`).
     """
     stage, guarded = config.scst, kl_coef is not None
     guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
@@ -166,15 +181,22 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache, reward:
     label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
     if mix_normalisation != "weighted_sum":
         label = normalised_label(spec)
+    policy, captioner = None, None
+    if config.captioner.transformers:
+        from captioner.demo import hf_captioner
+
+        policy = hf_captioner.load_policy(config, data, xe_folder / "best", process_state().device, scst.seed)
+        captioner = hf_captioner.greedy_captioner(policy)
     monitor = None
     if scorers is not None and stage.monitor_every:
-        monitor = ScstMonitor(data, features, scorers, load_vocab(xe_folder / "vocab.json"),
-                              folder / JUDGE_MONITOR_FILE, stage.monitor_every, stage.monitor_images, stage.steps)
+        vocab = None if policy is not None else load_vocab(xe_folder / "vocab.json")
+        monitor = ScstMonitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.monitor_every,
+                              stage.monitor_images, stage.steps, captioner)
     validation = {item.image_id: item.references for item in data.splits["val"]} if stage.hacking_monitor_every \
         else None
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
-                        on_step=monitor, validation=validation)
+                        on_step=monitor, validation=validation, policy=policy)
     if process_state().is_main_process:
         shutil.copyfile(folder / "log.csv", logs / f"scst-{label}.csv")
         if monitor is not None and monitor.rows:

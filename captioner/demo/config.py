@@ -212,6 +212,57 @@ class GuardedScstConfig:
         return ",".join(parts)
 
 
+CAPTIONER_KINDS = ("pacs", "transformers")
+"""`captioner.kind`: pacs' own captioner over CLIP grid features, or a transformers image-to-text model."""
+CAPTIONER_FAMILIES = ("git",)
+"""The transformers families the demo can build from random weights (`captioner.family`)."""
+
+
+@dataclass
+class DemoCaptionerConfig:
+    """Which captioner the demo trains: `pacs` (its encoder–decoder over the CLIP's grid features, sized by `xe`)
+    or `transformers` (a tiny `family` model built from random weights in stage `init`, vision tower included;
+    docs/demo.md "A transformers captioner in the demo world"). The other keys size and train the transformers
+    model; a `pacs` run ignores them (its stages' settings never hold this section)."""
+
+    kind: str = "pacs"
+    family: str = "git"  # GitForCausalLM + GitProcessor (CLIPImageProcessor, a word-level tokenizer)
+    hidden_size: Annotated[int, Ge(2), Le(1024)] = 128  # the text decoder
+    layers: Annotated[PositiveInt, Le(24)] = 2
+    heads: Annotated[PositiveInt, Le(64)] = 4
+    intermediate_size: Annotated[PositiveInt, Le(4096)] = 256
+    vision_hidden_size: Annotated[int, Ge(2), Le(1024)] = 128  # the ViT of the model (trained from scratch too)
+    vision_layers: Annotated[PositiveInt, Le(24)] = 2
+    vision_heads: Annotated[PositiveInt, Le(64)] = 4
+    vision_intermediate_size: Annotated[PositiveInt, Le(4096)] = 256
+    patch_size: Annotated[PositiveInt, Le(512)] = 16  # at most world.image_size (16 at 48 px: one token per cell)
+    initializer_range: PositiveFloat = 0.02
+    finetune: str = "full"  # or "lora" (captioner.modeling.hf_policy.HFTrainOptions)
+    lora_r: Annotated[PositiveInt, Le(1024)] = 8
+    lora_alpha: PositiveFloat = 16.0
+    train_vision: bool = True  # the vision tower starts from random weights: it has to learn too
+
+    def validate(self) -> None:
+        """A known kind, family and fine-tuning mode; heads split their widths (the patches: `DemoConfig`)."""
+        if self.kind not in CAPTIONER_KINDS:
+            raise InputError(f"captioner.kind={self.kind!r}: expected one of {', '.join(CAPTIONER_KINDS)}")
+        if self.kind == "pacs":
+            return
+        if self.family not in CAPTIONER_FAMILIES:
+            raise InputError(f"captioner.family={self.family!r}: expected one of {', '.join(CAPTIONER_FAMILIES)}")
+        if self.finetune not in ("full", "lora"):
+            raise InputError(f"captioner.finetune={self.finetune!r}: expected full or lora")
+        for width, heads in (("hidden_size", "heads"), ("vision_hidden_size", "vision_heads")):
+            if getattr(self, width) % getattr(self, heads):
+                raise InputError(f"captioner.{width}={getattr(self, width)}: expected a multiple of captioner.{heads} "
+                                 f"({getattr(self, heads)})")
+
+    @property
+    def transformers(self) -> bool:
+        """True when the demo trains a transformers captioner (`kind: transformers`)."""
+        return self.kind == "transformers"
+
+
 @dataclass
 class EvaluateStageConfig:
     """Evaluation of every captioner on the test split, and the gallery of the report."""
@@ -239,6 +290,7 @@ class DemoConfig:
     clip: ClipStageConfig = field(default_factory=ClipStageConfig)
     pacs: PacsStageConfig = field(default_factory=PacsStageConfig)
     correlation: CorrelationStageConfig = field(default_factory=CorrelationStageConfig)
+    captioner: DemoCaptionerConfig = field(default_factory=DemoCaptionerConfig)  # pacs' own, or transformers
     xe: XEStageConfig = field(default_factory=XEStageConfig)
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)
     guarded: GuardedScstConfig = field(default_factory=GuardedScstConfig)
@@ -259,13 +311,16 @@ class DemoConfig:
             raise InputError("guarded.rewards: the guarded runs are selected by the hacking monitor's validation "
                              "CIDEr-D; set scst.hacking_monitor_every and scst.hacking_monitor_images > 0")
         world = self.world
-        if self.clip.patch_size > world.image_size:
-            raise InputError(f"clip.patch_size={self.clip.patch_size}: expected <= world.image_size "
-                             f"({world.image_size})")
-        tokens = (world.image_size // self.clip.patch_size) ** 2
-        if tokens > MAX_VISION_TOKENS:
-            raise InputError(f"clip.patch_size={self.clip.patch_size}: expected (world.image_size // "
-                             f"clip.patch_size)² <= {MAX_VISION_TOKENS} vision tokens, got {tokens}")
+        patches = [("clip", self.clip.patch_size)]
+        if self.captioner.transformers:  # the transformers captioner's own ViT
+            patches.append(("captioner", self.captioner.patch_size))
+        for section, patch in patches:
+            if patch > world.image_size:
+                raise InputError(f"{section}.patch_size={patch}: expected <= world.image_size ({world.image_size})")
+            tokens = (world.image_size // patch) ** 2
+            if tokens > MAX_VISION_TOKENS:
+                raise InputError(f"{section}.patch_size={patch}: expected (world.image_size // "
+                                 f"{section}.patch_size)² <= {MAX_VISION_TOKENS} vision tokens, got {tokens}")
         # (key, batch, what the split offers): the trainers refuse a batch larger than their data set
         fits = (("clip.batch_size", self.clip.batch_size, world.n_train * world.web_captions_per_image,
                  "world.n_train × world.web_captions_per_image training pairs"),

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +68,11 @@ def stage_names(config: DemoConfig) -> list[str]:
 
     if not config.captioning:
         return ["data", "clip", "pacs", "correlation"]
-    per_seed = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards],
+    hf = config.captioner.transformers  # a transformers captioner reads the images: no grid features; built in `init`
+    per_seed = [*(["init"] if hf else []), "xe", *[f"scst-{reward_slug(spec)}" for spec in config.scst.rewards],
                 *[f"scst-{normalised_label(spec)}" for spec in config.scst.normalised_rewards],
                 *guarded_stage_names(config)]
-    return ["data", "clip", "pacs", "correlation", "features",
+    return ["data", "clip", "pacs", "correlation", *([] if hf else ["features"]),
             *[f"{seed_prefix(config, seed)}{name}" for seed in config.seed_list() for name in per_seed], "evaluate"]
 
 
@@ -139,17 +141,12 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     state.wait_for_everyone()
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force, state)
-    lazy: dict[str, Any] = {}
+    features = _features_opener(config, runner)
 
     def scorers() -> dict[str, Any]:
         """New scorers for one stage: a stage starts from empty embedding caches, whatever ran before it in this
         process, so `--force STAGE` and a run from scratch compute it in the same batches (same floats)."""
         return _scorers(run_dir, str(state.device))
-
-    def features():
-        if "features" not in lazy:
-            lazy["features"] = captioning.open_features(runner.folder("features"))
-        return lazy["features"]
 
     common = {"seed": config.seed, "prompt": config.prompt}
     runner.run("data", lambda: write_images(data, runner.folder("data")), {"world": to_dict(config.world)})
@@ -172,7 +169,8 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
                                  device=str(state.device))
         return captioning.extract_all_features(data, backbone, runner.folder("features"), accelerator=state)
 
-    runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
+    if not config.captioner.transformers:
+        runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
     seeds = config.seed_list()
     models: dict[int, dict[str, Path]] = {}
     guard_choices: dict[int, dict[str, Any]] = {}
@@ -187,8 +185,8 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         models[seed], guard_choices[seed] = _run_seed(config, seed, data, runner, features, scorers, seed_logs,
                                                       xe_micro, scst_micro)
     per_seed = [name for name in stage_names(config) if name not in SHARED_STAGES]
-    runner.run("evaluate", lambda: _evaluate(config, data, models, features(), scorers(), run_dir,
-                                             runner.folder("evaluate"), guard_choices),
+    runner.run("evaluate", lambda: _evaluate(config, data, models, _test_captioner(config, data, features),
+                                             scorers(), run_dir, runner.folder("evaluate"), guard_choices),
                {"evaluate": to_dict(config.evaluate), "guarded": guard_choices if len(seeds) > 1
                 else guard_choices[seeds[0]]},
                upstream=["pacs", *per_seed])
@@ -208,6 +206,36 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
 
 SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
 """The stages run once whatever the seeds (the others: once per seed)."""
+
+
+def _features_opener(config: DemoConfig, runner: Any) -> Callable[[], Any]:
+    """The grid features of the `features` stage, opened on first use (None for a transformers captioner, which
+    reads the images)."""
+    from captioner.demo import captioning
+
+    lazy: dict[str, Any] = {}
+
+    def features() -> Any:
+        if config.captioner.transformers:
+            return None
+        if "features" not in lazy:
+            lazy["features"] = captioning.open_features(runner.folder("features"))
+        return lazy["features"]
+
+    return features
+
+
+def _test_captioner(config: DemoConfig, data: Any, features: Callable[[], Any]) -> Callable[[Path], dict[str, str]]:
+    """model folder -> its captions of every test image (`evaluate.beam_size`): pacs' captioner over the grid
+    features, or a transformers model's own `generate`."""
+    from captioner.demo import captioning
+
+    if config.captioner.transformers:
+        from captioner.demo import hf_captioner
+
+        return lambda folder: hf_captioner.caption_test_set(folder, data, config)
+    cache = features()
+    return lambda folder: captioning.caption_test_set(folder, data, cache, config.evaluate.beam_size)
 
 
 def _seed_logs(run_dir: Path, seeds: list[int], seed: int) -> Path:
@@ -245,7 +273,6 @@ def _run_seeds_in_processes(config: DemoConfig, seeds: list[int], runner: Any, x
 def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
                  scst_micro: int, threads: int) -> dict[str, Any]:
     """One seed's stages in a process of its own (`_run_seeds_in_processes`); what its runner did."""
-    from captioner.demo import captioning
     from captioner.demo.data import DemoData
     from captioner.orchestration.stages import StageRunner
 
@@ -255,13 +282,7 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force)
     runner.ids.update(shared)
-    lazy: dict[str, Any] = {}
-
-    def features() -> Any:
-        if "features" not in lazy:
-            lazy["features"] = captioning.open_features(runner.folder("features"))
-        return lazy["features"]
-
+    features = _features_opener(config, runner)
     logs = _seed_logs(run_dir, seeds, seed)
     logs.mkdir(parents=True, exist_ok=True)
     models, choices = _run_seed(config, seed, data, runner, features, lambda: _scorers(run_dir), logs, xe_micro,
@@ -279,9 +300,17 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
 
     prefix = seed_prefix(config, seed)
     xe = f"{prefix}xe"
-    runner.run(xe, lambda: captioning.run_xe(config, data, features(), runner.folder(xe), logs,
-                                             runner.folder("clip") / "checkpoint.safetensors", xe_micro, seed=seed),
-               {"seed": seed, "xe": settings_of(config.xe)}, upstream=["features"], distributed=True)
+    extra: dict[str, Any] = {}  # what a transformers captioner adds to every SCST stage's settings
+    if config.captioner.transformers:  # stages `init` (random weights) and `xe` of a transformers model
+        from captioner.demo import hf_captioner
+
+        xe = hf_captioner.run_model_stages(config, seed, prefix, data, runner, logs, xe_micro)
+        extra = hf_captioner.captioner_settings(config)
+    else:
+        runner.run(xe, lambda: captioning.run_xe(config, data, features(), runner.folder(xe), logs,
+                                                 runner.folder("clip") / "checkpoint.safetensors", xe_micro,
+                                                 seed=seed),
+                   {"seed": seed, "xe": settings_of(config.xe)}, upstream=["features"], distributed=True)
     models = {"xe": runner.folder(xe) / "best"}
     scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     for spec in config.scst.rewards:
@@ -289,7 +318,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
         runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
                        config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                        runner.folder(name), logs, scst_micro, fresh(), seed=seed),
-                   {"seed": seed, "scst": scst_settings, "reward": spec}, upstream=[xe, "pacs"],
+                   {"seed": seed, "scst": scst_settings, "reward": spec, **extra}, upstream=[xe, "pacs"],
                    distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
     for spec in config.scst.normalised_rewards:  # the same SCST, each component normalised within the k samples
@@ -298,10 +327,11 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
                        config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                        runner.folder(name), logs, scst_micro, fresh(), seed=seed,
                        mix_normalisation="normalize_then_sum"),
-                   {"seed": seed, "scst": scst_settings, "reward": spec, "mix_normalisation": "normalize_then_sum"},
-                   upstream=[xe, "pacs"], distributed=True)
+                   {"seed": seed, "scst": scst_settings, "reward": spec, "mix_normalisation": "normalize_then_sum",
+                    **extra}, upstream=[xe, "pacs"], distributed=True)
         models[captioning.normalised_model_name(spec)] = runner.folder(name) / "final"
-    choices = _run_guarded(config, seed, data, runner, features, scorers, logs, scst_micro, scst_settings, models)
+    choices = _run_guarded(config, seed, data, runner, features, scorers, logs, scst_micro,
+                           {"scst": scst_settings, **extra}, models)
     return models, choices
 
 
@@ -359,9 +389,9 @@ def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, An
 
 
 def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
-                 scst_micro: int, scst_settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
-    """One seed's guarded SCST stages; adds each guarded reward's chosen run (best validation CIDEr-D) to
-    `models`."""
+                 scst_micro: int, settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
+    """One seed's guarded SCST stages (`settings`: what every SCST stage of the seed records, its `scst` section
+    first); adds each guarded reward's chosen run (best validation CIDEr-D) to `models`."""
     from captioner.demo import captioning, findings
 
     choices: dict[str, Any] = {}
@@ -375,7 +405,7 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
             runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers, xe=xe: captioning.run_scst(
                            config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                            runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef, seed=seed),
-                       {"seed": seed, "scst": scst_settings, "reward": spec, "guard": guard},
+                       {"seed": seed, **settings, "reward": spec, "guard": guard},
                        upstream=[xe, "pacs"], distributed=True)
             summaries[coef] = (runner.record(name) or {}).get("summary", {})
         chosen = captioning.choose_guarded(summaries)
@@ -406,8 +436,9 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
                         scorers={name: scorers[m.family] for name, m in METRICS.items() if m.family in scorers})
 
 
-def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]], features: Any,
-              scorers: dict[str, Any], run_dir: Path, out: Path, guarded: dict[int, dict[str, Any]]) -> dict:
+def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
+              caption: Callable[[Path], dict[str, str]], scorers: dict[str, Any], run_dir: Path, out: Path,
+              guarded: dict[int, dict[str, Any]]) -> dict:
     """Stage `evaluate`: every seed's models' test captions and the human baseline (one reference per test image,
     drawn with `seed`) scored in one system-level table per seed by `eval.system_table` (the code path of `pacs
     evaluate --candidates NAME=FILE ... --human-baseline`; `captioning.evaluate_systems`; several seeds:
@@ -422,8 +453,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     resamples = config.evaluate.bootstrap_resamples
     evaluations = []
     for seed in seeds:
-        captions = {name: captioning.caption_test_set(folder, data, features, config.evaluate.beam_size)
-                    for name, folder in models[seed].items()}
+        captions = {name: caption(folder) for name, folder in models[seed].items()}  # `_test_captioner`
         folder = out / f"seed-{seed}" if len(seeds) > 1 else out
         evaluations.append(captioning.evaluate_systems(captions, data, scorers, folder, config.seed, resamples))
         if len(seeds) > 1:

@@ -1,0 +1,176 @@
+"""The demo's transformers captioner (`captioner.kind: transformers`, recipes/configs/demo_hf.yaml).
+
+Per seed, instead of pacs' captioner over CLIP grid features:
+
+- `init`: a tiny GIT-shaped model built from random weights (`captioner.family: git`): `GitForCausalLM` sized by
+  the `captioner` section, its own ViT at the world's image size, a `GitProcessor` of a `CLIPImageProcessor` and a
+  word-level tokenizer whose vocabulary is the world's caption vocabulary (every word of the train references,
+  sorted; deterministic from the world), saved as a plain transformers folder;
+- `xe`: `captioner.modeling.hf_train_xe.train_hf_xe` on the train references (the `xe` section's steps, batch,
+  schedule and validation), every weight trained (`captioner.train_vision`: the vision tower too);
+- `scst-*`: `train_scst` with an `HFPolicy` (`captioning.run_scst` loads it); the test captions come from the
+  model's own `generate` (`evaluate.beam_size`; 1: greedy).
+
+The metric stages, the rewards, the evaluation table, the seeds' aggregation and the findings are the main
+demo's (`captioner.demo.pipeline`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from captioner.demo.config import DemoConfig
+from captioner.demo.data import DemoData
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""
+PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
+POSITIONS_MARGIN = 2
+"""Text positions beyond `xe.max_length`: the start token, and one to spare."""
+HF_XE_DROPPED = frozenset({"d_model", "n_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout"})
+"""`xe` keys that size pacs' captioner: not part of a transformers XE stage's settings (the `captioner` section
+sizes the model; dropout is off in every `HFPolicy`)."""
+
+
+def caption_words(data: DemoData) -> list[str]:
+    """The world's caption vocabulary: every space-separated word of the train references, sorted."""
+    return sorted({word for item in data.splits["train"] for caption in item.references for word in caption.split()})
+
+
+def image_paths(data: DemoData, splits: tuple[str, ...] = ("train", "val")) -> dict[str, str]:
+    """{image_id: PNG} of the splits a policy trains and validates on."""
+    return {image_id: path for split in splits for image_id, path in data.image_paths(split).items()}
+
+
+def word_tokenizer(words: list[str]) -> Any:
+    """A word-level tokenizer over `words` (ids after `SPECIAL_TOKENS`): lower-cased, split on spaces and
+    punctuation, decoded by joining the words with spaces, so `,` and `:` stay tokens of their own as in the
+    world's captions (a `BertTokenizer`'s WordPiece decoder would glue `circle ,` into `circle,`, a word the
+    world's PTB tokenization and CIDEr-D do not know)."""
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *words])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.normalizer = normalizers.Lowercase()
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                                bos_token="[CLS]", eos_token="[SEP]",
+                                                clean_up_tokenization_spaces=False)
+
+
+def build_model(config: DemoConfig, data: DemoData, folder: Path, seed: int) -> dict[str, Any]:
+    """Stage `init`: the random-weight GIT-shaped captioner of `captioner` (seeded by `seed`) saved to `folder`."""
+    import transformers
+
+    section, size = config.captioner, config.world.image_size
+    words = caption_words(data)
+    tokenizer = word_tokenizer(words)
+    vision = {"hidden_size": section.vision_hidden_size, "num_hidden_layers": section.vision_layers,
+              "num_attention_heads": section.vision_heads, "intermediate_size": section.vision_intermediate_size,
+              "image_size": size, "patch_size": section.patch_size, "initializer_range": section.initializer_range}
+    model_config = transformers.GitConfig(
+        vision_config=vision, vocab_size=len(tokenizer), hidden_size=section.hidden_size,
+        num_hidden_layers=section.layers, num_attention_heads=section.heads,
+        intermediate_size=section.intermediate_size, max_position_embeddings=config.xe.max_length + POSITIONS_MARGIN,
+        initializer_range=section.initializer_range, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.GitForCausalLM(model_config)
+    model.save_pretrained(folder)
+    images = transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    transformers.GitProcessor(images, tokenizer).save_pretrained(folder)
+    return {"family": section.family, "vocabulary": len(tokenizer), "words": len(words),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "vision_parameters": sum(p.numel() for p in model.git.image_encoder.parameters())}
+
+
+def train_options(config: DemoConfig) -> Any:
+    """The `HFPolicy` training options of the `captioner` section (no prompt: GIT captions from its start token)."""
+    from captioner.modeling.hf_policy import HFTrainOptions
+
+    section = config.captioner
+    return HFTrainOptions(finetune=section.finetune, lora_r=section.lora_r, lora_alpha=section.lora_alpha,
+                          train_vision=section.train_vision)
+
+
+def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, seed: int) -> Any:
+    """The transformers folder `folder` as a trainable `HFPolicy` over the train and validation images (`seed`:
+    the initial LoRA adapters of `captioner.finetune: lora`)."""
+    from captioner.modeling.hf_policy import HFPolicy
+
+    return HFPolicy.load(folder, image_paths(data), train_options(config), config.xe.max_length, device=device,
+                         seed=seed)
+
+
+def captioner_settings(config: DemoConfig) -> dict[str, Any]:
+    """What the `captioner` section adds to the settings of every transformers stage (its whole content)."""
+    from captioner.orchestration.recipe_stages import settings_of
+
+    return {"captioner": settings_of(config.captioner)}
+
+
+def xe_settings(config: DemoConfig) -> dict[str, Any]:
+    """The `xe` section as a transformers XE stage's settings (without the keys that size pacs' captioner)."""
+    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+
+    return settings_of(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
+
+
+def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: Path, micro_batch_size: int,
+           seed: int) -> dict:
+    """Stage `xe` of a transformers captioner: `train_hf_xe` from the `init` folder on the train references,
+    the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_images`) in `folder/best`."""
+    from captioner.demo.captioning import finish_xe, xe_trainer_config
+    from captioner.modeling.hf_train_xe import train_hf_xe
+    from captioner.modeling.training import process_state
+
+    policy = load_policy(config, data, init, process_state().device, seed)
+    pairs = [(item.image_id, caption) for item in data.splits["train"] for caption in item.references]
+    val = {item.image_id: item.references for item in data.splits["val"]}
+    result = train_hf_xe(xe_trainer_config(config, folder, micro_batch_size, seed), policy, pairs, val)
+    return finish_xe(result, folder, logs)
+
+
+def run_model_stages(config: DemoConfig, seed: int, prefix: str, data: DemoData, runner: Any, logs: Path,
+                     micro_batch_size: int) -> str:
+    """One seed's `init` and `xe` stages (folders `<prefix>init`, `<prefix>xe`); the XE stage's name."""
+    init, xe = f"{prefix}init", f"{prefix}xe"
+    section = captioner_settings(config)
+    runner.run(init, lambda: build_model(config, data, runner.folder(init), seed), {"seed": seed, **section},
+               upstream=["data"])
+    runner.run(xe, lambda: run_xe(config, data, runner.folder(init), runner.folder(xe), logs, micro_batch_size,
+                                  seed),
+               {"seed": seed, "xe": xe_settings(config), **section}, upstream=[init], distributed=True)
+    return xe
+
+
+def greedy_captioner(policy: Any, batch_size: int = 100) -> Callable[[Any, list[str]], dict[str, str]]:
+    """(model, image ids) -> greedy captions of the policy's model (`ScstMonitor`'s captioner)."""
+
+    def caption(model: Any, image_ids: list[str]) -> dict[str, str]:
+        device = next(model.parameters()).device
+        captions: dict[str, str] = {}
+        for start in range(0, len(image_ids), batch_size):
+            chunk = image_ids[start:start + batch_size]
+            tokens = policy.greedy(model, policy.batch(chunk, device), policy.max_length)
+            captions.update({image_id: row[0] for image_id, row in zip(chunk, policy.decode(tokens))})
+        return captions
+
+    return caption
+
+
+def caption_test_set(folder: Path, data: DemoData, config: DemoConfig) -> dict[str, str]:
+    """Captions of every test image by the transformers model in `folder`: its own `generate`, beam
+    `evaluate.beam_size` (1: greedy), at most `xe.max_length` new tokens."""
+    from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+    from captioner.modeling.training import process_state
+
+    device = str(process_state().device)
+    options = HFCaptionOptions(beam_size=config.evaluate.beam_size, max_new_tokens=config.xe.max_length,
+                               batch_size=100, device=device)
+    return generate_captions(load_hf_captioner(folder, device), data.image_paths("test"), options)
