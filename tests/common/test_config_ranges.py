@@ -49,6 +49,10 @@ DEMO_BAD = [
     ("scst.steps", 0), ("scst.batch_size", 0), ("scst.micro_batch_size", -1), ("scst.beam_size", 0),
     ("scst.lr", 0.0), ("scst.log_every", 0), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
     ("evaluate.beam_size", 0), ("evaluate.gallery_size", -1), ("evaluate.bootstrap_resamples", 0),
+    ("captioner.hidden_size", 1), ("captioner.layers", 0), ("captioner.heads", 0), ("captioner.intermediate_size", 0),
+    ("captioner.vision_hidden_size", 1), ("captioner.vision_layers", 0), ("captioner.vision_heads", 0),
+    ("captioner.vision_intermediate_size", 0), ("captioner.patch_size", 0), ("captioner.initializer_range", 0.0),
+    ("captioner.lora_r", 0), ("captioner.lora_alpha", 0.0),
 ]
 PIPELINE_BAD = [
     ("scst.kl_coef", -0.1), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
