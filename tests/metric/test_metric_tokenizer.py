@@ -57,3 +57,19 @@ def test_trimmed_text_encoding_equals_full_padding(tiny_backbone):
             assert torch.allclose(trimmed, reference[subset], atol=1e-5, rtol=0)
     # The padding really is cut: the trimmed forward runs on fewer positions.
     assert max(map(len, ids[:3])) < 20
+
+
+def test_remembered_texts_give_the_ids_a_fresh_tokenizer_gives(monkeypatch):
+    """The text -> ids memory: the same ids as a tokenizer that never saw the text (also after the memory was
+    emptied when full), and a caller changing a returned list does not change what the next call returns."""
+    import metric.models.tokenizer as tokenizer_module
+
+    texts = ["a red circle", "A  red circle &amp; a dog", "a red circle", "<|endoftext|> child", "caf\u00e9 \u2013 x"] * 3
+    monkeypatch.setattr(tokenizer_module, "ENCODED_CACHE_SIZE", 3)  # emptied several times over the list
+    remembering = ClipTokenizer()
+    for text in texts:
+        ids = remembering.encode_text(text)
+        assert ids == ClipTokenizer().encode_text(text), text
+        ids.append(-1)  # the caller's list is its own
+        assert remembering.encode_text(text) == ClipTokenizer().encode_text(text)
+    assert len(remembering._encoded) <= 3
