@@ -172,7 +172,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
                               "monitor_images": stage.hacking_monitor_images}
     if guarded:  # docs/captioner.md "SCST guards": KL to the XE policy, the checkpoint chosen by validation CIDEr-D
         guards.update(kl_coef=kl_coef, select_by="cider",
-                      monitor_every=config.guarded.monitor_every or stage.hacking_monitor_every)
+                      monitor_every=config.guarded.monitor_every or stage.hacking_monitor_every,
+                      monitor_images=config.guarded.monitor_images or stage.hacking_monitor_images)
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,

@@ -193,6 +193,8 @@ class GuardedScstConfig:
     # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
     monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 0  # the hacking monitor's cadence in the guarded
     # runs, the steps their checkpoint is chosen among (0: scst.hacking_monitor_every, as in the unguarded runs)
+    monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 0  # validation images of the guarded runs' hacking
+    # monitor, whose CIDEr-D chooses their checkpoint (0: scst.hacking_monitor_images)
 
     def validate(self) -> None:
         """Guarded rewards must be trained by the demo; at least one coefficient, no duplicates."""

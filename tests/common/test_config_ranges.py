@@ -29,6 +29,7 @@ SMOKE = REPO / "recipes" / "configs" / "demo_smoke.yaml"
 DEMO_BAD = [
     ("correlation.bootstrap_resamples", 0), ("guarded.rep_penalty", -0.1), ("guarded.length_penalty", -0.1),
     ("scst.hacking_monitor_every", -1), ("scst.hacking_monitor_images", -1), ("guarded.monitor_every", -1),
+    ("guarded.monitor_images", -1),
     ("seed", -1), ("seed", 2**32), ("threads", 0), ("threads", -2), ("parallel_seeds", 0),
     ("world.seed", -1), ("world.image_size", 0), ("world.max_objects", 0), ("world.max_objects", 4),
     ("world.n_references", 1), ("world.relation_prob", -0.1), ("world.relation_prob", 1.5),
