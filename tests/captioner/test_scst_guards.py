@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data
+from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_pipeline_recipe
 from safetensors.torch import load_file
 
 from captioner.modeling.checkpoints import load_captioner
@@ -334,28 +334,15 @@ def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, sha
     import yaml
 
     from captioner.entry import run_from_config
-    from metric.models.backbones import tiny_clip_config
 
-    tiny = {"random_config": tiny_clip_config(), "random_seed": 0}
-    flickr = str(shared_data / "flickr8k")
-    recipe = {
-        "run_dir": str(tmp_path / "run"),
-        "data": {"name": "flickr8k", "path": flickr, "max_train_images": 8, "max_val_images": 3},
-        "vocab": {"kind": "word", "min_count": 2, "max_length": 10},
-        "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
-        "model": {"d_model": 16, "n_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 32},
-        "xe": {"max_steps": 2, "batch_size": 20, "micro_batch_size": 20, "eval_every": 2, "val_beam_size": 1,
-               "save_every": 10, "tensorboard": False,
-               "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2, "peak_lr": 1e-3,
-                            "final_lr": 1e-4}},
-        "scst": {"batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "epochs": 2, "k": 2, "lr": 1e-3, "save_every": 10,
-                 "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1, "select_by": "cider"},
-        "rewards": ["cider:1,rep-penalty:0.5,length-penalty:0.25"],
-        "reward_guards": {"rep_n": 1, "length_limit": "train", "length_percentile": 90},
-        "reward_models": {"clip": tiny, "pac": {"backbone": ""}},
-        "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": flickr, "split": "test"}},
-                       "max_images": 2, "beam_size": 1, "text_metrics": ["bleu4"], "bootstrap": 0},
-    }
+    recipe = tiny_pipeline_recipe(
+        tmp_path / "run", shared_data / "flickr8k",
+        scst={"batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "epochs": 2, "k": 2, "lr": 1e-3,
+              "save_every": 10, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1, "select_by": "cider"},
+        rewards=["cider:1,rep-penalty:0.5,length-penalty:0.25"],
+        reward_guards={"rep_n": 1, "length_limit": "train", "length_percentile": 90})
+    recipe["data"]["max_val_images"] = 3
+    recipe["xe"]["save_every"] = 10
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     run_from_config(str(path), [])
