@@ -146,7 +146,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
         "benchmark": benchmark.name,
         "counts": dict(context.notes),
         "provenance": provenance(seed=request.seed, w=model.w, config={
-            "benchmark": benchmark.name, "data": str(data), "metrics": metrics, "images": request.images,
+            "benchmark": benchmark.name, "data": str(data.resolve()), "metrics": metrics, "images": request.images,
             "bootstrap": request.bootstrap, "skip_missing_images": request.skip_missing_images,
             "checkpoint": model.checkpoint, "backbone": model.backbone, **conventions},
             models=models),

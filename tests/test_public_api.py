@@ -10,6 +10,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -160,6 +161,21 @@ def test_correlate_returns_the_table_pacs_correlate_json_writes(shared_data, tmp
     for metric in ("bleu1", "cider"):  # the CLI prints the numbers it wrote
         row = table[metric]
         assert lines[metric] == [f"{row['tau_b']:.3f}", f"{row['tau_c']:.3f}", str(row["n"])]
+
+
+def test_correlate_records_the_data_folder_it_read_whichever_way_it_was_reached(shared_data, tmp_path):
+    """The CLI given a link to the data and the API given the folder itself record the same resolved folder (they
+    differed in 0.7 when $PACS_SHARED was reached through a link)."""
+    from eval import correlate
+
+    link = tmp_path / "flickr8k-link"
+    link.symlink_to(shared_data / "flickr8k", target_is_directory=True)
+    written = tmp_path / "expert.json"
+    assert pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(link), "--metrics", "bleu1",
+                          "--out", str(written)]) == 0
+    by_cli = json.loads(written.read_text())["provenance"]["config"]["data"]
+    by_api = correlate("flickr8k-expert", data=shared_data / "flickr8k", metrics=["bleu1"])["provenance"]
+    assert by_cli == by_api["config"]["data"] == os.path.realpath(shared_data / "flickr8k")
 
 
 def test_correlate_options_are_the_cli_options(shared_data):
