@@ -67,6 +67,7 @@ def findings_json(run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     records = [r for r in results.get("findings", []) if isinstance(r, dict)]
     return {"seeds": results.get("seeds"), "bootstrap": results.get("bootstrap"),
+            "replication": results.get("replication"),
             "claims": sorted(([r["subject"], r["claim"], r["holds"]] for r in records
                               if all(k in r for k in ("subject", "claim", "holds"))), key=lambda c: (c[0], c[1])),
             "findings": records}

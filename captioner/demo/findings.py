@@ -80,6 +80,43 @@ def direction(interval: Sequence[float]) -> int:
     return 1 if low > FLOAT_NOISE else -1 if high < -FLOAT_NOISE else 0
 
 
+LEVEL = 0.95
+"""The level of every interval the rules read (the bootstrap's, `results.json["bootstrap"]["level"]`)."""
+FRAGILE = 0.9
+"""A verdict that an independent replication would reach with a probability below this is printed as fragile."""
+Estimate = tuple[float, Sequence[float]]
+"""A difference's point estimate and its interval."""
+REPLICATION_METHOD = ("predictive probability of the same verdict in an independent replication of the same design: "
+                      "N(point, 2 se^2), se from the interval's side facing 0, differences independent")
+
+
+def projected_seeds(seeds: int) -> tuple[int, ...]:
+    """The seed counts a run's replication outlook is projected to: its own, 2, 4 and 8 times it."""
+    return (seeds, 2 * seeds, 4 * seeds, 8 * seeds)
+
+
+def replication_probabilities(point: float, interval: Sequence[float], level: float = LEVEL,
+                              scale: float | None = None) -> dict[int, float]:
+    """The probability of each `direction` (+1, −1, 0) that an independent replication of the experiment would find
+    for a difference estimated at `point` with the `level` interval `interval`: the predictive distribution of the
+    replication's estimate, N(point, 2·se²) (flat prior on the true difference, the replication's own error on
+    top: Killeen 2005's p_rep), judged by an interval of the same width (±z·se). `se` is read from the interval's
+    side facing 0 (percentile intervals are not symmetric); a degenerate interval (se 0) repeats its direction.
+    With `scale`, a larger design instead, taking the true difference to be `point`: N(point, se′²), se′ = se /
+    scale (√(seeds′ / seeds) for more seeds), judged by ±z·se′."""
+    from scipy.stats import norm
+
+    z_level = float(norm.ppf(0.5 + level / 2))
+    low, high = interval
+    se = (point - low if point >= 0 else high - point) / z_level
+    if not se > 0:
+        return {way: float(way == direction(interval)) for way in (1, -1, 0)}
+    z, spread = (point / se, np.sqrt(2)) if scale is None else (point / (se / scale), 1.0)
+    up = float(norm.cdf((z - z_level) / spread))
+    down = float(norm.cdf((-z - z_level) / spread))
+    return {1: up, -1: down, 0: max(0.0, 1.0 - up - down)}
+
+
 def signed(value: float) -> str:
     """A signed number with 3 significant-ish digits (+12.5, +1.23, +0.012); one that rounds to 0 is +0.000."""
     size = abs(value)
@@ -114,14 +151,41 @@ def gamed_claim(column: str) -> str:
 
 @dataclass(frozen=True)
 class Rule:
-    """One claim: its verdict on a view, its reported interval, and the differences it rests on."""
+    """One claim: the differences it rests on with the directions each must take for it to hold, and the interval
+    it reports."""
 
     subject: str
     claim: str
-    predicate: Callable[[Mapping[str, Any]], bool | None]  # the claim's verdict on a view (None: not available)
+    estimates: Callable[[Mapping[str, Any]], dict[str, Estimate | None]]  # label -> (point, interval) on a view
+    allowed: Mapping[str, frozenset[int]]  # label -> the `direction`s under which the claim holds
     interval: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any], str]]  # (column, estimate, unit) to report
-    differences: Callable[[Mapping[str, Any]], dict[str, int | None]]  # label -> `direction` of each difference
     only_when_holds: bool = False  # stated only when it holds, never as "does not hold" (the "gamed" rules)
+
+    def directions(self, view: Mapping[str, Any]) -> dict[str, int | None]:
+        """`direction` of each difference the claim rests on (None: not in this view)."""
+        return {label: None if found is None else direction(found[1]) for label, found in self.estimates(view).items()}
+
+    def holds(self, view: Mapping[str, Any]) -> bool | None:
+        """The claim's verdict on a view: every difference in an allowed direction (None: one is not available)."""
+        found = self.directions(view)
+        if None in found.values():
+            return None
+        return all(found[label] in allowed for label, allowed in self.allowed.items())
+
+    def replication(self, view: Mapping[str, Any], level: float = LEVEL, scale: float | None = None
+                    ) -> float | None:
+        """The probability that an independent replication of the experiment (same design: seeds, images,
+        resamples; `scale`: a larger one, `replication_probabilities`) finds the claim holding (the differences
+        taken as independent); None where a difference is not in the view."""
+        found = self.estimates(view)
+        if None in found.values():
+            return None
+        probability = 1.0
+        for label, allowed in self.allowed.items():
+            point, interval = found[label]
+            ways = replication_probabilities(point, interval, level, scale)
+            probability *= sum(ways[way] for way in allowed)
+        return probability
 
 
 def opposed_seeds(directions: Mapping[str, Mapping[str, int | None]]) -> dict[str, dict[str, list[str]]]:
@@ -141,7 +205,8 @@ def opposed_seeds(directions: Mapping[str, Mapping[str, int | None]]) -> dict[st
 
 def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[str, Any]],
                     guarded: Mapping[str, str] | None = None,
-                    flat_steps: Mapping[str, Mapping[str, float]] | None = None) -> list[dict[str, Any]]:
+                    flat_steps: Mapping[str, Mapping[str, float]] | None = None,
+                    level: float = LEVEL) -> list[dict[str, Any]]:
     """The findings as records `{subject, claim, holds, interval, seeds, text}` (plus `opposed` when seed-dependent),
     each from the intervals of the views (`captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
     `per_seed[seed]` each seed's own).
@@ -150,14 +215,16 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
     beyond noise on a difference the claim rests on (`opposed_seeds`); `seeds` keeps each seed's own verdict.
     `guarded` maps each guarded reward to its row; `flat_steps[reward][seed]` is the share of its guarded
     run's SCST steps whose reward spread was 0 (above `FLAT_SHARE` in a seed: no guard claim, `CLAIM_FLAT_REWARD`).
+    `replication.agrees` is the probability that an independent replication of the experiment reaches the same
+    verdict (`Rule.replication`; not given for a seed-dependent claim); below `FRAGILE` the claim prints as fragile.
     """
     records = []
     for rule in _rules(pooled, guarded or {}, flat_steps or {}):
-        holds = rule.predicate(pooled)
+        holds = rule.holds(pooled)
         if holds is None or (rule.only_when_holds and not holds):
             continue
-        seeds = {seed: rule.predicate(view) for seed, view in per_seed.items()}
-        opposed = opposed_seeds({seed: rule.differences(view) for seed, view in per_seed.items()})
+        seeds = {seed: rule.holds(view) for seed, view in per_seed.items()}
+        opposed = opposed_seeds({seed: rule.directions(view) for seed, view in per_seed.items()})
         column, estimate, unit = rule.interval(pooled)
         record: dict[str, Any] = {
             "subject": rule.subject, "claim": rule.claim,
@@ -167,6 +234,11 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
             "seeds": {str(seed): value for seed, value in seeds.items()}}
         if opposed:
             record["opposed"] = opposed
+        else:  # how likely an independent replication (another machine, other seeds) reaches the same verdict
+            record["replication"] = {"agrees": _agreement(rule, pooled, holds, level), "method": REPLICATION_METHOD,
+                                     "two_replications_with_seeds": {
+                                         str(n): _two_replications_agree(rule, pooled, level, np.sqrt(n / len(per_seed)))
+                                         for n in projected_seeds(len(per_seed))}}
         share = pooled.get("share_of_oracle", {}).get(rule.subject)
         if rule.claim in CLAIM_JUDGE.values() and share is not None:
             record["share_of_oracle"] = share
@@ -175,26 +247,67 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
     return records
 
 
+def _agreement(rule: Rule, view: Mapping[str, Any], holds: bool, level: float) -> float:
+    chance = rule.replication(view, level)
+    assert chance is not None  # the rule's verdict on this view exists
+    return chance if holds else 1.0 - chance
+
+
+def _two_replications_agree(rule: Rule, view: Mapping[str, Any], level: float, scale: float) -> float:
+    """The probability that two independent replications of a design `scale`² times as large reach the same verdict
+    on the claim, if the true differences were the estimated ones."""
+    chance = rule.replication(view, level, scale)
+    assert chance is not None
+    return chance ** 2 + (1.0 - chance) ** 2
+
+
+def replication_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How reproducible the set of findings is: the expected number of claims an independent replication of the
+    same design would decide otherwise (the sum of 1 − `agrees`), the probability that it reproduces every verdict
+    (their product, claims taken as independent), the fragile claims (`agrees` below `FRAGILE`), and for designs
+    with more seeds the same for two replications of that design, were the true differences the estimated ones.
+    Seed-dependent claims are counted apart."""
+    rated = [r for r in records if "replication" in r]
+    projected = dict.fromkeys(key for r in rated for key in r["replication"].get("two_replications_with_seeds", {}))
+
+    def outlook(agrees: list[float]) -> dict[str, float]:
+        return {"expected_disagreements": float(sum(1.0 - a for a in agrees)), "all_agree": float(np.prod(agrees))}
+    return {**outlook([r["replication"]["agrees"] for r in rated]),
+            "two_replications_with_seeds": {
+                n: outlook([r["replication"]["two_replications_with_seeds"][n] for r in rated]) for n in projected},
+            "fragile": [f"{r['subject']}: {r['claim']}" for r in rated if r["replication"]["agrees"] < FRAGILE],
+            "seed_dependent": sum(1 for r in records if r["holds"] == SEED_DEPENDENT),
+            "claims": len(records), "fragile_below": FRAGILE, "method": REPLICATION_METHOD}
+
+
+def replication_text(summary: Mapping[str, Any]) -> str:
+    """The printed paragraph of `replication_summary`."""
+    projected = "; ".join(f"{n} seeds {o['expected_disagreements']:.1f} (all alike: {o['all_agree']:.2f})"
+                          for n, o in summary.get("two_replications_with_seeds", {}).items())
+    return (f"How reproducible these findings are: an independent replication of this design (another machine, "
+            f"other seeds) would decide about {summary['expected_disagreements']:.1f} of the "
+            f"{summary['claims']} claims otherwise (all alike with probability {summary['all_agree']:.2f}); "
+            f"{len(summary['fragile'])} are fragile (a replication agrees with probability below "
+            f"{summary['fragile_below']:g}). Two replications would decide otherwise about, were the true "
+            f"differences the estimated ones: {projected}.\n")
+
+
 def _gain_of(view: Mapping[str, Any], model: str) -> Mapping[str, Any] | None:
     return next((g for g in view["gains"] if g["model"] == model), None)
 
 
-def _row_ci(view: Mapping[str, Any], model: str, column: str, versus_human: bool = False) -> Sequence[float] | None:
-    entry = view["rows"].get(model, {})
-    source = entry.get("versus_human", {}) if versus_human else entry
-    return (source.get("ci") or {}).get(column)
-
-
-def _directions(view: Mapping[str, Any], model: str, columns: Sequence[str], gain: bool = False,
-                versus_human: bool = False) -> dict[str, int | None]:
-    """`direction` of `model`'s own-reward gain (`gain`) and of its difference in each of `columns`."""
-    out: dict[str, int | None] = {}
+def _estimates(view: Mapping[str, Any], model: str, columns: Sequence[str], gain: bool = False,
+               versus_human: bool = False) -> dict[str, Estimate | None]:
+    """(point, interval) of `model`'s own-reward gain (`gain`) and of its difference in each of `columns`."""
+    out: dict[str, Estimate | None] = {}
     if gain:
         found = _gain_of(view, model)
-        out[REWARD] = None if found is None else direction(found["ci"])
+        out[REWARD] = None if found is None else (found["delta"], found["ci"])
+    entry = view["rows"].get(model, {})
+    source = entry.get("versus_human", {}) if versus_human else entry
     for column in columns:
-        ci = _row_ci(view, model, column, versus_human)
-        out[column] = None if ci is None else direction(ci)
+        ci = (source.get("ci") or {}).get(column)
+        out[column] = None if ci is None else (source["delta"][column], ci)
     return out
 
 
@@ -219,24 +332,17 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
     """Every rule, the claims fixed from the pooled view."""
     rows, gains = pooled["rows"], pooled["gains"]
     rules: list[Rule] = []
+    up, down, not_up, not_down = frozenset({1}), frozenset({-1}), frozenset({0, -1}), frozenset({0, 1})
     for gain in gains:  # 1. each reward rose on its own scale
         model = gain["model"]
-
-        def rises(view, model=model):
-            found = _gain_of(view, model)
-            return None if found is None else direction(found["ci"]) > 0
-        rules.append(Rule(model, CLAIM_REWARD_RISES, rises, _gain_interval(model),
-                          lambda view, model=model: _directions(view, model, [], gain=True)))
+        rules.append(Rule(model, CLAIM_REWARD_RISES, lambda view, model=model: _estimates(view, model, [], gain=True),
+                          {REWARD: up}, _gain_interval(model)))
     for model, entry in rows.items():  # 2. judge accuracy against XE, every SCST row (the oracle's included)
         if JUDGE not in (entry.get("ci") or {}):
             continue
         way = direction(entry["ci"][JUDGE])
-
-        def judge_way(view, model=model, way=way):
-            ci = _row_ci(view, model, JUDGE)
-            return None if ci is None else direction(ci) == way
-        rules.append(Rule(model, CLAIM_JUDGE[way], judge_way, _delta_estimate(model, JUDGE),
-                          lambda view, model=model: _directions(view, model, [JUDGE])))
+        rules.append(Rule(model, CLAIM_JUDGE[way], lambda view, model=model: _estimates(view, model, [JUDGE]),
+                          {JUDGE: frozenset({way})}, _delta_estimate(model, JUDGE)))
     oracle = pooled.get("oracle")
     for gain in gains:  # 3. gamed: the reward rose, the judge did not, with a degenerate signature
         if gain["model"] == oracle:
@@ -244,34 +350,23 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
         for column, (sign, _) in DEGENERATE_SIGNS.items():
             if column not in (rows.get(gain["model"], {}).get("ci") or {}):
                 continue
-
-            def gamed(view, model=gain["model"], column=column, sign=sign):
-                found = _directions(view, model, [JUDGE, column], gain=True)
-                if None in found.values():
-                    return None
-                return found[REWARD] > 0 and found[JUDGE] <= 0 and found[column] == sign
-            rules.append(Rule(gain["model"], gamed_claim(column), gamed, _delta_estimate(gain["model"], column),
+            rules.append(Rule(gain["model"], gamed_claim(column),
                               lambda view, model=gain["model"], column=column:
-                              _directions(view, model, [JUDGE, column], gain=True), only_when_holds=True))
+                              _estimates(view, model, [JUDGE, column], gain=True),
+                              {REWARD: up, JUDGE: not_up, column: up if sign > 0 else down},
+                              _delta_estimate(gain["model"], column), only_when_holds=True))
     for reward, model in guarded.items():  # 4. the guard kept the judge while the reward rose
         if model not in rows or JUDGE not in (rows[model].get("ci") or {}):
             continue
         shares = flat.get(reward, {})
         if any(share > FLAT_SHARE for share in shares.values()):
             worst = max(shares.values())
-            rules.append(Rule(model, CLAIM_FLAT_REWARD, lambda view: True,
+            rules.append(Rule(model, CLAIM_FLAT_REWARD, lambda view: {}, {},
                               lambda view, worst=worst: ("steps with reward spread 0",
-                                                         {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %"),
-                              lambda view: {}))
+                                                         {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %")))
             continue
-
-        def guard_worked(view, model=model):
-            found = _directions(view, model, [JUDGE], gain=True)
-            if None in found.values():
-                return None
-            return found[REWARD] > 0 and found[JUDGE] >= 0
-        rules.append(Rule(model, CLAIM_GUARD, guard_worked, _delta_estimate(model, JUDGE),
-                          lambda view, model=model: _directions(view, model, [JUDGE], gain=True)))
+        rules.append(Rule(model, CLAIM_GUARD, lambda view, model=model: _estimates(view, model, [JUDGE], gain=True),
+                          {REWARD: up, JUDGE: not_down}, _delta_estimate(model, JUDGE)))
     human = pooled.get("human")
     candidates = [m for m, e in rows.items() if m not in (BASELINE, human) and JUDGE in (e.get("value") or {})
                   and JUDGE in (e.get("versus_human", {}).get("ci") or {})]
@@ -283,14 +378,10 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
                 continue
             way = direction(ci)
             judge_or_metric = "the judge" if column == JUDGE else column
-
-            def ranks(view, column=column, way=way, model=best):
-                found = _row_ci(view, model, column, versus_human=True)
-                return None if found is None else direction(found) == way
-            rules.append(Rule(f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}", ranks,
-                              _delta_estimate(best, column, versus_human=True),
+            rules.append(Rule(f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}",
                               lambda view, column=column, model=best:
-                              _directions(view, model, [column], versus_human=True)))
+                              _estimates(view, model, [column], versus_human=True),
+                              {column: frozenset({way})}, _delta_estimate(best, column, versus_human=True)))
     return rules
 
 
@@ -317,6 +408,9 @@ def render_finding(record: Mapping[str, Any]) -> str:
     if share is not None:
         numbers += (f"; {100 * share['point']:.0f}% of the oracle's gain [{100 * share['interval'][0]:.0f}%, "
                     f"{100 * share['interval'][1]:.0f}%]")
+    agrees = (record.get("replication") or {}).get("agrees")
+    if agrees is not None and agrees < FRAGILE:
+        numbers += f"; fragile: an independent replication agrees with probability {agrees:.2f}"
     return f"{record['subject']}: {record['claim']}{status} ({numbers})."
 
 

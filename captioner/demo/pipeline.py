@@ -508,7 +508,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
         "reward_gains": gains, "share_of_oracle": pooled["share_of_oracle"], "oracle": pooled["oracle"],
         "guarded": {"choices": guarded[seeds[0]], "choices_by_seed": {str(s): guarded[s] for s in seeds},
                     "reward_gains": guarded_gains, "flat_reward_steps": flat},
-        "findings": records,
+        "findings": records, "replication": findings.replication_summary(records),
         "mix_normalisation": normalised,
         "human_baseline": {**table["human_baseline"], "row": HUMAN_ROW, "header": table["header"],
                            "system_table": "evaluate/system_table.json" if len(seeds) == 1
@@ -627,6 +627,8 @@ def results_markdown(results: dict[str, Any]) -> str:
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
                                                            for line in results["findings"]))
+    if results.get("replication"):
+        parts.append(findings.replication_text(results["replication"]))
     return "\n".join(parts)
 
 
