@@ -4,7 +4,11 @@
     python tools/compare_findings.py RUN_A RUN_B      # run folders, results.json files or demo_findings.json files
 
 Prints the claims both runs make alike, then those that differ (only in one run, or with another `holds`), and
-exits 0 when the two sets are equal, 1 when they differ, 2 on bad input.
+exits 0 when the two sets are equal, 1 when they differ, 2 on bad input. Records of pacs 0.7 carry the probability
+that an independent replication agrees (`replication.agrees`): each differing claim then shows it for both runs,
+and the summary gives the number of disagreements each run's own intervals predicted and the *robust
+contradictions*: differing claims that no run stating them marks fragile (agrees below
+`captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication estimate failed to flag.
 """
 from __future__ import annotations
 
@@ -13,11 +17,15 @@ import json
 import sys
 from pathlib import Path
 
+from captioner.demo.findings import FRAGILE, SEED_DEPENDENT
 from metric.common.errors import InputError
 
+Claim = tuple[object, float | None]
+"""A claim's `holds` and the probability that a replication agrees (None: not recorded)."""
 
-def claims(path: Path) -> dict[tuple[str, str], object]:
-    """`{(subject, claim): holds}` of a run folder, its results.json, or a docs/demo_findings.json."""
+
+def claims(path: Path) -> dict[tuple[str, str], Claim]:
+    """`{(subject, claim): (holds, agrees)}` of a run folder, its results.json, or a docs/demo_findings.json."""
     file = path / "results.json" if path.is_dir() else path
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
@@ -27,20 +35,37 @@ def claims(path: Path) -> dict[tuple[str, str], object]:
     if not isinstance(records, list) or not all(isinstance(r, dict) and {"subject", "claim", "holds"} <= set(r)
                                                for r in records):
         raise InputError(f"{file}: no findings records (`findings: [{{subject, claim, holds, ...}}]`, pacs 0.6)")
-    return {(r["subject"], r["claim"]): r["holds"] for r in records}
+    return {(r["subject"], r["claim"]): (r["holds"], (r.get("replication") or {}).get("agrees")) for r in records}
 
 
-def compare(a: dict[tuple[str, str], object], b: dict[tuple[str, str], object]) -> tuple[list[str], list[str]]:
-    """(lines of the claims alike, lines of the claims that differ), in a stable order."""
-    same, differ = [], []
+def compare(a: dict[tuple[str, str], Claim], b: dict[tuple[str, str], Claim]) -> tuple[list[str], list[str], int]:
+    """(lines of the claims alike, lines of the claims that differ, the robust contradictions), in a stable
+    order."""
+    same, differ, robust = [], [], 0
     for key in sorted(set(a) | set(b)):
-        left, right = a.get(key, "absent"), b.get(key, "absent")
+        (left, left_agrees), (right, right_agrees) = a.get(key, ("absent", None)), b.get(key, ("absent", None))
         line = f"{key[0]}: {key[1]}"
         if left == right:
             same.append(f"{line} — {left}")
-        else:
-            differ.append(f"{line} — A: {left}, B: {right}")
-    return same, differ
+            continue
+        flagged = [holds == SEED_DEPENDENT or agrees < FRAGILE for holds, agrees in ((left, left_agrees),
+                                                                                     (right, right_agrees))
+                   if holds != "absent" and (agrees is not None or holds == SEED_DEPENDENT)]
+        robust += bool(flagged) and not any(flagged)
+        shown = "" if left_agrees is None and right_agrees is None else (
+            f" (a replication agrees: A {_probability(left_agrees)}, B {_probability(right_agrees)})")
+        differ.append(f"{line} — A: {left}, B: {right}{shown}")
+    return same, differ, robust
+
+
+def _probability(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def expected(records: dict[tuple[str, str], Claim]) -> float | None:
+    """The number of claims a replication decides otherwise, predicted by a run's own intervals (None: 0.6)."""
+    agrees = [agrees for _, agrees in records.values() if agrees is not None]
+    return sum(1.0 - value for value in agrees) if agrees else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_b")
     args = parser.parse_args(argv)
     try:
-        same, differ = compare(claims(Path(args.run_a)), claims(Path(args.run_b)))
+        a, b = claims(Path(args.run_a)), claims(Path(args.run_b))
     except InputError as error:
         print(f"compare_findings: error: {error}", file=sys.stderr)
         return 2
+    same, differ, robust = compare(a, b)
     print(f"{len(same)} claims alike, {len(differ)} differ")
+    if expected(a) is not None and expected(b) is not None:
+        print(f"predicted by each run's intervals: {expected(a):.1f} (A), {expected(b):.1f} (B) claims decided "
+              f"otherwise; robust contradictions (differing, and fragile in neither run): {robust}")
     for line in differ:
         print(f"  differs: {line}")
     return 1 if differ else 0

@@ -49,3 +49,31 @@ def test_a_run_without_findings_records_is_one_line_exit_2(tool, tmp_path, capsy
     assert tool.main([str(old), str(old)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no findings records" in err and str(old / "results.json") in err
+
+
+def _rated(folder: Path, records: list[tuple[str, str, object, float]]) -> Path:
+    folder.mkdir()
+    findings = [{"subject": s, "claim": c, "holds": h, "interval": {}, "seeds": {}, "replication": {"agrees": p}}
+                for s, c, h, p in records]
+    (folder / "results.json").write_text(json.dumps({"rows": [], "findings": findings}))
+    return folder
+
+
+def test_differences_show_each_runs_replication_estimate_and_count_robust_contradictions(tool, tmp_path,
+                                                                                         capsys) -> None:
+    rises = "its own reward rises beyond noise"
+    a = _rated(tmp_path / "a", [("scst cider", rises, False, 0.82), ("scst clip-s", rises, True, 0.99),
+                                ("scst judge", rises, True, 0.95)])
+    b = _rated(tmp_path / "b", [("scst cider", rises, True, 0.57), ("scst clip-s", rises, True, 0.98),
+                                ("scst judge", rises, False, 0.93)])
+    assert tool.main([str(a), str(b)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "1 claims alike, 2 differ",
+        # predicted: (1 - 0.82) + (1 - 0.99) + (1 - 0.95) = 0.24 and 0.43 + 0.02 + 0.07 = 0.52
+        ("predicted by each run's intervals: 0.2 (A), 0.5 (B) claims decided otherwise; robust contradictions "
+        "(differing, and fragile in neither run): 1"),
+        ("  differs: scst cider: its own reward rises beyond noise — A: False, B: True (a replication agrees: A 0.82, "
+        "B 0.57)"),
+        # the judge claim: 0.95 and 0.93 in the two runs, neither below 0.9: the estimate failed to flag it
+        ("  differs: scst judge: its own reward rises beyond noise — A: True, B: False (a replication agrees: A 0.95, "
+        "B 0.93)")]
