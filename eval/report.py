@@ -230,6 +230,9 @@ def _results_html(results: tuple[list[str], list[dict[str, Any]]] | None, extra:
     if isinstance(found, list) and found:
         items = "".join(f"<li>{html.escape(_finding_line(line))}</li>" for line in found)
         parts.append(f'<h3>What the run found</h3><ul class="findings" id="findings">{items}</ul>')
+    replication = extra.get("replication")
+    if isinstance(replication, dict) and isinstance(replication.get("text"), str):
+        parts.append(f'<p id="replication">{html.escape(replication["text"])}</p>')
     return "".join(parts)
 
 

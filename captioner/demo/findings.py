@@ -272,12 +272,13 @@ def replication_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     def outlook(agrees: list[float]) -> dict[str, float]:
         return {"expected_disagreements": float(sum(1.0 - a for a in agrees)), "all_agree": float(np.prod(agrees))}
-    return {**outlook([r["replication"]["agrees"] for r in rated]),
-            "two_replications_with_seeds": {
-                n: outlook([r["replication"]["two_replications_with_seeds"][n] for r in rated]) for n in projected},
-            "fragile": [f"{r['subject']}: {r['claim']}" for r in rated if r["replication"]["agrees"] < FRAGILE],
-            "seed_dependent": sum(1 for r in records if r["holds"] == SEED_DEPENDENT),
-            "claims": len(records), "fragile_below": FRAGILE, "method": REPLICATION_METHOD}
+    summary = {**outlook([r["replication"]["agrees"] for r in rated]),
+               "two_replications_with_seeds": {
+                   n: outlook([r["replication"]["two_replications_with_seeds"][n] for r in rated]) for n in projected},
+               "fragile": [f"{r['subject']}: {r['claim']}" for r in rated if r["replication"]["agrees"] < FRAGILE],
+               "seed_dependent": sum(1 for r in records if r["holds"] == SEED_DEPENDENT),
+               "claims": len(records), "fragile_below": FRAGILE, "method": REPLICATION_METHOD}
+    return {**summary, "text": replication_text(summary)}
 
 
 def replication_text(summary: Mapping[str, Any]) -> str:

@@ -627,8 +627,8 @@ def results_markdown(results: dict[str, Any]) -> str:
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
                                                            for line in results["findings"]))
-    if results.get("replication"):
-        parts.append(findings.replication_text(results["replication"]))
+    if (results.get("replication") or {}).get("text"):
+        parts.append(results["replication"]["text"])
     return "\n".join(parts)
 
 

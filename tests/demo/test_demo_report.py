@@ -61,6 +61,7 @@ def make_run_dir(root: Path) -> Path:
                         {"model": "human", "bleu4": None, "cider": 0.9, "rep1": 0.2}],
                "reward_gains": [{"reward": "cider", "xe": 1.2, "scst": 1.5, "delta": 0.3, "ci": [0.1, 0.5]}],
                "findings": ["SCST raised its own reward for cider.", "scst-cider: within noise against XE: bleu4."],
+               "replication": {"expected_disagreements": 0.5, "text": "How reproducible: <0.5 & more>."},
                "system_table": {
                    "header": "3 images; human row: one reference per image against the others (the papers' protocol)",
                    "metrics": ["bleu4", "cider", "rep1"], "baseline": "human",
@@ -121,6 +122,8 @@ def test_demo_report_contains_every_section(tmp_path: Path) -> None:
     assert load_references(run) == {"scst": ("xe", {"reward": 0.25})}
     assert 'data-disagree="1"' in page and 'data-disagree="0"' in page
     assert 'only the 1 image(s)' in page
+    assert '<p id="replication">How reproducible: &lt;0.5 &amp; more&gt;.</p>' in page  # escaped, after the findings
+    assert page.index('id="findings"') < page.index('id="replication"')
 
 
 def test_demo_report_highlights_the_given_spans() -> None:
