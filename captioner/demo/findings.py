@@ -15,6 +15,10 @@ on a difference the claim rests on (`opposed_seeds`). A seed whose own interval 
 claim seed-dependent: with a few seeds that is what a true effect near the size of the noise shows, and which
 side of 0 each seed's bound lands on moves with float rounding (another machine, another thread count). The
 "gamed" claims are stated only where they hold.
+
+Every verdict that is not seed-dependent also says how likely an independent replication of the experiment
+(another machine, other seeds; the same design) would reach it (`replication_probabilities`, `Rule.replication`):
+with three seeds many claims rest on effects about the size of their noise, and those are printed as fragile.
 """
 from __future__ import annotations
 
