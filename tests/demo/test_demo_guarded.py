@@ -52,6 +52,8 @@ def test_the_guarded_finding_says_whether_the_reward_rose_and_the_judge_held():
     worked = guard(_view([-4.5, 0.0], [0.003, 0.02]))  # the reward rose, the judge stayed within noise
     assert worked["holds"] is True and worked["subject"] == "scst clip-s +KL"
     assert worked["text"] == ("scst clip-s +KL: the KL guard keeps judge accuracy while its reward rises "
-                              "(Judge-acc -2.00 pts [-4.50, +0.000]).")
+                              "(Judge-acc -2.00 pts [-4.50, +0.000]; fragile: an independent replication agrees with "
+                              "probability 0.36).")  # reward rises: Φ((2.8 − 1.96)/√2) = 0.72; judge not falling (its
+    # upper bound at 0: z = −1.96): Φ(0) = 0.5; 0.72 · 0.5 = 0.36
     assert guard(_view([-10.0, -2.0], [0.024, 0.051]))["holds"] is False  # the judge fell beyond noise
     assert guard(_view([-1.0, 3.0], [-0.002, 0.004]))["holds"] is False  # the reward no longer rose
