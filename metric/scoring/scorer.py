@@ -206,7 +206,7 @@ class Scorer:
             if len(keys) != len(images):
                 raise InputError(f"{len(images)} images but {len(keys)} keys")
             names = keys if names is None else names
-        keys = [self.image_key(image) for image in images]
+        keys = image_inputs.image_keys(images)  # each repeated path / object keyed once
         named: dict[str, list[str]] = {}
         for key, name in zip(keys, names or ()):
             if name not in named.setdefault(key, []):
@@ -234,12 +234,17 @@ class Scorer:
         # decoded by the worker threads, in order, up to two batches ahead of the model
         loaded = ordered_map(lambda item: self._load_pixels_for(item[0], item[1], labels), pending, self.workers,
                              ahead=2 * self.batch_size)
+        buffer: torch.Tensor | None = None  # one host batch per call: a fresh one per batch costs page faults
         for start in tqdm(batches, desc="images", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
             items = [next(loaded) for _ in chunk]
-            pixels = torch.stack(items).to(self.device) if self._decoder is None else \
-                torch.stack([item.to(self.device) for item in items])
+            if self._decoder is None:
+                if buffer is None or buffer.shape[1:] != items[0].shape:
+                    buffer = torch.empty((min(len(pending), self.batch_size), *items[0].shape), dtype=items[0].dtype)
+                pixels = torch.stack(items, out=buffer[:len(items)]).to(self.device)
+            else:
+                pixels = torch.stack([item.to(self.device) for item in items])
             with self._precision():
                 raw = self.backbone.encode_image(pixels)
             embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
