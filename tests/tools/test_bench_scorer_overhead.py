@@ -1,0 +1,42 @@
+"""bench/bench_scorer_overhead.py at toy sizes, against a second tree (this one), so the benchmark cannot rot."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_table_and_the_stage_split_at_toy_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_scorer_overhead.py"), "--before", str(REPO),
+                           "--images", "6", "--batch", "4", "--workers", "2", "--repeats", "1",
+                           "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    rows = results["rows"]
+    assert [(row["input"], row["dtype"]) for row in rows] == [
+        (kind, dtype) for kind in ("JPEG paths", "PIL images (decoded)", "preprocessed tensors")
+        for dtype in ("fp32", "bf16")]
+    for row in rows:  # 6 images x 5 captions; every rate measured in both trees, the ratios are of those rates
+        assert row["pairs"] == 30
+        for tree in ("this tree", "before"):
+            assert row[f"{tree}: Scorer pairs/s"] > 0 and row[f"{tree}: towers pairs/s"] > 0
+            assert row[f"{tree}: Scorer / towers %"] == pytest.approx(
+                100 * row[f"{tree}: Scorer pairs/s"] / row[f"{tree}: towers pairs/s"])
+        assert row["Scorer this tree / before"] == pytest.approx(
+            row["this tree: Scorer pairs/s"] / row["before: Scorer pairs/s"])
+    split = results["splits"]["this tree"]
+    stages = [row["stage"] for row in split]
+    assert "(a) image keys" in stages and stages[-2] == "whole Scorer.score call"
+    whole = split[-2]["ms"]
+    assert sum(row["ms"] for row in split[:-2]) == pytest.approx(whole)  # the stages and the rest add up
+    assert "| input | dtype | pairs |" in done.stdout
