@@ -91,7 +91,14 @@ FRAGILE = 0.9
 Estimate = tuple[float, Sequence[float]]
 """A difference's point estimate and its interval."""
 REPLICATION_METHOD = ("predictive probability of the same verdict in an independent replication of the same design: "
-                      "N(point, 2 se^2), se from the interval's side facing 0, differences independent")
+                      "N(point, 2 se^2), se from the interval's side facing 0 times sqrt(n/(n-1)) for n seeds, "
+                      "differences independent")
+
+
+def seed_inflation(seeds: int) -> float:
+    """√(n / (n − 1)) for n ≥ 2 seeds (the bootstrap over n seeds underestimates their variance by (n − 1)/n), 1
+    for one seed (its images, hundreds of them, are the resampled units)."""
+    return float(np.sqrt(seeds / (seeds - 1))) if seeds >= 2 else 1.0
 
 
 def projected_seeds(seeds: int) -> tuple[int, ...]:
@@ -100,19 +107,21 @@ def projected_seeds(seeds: int) -> tuple[int, ...]:
 
 
 def replication_probabilities(point: float, interval: Sequence[float], level: float = LEVEL,
-                              scale: float | None = None) -> dict[int, float]:
+                              scale: float | None = None, inflation: float = 1.0) -> dict[int, float]:
     """The probability of each `direction` (+1, −1, 0) that an independent replication of the experiment would find
     for a difference estimated at `point` with the `level` interval `interval`: the predictive distribution of the
     replication's estimate, N(point, 2·se²) (flat prior on the true difference, the replication's own error on
     top: Killeen 2005's p_rep), judged by an interval of the same width (±z·se). `se` is read from the interval's
     side facing 0 (percentile intervals are not symmetric); a degenerate interval (se 0) repeats its direction.
     With `scale`, a larger design instead, taking the true difference to be `point`: N(point, se′²), se′ = se /
-    scale (√(seeds′ / seeds) for more seeds), judged by ±z·se′."""
+    scale (√(seeds′ / seeds) for more seeds), judged by ±z·se′. `inflation` multiplies se first: the bootstrap's
+    variance of a mean of n resampled units is (n − 1)/n of the unbiased one, so n seeds call for √(n / (n − 1))
+    (`seed_inflation`)."""
     from scipy.stats import norm
 
     z_level = float(norm.ppf(0.5 + level / 2))
     low, high = interval
-    se = (point - low if point >= 0 else high - point) / z_level
+    se = (point - low if point >= 0 else high - point) / z_level * inflation
     if not se > 0:
         return {way: float(way == direction(interval)) for way in (1, -1, 0)}
     z, spread = (point / se, np.sqrt(2)) if scale is None else (point / (se / scale), 1.0)
@@ -176,8 +185,8 @@ class Rule:
             return None
         return all(found[label] in allowed for label, allowed in self.allowed.items())
 
-    def replication(self, view: Mapping[str, Any], level: float = LEVEL, scale: float | None = None
-                    ) -> float | None:
+    def replication(self, view: Mapping[str, Any], level: float = LEVEL, scale: float | None = None,
+                    inflation: float = 1.0) -> float | None:
         """The probability that an independent replication of the experiment (same design: seeds, images,
         resamples; `scale`: a larger one, `replication_probabilities`) finds the claim holding (the differences
         taken as independent); None where a difference is not in the view."""
@@ -187,7 +196,7 @@ class Rule:
         probability = 1.0
         for label, allowed in self.allowed.items():
             point, interval = found[label]
-            ways = replication_probabilities(point, interval, level, scale)
+            ways = replication_probabilities(point, interval, level, scale, inflation)
             probability *= sum(ways[way] for way in allowed)
         return probability
 
@@ -239,10 +248,12 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
         if opposed:
             record["opposed"] = opposed
         else:  # how likely an independent replication (another machine, other seeds) reaches the same verdict
-            record["replication"] = {"agrees": _agreement(rule, pooled, holds, level), "method": REPLICATION_METHOD,
-                                     "two_replications_with_seeds": {
-                                         str(n): _two_replications_agree(rule, pooled, level, np.sqrt(n / len(per_seed)))
-                                         for n in projected_seeds(len(per_seed))}}
+            inflation = seed_inflation(len(per_seed))
+            record["replication"] = {
+                "agrees": _agreement(rule, pooled, holds, level, inflation), "method": REPLICATION_METHOD,
+                "two_replications_with_seeds": {
+                    str(n): _two_replications_agree(rule, pooled, level, np.sqrt(n / len(per_seed)), inflation)
+                    for n in projected_seeds(len(per_seed))}}
         share = pooled.get("share_of_oracle", {}).get(rule.subject)
         if rule.claim in CLAIM_JUDGE.values() and share is not None:
             record["share_of_oracle"] = share
@@ -251,16 +262,17 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
     return records
 
 
-def _agreement(rule: Rule, view: Mapping[str, Any], holds: bool, level: float) -> float:
-    chance = rule.replication(view, level)
+def _agreement(rule: Rule, view: Mapping[str, Any], holds: bool, level: float, inflation: float) -> float:
+    chance = rule.replication(view, level, inflation=inflation)
     assert chance is not None  # the rule's verdict on this view exists
     return chance if holds else 1.0 - chance
 
 
-def _two_replications_agree(rule: Rule, view: Mapping[str, Any], level: float, scale: float) -> float:
+def _two_replications_agree(rule: Rule, view: Mapping[str, Any], level: float, scale: float,
+                            inflation: float) -> float:
     """The probability that two independent replications of a design `scale`² times as large reach the same verdict
     on the claim, if the true differences were the estimated ones."""
-    chance = rule.replication(view, level, scale)
+    chance = rule.replication(view, level, scale, inflation)
     assert chance is not None
     return chance ** 2 + (1.0 - chance) ** 2
 

@@ -15,6 +15,7 @@ from captioner.demo.findings import (
     render_finding,
     replication_probabilities,
     replication_summary,
+    seed_inflation,
 )
 
 Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal
@@ -79,6 +80,18 @@ def test_a_claim_replicates_with_the_product_of_its_differences() -> None:
     projected = records[CLAIM_REWARD_RISES]["replication"]["two_replications_with_seeds"]
     q = phi(0.3 / (0.2 / Z95) * math.sqrt(4) - Z95)  # 4 seeds where the run had 1: se halved
     assert projected["4"] == pytest.approx(q ** 2 + (1 - q) ** 2, abs=1e-12)
+
+
+def test_three_seeds_widen_the_replication_estimate_by_the_bootstraps_bias() -> None:
+    # resampling 3 seeds, the bootstrap's variance of their mean is 2/3 of the unbiased one: se times √(3/2)
+    assert seed_inflation(3) == pytest.approx(math.sqrt(1.5)) and seed_inflation(1) == 1.0
+    view = _view([0.1, 0.5], [0.1, 0.3])
+    record = next(r for r in finding_records(view, {"0": view, "1": view, "2": view}) if r["claim"] == CLAIM_REWARD_RISES)
+    z = 0.3 / (0.2 / Z95 * math.sqrt(1.5))
+    assert record["replication"]["agrees"] == pytest.approx(phi((z - Z95) / math.sqrt(2)), abs=1e-12)
+    # projected to 6 seeds: se / √2, the same inflation; two replications agree with q² + (1 − q)²
+    q = phi(z * math.sqrt(2) - Z95)
+    assert record["replication"]["two_replications_with_seeds"]["6"] == pytest.approx(q ** 2 + (1 - q) ** 2)
 
 
 def test_a_seed_dependent_claim_has_no_replication_and_fragile_claims_say_so() -> None:
