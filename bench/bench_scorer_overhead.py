@@ -11,7 +11,8 @@ Scorer's wall time split by stage (this tree only).
 `--before DIR` (a checkout of the code to compare, e.g. `git worktree add /tmp/scorer_before <commit>`) runs the
 same measurements with that tree's `metric` package, interleaved with this tree's runs (`--repeats` each; medians).
 
-    python bench/bench_scorer_overhead.py [--before DIR] [--images 300] [--repeats 3] [--workers N] [--json FILE]
+    python bench/bench_scorer_overhead.py [--before DIR] [--images 300] [--repeats 3] [--workers N]
+        [--torch-threads 1] [--json FILE]
 """
 from __future__ import annotations
 
@@ -173,7 +174,7 @@ def child(args: argparse.Namespace) -> None:
     """One measurement of this process's `metric` package, as JSON on stdout."""
     import torch
 
-    torch.set_num_threads(1)  # the towers in the calling thread; the decoding threads are the Scorer's workers
+    torch.set_num_threads(args.torch_threads)  # intra-op threads (of the towers, and of torch ops in the workers)
     rows = measure(Path(args.work), args.images, args.batch, args.workers)
     split = stage_split(Path(args.work), args.images, args.batch, args.workers) if args.split else []
     print(json.dumps({"rows": rows, "split": split}))
@@ -183,7 +184,8 @@ def run_child(tree: Path, args: argparse.Namespace, split: bool) -> dict[str, An
     """Run `child` in a fresh process whose `metric` package is `tree`'s."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "bench")])}
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--work", args.work, "--images",
-               str(args.images), "--batch", str(args.batch), "--workers", str(args.workers)]
+               str(args.images), "--batch", str(args.batch), "--workers", str(args.workers), "--torch-threads",
+               str(args.torch_threads)]
     done = subprocess.run(command + (["--split"] if split else []), capture_output=True, text=True, env=env,
                           cwd=tree, check=False)
     if done.returncode:
@@ -199,6 +201,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch's intra-op threads (torch's own default is one per core)")
     parser.add_argument("--work", default=None, help="folder for the JPEGs (default: a temporary folder)")
     parser.add_argument("--json", help="also write every row to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -233,7 +237,7 @@ def main() -> None:
                                              ("Scorer pairs/s", "towers pairs/s", "Scorer / towers %")]
     columns += ["Scorer this tree / before"] if args.before else []
     print_table(f"The Scorer with nearly free towers: {args.images} JPEGs (480×360) × 5 captions, batch {args.batch}, "
-                f"workers={args.workers}, median of {args.repeats} (interleaved)", columns, rows)
+                f"workers={args.workers}, torch threads {args.torch_threads}, median of {args.repeats} (interleaved)", columns, rows)
     for name, split in splits.items():
         print_table(f"Where a Scorer.score call goes ({name}, JPEG paths, fp32, one run)",
                     ["stage", "ms", "% of the call"], split)

@@ -5,11 +5,6 @@ before `ToTensor` is `convert("RGB")`. Resizing therefore happens in the image's
 images are resized by PIL with NEAREST whatever interpolation is asked for, RGBA keeps its alpha until the
 convert drops it. EXIF orientation is not applied. 16-bit images are scaled to 8 bits first (value / 257,
 rounded), since neither PIL nor torchvision resizes them to an 8-bit RGB result otherwise.
-
-The last two steps (torchvision's `ToTensor` and `Normalize`: uint8 -> float32, / 255, - mean, / std, each a
-correctly rounded float32 operation) run as the same float32 operations in numpy (`normalised_tensor`): the same
-bits, one array less, no PIL -> numpy copy under the GIL and no torch intra-op threads inside the decoding worker
-threads (`metric.common.parallel`), whose numpy loops release the GIL.
 """
 from __future__ import annotations
 
@@ -63,22 +58,6 @@ def _convert_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def normalised_tensor(image: Image.Image, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
-    """`Normalize(mean, std)(ToTensor()(image.convert("RGB")))` bit for bit, by the same float32 operations in numpy.
-
-    `mean` and `std` are float32 arrays of shape `[3, 1, 1]` (no zero in `std`).
-    """
-    rgb = image if image.mode == "RGB" else image.convert("RGB")  # convert() of an RGB image is a plain copy
-    width, height = rgb.size
-    pixels = np.frombuffer(rgb.tobytes(), dtype=np.uint8).reshape(height, width, 3)
-    out = np.empty((3, height, width), dtype=np.float32)
-    np.copyto(out, pixels.transpose(2, 0, 1), casting="unsafe")  # uint8 -> float32 is exact
-    np.divide(out, np.float32(255), out=out)
-    np.subtract(out, mean, out=out)
-    np.divide(out, std, out=out)
-    return torch.from_numpy(out)
-
-
 @dataclass
 class ImagePreprocess:
     """PIL image -> FloatTensor[3, H, W], the official order: resize (shorter side), center crop, RGB, normalise."""
@@ -89,9 +68,6 @@ class ImagePreprocess:
     interpolation: str = "bicubic"
     resize_mode: str = "shortest"
     _transform: Any = field(init=False, repr=False, compare=False)
-    _geometry: Any = field(init=False, repr=False, compare=False)
-    _mean32: Any = field(init=False, repr=False, compare=False)
-    _std32: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.interpolation not in _INTERPOLATIONS:
@@ -108,9 +84,6 @@ class ImagePreprocess:
         self._transform = transforms.Compose(
             [*geometry, _convert_rgb, transforms.ToTensor(), transforms.Normalize(self.mean, self.std)]
         )
-        self._geometry = transforms.Compose(geometry)
-        self._mean32 = np.asarray(self.mean, dtype=np.float32).reshape(-1, 1, 1)
-        self._std32 = np.asarray(self.std, dtype=np.float32).reshape(-1, 1, 1)
 
     @classmethod
     def from_open_clip_cfg(cls, cfg: Mapping[str, Any]) -> ImagePreprocess:
@@ -135,8 +108,4 @@ class ImagePreprocess:
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """Preprocess one PIL image."""
-        image = to_eight_bit(image)
-        if (torch.get_default_dtype() != torch.float32 or self._mean32.shape != (3, 1, 1)
-                or not self._std32.all()):  # ToTensor's other dtypes, Normalize's own errors: torchvision itself
-            return self._transform(image)
-        return normalised_tensor(self._geometry(image), self._mean32, self._std32)
+        return self._transform(to_eight_bit(image))

@@ -234,17 +234,12 @@ class Scorer:
         # decoded by the worker threads, in order, up to two batches ahead of the model
         loaded = ordered_map(lambda item: self._load_pixels_for(item[0], item[1], labels), pending, self.workers,
                              ahead=2 * self.batch_size)
-        buffer: torch.Tensor | None = None  # one host batch per call: a fresh one per batch costs page faults
         for start in tqdm(batches, desc="images", unit="batch", leave=False,
                           disable=not self.progress or len(batches) < 2):
             chunk = pending[start:start + self.batch_size]
             items = [next(loaded) for _ in chunk]
-            if self._decoder is None:
-                if buffer is None or buffer.shape[1:] != items[0].shape:
-                    buffer = torch.empty((min(len(pending), self.batch_size), *items[0].shape), dtype=items[0].dtype)
-                pixels = torch.stack(items, out=buffer[:len(items)]).to(self.device)
-            else:
-                pixels = torch.stack([item.to(self.device) for item in items])
+            pixels = torch.stack(items).to(self.device) if self._decoder is None else \
+                torch.stack([item.to(self.device) for item in items])
             with self._precision():
                 raw = self.backbone.encode_image(pixels)
             embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
