@@ -186,12 +186,18 @@ def torch_threads_restored() -> Iterator[None]:
 
 @pytest.fixture()
 def registries_restored() -> Iterator[None]:
-    """Put the project's registries back as they were after a test that registers entries on purpose."""
+    """Put the project's registries back as they were after a test that registers entries on purpose.
+
+    Entries a project module registered while the test ran (built-ins registered when their module is first
+    imported) stay: their module stays imported, so removing them would empty the registry for every later test.
+    """
     before = {name: dict(copy) for name, (_, copy) in _registries().items()}
     yield
     for name, (table, _) in _registries().items():
         if name in before:
-            table.clear()
+            for key in set(table) - set(before[name]):
+                if not _defined_in_project(table[key]):
+                    del table[key]
             table.update(before[name])
 
 
