@@ -150,6 +150,9 @@ CLAIM_JUDGE = {1: "judge accuracy rises beyond noise", -1: "judge accuracy falls
 CLAIM_GUARD = "the KL guard keeps judge accuracy while its reward rises"
 CLAIM_FLAT_REWARD = "its SCST reward had no spread for most steps, so no guard claim is made"
 CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "ranks it level with humans within noise"}
+HUMAN_SUBJECT = "best SCST row vs human"
+"""The subject of the human-row claims: a fixed phrase, the row (the best SCST model by judge accuracy, a choice by
+point estimates that two replications may make differently) named in the record's `model`."""
 FLAT_SHARE = 0.5
 """A run whose reward spread (`reward_std` of the SCST log) was 0 on more than this share of its steps never gets
 a "guard worked" claim: its reward gave SCST nothing to follow."""
@@ -173,6 +176,7 @@ class Rule:
     allowed: Mapping[str, frozenset[int]]  # label -> the `direction`s under which the claim holds
     interval: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any], str]]  # (column, estimate, unit) to report
     only_when_holds: bool = False  # stated only when it holds, never as "does not hold" (the "gamed" rules)
+    model: str | None = None  # the row a claim with a fixed subject is about (the human-row claims)
 
     def directions(self, view: Mapping[str, Any]) -> dict[str, int | None]:
         """`direction` of each difference the claim rests on (None: not in this view)."""
@@ -245,6 +249,8 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
             "interval": {"column": column, "point": estimate["point"], "low": estimate["ci"][0],
                          "high": estimate["ci"][1], "unit": unit, "per_seed": estimate.get("per_seed", [])},
             "seeds": {str(seed): value for seed, value in seeds.items()}}
+        if rule.model is not None:
+            record["model"] = rule.model
         if opposed:
             record["opposed"] = opposed
         else:  # how likely an independent replication (another machine, other seeds) reaches the same verdict
@@ -395,10 +401,11 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
                 continue
             way = direction(ci)
             judge_or_metric = "the judge" if column == JUDGE else column
-            rules.append(Rule(f"{best} vs human", f"{judge_or_metric} {CLAIM_HUMAN[way]}",
+            rules.append(Rule(HUMAN_SUBJECT, f"{judge_or_metric} {CLAIM_HUMAN[way]}",
                               lambda view, column=column, model=best:
                               _estimates(view, model, [column], versus_human=True),
-                              {column: frozenset({way})}, _delta_estimate(best, column, versus_human=True)))
+                              {column: frozenset({way})}, _delta_estimate(best, column, versus_human=True),
+                              model=best))
     return rules
 
 
@@ -428,7 +435,8 @@ def render_finding(record: Mapping[str, Any]) -> str:
     agrees = (record.get("replication") or {}).get("agrees")
     if agrees is not None and agrees < FRAGILE:
         numbers += f"; fragile: an independent replication agrees with probability {agrees:.2f}"
-    return f"{record['subject']}: {record['claim']}{status} ({numbers})."
+    subject = record["subject"] + (f" ({record['model']})" if record.get("model") else "")
+    return f"{subject}: {record['claim']}{status} ({numbers})."
 
 
 def _seed_names(seeds: Sequence[str]) -> str:

@@ -12,6 +12,7 @@ from captioner.demo.findings import (
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
     CLAIM_REWARD_RISES,
+    HUMAN_SUBJECT,
     SEED_DEPENDENT,
     direction,
     finding_records,
@@ -224,7 +225,10 @@ def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
     pooled["rows"]["scst cider"]["versus_human"] = {
         "delta": {"Judge-acc": -25.0, "C": 40.0}, "ci": {"Judge-acc": [-30.0, -20.0], "C": [30.0, 50.0]},
         "delta_per_seed": {"Judge-acc": [-25.0, -25.0], "C": [40.0, 40.0]}}
-    records = [r for r in finding_records(pooled, {"0": pooled}) if r["subject"] == "scst cider vs human"]
+    records = [r for r in finding_records(pooled, {"0": pooled}) if r["subject"] == HUMAN_SUBJECT]
+    # a fixed subject (which row is best is a choice by point estimates), the row in `model` and in the sentence
+    assert {r["model"] for r in records} == {"scst cider"}
+    assert records[0]["text"].startswith("best SCST row vs human (scst cider): the judge ranks humans above it (")
     assert [(r["claim"], r["holds"]) for r in records] == [("the judge ranks humans above it", True),
                                                           ("C ranks it above humans", True)]
     assert direction([0.1, 0.5]) == 1 and direction([-0.5, -0.1]) == -1 and direction([-0.1, 0.2]) == 0
