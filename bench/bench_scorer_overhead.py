@@ -64,15 +64,16 @@ def measure(work: Path, n_images: int, batch: int, workers: int) -> list[dict[st
     """Scorer and bare-tower pairs/s of this process's `metric` package, per input kind and dtype."""
     import torch
 
+    from metric.models.preprocess import open_image
     from metric.scoring.scorer import Scorer
 
     backbone = toy_backbone()
     rows = []
+    _, captions, paths = inputs(work, n_images, "path", backbone)  # the same files and captions for every kind
+    pixels = torch.stack([backbone.preprocess(open_image(path)) for path in paths])
+    tokens = backbone.tokenize(captions)  # as bench_gpu: the towers' tokens first (the tokenizer keeps its ids)
     for kind in KINDS:
         images, captions, paths = inputs(work, n_images, kind, backbone)
-        backbone.tokenize(captions)  # as bench_gpu: the towers' tokens first (the tokenizer keeps its ids)
-        pixels = torch.stack([backbone.preprocess(_open(path)) for path in paths])
-        tokens = backbone.tokenize(captions)
         for dtype in ("fp32", "bf16"):
             options = {"dtype": dtype, "batch_size": batch, "progress": False, "prompt": "", "workers": workers}
             Scorer(backbone, **options).score(images[:batch], captions[:batch])  # warm-up, as bench_gpu
@@ -162,12 +163,6 @@ def stage_split(work: Path, n_images: int, batch: int, workers: int) -> list[dic
                  "ms": 1000 * tokenize_cold})
     assert len(result.scores) == len(captions)
     return rows
-
-
-def _open(path: str) -> Any:
-    from metric.models.preprocess import open_image
-
-    return open_image(path)
 
 
 def child(args: argparse.Namespace) -> None:

@@ -236,6 +236,7 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
     verdict (`Rule.replication`; not given for a seed-dependent claim); below `FRAGILE` the claim prints as fragile.
     """
     records = []
+    inflation = seed_inflation(len(per_seed))
     for rule in _rules(pooled, guarded or {}, flat_steps or {}):
         holds = rule.holds(pooled)
         if holds is None or (rule.only_when_holds and not holds):
@@ -254,7 +255,6 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
         if opposed:
             record["opposed"] = opposed
         else:  # how likely an independent replication (another machine, other seeds) reaches the same verdict
-            inflation = seed_inflation(len(per_seed))
             record["replication"] = {
                 "agrees": _agreement(rule, pooled, holds, level, inflation), "method": REPLICATION_METHOD,
                 "two_replications_with_seeds": {
