@@ -3,12 +3,13 @@
 
     python tools/compare_findings.py RUN_A RUN_B      # run folders, results.json files or demo_findings.json files
 
-Prints the claims both runs make alike, then those that differ (only in one run, or with another `holds`), and
-exits 0 when the two sets are equal, 1 when they differ, 2 on bad input. Records of pacs 0.7 carry the probability
-that an independent replication agrees (`replication.agrees`): each differing claim then shows it for both runs,
-and the summary gives the number of disagreements each run's own intervals predicted and the *robust
-contradictions*: differing claims that no run stating them marks fragile (agrees below
-`captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication estimate failed to flag.
+Prints the claims both runs make alike, then those that differ (only in one run, or with another `holds`), and exits
+0 when the two sets are equal, 1 when they differ, 2 on bad input. Records of pacs 0.7 carry the probability that an
+independent replication agrees (`replication.agrees`): each differing claim then shows it for both runs, and the
+summary gives the number of disagreements each run's own intervals predicted, the number observed (its rated claims
+the other run states otherwise), and the *robust contradictions*: differing claims that no run stating them marks
+fragile (agrees below `captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication
+estimate failed to flag.
 """
 from __future__ import annotations
 
@@ -68,6 +69,13 @@ def expected(records: dict[tuple[str, str], Claim]) -> float | None:
     return sum(1.0 - value for value in agrees) if agrees else None
 
 
+def decided_otherwise(records: dict[tuple[str, str], Claim], other: dict[tuple[str, str], Claim]) -> int:
+    """How many of a run's rated claims (those `expected` counts) the other run does not state with the same
+    `holds`: the observed counterpart of `expected`."""
+    return sum(1 for key, (holds, agrees) in records.items()
+               if agrees is not None and other.get(key, ("absent", None))[0] != holds)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison; 0 equal, 1 different, 2 bad input."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(same)} claims alike, {len(differ)} differ")
     if expected(a) is not None and expected(b) is not None:
         print(f"predicted by each run's intervals: {expected(a):.1f} (A), {expected(b):.1f} (B) claims decided "
-              f"otherwise; robust contradictions (differing, and fragile in neither run): {robust}")
+              f"otherwise; observed: {decided_otherwise(a, b)} (A's decided otherwise by B), "
+              f"{decided_otherwise(b, a)} (B's by A); robust contradictions (differing, and fragile in neither run): "
+              f"{robust}")
     for line in differ:
         print(f"  differs: {line}")
     return 1 if differ else 0

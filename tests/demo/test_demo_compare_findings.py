@@ -69,9 +69,10 @@ def test_differences_show_each_runs_replication_estimate_and_count_robust_contra
     assert tool.main([str(a), str(b)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         "1 claims alike, 2 differ",
-        # predicted: (1 - 0.82) + (1 - 0.99) + (1 - 0.95) = 0.24 and 0.43 + 0.02 + 0.07 = 0.52
-        ("predicted by each run's intervals: 0.2 (A), 0.5 (B) claims decided otherwise; robust contradictions "
-        "(differing, and fragile in neither run): 1"),
+        # predicted: (1 - 0.82) + (1 - 0.99) + (1 - 0.95) = 0.24 and 0.43 + 0.02 + 0.07 = 0.52; observed: the
+        # cider and judge claims of each run are stated otherwise by the other (2 and 2)
+        ("predicted by each run's intervals: 0.2 (A), 0.5 (B) claims decided otherwise; observed: 2 (A's decided "
+        "otherwise by B), 2 (B's by A); robust contradictions (differing, and fragile in neither run): 1"),
         ("  differs: scst cider: its own reward rises beyond noise — A: False, B: True (a replication agrees: A 0.82, "
         "B 0.57)"),
         # the judge claim: 0.95 and 0.93 in the two runs, neither below 0.9: the estimate failed to flag it
