@@ -399,7 +399,7 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
         spec = config.guarded.reward_spec(reward)
         summaries: dict[float, dict[str, Any]] = {}
         for coef in config.guarded.kl_coefs:
-            name = f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, coef)}"
+            name = guarded_stage_name(config, seed, spec, coef)
             xe = f"{seed_prefix(config, seed)}xe"
             guard = {"kl_coef": coef, "select_by": "cider"}
             runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers, xe=xe: captioning.run_scst(
@@ -408,15 +408,31 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
                        {"seed": seed, **settings, "reward": spec, "guard": guard},
                        upstream=[xe, "pacs"], distributed=True)
             summaries[coef] = (runner.record(name) or {}).get("summary", {})
-        chosen = captioning.choose_guarded(summaries)
-        name = f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, chosen)}"
-        models[findings.guarded_model_name(reward)] = runner.folder(name) / summaries[chosen]["model"]
-        choices[reward] = {"spec": spec, "chosen_kl_coef": chosen,
-                           "val_cider": {f"{coef:g}": s.get("best_val_cider") for coef, s in summaries.items()},
-                           "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()},
-                           # the chosen run's share of steps whose reward had no spread within the k samples
-                           "zero_spread_fraction": summaries[chosen].get("zero_spread_fraction")}
+        choices[reward] = guard_choice(spec, summaries)
+        name = guarded_stage_name(config, seed, spec, choices[reward]["chosen_kl_coef"])
+        models[findings.guarded_model_name(reward)] = (runner.folder(name)
+                                                       / summaries[choices[reward]["chosen_kl_coef"]]["model"])
     return choices
+
+
+def guarded_stage_name(config: DemoConfig, seed: int, spec: str, coef: float) -> str:
+    """The stage of one seed's guarded SCST run of reward `spec` at KL coefficient `coef`."""
+    from captioner.demo import captioning
+
+    return f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, coef)}"
+
+
+def guard_choice(spec: str, summaries: dict[float, dict[str, Any]]) -> dict[str, Any]:
+    """The choice among one guarded reward's runs (`summaries[kl_coef]`: their stage summaries) by validation
+    CIDEr-D, as the `evaluate` stage records it."""
+    from captioner.demo import captioning
+
+    chosen = captioning.choose_guarded(summaries)
+    return {"spec": spec, "chosen_kl_coef": chosen,
+            "val_cider": {f"{coef:g}": s.get("best_val_cider") for coef, s in summaries.items()},
+            "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()},
+            # the chosen run's share of steps whose reward had no spread within the k samples
+            "zero_spread_fraction": summaries[chosen].get("zero_spread_fraction")}
 
 
 def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
@@ -434,6 +450,26 @@ def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
                              f"{', '.join(sorted(scorers))}")
     return build_reward(spec, train_references=train, image_paths=paths, scenes=data.scenes(),
                         scorers={name: scorers[m.family] for name, m in METRICS.items() if m.family in scorers})
+
+
+def evaluate_seed_models(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
+                         guarded: dict[int, dict[str, Any]], metric_run: Path, out: Path) -> dict:
+    """The `evaluate` stage's work on finished models (`models[seed][row]`, `guarded[seed]`: the guard choices)
+    into `out`, captioning over and scoring with the metric stages of the run `metric_run` (`captioner.demo.pooling`
+    pools several runs' seeds through it)."""
+    from captioner.demo import captioning
+
+    cache: dict[str, Any] = {}
+
+    def features() -> Any:
+        if config.captioner.transformers:
+            return None
+        if "features" not in cache:
+            cache["features"] = captioning.open_features(metric_run / "features")
+        return cache["features"]
+
+    return _evaluate(config, data, models, _test_captioner(config, data, features), _scorers(metric_run), out, out,
+                     guarded)  # the gallery too goes to `out`: nothing is written into `metric_run`
 
 
 def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],

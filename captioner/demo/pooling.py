@@ -1,0 +1,219 @@
+"""The seeds of several finished demo runs evaluated as one run (`tools/pool_seeds.py`).
+
+Seeds trained in different run directories — more seeds added later in a copy of a run, or seeds trained on
+several machines from one run's copied metric stages — pool into one comparison over all of them: the `evaluate`
+stage's own code (`pipeline.evaluate_seed_models`) on every seed's finished models, its results.json, results.md
+and findings as a run of those seeds would write them.
+
+Pooling is refused unless it is the same experiment: every run's settings equal apart from where and how it ran
+(`RUN_SETTINGS`), the metric stages the rewards and the table's columns come from bit-identical (the `clip` and
+`pacs` checkpoints, and the grid `features` of every image), each seed in one run only, and every seed stage
+finished with the files its record lists. Nothing is written until all of that holds and the evaluation is done.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from captioner.demo.config import DemoConfig
+from metric.common.config import from_dict, load_yaml, to_dict
+from metric.common.errors import InputError
+from metric.common.io import write_json_atomic, write_text_atomic
+
+RUN_SETTINGS = ("name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
+"""The settings that may differ between pooled runs: where and how a run ran, not what it trained."""
+METRIC_CHECKPOINTS = ("clip", "pacs")
+"""The stages whose `checkpoint.safetensors` every pooled run must share bit for bit."""
+
+
+@dataclass(frozen=True)
+class SeedSource:
+    """One run directory and the seeds taken from it (empty: every seed of its config)."""
+
+    run_dir: Path
+    seeds: tuple[int, ...] = ()
+
+
+def parse_source(text: str) -> SeedSource:
+    """`RUN` or `RUN:S,S,...` (seeds as integers) as a SeedSource; InputError naming the text otherwise."""
+    folder, _, seeds = text.rpartition(":")
+    if not folder or not seeds or not set(seeds) <= set("0123456789,- "):  # no seed list: the whole text is the run
+        folder, seeds = text, ""
+    try:
+        chosen = tuple(int(seed) for seed in seeds.split(",")) if seeds else ()
+    except ValueError:
+        raise InputError(f"{text!r}: expected RUN or RUN:S,S,... with integer seeds") from None
+    return SeedSource(Path(folder), chosen)
+
+
+def run_config(run_dir: Path) -> DemoConfig:
+    """The settings a finished run recorded (`<run_dir>/config.yaml`)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise InputError(f"{run_dir}: not a demo run directory (no config.yaml)")
+    return from_dict(DemoConfig, load_yaml(path), str(path))
+
+
+def _trained_settings(config: DemoConfig) -> dict[str, Any]:
+    return {key: value for key, value in to_dict(config).items() if key not in RUN_SETTINGS}
+
+
+def _first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """The dotted key of the first setting that differs between two settings trees (None: equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    return None if a == b else where
+
+
+def check_same_experiment(configs: dict[Path, DemoConfig]) -> None:
+    """InputError naming the run and the setting where a run's training settings differ from the first run's."""
+    (first_dir, first), *others = configs.items()
+    for run_dir, config in others:
+        key = _first_difference(_trained_settings(first), _trained_settings(config))
+        if key is not None:
+            raise InputError(f"{run_dir}: setting {key} differs from {first_dir} (only {', '.join(RUN_SETTINGS)} "
+                             "may differ between pooled runs)")
+
+
+def check_shared_metric_stages(runs: list[Path], transformers: bool) -> None:
+    """InputError naming the file when a run's metric checkpoints or grid features are not the first run's."""
+    import torch
+
+    from captioner.demo import captioning
+
+    first = runs[0]
+    for stage in METRIC_CHECKPOINTS:
+        expected = _weights(_existing(first / stage / "checkpoint.safetensors"))
+        for run_dir in runs[1:]:
+            path = _existing(run_dir / stage / "checkpoint.safetensors")
+            weights = _weights(path)
+            if weights.keys() != expected.keys() or not all(torch.equal(weights[k], expected[k]) for k in expected):
+                raise InputError(f"{path}: not the weights of {first / stage} (pooled seeds must be scored by, and "
+                                 "trained on, the same metric stages: copy them into a run before training its seeds)")
+    if transformers:  # a transformers captioner reads the images, not grid features
+        return
+    reference = captioning.open_features(first / "features")
+    ids = sorted(reference.index)
+    expected_features = reference.get(ids)
+    for run_dir in runs[1:]:
+        other = captioning.open_features(run_dir / "features")
+        if sorted(other.index) != ids or not torch.equal(other.get(ids), expected_features):
+            raise InputError(f"{run_dir / 'features'}: not the grid features of {first / 'features'}")
+
+
+def _weights(path: Path) -> dict[str, Any]:
+    """The tensors of a safetensors checkpoint (its metadata, e.g. the pacs version that wrote it, aside)."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is the same one-line refusal
+        raise InputError(f"{path}: not a readable safetensors checkpoint ({error})") from None
+
+
+def _existing(path: Path) -> Path:
+    if not path.is_file():
+        raise InputError(f"{path}: missing (not a finished run?)")
+    return path
+
+
+def _finished_record(run_dir: Path, stage: str) -> dict[str, Any]:
+    """A seed stage's record, verified: finished, and its outputs as it recorded them."""
+    from captioner.orchestration.stage_outputs import manifest_problems
+
+    path = run_dir / "stages" / f"{stage}.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InputError(f"{path}: stage {stage} has no readable record (not trained in {run_dir}?)") from None
+    if not isinstance(record, dict) or record.get("status") != "finished":
+        raise InputError(f"{path}: stage {stage} did not finish")
+    problems = manifest_problems(record.get("outputs") or {}, [run_dir / stage], run_dir)
+    if problems:
+        raise InputError(f"{run_dir / stage}: changed since its stage finished ({'; '.join(problems)})")
+    return record
+
+
+def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str, Path], dict[str, Any]]:
+    """One seed's finished models in `run_dir` (the table's row names -> model folders) and its guard choices,
+    every stage verified (`_finished_record`)."""
+    from captioner.demo import captioning, findings, pipeline
+
+    prefix = pipeline.seed_prefix(config, seed)
+    stages = {"xe": (f"{prefix}xe", "best")}
+    stages.update({findings.scst_model_name(spec): (f"{prefix}scst-{captioning.reward_slug(spec)}", "final")
+                   for spec in config.scst.rewards})
+    stages.update({captioning.normalised_model_name(spec): (f"{prefix}scst-{captioning.normalised_label(spec)}",
+                                                           "final") for spec in config.scst.normalised_rewards})
+    models = {}
+    for model, (stage, subfolder) in stages.items():
+        record = _finished_record(run_dir, stage)
+        if record.get("settings", {}).get("seed") != seed:
+            raise InputError(f"{run_dir / 'stages' / stage}.json: trained with seed "
+                             f"{record.get('settings', {}).get('seed')}, not {seed}")
+        models[model] = run_dir / stage / subfolder
+    choices: dict[str, Any] = {}
+    for reward in config.guarded.rewards:
+        spec = config.guarded.reward_spec(reward)
+        summaries = {coef: _finished_record(run_dir, pipeline.guarded_stage_name(config, seed, spec, coef))
+                     .get("summary", {}) for coef in config.guarded.kl_coefs}
+        choices[reward] = pipeline.guard_choice(spec, summaries)
+        coef = choices[reward]["chosen_kl_coef"]
+        models[findings.guarded_model_name(reward)] = (run_dir / pipeline.guarded_stage_name(config, seed, spec, coef)
+                                                       / summaries[coef]["model"])
+    return models, choices
+
+
+def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
+    """Evaluate the seeds of `sources` as one run into the new folder `out` (results.json, results.md, pooled.json
+    naming each seed's run, and the evaluate stage's files); its results."""
+    from captioner.demo import pipeline
+    from captioner.demo.data import DemoData
+
+    if not sources:
+        raise InputError("no runs to pool")
+    if out.exists():
+        raise InputError(f"{out}: exists; pooling writes a new folder (remove it or choose another)")
+    configs = {source.run_dir: run_config(source.run_dir) for source in sources}
+    if len(configs) != len(sources):
+        raise InputError("a run is named twice; take several seeds from it as RUN:S,S,...")
+    check_same_experiment(configs)
+    owner: dict[int, Path] = {}
+    for source in sources:
+        available = configs[source.run_dir].seed_list()
+        for seed in source.seeds or tuple(available):
+            if seed not in available:
+                raise InputError(f"{source.run_dir}: has no seed {seed} (its seeds: {available})")
+            if seed in owner:
+                raise InputError(f"seed {seed} is taken from both {owner[seed]} and {source.run_dir}: each seed once")
+            owner[seed] = source.run_dir
+    first = sources[0].run_dir
+    config = configs[first]
+    check_shared_metric_stages(list(configs), config.captioner.transformers)
+    seeds = sorted(owner)
+    models, guarded = {}, {}
+    for seed in seeds:
+        models[seed], guarded[seed] = seed_models(configs[owner[seed]], owner[seed], seed)
+    pooled = from_dict(DemoConfig, {**to_dict(config), "seeds": seeds}, "pooled config")
+    data = DemoData.build(pooled.world, first / "data" / "images")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        pipeline.evaluate_seed_models(pooled, data, models, guarded, first, work)
+        results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+        write_text_atomic(work / "results.md", pipeline.results_markdown(results))
+        write_json_atomic(work / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds},
+                                                 "metric_stages": str(first)})
+        work.rename(out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return results

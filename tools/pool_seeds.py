@@ -1,0 +1,43 @@
+"""Evaluate the seeds of several finished demo runs as one run: the table, intervals and findings over all of them.
+
+    python tools/pool_seeds.py RUN[:S,S,...] RUN[:S,...] ... --out FOLDER
+
+E.g. seeds 0-2 trained in runs/demo and seeds 3-5 in runs/demo_s345 (a copy of runs/demo's folder with
+`seeds=[3,4,5] name=demo_s345`, so its metric stages are runs/demo's):
+
+    python tools/pool_seeds.py runs/demo runs/demo_s345 --out runs/demo_6_seeds
+    python tools/compare_findings.py runs/demo_6_seeds runs/other_6_seeds
+
+The runs must be the same experiment: equal settings apart from name, runs_dir, seeds, threads, parallel_seeds,
+force and device; bit-identical `clip` and `pacs` checkpoints and grid features; each seed taken once; every seed
+stage finished with the files it recorded (`captioner.demo.pooling`). FOLDER must not exist; it gets results.json,
+results.md, pooled.json (each seed's run) and the evaluate stage's files, all at once. Prints results.md; exit 0,
+or 2 with one line naming the run, setting or file that stops it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from captioner.demo.pooling import parse_source, pool_seed_runs
+from metric.common.errors import InputError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Pool the runs' seeds into --out and print the results; 0 done, 2 refused."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN[:S,S,...]", help="a finished demo run, optionally its seeds")
+    parser.add_argument("--out", required=True, type=Path, help="the new folder of the pooled evaluation")
+    args = parser.parse_args(argv)
+    try:
+        pool_seed_runs([parse_source(text) for text in args.runs], args.out)
+    except InputError as error:
+        print(f"pool_seeds: error: {error}", file=sys.stderr)
+        return 2
+    print((args.out / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
