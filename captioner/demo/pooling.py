@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from captioner.demo.config import DemoConfig
 from metric.common.config import from_dict, load_yaml, to_dict
 from metric.common.errors import InputError
 from metric.common.io import write_json_atomic, write_text_atomic
+from metric.common.run_lock import hold_run_directory
 
 RUN_SETTINGS = ("name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
 """The settings that may differ between pooled runs: where and how a run ran, not what it trained."""
@@ -174,17 +176,24 @@ def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str,
 
 def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
     """Evaluate the seeds of `sources` as one run into the new folder `out` (results.json, results.md, pooled.json
-    naming each seed's run, and the evaluate stage's files); its results."""
-    from captioner.demo import pipeline
-    from captioner.demo.data import DemoData
-
+    naming each seed's run, and the evaluate stage's files), holding every source run's lock; its results."""
     if not sources:
         raise InputError("no runs to pool")
     if out.exists():
         raise InputError(f"{out}: exists; pooling writes a new folder (remove it or choose another)")
-    configs = {source.run_dir: run_config(source.run_dir) for source in sources}
-    if len(configs) != len(sources):
+    if len({source.run_dir.resolve() for source in sources}) != len(sources):
         raise InputError("a run is named twice; take several seeds from it as RUN:S,S,...")
+    configs = {source.run_dir: run_config(source.run_dir) for source in sources}
+    with ExitStack() as locks:  # no run trains in a source while its seeds are read
+        for run_dir in configs:
+            locks.enter_context(hold_run_directory(run_dir))
+        return _pool_locked(sources, configs, out)
+
+
+def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out: Path) -> dict[str, Any]:
+    from captioner.demo import pipeline
+    from captioner.demo.data import DemoData
+
     check_same_experiment(configs)
     owner: dict[int, Path] = {}
     for source in sources:

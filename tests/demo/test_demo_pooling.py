@@ -13,6 +13,7 @@ from captioner.demo.config import DemoConfig
 from captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo
 from captioner.demo.pooling import SeedSource, check_same_experiment, parse_source
 from metric.common.errors import InputError
+from metric.common.run_lock import RunDirectoryLock
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "pool_seeds.py"
 
@@ -87,6 +88,12 @@ def test_pooled_seeds_of_two_runs_give_the_table_and_findings_of_one_run_of_thos
 
     refused([f"{native}:0", f"{copy}:0"], f"seed 0 is taken from both {native} and {copy}", tmp_path / "twice")
     refused([f"{native}:7"], f"{native}: has no seed 7 (its seeds: [0, 1])", tmp_path / "seven")
+    refused([f"{native}:0", f"{native}/:1"], "a run is named twice; take several seeds from it as RUN:S,S,...",
+            tmp_path / "same")
+    lock = RunDirectoryLock(copy)  # a run training in a source: its seeds are not read meanwhile
+    lock.acquire()
+    refused([f"{native}:0", f"{copy}:1"], f"run directory {copy} is in use by", tmp_path / "busy")
+    lock.release()
     refused([str(native)], f"{out}: exists", out)
     assert _results(out) == pooled  # the earlier pooling is kept as it was
     # a seed's model changed after its stage finished: named, and nothing pooled
