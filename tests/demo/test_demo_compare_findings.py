@@ -1,22 +1,17 @@
 """tools/compare_findings.py: two runs' findings compared as sets of (subject, claim, holds) (issue 32 item 5)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "compare_findings.py"
+from script_modules import load_tool
 
 
 @pytest.fixture(scope="module")
 def tool():
-    """The script loaded as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("compare_findings", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tools/compare_findings.py as a module."""
+    return load_tool("compare_findings")
 
 
 def _run(folder: Path, records: list[tuple[str, str, object]]) -> Path:

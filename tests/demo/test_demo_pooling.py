@@ -1,13 +1,13 @@
 """tools/pool_seeds.py / `captioner.demo.pooling`: the seeds of several finished demo runs evaluated as one run."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
+from script_modules import load_tool
 
 from captioner.demo.config import DemoConfig
 from captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo
@@ -15,16 +15,11 @@ from captioner.demo.pooling import SeedSource, check_same_experiment, parse_sour
 from metric.common.errors import InputError
 from metric.common.run_lock import RunDirectoryLock
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "pool_seeds.py"
-
 
 @pytest.fixture(scope="module")
 def tool():
-    """The script loaded as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("pool_seeds", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tools/pool_seeds.py as a module."""
+    return load_tool("pool_seeds")
 
 
 @pytest.mark.parametrize(("text", "expected"), [

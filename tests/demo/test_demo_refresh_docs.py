@@ -1,25 +1,20 @@
 """tools/refresh_demo_docs.py: the README block of a run with the human row and its comparisons (no demo run)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_modules import load_tool
 
 from captioner.demo.pipeline import TABLE_COLUMNS
 from metric.common.errors import InputError
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "refresh_demo_docs.py"
-
 
 @pytest.fixture(scope="module")
 def tool():
-    """The script loaded as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("refresh_demo_docs", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tools/refresh_demo_docs.py as a module."""
+    return load_tool("refresh_demo_docs")
 
 
 def _row(model: str, value: float | None, **extra: object) -> dict:
