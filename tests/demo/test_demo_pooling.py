@@ -105,3 +105,16 @@ def test_pooled_seeds_of_two_runs_give_the_table_and_findings_of_one_run_of_thos
     weights[name] = weights[name] + 1e-6
     save_file(weights, checkpoint)
     refused([f"{native}:0", f"{copy}:1"], f"{checkpoint}: not the weights of {native / 'pacs'}", tmp_path / "metric")
+
+
+@pytest.mark.slow
+def test_a_transformers_captioner_runs_seeds_pool_alike(tmp_path: Path, tool, capsys) -> None:
+    run_demo(str(REPO_CONFIGS / "demo_hf_smoke.yaml"), [f"runs_dir={tmp_path}"])
+    native = tmp_path / load_demo_config(REPO_CONFIGS / "demo_hf_smoke.yaml", []).name
+    copy = tmp_path / "copy"
+    shutil.copytree(native, copy)
+    out = tmp_path / "pooled"
+    assert tool.main([f"{native}:0", f"{copy}:1", "--out", str(out)]) == 0
+    pooled, expected = _results(out), _results(native)
+    for key in ("rows", "seed_rows", "per_seed", "findings", "replication", "guarded", "seeds"):
+        assert pooled[key] == expected[key], key
