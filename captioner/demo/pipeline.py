@@ -141,7 +141,7 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     state.wait_for_everyone()
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force, state)
-    features = _features_opener(config, runner)
+    features = _features_opener(config, runner.folder("features"))
 
     def scorers() -> dict[str, Any]:
         """New scorers for one stage: a stage starts from empty embedding caches, whatever ran before it in this
@@ -208,9 +208,9 @@ SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
 """The stages run once whatever the seeds (the others: once per seed)."""
 
 
-def _features_opener(config: DemoConfig, runner: Any) -> Callable[[], Any]:
-    """The grid features of the `features` stage, opened on first use (None for a transformers captioner, which
-    reads the images)."""
+def _features_opener(config: DemoConfig, folder: Path) -> Callable[[], Any]:
+    """The grid features of a `features` stage's `folder`, opened on first use (None for a transformers captioner,
+    which reads the images)."""
     from captioner.demo import captioning
 
     lazy: dict[str, Any] = {}
@@ -219,7 +219,7 @@ def _features_opener(config: DemoConfig, runner: Any) -> Callable[[], Any]:
         if config.captioner.transformers:
             return None
         if "features" not in lazy:
-            lazy["features"] = captioning.open_features(runner.folder("features"))
+            lazy["features"] = captioning.open_features(folder)
         return lazy["features"]
 
     return features
@@ -282,7 +282,7 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force)
     runner.ids.update(shared)
-    features = _features_opener(config, runner)
+    features = _features_opener(config, runner.folder("features"))
     logs = _seed_logs(run_dir, seeds, seed)
     logs.mkdir(parents=True, exist_ok=True)
     models, choices = _run_seed(config, seed, data, runner, features, lambda: _scorers(run_dir), logs, xe_micro,
@@ -457,17 +457,7 @@ def evaluate_seed_models(config: DemoConfig, data: Any, models: dict[int, dict[s
     """The `evaluate` stage's work on finished models (`models[seed][row]`, `guarded[seed]`: the guard choices)
     into `out`, captioning over and scoring with the metric stages of the run `metric_run` (`captioner.demo.pooling`
     pools several runs' seeds through it)."""
-    from captioner.demo import captioning
-
-    cache: dict[str, Any] = {}
-
-    def features() -> Any:
-        if config.captioner.transformers:
-            return None
-        if "features" not in cache:
-            cache["features"] = captioning.open_features(metric_run / "features")
-        return cache["features"]
-
+    features = _features_opener(config, metric_run / "features")
     return _evaluate(config, data, models, _test_captioner(config, data, features), _scorers(metric_run), out, out,
                      guarded)  # the gallery too goes to `out`: nothing is written into `metric_run`
 
