@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from pycocoevalcap.cider.cider import Cider
 
-from eval.cider import CiderD, cider_df
+from pacs.eval.cider import CiderD, cider_df
 
 
 def flickr8k_captions() -> dict[str, list[str]] | None:

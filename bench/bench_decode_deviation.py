@@ -1,7 +1,7 @@
 """Benchmark: how far the `--decode gpu` algorithm strays from the exact PIL path, on the shared Flickr8k images.
 
 The GPU path decodes JPEG with nvJPEG (`torchvision.io.decode_jpeg(device="cuda")`) and resizes with an antialiased
-bicubic filter on tensors (`metric.models.tensor_decode.TensorDecoder`). The same algorithm runs on the CPU with
+bicubic filter on tensors (`pacs.metric.models.tensor_decode.TensorDecoder`). The same algorithm runs on the CPU with
 `device="cpu"` (libjpeg-turbo instead of nvJPEG): that is what this script measures by default, the stand-in of the
 GPU path on a machine without one (`--device cuda` measures nvJPEG itself). For `--images` Flickr8k images (sorted
 names) and their first caption it prints: the pixel deviation (in 8-bit steps: mean, 99th percentile, max), and per
@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from bench_metric import flickr8k_inputs
 
-from metric.models.factory import load_backbone
-from metric.models.preprocess import open_image
-from metric.models.tensor_decode import TensorDecoder
-from metric.scoring.scorer import Scorer
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.preprocess import open_image
+from pacs.metric.models.tensor_decode import TensorDecoder
+from pacs.metric.scoring.scorer import Scorer
 
 
 def main() -> None:

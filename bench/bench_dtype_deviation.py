@@ -5,7 +5,7 @@ Setups (each scored once per dtype, same inputs, same weights):
                  official PAC-S scripts (PAC-S++ for A, PAC-S for C);
   flickr8k       the first N distinct (image, candidate) pairs of Flickr8k-Expert, then Flickr8k-CF, whose image
                  is in $PACS_SHARED/data/flickr8k/images (judged candidates of every quality, matching and not),
-                 with their references (`eval.benchmarks.flickr8k.load_raw`), scored with CLIP-S (w = 2.5)
+                 with their references (`pacs.eval.benchmarks.flickr8k.load_raw`), scored with CLIP-S (w = 2.5)
                  (a) by `--checkpoint` (e.g. the demo's trained CLIP) and (b) by a random open_clip ViT-B-32
                  (torch seed 0, no download).
 For each setup and dtype it prints, for the reference-free score, the Ref- score and the raw cosine, the
@@ -38,11 +38,11 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from eval.benchmarks.flickr8k import load_raw
-from metric.common.paths import shared_dir
-from metric.models.backbones import Backbone
-from metric.models.factory import load_backbone
-from metric.scoring.scorer import Scorer, ScoreResult
+from pacs.eval.benchmarks.flickr8k import load_raw
+from pacs.metric.common.paths import shared_dir
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.scorer import Scorer, ScoreResult
 
 LOW = ("bf16", "fp16")
 Inputs = tuple[list[str], list[str], list[list[str]]]
@@ -120,9 +120,9 @@ def metric_training(precision: str, model: str, steps: int, batch: int, device: 
     """`train_metric` (LoRA) for `steps` steps in `precision`: the per-step losses and the trained weights."""
     import open_clip
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.training.data import TensorPositivesDataset
-    from metric.training.trainer import LoraOptions, MetricTrainConfig, train_metric
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.training.data import TensorPositivesDataset
+    from pacs.metric.training.trainer import LoraOptions, MetricTrainConfig, train_metric
 
     config = tiny_clip_config() if model == "tiny" else open_clip.get_model_config(model)
     backbone = build_backbone_from_config(config, seed=0, name=model)
@@ -148,10 +148,10 @@ def xe_training(precision: str, steps: int, batch: int, work: Path) -> tuple[lis
     from bench_scale import write_features, write_karpathy
     from safetensors.torch import load_file
 
-    from captioner.modeling.features import FeatureCache
-    from captioner.modeling.model import CaptionerConfig
-    from captioner.modeling.train_xe import XEConfig, train_xe
-    from captioner.modeling.vocab import build_vocab
+    from pacs.captioner.modeling.features import FeatureCache
+    from pacs.captioner.modeling.model import CaptionerConfig
+    from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+    from pacs.captioner.modeling.vocab import build_vocab
 
     data = work / "coco" / "dataset_coco.json"
     data.parent.mkdir(parents=True, exist_ok=True)
@@ -196,8 +196,8 @@ def report_training(name: str, runs: dict[str, tuple[list, dict]], initial: dict
 
 def training_sections(args: argparse.Namespace) -> None:
     """The training deviation of metric training and XE."""
-    from metric.common.device import resolve_device
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.common.device import resolve_device
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     device = resolve_device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
@@ -231,7 +231,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    from metric.common.device import resolve_device
+    from pacs.metric.common.device import resolve_device
 
     device = resolve_device(args.device)
     sections = args.sections.split(",")

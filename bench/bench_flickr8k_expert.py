@@ -19,10 +19,10 @@ from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-from eval.benchmarks import RunContext, get_benchmark
-from eval.benchmarks.flickr8k import load_raw
-from eval.correlation import kendall
-from eval.scoring import MetricSuite
+from pacs.eval.benchmarks import RunContext, get_benchmark
+from pacs.eval.benchmarks.flickr8k import load_raw
+from pacs.eval.correlation import kendall
+from pacs.eval.scoring import MetricSuite
 
 METRICS = ["bleu1", "bleu4", "rouge", "meteor", "cider"]
 

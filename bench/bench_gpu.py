@@ -108,7 +108,7 @@ def model_config(name: str, tiny: bool) -> dict:
     """The open_clip config of `name` (ViT-B-32, ViT-L-14), or a toy CLIP with `tiny`."""
     import open_clip
 
-    from metric.models.backbones import tiny_clip_config
+    from pacs.metric.models.backbones import tiny_clip_config
 
     return tiny_clip_config() if tiny else open_clip.get_model_config(name)
 
@@ -231,7 +231,7 @@ def torchmetrics_clipscore(device: str, tiny: bool, paths: list[str], captions: 
 
 def scorer_keywords() -> dict[str, Any]:
     """The Scorer's parallel input keywords where it has them (`workers`: all cores)."""
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.scoring.scorer import Scorer
 
     known = inspect.signature(Scorer).parameters
     return {"workers": os.cpu_count()} if "workers" in known else {}
@@ -241,8 +241,8 @@ def run_scoring(device: str, tiny: bool, work: Path, n_images: int) -> list[dict
     """The Scorer against the bare towers and torchmetrics, per model and precision."""
     import torch
 
-    from metric.models.backbones import build_backbone_from_config
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.metric.scoring.scorer import Scorer
 
     paths = write_images(work / "images", n_images, (96, 72) if tiny else (480, 360))
     per_image = captions_for(n_images)
@@ -336,7 +336,7 @@ def run_decode(device: str, tiny: bool, work: Path, n_images: int) -> list[dict[
     import torch
     from torchvision.io import read_file
 
-    from metric.models.backbones import build_backbone_from_config
+    from pacs.metric.models.backbones import build_backbone_from_config
 
     paths = write_images(work / "images", n_images, (96, 72) if tiny else (480, 360))
     backbone = build_backbone_from_config(model_config("ViT-B-32", tiny), seed=0, name="ViT-B-32")
@@ -392,7 +392,7 @@ def train_step(encoder: Any, tokenize: Any, data: tuple, optimizer: Any, device:
     """One metric-training step as the trainer takes it: autocast forward, fp32 loss, backward, AdamW."""
     import torch
 
-    from metric.training.trainer import LossOptions, compute_loss
+    from pacs.metric.training.trainer import LossOptions, compute_loss
 
     with autocast(device, dtype):
         terms = compute_loss(encoder, tokenize, data, LossOptions(), torch.device(device))
@@ -406,8 +406,8 @@ def run_train(device: str, tiny: bool, peaks: tuple[float, float] | None) -> lis
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from metric.models.backbones import build_backbone_from_config
-    from metric.training.trainer import DualEncoder, MetricTrainConfig, prepare_trainable, trainable_parameters
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.metric.training.trainer import DualEncoder, MetricTrainConfig, prepare_trainable, trainable_parameters
 
     batch, warmup, steps = (4, 1, 2) if tiny else (64, 3, 10)
     config = model_config("ViT-B-32", tiny)
@@ -480,13 +480,13 @@ def run_captioner(device: str, tiny: bool, work: Path, n_images: int) -> list[di
     """XE and SCST steps/s at COCO shape, per reward and precision, with the reward's share of an SCST step."""
     import torch
 
-    from captioner.modeling.features import FeatureCache
-    from captioner.modeling.model import CaptionerConfig
-    from captioner.modeling.train_scst import SCSTConfig, train_scst
-    from captioner.modeling.train_xe import XEConfig, train_xe
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import build_backbone_from_config
-    from rewards import build_reward
+    from pacs.captioner.modeling.features import FeatureCache
+    from pacs.captioner.modeling.model import CaptionerConfig
+    from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+    from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.rewards import build_reward
 
     n_train = 48 if tiny else 2000
     data = work / "coco" / "dataset_coco.json"
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
     import torch
 
-    from metric.common.device import resolve_device
+    from pacs.metric.common.device import resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
 (a) official: every caption re-reads and re-encodes its image (image batches of 64), and every text is padded
     to 77 tokens (text batches of 256), as in the official PAC-S `extract_all_images` / `extract_all_captions`;
-(b) pacs: `metric.scoring.scorer.Scorer` with the in-memory image cache (each image encoded once) and texts sorted by
+(b) pacs: `pacs.metric.scoring.scorer.Scorer` with the in-memory image cache (each image encoded once) and texts sorted by
     token length, encoded in batches trimmed to their longest sequence.
 Same randomly initialised open_clip ViT-B-32 (no pretrained weights), same real images and captions (Flickr8k
 from PACS_SHARED), same run. Prints both times (median of repeats, interleaved), the ratio, the max |score
@@ -25,12 +25,12 @@ import time
 import numpy as np
 import torch
 
-from metric.common.paths import shared_dir
-from metric.models.backbones import Backbone
-from metric.models.factory import load_backbone
-from metric.models.preprocess import open_image
-from metric.scoring.scorer import DEFAULT_PROMPT, Scorer
-from metric.scoring.scores import clip_score
+from pacs.metric.common.paths import shared_dir
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.preprocess import open_image
+from pacs.metric.scoring.scorer import DEFAULT_PROMPT, Scorer
+from pacs.metric.scoring.scores import clip_score
 
 W = 2.5
 

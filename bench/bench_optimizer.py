@@ -1,5 +1,5 @@
 """Time one optimizer step of the demo's two trained models with torch's per-parameter Adam/AdamW (the baseline)
-against the fused kernel that `metric.common.optim.make_adam` chooses where torch has one.
+against the fused kernel that `pacs.metric.common.optim.make_adam` chooses where torch has one.
 
     python bench/bench_optimizer.py [--steps 30] [--threads 2]
 
@@ -16,11 +16,11 @@ import statistics
 import torch
 from timing import median_time
 
-from captioner.demo.metric_stages import clip_arch
-from captioner.demo.pipeline import load_demo_config
-from captioner.modeling.model import Captioner, CaptionerConfig
-from metric.common.optim import fused_supported
-from metric.models.backbones import build_backbone_from_config
+from pacs.captioner.demo.metric_stages import clip_arch
+from pacs.captioner.demo.pipeline import load_demo_config
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+from pacs.metric.common.optim import fused_supported
+from pacs.metric.models.backbones import build_backbone_from_config
 
 CAPTIONER_VOCAB = 46  # the demo vocabulary's size (runs/demo/xe/vocab.json)
 

@@ -18,9 +18,9 @@ import argparse
 import torch
 from timing import median_time
 
-from captioner.data import load_dataset
-from metric.common.paths import shared_dir
-from rewards import build_reward
+from pacs.captioner.data import load_dataset
+from pacs.metric.common.paths import shared_dir
+from pacs.rewards import build_reward
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
             ("cider, cached references, Java PTB tokenizer",
              median_time(lambda: java(ids, captions, refs), repeats, warmup=1))]
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     paths = data.image_paths()

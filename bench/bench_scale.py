@@ -62,7 +62,7 @@ def write_features(folder: Path, ids: list[str], meta: dict[str, Any], seed: int
     """Random ViT-B/32-shaped grid features for `ids`, streamed into a cache; seconds taken."""
     import torch
 
-    from captioner.modeling.features import write_feature_cache
+    from pacs.captioner.modeling.features import write_feature_cache
 
     generator = torch.Generator().manual_seed(seed)
 
@@ -77,7 +77,7 @@ def write_features(folder: Path, ids: list[str], meta: dict[str, Any], seed: int
 
 def tiny_source() -> dict[str, Any]:
     """The feature source the cache claims (a seeded tiny random CLIP: its fingerprint is checked)."""
-    from metric.models.backbones import tiny_clip_config
+    from pacs.metric.models.backbones import tiny_clip_config
 
     return {"random_config": tiny_clip_config(), "random_seed": 0}
 
@@ -186,10 +186,10 @@ def drive(config_path: str, threads: int) -> None:
 
     settings = yaml.safe_load(Path(config_path).read_text())
     peaks = StagePeaks(settings["features"]["cache_dir"])
-    stages_logger = logging.getLogger("captioner.orchestration.stages")
+    stages_logger = logging.getLogger("pacs.captioner.orchestration.stages")
     stages_logger.setLevel(logging.INFO)
     stages_logger.addHandler(peaks)
-    from captioner.entry import run_from_config
+    from pacs.captioner.entry import run_from_config
 
     run_from_config(config_path, [])
     peaks.stop.set()
@@ -214,7 +214,7 @@ def fit_exponent(sizes: list[int], values: list[float]) -> float:
 
 def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
     """Build the data of size n and run the pipeline on it in a fresh process."""
-    from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone
+    from pacs.captioner.orchestration.backbone_source import BackboneSource, load_source_backbone
 
     work = Path(args.work) / f"n{n}"
     data, features = work / "dataset_coco.json", work / "features"

@@ -38,7 +38,7 @@ KIND_LABEL = {"path": "JPEG paths", "pil": "PIL images (decoded)", "tensor": "pr
 
 def toy_backbone() -> Any:
     """A CLIP with nearly free towers and the real 224-pixel preprocessing (ViT-B/32's input)."""
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     config = tiny_clip_config(vision_cfg={"image_size": 224, "patch_size": 32})
     return build_backbone_from_config(config, seed=0, name="toy-224")
@@ -46,7 +46,7 @@ def toy_backbone() -> Any:
 
 def inputs(work: Path, n_images: int, kind: str, backbone: Any) -> tuple[list[Any], list[str], list[str]]:
     """(images, captions, distinct paths): each image once per caption, as paths, PIL images or tensors."""
-    from metric.models.preprocess import open_image
+    from pacs.metric.models.preprocess import open_image
 
     paths = write_images(work / "images", n_images, (480, 360))
     per_image = captions_for(n_images)
@@ -64,8 +64,8 @@ def measure(work: Path, n_images: int, batch: int, workers: int) -> list[dict[st
     """Scorer and bare-tower pairs/s of this process's `metric` package, per input kind and dtype."""
     import torch
 
-    from metric.models.preprocess import open_image
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.preprocess import open_image
+    from pacs.metric.scoring.scorer import Scorer
 
     backbone = toy_backbone()
     rows = []
@@ -94,8 +94,8 @@ def stage_split(work: Path, n_images: int, batch: int, workers: int) -> list[dic
     """The Scorer's wall time on JPEG paths (fp32) split by stage: the main thread's time in each."""
     import torch
 
-    import metric.scoring.scorer as scorer_module
-    from metric.models.tokenizer import ClipTokenizer
+    import pacs.metric.scoring.scorer as scorer_module
+    from pacs.metric.models.tokenizer import ClipTokenizer
 
     backbone = toy_backbone()
     images, captions, _ = inputs(work, n_images, "path", backbone)

@@ -15,12 +15,12 @@ import time
 import torch
 from PIL import Image
 
-from captioner.modeling.decoding import beam_search, decode_texts
-from captioner.modeling.model import Captioner, CaptionerConfig, shift_right, token_log_probs
-from captioner.modeling.vocab import WordVocab
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.scoring.scorer import Scorer
-from rewards import build_reward
+from pacs.captioner.modeling.decoding import beam_search, decode_texts
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig, shift_right, token_log_probs
+from pacs.captioner.modeling.vocab import WordVocab
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards import build_reward
 
 WORDS = ["a", "an", "the", "man", "woman", "dog", "cat", "red", "blue", "green", "on", "in", "with", "of", "sitting", "standing", "running", "street", "field"]
 

@@ -1,6 +1,6 @@
 """Benchmark: start-up time of `pacs` commands that need no model, against `python -c pass` and `import open_clip`.
 
-Each command runs in a fresh interpreter (`python -m pacs_cli ...`, what the `pacs` script runs); the table
+Each command runs in a fresh interpreter (`python -m pacs ...`, what the `pacs` script runs); the table
 gives the best wall time of `--repeats` runs and its ratio to the two baselines measured in the same run.
 `--source DIR` times another checkout of pacs (e.g. an older commit in a `git worktree`) instead of the
 installed one: DIR goes first on PYTHONPATH.
@@ -25,7 +25,7 @@ def commands(shared: Path | None, scratch: Path) -> list[tuple[str, list[str]]]:
     (scratch / "candidates.json").write_text(json.dumps({"1": "a dog runs on the grass", "2": "two cats sleep"}))
     (scratch / "references.json").write_text(json.dumps({"1": ["a dog running on grass", "the dog runs"],
                                                          "2": ["two cats are sleeping", "cats asleep on a bed"]}))
-    pacs = [sys.executable, "-m", "pacs_cli"]
+    pacs = [sys.executable, "-m", "pacs.cli"]
     rows = [
         ("python -c pass", [sys.executable, "-c", "pass"]),
         ("python -c 'import open_clip'", [sys.executable, "-c", "import open_clip"]),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.text_metrics import TextMetricSession, compute_text_metrics
+from pacs.eval.text_metrics import TextMetricSession, compute_text_metrics
 
 
 def flickr8k(shared: Path, n_images: int) -> tuple[list[list[str]], list[list[str]]]:

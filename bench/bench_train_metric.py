@@ -24,10 +24,10 @@ def _one_run(size: str, mode: str, batch: int, steps: int, warmup: int, threads:
              queue: multiprocessing.Queue) -> None:
     import torch
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.training.data import split_micro_batches
-    from metric.training.grad_cache import grad_cache_step
-    from metric.training.trainer import (
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.training.data import split_micro_batches
+    from pacs.metric.training.grad_cache import grad_cache_step
+    from pacs.metric.training.trainer import (
         DualEncoder,
         LossOptions,
         MetricTrainConfig,
@@ -132,7 +132,7 @@ def main() -> None:
               f"{r['peak_mb']:>9.0f} {r['memory_vs_base']:>7.2f} {r['model_mb']:>9.0f} {r['trainable']:>12,d} "
               f"{r['total']:>12,d}")
     if args.json:
-        from metric.common.io import write_json_atomic
+        from pacs.metric.common.io import write_json_atomic
 
         write_json_atomic(args.json, rows)
 

@@ -1,6 +1,6 @@
 """Time one XE training micro-step of the demo's captioner (forward with dropout, backward, Adam step) with
 torch's global dropout generator (the baseline: fused attention, one mask per tensor) against per-example
-generators (`captioner.modeling.example_rng`: masks drawn per (seed, step, example), explicit attention), which make
+generators (`pacs.captioner.modeling.example_rng`: masks drawn per (seed, step, example), explicit attention), which make
 training independent of the process count and micro-batch size.
 
     python bench/bench_train_step.py [--batch 64] [--steps 20] [--threads 1]
@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from timing import median_time
 
-from captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
-from captioner.modeling.model import Captioner, CaptionerConfig
+from pacs.captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
         optimizer.step()
 
     variants = (("global generator, fused attention (baseline)", False),
-                ("per-example generators (captioner.modeling.example_rng)", True))
+                ("per-example generators (pacs.captioner.modeling.example_rng)", True))
     counters = [[0], [0]]
     for index, (_, per_example) in enumerate(variants):  # warm-up
         for _ in range(3):

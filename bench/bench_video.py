@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from timing import best_time
 
-from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.video.frames import FrameSampling, read_frames
-from metric.video.scorer import VideoScorer
+from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from pacs.metric.video.frames import FrameSampling, read_frames
+from pacs.metric.video.scorer import VideoScorer
 
 
 def write_videos(folder: Path, count: int, seconds: int, fps: int = 8, size: int = 256) -> list[Path]:

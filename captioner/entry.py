@@ -1,16 +1,16 @@
 """The one entry point of `pacs train` and recipes/scst_pacs.py: the recipe pipeline or the embedded demo.
 
-A config with a top-level `demo:` section runs the demo (`captioner.demo`); any other runs the recipe pipeline
-(`captioner.orchestration.pipeline`). Sitting above both, it keeps the pipeline free of the demo.
+A config with a top-level `demo:` section runs the demo (`pacs.captioner.demo`); any other runs the recipe pipeline
+(`pacs.captioner.orchestration.pipeline`). Sitting above both, it keeps the pipeline free of the demo.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from captioner import demo
-from captioner.orchestration.pipeline import PipelineConfig, default_config_path, run_pipeline
-from metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
-from metric.common.config_files import resolve_config
+from pacs.captioner import demo
+from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, run_pipeline
+from pacs.metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
+from pacs.metric.common.config_files import resolve_config
 
 
 def run_from_config(config_path: str | None, overrides: list[str], force: list[str] | None = None) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
     config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
     config.force = [*config.force, *(force or [])]
     if len(config.seeds) > 1:  # once per seed into run_dir/seed-<s>, the rows pooled into run_dir/seeds/
-        from captioner.orchestration.seed_runs import run_seeds
+        from pacs.captioner.orchestration.seed_runs import run_seeds
 
         return {**run_seeds(config), **_recipe_outputs(config, "seeds")}
     if config.seeds:
@@ -39,8 +39,8 @@ def _recipe_outputs(config: PipelineConfig, folder: str = "eval") -> dict[str, A
     `seeds` for a run over several seeds), and report.html (written now, or kept when its inputs did not change)."""
     from pathlib import Path
 
-    from captioner.modeling.training import process_state
-    from eval.report import write_report
+    from pacs.captioner.modeling.training import process_state
+    from pacs.eval.report import write_report
 
     if not process_state().is_main_process:
         return {}
@@ -57,7 +57,7 @@ def run_summary(result: dict[str, Any]) -> str:
     the paths of results.json and report.html (empty on the processes other than the main one)."""
     from pathlib import Path
 
-    from captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training import process_state
 
     if not result.get("report") or not process_state().is_main_process:
         return ""

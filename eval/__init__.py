@@ -1,7 +1,7 @@
 """pacs.eval: text metrics (pycocoevalcap, fast CIDEr-D), fluency measures and human-correlation benchmarks.
 
-The public API, in one import (each name is imported on first access, PEP 562, so `import eval` stays
-cheap). Write `from eval import cider_d`: `import eval` would shadow Python's built-in `eval`.
+The public API, in one import (each name is imported on first access, PEP 562, so `import pacs.eval`
+stays cheap): `from pacs.eval import cider_d`.
 
 - `cider_d`, `cider_df`, `CiderD`, `DocumentFrequency`: fast CIDEr-D (= pycocoevalcap's `Cider`);
 - `compute_text_metrics`: BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE through pycocoevalcap, corpus + per caption;
@@ -16,13 +16,13 @@ from typing import Any
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
-    "CiderD": "eval.cider",
-    "DocumentFrequency": "eval.cider",
-    "cider_d": "eval.cider",
-    "cider_df": "eval.cider",
-    "compute_text_metrics": "eval.text_metrics",
-    "correlate": "eval.api",
-    "evaluate_systems": "eval.api",
+    "CiderD": "pacs.eval.cider",
+    "DocumentFrequency": "pacs.eval.cider",
+    "cider_d": "pacs.eval.cider",
+    "cider_df": "pacs.eval.cider",
+    "compute_text_metrics": "pacs.eval.text_metrics",
+    "correlate": "pacs.eval.api",
+    "evaluate_systems": "pacs.eval.api",
 }
 
 __all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_metrics", "correlate",
@@ -32,7 +32,7 @@ __all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_m
 def __getattr__(name: str) -> Any:
     """Import a public name on first access."""
     if name not in _PUBLIC:
-        raise AttributeError(f"module 'eval' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)
     globals()[name] = value
     return value

@@ -2,7 +2,7 @@
 
 One implementation for the CLI and the library: `run_correlation(request)` runs a benchmark from a typed
 `CorrelationRequest` (common options, `ModelOptions`, the benchmark's own options dataclass) and builds the
-JSON table; `pacs correlate` builds the request from its flags (`eval.commands.correlate`), prints the table
+JSON table; `pacs correlate` builds the request from its flags (`pacs.eval.commands.correlate`), prints the table
 and writes it with `--out`; `correlate` builds it from keyword arguments and returns the table.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from metric.common.errors import InputError
-from metric.scoring.model_options import ModelOptions
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.model_options import ModelOptions
 
 #: where `data=None` points, under $PACS_SHARED, for the benchmarks whose data the shared folder holds
 SHARED_DATA = {
@@ -90,7 +90,7 @@ def image_map_table(image_map: str | os.PathLike | None) -> dict[str, str] | Non
     """The `{image_id: path}` table of an image-map file, when given."""
     if not image_map:
         return None
-    from metric.scoring.inputs import load_image_map
+    from pacs.metric.scoring.inputs import load_image_map
 
     return {key: str(path) for key, path in load_image_map(image_map).items()}
 
@@ -99,7 +99,7 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
     """A factory building a contrastive Scorer per metric from the model options; records each model's
     identity (family and how it was established) in `models`, by metric, for the provenance."""
     def factory(metric: str) -> Any:
-        from metric.scoring.model_options import build_scorer, model_identity
+        from pacs.metric.scoring.model_options import build_scorer, model_identity
 
         scorer = build_scorer(model, metric)
         if models is not None:
@@ -111,18 +111,18 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
 def scoring_conventions(model: ModelOptions) -> dict[str, str]:
     """`{"score", "long_captions"}`: the canonical score convention and long-caption mode of the model options
     (what every contrastive column of a table used; recorded in its provenance `config`)."""
-    from metric.scoring.conventions import check_long_captions, check_score_kind
+    from pacs.metric.scoring.conventions import check_long_captions, check_score_kind
 
     return {"score": check_score_kind(model.score), "long_captions": check_long_captions(model.long_captions)}
 
 
 def run_correlation(request: CorrelationRequest) -> CorrelationRun:
     """Run the benchmark of `request`; the table is what `pacs correlate --out` writes."""
-    from eval import benchmarks as bench
-    from eval.registry import parse_metric_list
-    from eval.scoring import MetricSuite
-    from metric.common.provenance import provenance
-    from metric.common.seeding import seed_everything
+    from pacs.eval import benchmarks as bench
+    from pacs.eval.registry import parse_metric_list
+    from pacs.eval.scoring import MetricSuite
+    from pacs.metric.common.provenance import provenance
+    from pacs.metric.common.seeding import seed_everything
 
     seed_everything(request.seed)
     benchmark = bench.get_benchmark(request.benchmark)
@@ -156,7 +156,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
 
 def _shared_data(benchmark: str) -> str:
     """The benchmark's data in $PACS_SHARED (for `data=None`); InputError where the shared folder has none."""
-    from metric.common.paths import shared_dir
+    from pacs.metric.common.paths import shared_dir
 
     key = str(benchmark).strip().lower()
     if key not in SHARED_DATA:
@@ -172,7 +172,7 @@ def correlation_options(benchmark: str, data: str | os.PathLike, metrics: str | 
     An option neither common, nor a model option, nor one of the benchmark's own is an InputError listing
     the known ones.
     """
-    from eval.benchmarks import get_benchmark
+    from pacs.eval.benchmarks import get_benchmark
 
     bench = get_benchmark(benchmark)
     model_fields = [f.name for f in dataclasses.fields(ModelOptions)]
@@ -207,7 +207,7 @@ def correlate(benchmark: str, data: str | os.PathLike | None = None, metrics: st
     present when not 0) and `provenance` (its `config` records `score` and `long_captions`; its `models` each
     contrastive metric's backbone and family).
 
-    >>> from eval import correlate
+    >>> from pacs.eval import correlate
     >>> table = correlate("hat", metrics="cider,length")  # HAT from $PACS_SHARED: AUROC per metric
     >>> table["benchmark"], sorted(table["cider"]), table["cider"]["n"]
     ('hat', ['auroc', 'n'], 400)
@@ -232,9 +232,9 @@ def evaluate_systems(candidates: Sequence[str] | Mapping[str, Any], references: 
     `recompute_corpus`, `seed`, `metric_models` (`--metric-model`: `["pac-s=FILE", ...]` or `{metric: SPEC}`, a
     model per contrastive column), the scoring options (`images`, `image_map`, `skip_missing_images`,
     `spice_corenlp`, `grammar_backend`, ...) and the model options (`ModelOptions`). Unknown ones: InputError.
-    `eval.table_export.table_latex` / `table_markdown` render the table as the papers' tables.
+    `pacs.eval.table_export.table_latex` / `table_markdown` render the table as the papers' tables.
 
-    >>> from eval import evaluate_systems
+    >>> from pacs.eval import evaluate_systems
     >>> refs = {"1": ["a dog runs on the grass", "a brown dog"], "2": ["a cat sleeps", "a cat on a bed"]}
     >>> table = evaluate_systems({"A": {"1": "a dog runs", "2": "a cat"}, "B": {"1": "a dog", "2": "a cat on a bed"}},
     ...                          refs, "length,incorrect", bootstrap=0)
@@ -243,9 +243,9 @@ def evaluate_systems(candidates: Sequence[str] | Mapping[str, Any], references: 
     >>> table["columns"]["incorrect"]["better"], table["rows"][1]["file"]
     ('lower', None)
     """
-    from eval.registry import parse_metric_list
-    from eval.system_scoring import ScoringOptions
-    from eval.system_table import TableRequest, build_system_table
+    from pacs.eval.registry import parse_metric_list
+    from pacs.eval.system_scoring import ScoringOptions
+    from pacs.eval.system_table import TableRequest, build_system_table
 
     names = parse_metric_list(metrics if isinstance(metrics, str) else list(metrics))
     table_fields = {"seed", "bootstrap", "human_baseline", "equal_refs", "skip_single_reference_images", "baseline",

@@ -1,8 +1,8 @@
 """Drift statistics of a set of captions and the reward-gaming signatures read from their drift.
 
-One definition for the two hacking monitors: SCST's (`captioner.modeling.hacking_monitor`) and the one for any RL
-loop (`rewards.monitor`). `caption_stats` gives the mean length in words, Rep-1..4 (`eval.fluency.rep_n`),
-distinct-1/2 and %Incorrect (`eval.fluency.incorrect_rate`); `drift_signatures` names each drift of those from a
+One definition for the two hacking monitors: SCST's (`pacs.captioner.modeling.hacking_monitor`) and the one for any RL
+loop (`pacs.rewards.monitor`). `caption_stats` gives the mean length in words, Rep-1..4 (`pacs.eval.fluency.rep_n`),
+distinct-1/2 and %Incorrect (`pacs.eval.fluency.incorrect_rate`); `drift_signatures` names each drift of those from a
 starting row past its `DriftThresholds` threshold, when the reward rose.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eval.fluency import incorrect_rate, rep_n, words
+from pacs.eval.fluency import incorrect_rate, rep_n, words
 
 
 def distinct_n(captions: Sequence[str], n: int) -> float:

@@ -1,12 +1,12 @@
 """Fast CIDEr-D: pycocoevalcap's `Cider` (per-caption values equal to 1e-12), in NumPy with compact tables.
 
-Inputs are tokenized, space-joined strings (run `eval.tokenize.ptb_tokenize` first for the COCO protocol).
+Inputs are tokenized, space-joined strings (run `pacs.eval.tokenize.ptb_tokenize` first for the COCO protocol).
 Document frequencies come either from the evaluated references (exactly what pycocoevalcap computes: one
 document per entry of `references`) or from a fixed corpus (`cider_df`, the SCST convention: the training
 references), which can be cached on disk. The statistics of the references of the last call are kept inside
 a `CiderD` scorer, so scoring new candidates against the same references costs only the candidates' share.
 
-Everything is arrays (`eval.ngram_index`, `eval.cider_tables`, `eval.cider_state`): word ids, int64 n-gram
+Everything is arrays (`pacs.eval.ngram_index`, `pacs.eval.cider_tables`, `pacs.eval.cider_state`): word ids, int64 n-gram
 keys, document frequencies and reference vectors, processed in chunks of bounded size, so time and memory
 grow linearly with the number of captions. The score replicates pycocoevalcap 1.2 exactly, including its
 quirks: the Gaussian length penalty uses the number of *bigrams* of each sentence (``len(words) - 1``),
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.cider_state import RefState, prepare_references, score_candidates
-from eval.cider_tables import NGRAM_ORDER, DocumentFrequency, check_reference_sets, cider_df
-from eval.ngram_index import Vocabulary, VocabularyFull, max_words
-from metric.common.errors import InputError
+from pacs.eval.cider_state import RefState, prepare_references, score_candidates
+from pacs.eval.cider_tables import NGRAM_ORDER, DocumentFrequency, check_reference_sets, cider_df
+from pacs.eval.ngram_index import Vocabulary, VocabularyFull, max_words
+from pacs.metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class CiderD:
     a `DocumentFrequency` (or a path to a saved one) fixes them for every call. Reference sets above
     `max_cached_references` are not kept after a call.
 
-    >>> from eval import CiderD, cider_df
+    >>> from pacs.eval import CiderD, cider_df
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
     >>> scorer = CiderD(document_frequency=cider_df(refs + [["two cats sleep on a sofa"]]))
     >>> scorer(["a dog runs on the grass", "a man rides a horse"], refs).round(4).tolist()
@@ -123,7 +123,7 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
     With a `DocumentFrequency`, one `CiderD` is kept on that table across calls (reference statistics cached);
     for other repeated uses keep a `CiderD` object yourself.
 
-    >>> from eval import cider_d
+    >>> from pacs.eval import cider_d
     >>> cands = ["a dog runs on the grass", "a man rides a horse"]
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
     >>> scores = cider_d(cands, refs)

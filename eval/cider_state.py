@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval.cider_tables import DocumentFrequency, chunk_bounds, document_counts
-from eval.ngram_index import KeyTable, TokenArrays, Vocabulary, aggregate, ngram_levels, sort_with_index
+from pacs.eval.cider_tables import DocumentFrequency, chunk_bounds, document_counts
+from pacs.eval.ngram_index import KeyTable, TokenArrays, Vocabulary, aggregate, ngram_levels, sort_with_index
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """CIDEr-D document frequencies as compact arrays: `DocumentFrequency` and `cider_df`.
 
-A table is its vocabulary (one string per word), the sorted int64 keys of its n-grams (`eval.ngram_index`) and
+A table is its vocabulary (one string per word), the sorted int64 keys of its n-grams (`pacs.eval.ngram_index`) and
 one document frequency per key: no Python object per n-gram. It is built in chunks of about `CHUNK_TOKENS`
 tokens, document frequencies counted per chunk by sorting and run-length counting, then summed over chunks
-by partitions of the key space (`eval.ngram_index.aggregate`), so time and memory grow linearly with the corpus.
+by partitions of the key space (`pacs.eval.ngram_index.aggregate`), so time and memory grow linearly with the corpus.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from eval.ngram_index import (
+from pacs.eval.ngram_index import (
     KeyTable,
     Level,
     TokenArrays,
@@ -31,12 +31,12 @@ from eval.ngram_index import (
     ngram_levels,
     run_starts,
 )
-from metric.common.errors import InputError
-from metric.common.io import atomic_path
-from metric.common.spill import DiskArray
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import atomic_path
+from pacs.metric.common.spill import DiskArray
 
 if TYPE_CHECKING:
-    from eval.cider import CiderD
+    from pacs.eval.cider import CiderD
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class DocumentFrequency:
     mapping n-gram -> frequency. `save` / `load` keep it on disk (JSON, gzipped with a `.gz` suffix):
 
     >>> import os, tempfile
-    >>> from eval import DocumentFrequency, cider_df
+    >>> from pacs.eval import DocumentFrequency, cider_df
     >>> table = cider_df([["a dog running on grass", "the dog is in a field"], ["a man on a horse"]])
     >>> table.num_documents, table.counts["dog"], table.counts[("a", "man")]
     (2.0, 1.0, 1.0)
@@ -309,7 +309,7 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
     With `cache_path`, a table previously saved for the same corpus (sha256 match) is loaded instead of
     recomputed, and a freshly computed table is saved there. Inputs are tokenized, space-joined strings.
 
-    >>> from eval import cider_d, cider_df
+    >>> from pacs.eval import cider_d, cider_df
     >>> train = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"],
     ...          ["two cats sleep on a sofa"]]
     >>> df = cider_df(train)  # cider_df(train, cache_path="df.json.gz") also caches it on disk

@@ -16,8 +16,8 @@ the demo's columns); an unknown name is taken as higher-is-better, scale 1.
 """
 from __future__ import annotations
 
-from eval.registry import get_metric
-from metric.common.errors import InputError
+from pacs.eval.registry import get_metric
+from pacs.metric.common.errors import InputError
 
 HIGHER, LOWER, NEITHER = 1, -1, 0
 GROUPS = ("reference-based", "reference-free", "fluency")

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 _WORD = re.compile(r"[\w']+")
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.errors import InputError, MissingResourceError
 
 log = logging.getLogger(__name__)
 

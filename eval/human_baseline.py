@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 #: the protocols: systems keep all references (the papers'), or every row uses the same remaining references
 PROTOCOL_PAPERS = "papers"

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from metric.common.errors import MissingResourceError
+from pacs.metric.common.errors import MissingResourceError
 
 #: Metrics that run a Java program (the PTB tokenizer is needed by every pycocoevalcap metric).
 JAVA_METRICS = ("meteor", "spice")

@@ -1,6 +1,6 @@
 """Which requested metrics cannot run on this machine for want of Java, checked when a config or command loads.
 
-BLEU, ROUGE-L and CIDEr-D need no Java (their PTB tokenization is `eval.ptb`, in Python); METEOR and SPICE run
+BLEU, ROUGE-L and CIDEr-D need no Java (their PTB tokenization is `pacs.eval.ptb`, in Python); METEOR and SPICE run
 pycocoevalcap's jars. `missing_java_problems` turns a metric list into one line per metric that cannot run, so a
 command can refuse before any training or scoring starts.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eval.java import java_executable
-from eval.registry import ALIASES, METRICS
+from pacs.eval.java import java_executable
+from pacs.eval.registry import ALIASES, METRICS
 
 #: what each Java metric runs, for the message
 _JARS = {"meteor": "pycocoevalcap's METEOR 1.5 jar", "spice": "pycocoevalcap's SPICE jar"}

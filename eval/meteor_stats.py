@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-from eval.java import require_java
-from metric.common.errors import PacsError
+from pacs.eval.java import require_java
+from pacs.metric.common.errors import PacsError
 
 
 class MeteorStats:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.scoring.model_options import ModelOptions
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.model_options import ModelOptions
 
 KEYS = ("arch", "family", "w")
 
@@ -42,7 +42,7 @@ class MetricModel:
 
 def _parse_one(metric: str, spec: str) -> MetricModel:
     """One `SPEC` of `metric` (see the module docstring); InputError naming it when malformed."""
-    from metric.scoring.registry import METRICS
+    from pacs.metric.scoring.registry import METRICS
 
     flag = f"--metric-model {metric}={spec}"
     name = str(metric).strip().lower()
@@ -125,7 +125,7 @@ def column_factory(base: ModelOptions, models: Mapping[str, MetricModel],
     """A scorer factory building each contrastive column's Scorer with its own model (`options_for`); records
     each model's identity by metric in `identities` (the provenance's `models`)."""
     def factory(metric: str) -> Any:
-        from metric.scoring.model_options import build_scorer, model_identity
+        from pacs.metric.scoring.model_options import build_scorer, model_identity
 
         scorer = build_scorer(options_for(metric, base, models), metric)
         if identities is not None:

@@ -21,7 +21,7 @@ from itertools import repeat
 
 import numpy as np
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 #: sentences joined into one string per `str.split` call when encoding (bounds the temporary token list)
 _ENCODE_BLOCK = 2048

@@ -10,7 +10,7 @@ sentence opener ("The", "A", "It", ...) follows, and Java reads the next caption
 the last word of a caption can depend on the caption after it, exactly as in pycocoevalcap.
 
 Outside the shared data sets the rules may still differ from Java's on rare forms ("rock'n'roll" written without
-spaces, "U.S.-based", a word glued to an ellipsis); `eval.tokenize.ptb_tokenize(..., "java")` runs the jar itself.
+spaces, "U.S.-based", a word glued to an ellipsis); `pacs.eval.tokenize.ptb_tokenize(..., "java")` runs the jar itself.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 #: the tokens pycocoevalcap drops after tokenizing (its PUNCTUATIONS, verbatim: the bracket escapes are upper
 #: case there and survive lower-casing, as they do in pycocoevalcap itself)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metric.common.errors import InputError
-from metric.scoring.registry import METRICS as CONTRASTIVE_METRICS
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import METRICS as CONTRASTIVE_METRICS
 
 
 @dataclass(frozen=True)

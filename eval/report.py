@@ -18,17 +18,17 @@ The run-directory layout it reads (every part optional; a missing part is shown 
                               whose models' verdicts disagree
     results.json may also hold per row "delta"/"ci" ({column: value} / {column: [low, high]}: the change
     against the baseline row and its 95% interval), "reward_gains" and "findings" (sentences): all shown; a
-    null cell (the human row's B-4) is shown as '-'; and "system_table" (the layout of `eval.system_table`:
+    null cell (the human row's B-4) is shown as '-'; and "system_table" (the layout of `pacs.eval.system_table`:
     {"header", "metrics", "baseline", "rows": [{"system", "values", "ci", "delta", "delta_ci"}]}), shown as the
     "System-level table" section: values with intervals, differences against the baseline row and the heat map
     of `plot_system_table` (`system_table_section`, the body of `system_table_html`'s page).
 
 Images and plots are embedded as base64 PNG, so the page is one file with no external resources. The page
 records a digest of everything it was built from (`report_digest`: the files above, the gallery images, the
-title and the code of this module and of `eval.report_inputs`); `write_report(..., reuse=True)` keeps a page
+title and the code of this module and of `pacs.eval.report_inputs`); `write_report(..., reuse=True)` keeps a page
 whose digest still matches. Every file it reads, gallery images included, must resolve (symlinks included)
 inside the run directory; a gallery entry whose image leads elsewhere (`../x`, an absolute path, a symlink
-pointing outside) is an InputError naming the entry, and no page is written (`eval.report_inputs`).
+pointing outside) is an InputError naming the entry, and no page is written (`pacs.eval.report_inputs`).
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from scipy import stats
 
-from eval import report_inputs as _inputs
-from eval.report_inputs import (  # noqa: F401 (the readers are part of this module's interface)
+from pacs.eval import report_inputs as _inputs
+from pacs.eval.report_inputs import (  # noqa: F401 (the readers are part of this module's interface)
     CURVE_SKIP_COLUMNS,
     CURVE_X_COLUMNS,
     gallery_image,
@@ -63,10 +63,10 @@ from eval.report_inputs import (  # noqa: F401 (the readers are part of this mod
     load_results,
     report_inputs,
 )
-from eval.report_inputs import finite_number as _number
-from eval.report_inputs import read_input_json as _read_json
-from metric.common.errors import InputError
-from metric.common.io import write_text_atomic
+from pacs.eval.report_inputs import finite_number as _number
+from pacs.eval.report_inputs import read_input_json as _read_json
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,9 +173,9 @@ def _signed(value: float) -> str:
 
 def _interval_cell(delta: Any, interval: Any, column: str | None = None, scale: float = 1.0) -> str:
     """A change and its interval (times `scale`), classed `ci-up` / `ci-down` when the interval excludes 0 and
-    `ci-better` / `ci-worse` by the column's direction (`eval.columns`: a rise of Rep-n or %Incorrect is worse;
+    `ci-better` / `ci-worse` by the column's direction (`pacs.eval.columns`: a rise of Rep-n or %Incorrect is worse;
     length has none)."""
-    from eval import columns
+    from pacs.eval import columns
 
     if _number(delta) is None or not isinstance(interval, (list, tuple)) or len(interval) != 2:
         return "<td></td>"
@@ -407,7 +407,7 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
 
 def _system_section(extra: dict[str, Any]) -> list[tuple[str, str]]:
     """The page's "System-level table" section when results.json holds one (`system_table`, in the layout of
-    `eval.system_table`: the demo's rows and the human row): header, values with intervals, differences against
+    `pacs.eval.system_table`: the demo's rows and the human row): header, values with intervals, differences against
     the baseline row and the normalised heat map (`plot_system_table`); none otherwise."""
     table = extra.get("system_table")
     if not isinstance(table, dict):
@@ -457,9 +457,9 @@ def _column_model(table: dict[str, Any], metric: str) -> str | None:
 
 def normalised_columns(table: dict[str, Any]) -> list[list[float]]:
     """Rows × metrics of a system table, each metric scaled to [0, 1] over the rows from its worst (0) to its best
-    (1) row value by the metric's direction (`eval.columns`: lower is better for Rep-n, %Incorrect, grammar; length,
+    (1) row value by the metric's direction (`pacs.eval.columns`: lower is better for Rep-n, %Incorrect, grammar; length,
     which has no better direction, from lowest to highest); NaN where blank, 0.5 for a metric equal on every row."""
-    from eval import columns
+    from pacs.eval import columns
 
     metrics, rows = table["metrics"], table["rows"]
     grid = [[_number(row["values"].get(m)) for m in metrics] for row in rows]
@@ -484,7 +484,7 @@ def plot_system_table(table: dict[str, Any]) -> bytes:
     as PNG bytes."""
     import numpy as np
 
-    from eval import columns
+    from pacs.eval import columns
 
     metrics, rows = table["metrics"], table["rows"]
     grid = np.ma.masked_invalid(np.array(normalised_columns(table), dtype=float).reshape(len(rows), len(metrics)))
@@ -521,7 +521,7 @@ def system_table_section(table: dict[str, Any], png: bytes | None = None, delta_
     """HTML of a system table: header, values with intervals (`#system-table`; text metrics ×100, each contrastive
     column's model, family and w under its name), differences against the baseline (`#DELTA_ID`, coloured better
     / worse by the metric's direction when the paired interval excludes 0) and the heat map (`#system-plot`)."""
-    from eval import columns
+    from pacs.eval import columns
 
     metrics, rows = table["metrics"], table["rows"]
 

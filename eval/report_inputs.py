@@ -3,9 +3,9 @@
 Every file the report reads or hashes (the results table of `RESULT_FILES`, logs/*.csv or the recipe's
 <stage>/log.csv and <stage>/monitor.csv, logs/*.reference.json, correlation/*, gallery.json, train_log.json,
 stages/**/*.json and the gallery images) must resolve, symlinks included, inside the run directory
-(`metric.common.paths_inside`); anything else is one InputError naming it, raised before the file is looked at,
+(`pacs.metric.common.paths_inside`); anything else is one InputError naming it, raised before the file is looked at,
 so the report never reads, embeds or hashes a file outside the run (and never tells whether one exists). Bad
-JSON / CSV is one InputError naming the file (`metric.common.json_input`). The layout is in `eval.report`.
+JSON / CSV is one InputError naming the file (`pacs.metric.common.json_input`). The layout is in `pacs.eval.report`.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
-from metric.common.paths_inside import ConfinedRoot
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.paths_inside import ConfinedRoot
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ TRAIN_LOG = "train_log.json"
 
 
 def read_input_json(path: Path) -> Any:
-    """A JSON input of the report (`metric.common.json_input.read_json_file`: one InputError for any bad file)."""
+    """A JSON input of the report (`pacs.metric.common.json_input.read_json_file`: one InputError for any bad file)."""
     return read_json_file(path, path.name)
 
 

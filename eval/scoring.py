@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from eval.registry import get_metric
-from eval.text_metrics import compute_text_metrics
-from metric.common.errors import InputError
+from pacs.eval.registry import get_metric
+from pacs.eval.text_metrics import compute_text_metrics
+from pacs.metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def caption_length(caption: str) -> int:
 class MetricSuite:
     """Per-caption scoring for a list of metrics.
 
-    `scorer_factory(metric_name)` returns a `metric.scoring.scorer.Scorer` for contrastive metrics (built lazily, once
+    `scorer_factory(metric_name)` returns a `pacs.metric.scoring.scorer.Scorer` for contrastive metrics (built lazily, once
     per name); text metrics go through `compute_text_metrics`; `length` counts words. `failed` holds, per metric,
     the rows of the last `score` call it could not score (NaN there; SPICE only).
     """
@@ -75,7 +75,7 @@ class MetricSuite:
                 result[name] = value.per_caption
                 if not value.available:
                     self.unavailable[name] = value.reason
-                if value.n_failed:  # NaN rows of the last call (SPICE failures), logged by eval.spice
+                if value.n_failed:  # NaN rows of the last call (SPICE failures), logged by pacs.eval.spice
                     self.failed[name] = value.failed
         for name in self.metrics:
             metric = get_metric(name)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pycocoevalcap.spice.spice as coco_spice
 
-from eval.java import java_major_version, require_java
-from metric.common.errors import MissingResourceError, PacsError
+from pacs.eval.java import java_major_version, require_java
+from pacs.metric.common.errors import MissingResourceError, PacsError
 
 log = logging.getLogger(__name__)
 

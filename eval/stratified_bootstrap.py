@@ -6,7 +6,7 @@ with replacement from its `N` test images; the statistic of a resample is the ag
 (the mean; the interquartile mean where there are 5 or more seeds) of each drawn seed's statistic on its drawn
 images. The point estimate is the same aggregate over the seeds on all their images. Every column and every row
 is computed on the same resamples (paired), so a difference `model − baseline` is the aggregate of the per-seed
-differences. The interval is the 2.5–97.5 percentile of the resample statistics (`eval.correlation.confidence_interval`).
+differences. The interval is the 2.5–97.5 percentile of the resample statistics (`pacs.eval.correlation.confidence_interval`).
 
 The resample indices come from `numpy.random.default_rng(seed)`, per resample first `integers(0, S, size=S)`
 (the seeds) then `integers(0, N, size=(S, N))` (the images of each drawn seed), so they can be recomputed by hand.
@@ -94,7 +94,7 @@ class StratifiedBootstrap:
     def estimate(self, full: np.ndarray, samples: np.ndarray) -> Estimate:
         """The estimate from each seed's statistic on all its images (`full`, `[S]`) and the resamples' per-slot
         statistics (`samples`, `[B, S]`, e.g. a difference of two `per_seed_means`)."""
-        from eval.correlation import confidence_interval
+        from pacs.eval.correlation import confidence_interval
 
         full = np.asarray(full, dtype=np.float64)
         resampled = np.asarray(aggregate(samples, axis=1), dtype=np.float64)

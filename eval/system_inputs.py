@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 HUMAN_ROW = "human"
 
@@ -104,7 +104,7 @@ def canonical_rows(path: Path | None, references: Mapping[str, Sequence[str]], u
 
     Every id must have references; with `unique`, an image captioned twice is an InputError naming the ids.
     """
-    from metric.scoring.inputs import load_candidates, references_for
+    from pacs.metric.scoring.inputs import load_candidates, references_for
 
     if path is None:
         path = Path(f"system {name!r} ({IN_MEMORY})")

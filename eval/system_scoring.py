@@ -2,7 +2,7 @@
 
 `SharedScoring` holds what every system of a table shares: the PTB tokenization (one Java call for every
 caption and reference of every system), one CIDEr-D scorer per reference configuration (its document
-frequencies and reference statistics are prepared once, `eval.cider.CiderD`), one contrastive Scorer per metric
+frequencies and reference statistics are prepared once, `pacs.eval.cider.CiderD`), one contrastive Scorer per metric
 (each image is encoded once for all systems; the text cache is cleared between systems so that every system's
 captions are embedded in the same batches as in a run of that system alone) and the grammar checker.
 `score_rows` gives, for one system, the table's values (exactly what `pacs evaluate` prints for it alone) and
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from eval.registry import get_metric
-from metric.common.errors import InputError, PacsError
+from pacs.eval.registry import get_metric
+from pacs.metric.common.errors import InputError, PacsError
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class SharedScoring:
 
     def __init__(self, options: ScoringOptions, scorer_factory: Callable[[str], Any] | None = None,
                  tokenizer: Callable[[list[str]], list[str]] | None = None) -> None:
-        from eval.scoring import MetricSuite
+        from pacs.eval.scoring import MetricSuite
 
         self.options = options
         self.tokenizer = tokenizer  # None: pycocoevalcap's PTB tokenization (options.ptb_tokenizer: python / java)
@@ -125,10 +125,10 @@ class SharedScoring:
         return any(get_metric(m).kind == "text" for m in self.metrics)
 
     def tokenize(self, strings: Sequence[str]) -> None:
-        """PTB-tokenize every string not seen yet, in one call of `eval.tokenize.ptb_tokenize` (the options'
+        """PTB-tokenize every string not seen yet, in one call of `pacs.eval.tokenize.ptb_tokenize` (the options'
         tokenizer: Python by default, or Java's), or with the caller's `tokenizer` (one verified equal to it on the
         caller's texts, e.g. the demo world's)."""
-        from eval.tokenize import ptb_tokenize
+        from pacs.eval.tokenize import ptb_tokenize
 
         todo = list(dict.fromkeys(s for s in strings if s not in self._tokens))
         if todo:
@@ -142,7 +142,7 @@ class SharedScoring:
 
     def cider(self, reference_key: str) -> Any:
         """The CIDEr-D scorer of a reference configuration (document frequencies from those references)."""
-        from eval.cider import CiderD
+        from pacs.eval.cider import CiderD
 
         if reference_key not in self._cider:
             self._cider[reference_key] = CiderD()
@@ -150,7 +150,7 @@ class SharedScoring:
 
     def grammar_checker(self) -> Any:
         """The grammar checker (built once); a missing optional backend is a PacsError kept as the reason."""
-        from eval.grammar import build_grammar_checker
+        from pacs.eval.grammar import build_grammar_checker
 
         if self._checker is None and self._checker_error is None:
             try:
@@ -169,7 +169,7 @@ class SharedScoring:
 def _text_scores(shared: SharedScoring, captions: list[str], references: list[list[str]], reference_key: str,
                  out: RowScores, ids: Sequence[str]) -> None:
     """BLEU, METEOR, ROUGE-L, SPICE (pycocoevalcap) and CIDEr-D (the shared scorer) into `out`."""
-    from eval.text_metrics import compute_text_metrics
+    from pacs.eval.text_metrics import compute_text_metrics
 
     text = [m for m in shared.metrics if get_metric(m).kind == "text"]
     if not text:
@@ -204,7 +204,7 @@ def _text_scores(shared: SharedScoring, captions: list[str], references: list[li
 def _contrastive_scores(shared: SharedScoring, ids: Sequence[str], captions: list[str],
                         references: list[list[str]], out: RowScores) -> None:
     """CLIP-S / PAC-S / PAC-S++ (and Ref-) with the shared scorers: images from their cache, texts embedded anew."""
-    from eval import benchmarks as bench
+    from pacs.eval import benchmarks as bench
 
     suite = shared.suite
     if suite is None:
@@ -244,8 +244,8 @@ def truncation_counts(suite: Any, captions: Sequence[str]) -> dict[str, int]:
 
 def _fluency_scores(shared: SharedScoring, captions: list[str], out: RowScores) -> None:
     """Rep-n, %Incorrect, grammar-error rate and length (table values and per-caption values)."""
-    from eval import fluency
-    from eval.grammar import grammar_error_rate
+    from pacs.eval import fluency
+    from pacs.eval.grammar import grammar_error_rate
 
     for name in shared.metrics:
         if name.startswith("rep"):

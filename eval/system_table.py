@@ -1,9 +1,9 @@
 """System-level tables: many captioners (and a human baseline) scored on the same images with every metric.
 
-`build_system_table(request)` loads every system (`eval.system_inputs`), scores them with shared state
-(`eval.system_scoring`: each image encoded once, one CIDEr-D scorer per reference configuration), adds the
-human row (`eval.human_baseline`), per-row bootstrap 95% intervals over images and a paired bootstrap against
-the baseline row (`eval.correlation.bootstrap`: every row is resampled with the same image indices), and
+`build_system_table(request)` loads every system (`pacs.eval.system_inputs`), scores them with shared state
+(`pacs.eval.system_scoring`: each image encoded once, one CIDEr-D scorer per reference configuration), adds the
+human row (`pacs.eval.human_baseline`), per-row bootstrap 95% intervals over images and a paired bootstrap against
+the baseline row (`pacs.eval.correlation.bootstrap`: every row is resampled with the same image indices), and
 returns the JSON table; `table_text`, `table_csv` render it, `write_table` writes JSON / CSV / PNG / HTML.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_out_references
-from eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
-from eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
-from metric.common.errors import InputError
-from metric.scoring.model_options import ModelOptions
+from pacs.eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_out_references
+from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
+from pacs.eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ METHODS = {
     "meteor": "mean of per-caption METEOR over the resample (approximation: the jar's corpus aggregate is "
               "recomputed per resample only with --bootstrap-recompute-corpus)",
     "meteor-recomputed": "corpus METEOR recomputed on every resample (the jar's aggregate of the resampled "
-                         "captions' sufficient statistics, eval.meteor_stats)",
+                         "captions' sufficient statistics, pacs.eval.meteor_stats)",
     "mean": "mean of per-caption values over the resample (the row's value is that mean)",
 }
 
@@ -50,7 +50,7 @@ def default_metrics(images: str | None, checkpoint: str | None, backbone: str | 
                     metric_models: Any = None) -> list[str]:
     """The metrics `pacs evaluate` runs without --metrics (contrastive ones with --images and a model, or with
     `--metric-model METRIC=SPEC` each such metric and its Ref- variant, reference-based ones first)."""
-    from eval.metric_models import parse_metric_models
+    from pacs.eval.metric_models import parse_metric_models
 
     metrics = list(DEFAULT_EVALUATE_METRICS)
     given = parse_metric_models(metric_models)
@@ -66,7 +66,7 @@ def default_metrics(images: str | None, checkpoint: str | None, backbone: str | 
 class TableRequest:
     """A system-level table to build: systems, references, metrics and every option, typed."""
 
-    #: `NAME=FILE` strings, or `{name: captions in memory or FILE}` (`eval.system_inputs.parse_candidate_specs`)
+    #: `NAME=FILE` strings, or `{name: captions in memory or FILE}` (`pacs.eval.system_inputs.parse_candidate_specs`)
     candidates: Any
     #: the references file, or `{image_id: [reference, ...]}` in memory
     references: Any
@@ -80,14 +80,14 @@ class TableRequest:
     skip_single_reference_images: bool = False
     baseline: str | None = None
     recompute_corpus: bool = False
-    #: a model per contrastive column (`--metric-model METRIC=SPEC`, `eval.metric_models`): `METRIC=SPEC` strings
+    #: a model per contrastive column (`--metric-model METRIC=SPEC`, `pacs.eval.metric_models`): `METRIC=SPEC` strings
     #: or `{metric: SPEC}`; the columns without one use `model`
     metric_models: Any = None
     #: contrastive scorers by metric name, instead of the ones `model` builds (a caller holding its own models:
     #: the demo scores CLIP-S with its CLIP and PAC-S++ with its PAC-S++ model)
     scorer_factory: Callable[[str], Any] | None = None
     #: the text metrics' tokenizer instead of pycocoevalcap's PTB tokenizer (Java): only one verified equal to it on
-    #: the caller's texts (the demo world's `captioner.demo.world.ptb_tokenize_world`, tested against Java's)
+    #: the caller's texts (the demo world's `pacs.captioner.demo.world.ptb_tokenize_world`, tested against Java's)
     tokenizer: Callable[[list[str]], list[str]] | None = None
 
 
@@ -109,12 +109,12 @@ def _mean(values: np.ndarray) -> float:
 
 def bootstrap_samples(scores: RowScores, metrics: list[str], n_resamples: int, seed: int,
                       recompute_corpus: bool = False) -> dict[str, np.ndarray]:
-    """The row's statistic for every metric on `n_resamples` image resamples (`eval.correlation.bootstrap`);
+    """The row's statistic for every metric on `n_resamples` image resamples (`pacs.eval.correlation.bootstrap`);
     with `recompute_corpus`, corpus CIDEr-D (document frequencies included) and corpus METEOR (the jar's
     aggregate) are recomputed on each resample."""
-    from eval.cider import CiderD
-    from eval.correlation import bootstrap
-    from eval.meteor_stats import MeteorStats
+    from pacs.eval.cider import CiderD
+    from pacs.eval.correlation import bootstrap
+    from pacs.eval.meteor_stats import MeteorStats
 
     usable = [m for m in metrics if scores.values.get(m) is not None
               and (m in scores.per_row or (m.startswith("bleu") and scores.bleu is not None))]
@@ -211,7 +211,7 @@ def _check_baseline(baseline: str | None, names: list[str]) -> str | None:
 def add_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: list[str], baseline: str | None,
                   n_resamples: int, seed: int, recompute_corpus: bool = False) -> None:
     """Per-row 95% intervals, and the paired difference against the baseline row with its interval."""
-    from eval.correlation import confidence_interval
+    from pacs.eval.correlation import confidence_interval
 
     samples = [bootstrap_samples(s, metrics, n_resamples, seed, recompute_corpus) for s in scores]
     for row, own in zip(rows, samples):
@@ -238,11 +238,11 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     `row_scores`, when given, receives every row's `RowScores` (table order: per-caption values, BLEU statistics)
     for a caller that adds its own columns or paired comparisons with `add_intervals`.
     """
-    from eval.api import json_safe, scoring_conventions
-    from eval.metric_models import check_columns, column_factory, parse_metric_models
-    from metric.common.provenance import provenance
-    from metric.common.seeding import seed_everything
-    from metric.scoring.inputs import load_references
+    from pacs.eval.api import json_safe, scoring_conventions
+    from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
+    from pacs.metric.common.provenance import provenance
+    from pacs.metric.common.seeding import seed_everything
+    from pacs.metric.scoring.inputs import load_references
 
     seed_everything(request.seed)
     conventions = scoring_conventions(request.model)  # a bad score / long_captions fails before any work
@@ -336,10 +336,10 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
 def column_records(shared: SharedScoring, metrics: list[str], metric_models: dict[str, Any], model: ModelOptions,
                    own_factory: bool = False) -> dict[str, dict[str, Any]]:
     """Per column: its paper label, group, direction, printed scale and, for a contrastive column, the model,
-    family and `w` that scored it (`eval.metric_models.column_record`)."""
-    from eval import columns
-    from eval.metric_models import column_record
-    from eval.registry import get_metric
+    family and `w` that scored it (`pacs.eval.metric_models.column_record`)."""
+    from pacs.eval import columns
+    from pacs.eval.metric_models import column_record
+    from pacs.eval.registry import get_metric
 
     names = {columns.HIGHER: "higher", columns.LOWER: "lower", columns.NEITHER: None}
     records = {}
@@ -442,9 +442,9 @@ def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: s
                 png_path: str | None = None, html_path: str | None = None, latex_path: str | None = None,
                 markdown_path: str | None = None) -> list[Path]:
     """Write the table as JSON, CSV (next to the JSON when no CSV path is given), PNG plot, HTML page, LaTeX and
-    Markdown (`eval.table_export`; each atomically, all rendered before the first is written); the paths
+    Markdown (`pacs.eval.table_export`; each atomically, all rendered before the first is written); the paths
     written."""
-    from metric.common.io import atomic_path, write_json_atomic, write_text_atomic
+    from pacs.metric.common.io import atomic_path, write_json_atomic, write_text_atomic
 
     if json_path and not csv_path:
         csv_path = str(Path(json_path).with_suffix(".csv"))
@@ -452,11 +452,11 @@ def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: s
     if csv_path:
         rendered["csv"] = table_csv(table)
     if latex_path or markdown_path:
-        from eval.table_export import table_latex, table_markdown
+        from pacs.eval.table_export import table_latex, table_markdown
 
         rendered["latex"], rendered["markdown"] = table_latex(table), table_markdown(table)
     if png_path or html_path:
-        from eval.report import plot_system_table, system_table_html
+        from pacs.eval.report import plot_system_table, system_table_html
 
         png = plot_system_table(table)
         rendered["png"] = png

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eval import columns as col
-from eval.system_inputs import HUMAN_ROW
+from pacs.eval import columns as col
+from pacs.eval.system_inputs import HUMAN_ROW
 
 _LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}

@@ -27,12 +27,12 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 
-from eval.cider import CiderD
-from eval.java import require_java
-from eval.registry import get_metric
-from eval.spice import SpiceUnavailable, compute_spice
-from eval.tokenize import check_ptb_tokenizer, ptb_tokenize
-from metric.common.errors import InputError
+from pacs.eval.cider import CiderD
+from pacs.eval.java import require_java
+from pacs.eval.registry import get_metric
+from pacs.eval.spice import SpiceUnavailable, compute_spice
+from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize
+from pacs.metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,11 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
     (corpus BLEU, METEOR's aggregate, mean ROUGE-L / CIDEr-D / SPICE) over the distinct pairs. When the CoreNLP
     jars are missing, SPICE comes back with `available=False` and the reason instead of failing the run.
     Java is needed by METEOR and SPICE only (jars), and by the PTB tokenization when `tokenizer="java"`; the
-    default PTB tokenizer is the Python one (`eval.ptb`, equal to Java's on the shared data sets). `session`
+    default PTB tokenizer is the Python one (`pacs.eval.ptb`, equal to Java's on the shared data sets). `session`
     (default: the active `TextMetricSession`, else one for this call with `tokenizer`, default "python") shares
     METEOR's process and PTB tokens between calls; a session's own tokenizer is used for its calls.
 
-    >>> from eval import compute_text_metrics
+    >>> from pacs.eval import compute_text_metrics
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
     >>> values = compute_text_metrics(["A dog runs on the grass.", "A man rides a horse."], refs,
     ...                               ["bleu1", "rouge", "cider"])

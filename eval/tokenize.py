@@ -1,6 +1,6 @@
 """pycocoevalcap's PTB tokenization (Stanford PTBTokenizer 3.4.1 + punctuation removal).
 
-`ptb_tokenize` uses the pure-Python tokenizer (`eval.ptb`, equal to Java's on the shared data sets) by default, or
+`ptb_tokenize` uses the pure-Python tokenizer (`pacs.eval.ptb`, equal to Java's on the shared data sets) by default, or
 pycocoevalcap's jar (`tokenizer="java"`, one Java call per batch).
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pycocoevalcap.tokenizer.ptbtokenizer as ptb
 
-from eval.java import require_java
-from eval.ptb import python_ptb_tokenize
-from metric.common.errors import InputError, PacsError
+from pacs.eval.java import require_java
+from pacs.eval.ptb import python_ptb_tokenize
+from pacs.metric.common.errors import InputError, PacsError
 
 log = logging.getLogger(__name__)
 

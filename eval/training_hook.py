@@ -1,6 +1,6 @@
 """Periodic correlation during metric training: a hook running an eval benchmark on the current weights.
 
-`metric.training.trainer.train_metric(..., correlation_hook=...)` calls the hook with the backbone being
+`pacs.metric.training.trainer.train_metric(..., correlation_hook=...)` calls the hook with the backbone being
 trained and logs its numbers as ``corr_<key>``; the metric package never imports eval, the caller (the
 `pacs train-metric` command, a recipe, a script) builds the hook here and passes it in.
 """
@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 if TYPE_CHECKING:
-    from metric.models.backbones import Backbone
-    from metric.training.config import CorrelationOptions
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.training.config import CorrelationOptions
 
 #: the metric a backbone family is scored with
 METRIC_OF_FAMILY = {"pac-s++": "pac-s++", "pac-s": "pac-s", "clip": "clip-s"}
@@ -39,9 +39,9 @@ def benchmark_correlation(benchmark: str, data: str | None, images: str | None, 
     Judged pairs whose image is missing are skipped (and counted by the benchmark), as during training a
     partial image folder is common; the keys are e.g. ``tau_b``, ``tau_c``, ``n`` or ``HC``, ``mean``.
     """
-    from eval.benchmarks import RunContext, get_benchmark
-    from eval.scoring import MetricSuite
-    from metric.scoring.scorer import Scorer
+    from pacs.eval.benchmarks import RunContext, get_benchmark
+    from pacs.eval.scoring import MetricSuite
+    from pacs.metric.scoring.scorer import Scorer
 
     if not data:
         raise InputError("correlation.data is required with correlation.benchmark")

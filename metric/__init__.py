@@ -1,7 +1,7 @@
 """pacs.metric: CLIP-family dual encoders, CLIP-S / PAC-S / PAC-S++ scores, checkpoints, and PAC-S++ training.
 
-The public API, in one import (each name is imported on first access, PEP 562, so `import metric` and
-`import metric.common.errors` load neither torch nor open_clip):
+The public API, in one import (each name is imported on first access, PEP 562, so `import pacs.metric` and
+`import pacs.metric.common.errors` load neither torch nor open_clip):
 
 - `score(images, captions, references, metric="ref-pac-s++", checkpoint=...)`: per-caption scores + mean;
 - `load_backbone`, `Scorer`: a model from any source, and the batched, cached scorer;
@@ -15,16 +15,16 @@ from typing import Any
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
-    "score": "metric.scoring.api",
-    "MetricScores": "metric.scoring.api",
-    "load_backbone": "metric.models.factory",
-    "Scorer": "metric.scoring.scorer",
-    "clip_score": "metric.scoring.scores",
-    "reference_term": "metric.scoring.scores",
-    "ref_score": "metric.scoring.scores",
-    "CLIPScore": "metric.scoring.tm_metrics",
-    "PACScore": "metric.scoring.tm_metrics",
-    "PACScorePlusPlus": "metric.scoring.tm_metrics",
+    "score": "pacs.metric.scoring.api",
+    "MetricScores": "pacs.metric.scoring.api",
+    "load_backbone": "pacs.metric.models.factory",
+    "Scorer": "pacs.metric.scoring.scorer",
+    "clip_score": "pacs.metric.scoring.scores",
+    "reference_term": "pacs.metric.scoring.scores",
+    "ref_score": "pacs.metric.scoring.scores",
+    "CLIPScore": "pacs.metric.scoring.tm_metrics",
+    "PACScore": "pacs.metric.scoring.tm_metrics",
+    "PACScorePlusPlus": "pacs.metric.scoring.tm_metrics",
 }
 
 __all__ = ["CLIPScore", "MetricScores", "PACScore", "PACScorePlusPlus", "Scorer", "clip_score", "load_backbone",
@@ -34,7 +34,7 @@ __all__ = ["CLIPScore", "MetricScores", "PACScore", "PACScorePlusPlus", "Scorer"
 def __getattr__(name: str) -> Any:
     """Import a public name on first access (the torchmetrics classes need the `torchmetrics` extra)."""
     if name not in _PUBLIC:
-        raise AttributeError(f"module 'metric' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(_PUBLIC[name]), name)
     globals()[name] = value
     return value

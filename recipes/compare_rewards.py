@@ -10,7 +10,7 @@ Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the te
 contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):
 `ci` in results.json, `Δ<column> low/high` in results.csv, a second table in results.md.
 With `--seeds` (two or more) XE and every reward are trained once per seed (`<run_dir>/seed-<s>/`, the features
-extracted once; `captioner.orchestration.seed_runs`): each row is the mean over seeds (IQM from 5) and its interval
+extracted once; `pacs.captioner.orchestration.seed_runs`): each row is the mean over seeds (IQM from 5) and its interval
 a paired stratified bootstrap over seeds and images; results.json keeps every seed's row (`seed_rows`).
 A stage whose recorded fingerprint is unchanged is skipped, so adding a reward later only trains that reward;
 a changed setting re-runs the stages it determines; `--force STAGE` re-runs one stage.
@@ -22,14 +22,14 @@ import json
 import sys
 from pathlib import Path
 
-from captioner.modeling.training import process_state
-from captioner.orchestration.evaluation import TABLE_COLUMNS
-from captioner.orchestration.launching import relaunch_cpu_processes
-from captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
-from captioner.orchestration.seed_runs import run_seeds
-from metric.common.config import load_config
-from metric.common.os_errors import user_error_line
-from metric.common.terminal import setup_terminal_logging
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
+from pacs.captioner.orchestration.seed_runs import run_seeds
+from pacs.metric.common.config import load_config
+from pacs.metric.common.os_errors import user_error_line
+from pacs.metric.common.terminal import setup_terminal_logging
 
 DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
 
@@ -44,8 +44,8 @@ def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
 
 def add_seed_rows(path: Path, seed_rows: list[dict], config: PipelineConfig) -> None:
     """Keep every seed's row, the seeds and the pooling method in the comparison's results.json."""
-    from eval.stratified_bootstrap import METHOD, point_name
-    from metric.common.io import write_json_atomic
+    from pacs.eval.stratified_bootstrap import METHOD, point_name
+    from pacs.metric.common.io import write_json_atomic
 
     results = json.loads(path.read_text(encoding="utf-8"))
     results.update(seeds=list(config.seeds), seed_rows=seed_rows,

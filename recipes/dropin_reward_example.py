@@ -2,7 +2,7 @@
 
 The pacs reward protocol is all a training loop needs::
 
-    reward = rewards.build_reward("cider:1,clip-s:1", backbone=..., image_paths=..., train_references=...)
+    reward = pacs.rewards.build_reward("cider:1,clip-s:1", backbone=..., image_paths=..., train_references=...)
     values = reward(image_ids, captions, references)   # list[str], list[list[str]] (B x k), list[list[str]]
     values.shape == (B, k)                              # float32 on the CPU, no gradient
 
@@ -19,7 +19,7 @@ Guards against reward hacking (docs/rewards.md "Guard rewards"): add the repetit
 spec (`--reward clip-s:1,rep-penalty:0.5,length-penalty:0.25`), and `--kl-coef BETA` keeps the policy near a
 frozen copy of its starting weights: `scst_step_with_kl` subtracts `BETA·Σ_t (log π(y_t) − log π_ref(y_t))`
 from each sampled caption's reward before the baseline (TRL's `beta`; with TRL's `GRPOTrainer` set
-`GRPOConfig(beta=...)` instead, and pass the same spec to `rewards.trl.reward_function`).
+`GRPOConfig(beta=...)` instead, and pass the same spec to `pacs.rewards.trl.reward_function`).
 """
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ from typing import Any
 import torch
 from PIL import Image
 
-from captioner.data import CaptionDataset, load_dataset
-from metric.common.errors import PacsError
-from metric.common.paths import shared_dir
-from metric.common.seeding import seed_everything
-from rewards import build_reward
+from pacs.captioner.data import CaptionDataset, load_dataset
+from pacs.metric.common.errors import PacsError
+from pacs.metric.common.paths import shared_dir
+from pacs.metric.common.seeding import seed_everything
+from pacs.rewards import build_reward
 
 logger = logging.getLogger("dropin_reward_example")
 
@@ -184,7 +184,7 @@ def reward_context(config: DropInConfig, dataset: CaptionDataset) -> dict[str, A
     if config.checkpoint:
         context["checkpoint"] = config.checkpoint
     elif config.backbone == "tiny":
-        from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+        from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
         context["backbone"] = build_backbone_from_config(tiny_clip_config(), seed=config.seed)
     else:

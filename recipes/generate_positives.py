@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 if __name__ == "__main__":
     sys.exit(pacs_cli.main(["generate-positives", *sys.argv[1:]]))

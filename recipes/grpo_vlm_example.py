@@ -1,4 +1,4 @@
-"""GRPO with TRL on a tiny random vision-language model, rewarded by pacs (`rewards.trl.reward_function`).
+"""GRPO with TRL on a tiny random vision-language model, rewarded by pacs (`pacs.rewards.trl.reward_function`).
 
 Everything is built in code and offline: a word-level tokenizer made from Flickr8k captions, a CLIP image
 processor, a `LlavaProcessor` with a small chat template, and a randomly initialised LLaVA (2-layer CLIP
@@ -6,16 +6,16 @@ vision tower + 2-layer Llama decoder). The dataset holds one row per Flickr8k tr
 conversational `prompt`, the `image` (decoded by `datasets` to a PIL image, which the VLM sees and the reward
 scores) and its `references` (read by reference-based rewards and CIDEr). `trl.GRPOTrainer` samples
 `num_generations` captions per image, scores them with the pacs reward and takes a GRPO step; the reward
-model is the tiny random CLIP of `metric.models.backbones` unless `--backbone NAME[/PRETRAINED]` or `--checkpoint`
+model is the tiny random CLIP of `pacs.metric.models.backbones` unless `--backbone NAME[/PRETRAINED]` or `--checkpoint`
 names a real one.
 
     HF_HUB_OFFLINE=1 PACS_SHARED=/path/to/shared python recipes/grpo_vlm_example.py --steps 3 --reward pac-s++
 
 `--out FILE` writes the reward the trainer logged at each step and the completions and image files the
 reward scored (tests recompute the reward from them). `--aggregation normalize_then_sum` passes one reward
-function per component of a mix (`rewards.trl.reward_functions`) with TRL's GDPO normalisation of each
+function per component of a mix (`pacs.rewards.trl.reward_functions`) with TRL's GDPO normalisation of each
 component within the generations of a prompt; `--monitor-every N` adds pacs' completion monitor
-(`rewards.monitor.CompletionMonitor`: length, Rep-n, distinct-n of the completions; a warning on gaming).
+(`pacs.rewards.monitor.CompletionMonitor`: length, Rep-n, distinct-n of the completions; a warning on gaming).
 """
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
-from captioner.data import load_dataset
-from metric.common.errors import PacsError
-from metric.common.io import write_json_atomic
-from metric.common.paths import shared_dir
-from metric.common.seeding import seed_everything
-from rewards.monitor import CompletionMonitor
-from rewards.trl import PacsRewardFunction, reward_function, reward_functions
+from pacs.captioner.data import load_dataset
+from pacs.metric.common.errors import PacsError
+from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.paths import shared_dir
+from pacs.metric.common.seeding import seed_everything
+from pacs.rewards.monitor import CompletionMonitor
+from pacs.rewards.trl import PacsRewardFunction, reward_function, reward_functions
 
 logger = logging.getLogger("grpo_vlm_example")
 
@@ -158,7 +158,7 @@ def reward_model_options(config: GRPOExampleConfig) -> dict[str, Any]:
     if config.checkpoint:
         return {"checkpoint": config.checkpoint}
     if config.backbone == "tiny":
-        from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+        from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
         return {"backbone": build_backbone_from_config(tiny_clip_config(), seed=config.seed)}
     return {"backbone": config.backbone}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioner.entry import run_from_config, run_summary
-from captioner.orchestration.launching import relaunch_cpu_processes
-from metric.common.os_errors import user_error_line
-from metric.common.terminal import setup_terminal_logging
+from pacs.captioner.entry import run_from_config, run_summary
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.metric.common.os_errors import user_error_line
+from pacs.metric.common.terminal import setup_terminal_logging
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,8 +4,8 @@
 `reward(image_ids, captions[B][k], references[B][*]) -> torch.FloatTensor[B, k]`; new rewards are one
 function decorated with `@register_reward("name")`.
 
-Every name is imported on first access (PEP 562), so `import rewards` loads neither torch nor a model; the
-built-in rewards register themselves on first use of the registry (`rewards.registry.load_builtin_rewards`).
+Every name is imported on first access (PEP 562), so `import pacs.rewards` loads neither torch nor a model; the
+built-in rewards register themselves on first use of the registry (`pacs.rewards.registry.load_builtin_rewards`).
 """
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ from typing import Any
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
-    "build_reward": "rewards.registry",
-    "register_reward": "rewards.registry",
-    "reward_names": "rewards.registry",
-    "parse_reward_spec": "rewards.registry",
+    "build_reward": "pacs.rewards.registry",
+    "register_reward": "pacs.rewards.registry",
+    "reward_names": "pacs.rewards.registry",
+    "parse_reward_spec": "pacs.rewards.registry",
 }
 #: also importable from the package root (kept for existing code)
 _OTHERS = {
-    "REWARDS": "rewards.registry",
-    "Reward": "rewards.base",
-    "WeightedReward": "rewards.base",
-    "check_batch": "rewards.base",
-    "ImageEmbeddingCache": "rewards.resources",
-    "RewardResources": "rewards.resources",
+    "REWARDS": "pacs.rewards.registry",
+    "Reward": "pacs.rewards.base",
+    "WeightedReward": "pacs.rewards.base",
+    "check_batch": "pacs.rewards.base",
+    "ImageEmbeddingCache": "pacs.rewards.resources",
+    "RewardResources": "pacs.rewards.resources",
 }
 
 __all__ = ["build_reward", "parse_reward_spec", "register_reward", "reward_names"]
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
     """Import a root-level name on first access."""
     module = _PUBLIC.get(name) or _OTHERS.get(name)
     if module is None:
-        raise AttributeError(f"module 'rewards' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name == "REWARDS":
         value = importlib.import_module(module).load_builtin_rewards()  # the table with the built-ins in it
     else:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
 
@@ -36,7 +36,7 @@ def check_batch(image_ids: Sequence[str], captions: Sequence[Sequence[str]],
 class Reward:
     """A named reward function with the batch contract enforced on its inputs and output.
 
-    `mix_normalisation` (`rewards.mix`; set by `build_reward(..., mix_normalisation=...)`): how `group_rewards`
+    `mix_normalisation` (`pacs.rewards.mix`; set by `build_reward(..., mix_normalisation=...)`): how `group_rewards`
     aggregates the reward's components for a policy gradient; calling the reward always gives the weighted sum.
     """
 
@@ -77,8 +77,8 @@ class Reward:
     def group_rewards(self, image_ids: list[str], captions: list[list[str]],
                       references: list[list[str]]) -> torch.Tensor:
         """The rewards `[B, k]` to compute advantages from: the weighted sum, or with `mix_normalisation`
-        `normalize_then_sum` each component normalised within the image's k captions first (`rewards.mix`)."""
-        from rewards.mix import mixed_rewards
+        `normalize_then_sum` each component normalised within the image's k captions first (`pacs.rewards.mix`)."""
+        from pacs.rewards.mix import mixed_rewards
 
         return mixed_rewards(self, self(image_ids, captions, references), self.mix_normalisation)
 

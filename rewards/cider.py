@@ -1,6 +1,6 @@
-"""The `cider` reward: fast CIDEr-D (`eval.cider`) with document frequencies from the training references.
+"""The `cider` reward: fast CIDEr-D (`pacs.eval.cider`) with document frequencies from the training references.
 
-Candidates and references are normalised by the same tokenizer (`rewards.text`: PTB-style, lower-cased,
+Candidates and references are normalised by the same tokenizer (`pacs.rewards.text`: PTB-style, lower-cased,
 punctuation removed; `cider_tokenizer="fast"` in Python by default, `"ptb"` for pycocoevalcap's Java one).
 Tokenized references are cached for the whole run; the document frequencies are computed once per training
 set as compact arrays, the references tokenized and encoded into word ids block by block (no Python list of the
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from eval.cider import CiderD, DocumentFrequency
-from eval.cider_tables import cider_df_blocks
-from metric.common.errors import InputError
-from rewards.registry import register_reward
-from rewards.text import TOKENIZERS, CaptionTokenizer
+from pacs.eval.cider import CiderD, DocumentFrequency
+from pacs.eval.cider_tables import cider_df_blocks
+from pacs.metric.common.errors import InputError
+from pacs.rewards.registry import register_reward
+from pacs.rewards.text import TOKENIZERS, CaptionTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class CiderDReward:
 
     @property
     def document_frequency(self) -> DocumentFrequency:
-        """The training-set document frequencies (pass them to `eval.cider_d` to evaluate with the same table)."""
+        """The training-set document frequencies (pass them to `pacs.eval.cider_d` to evaluate with the same table)."""
         return self.scorer.document_frequency
 
     def _references(self, references: list[list[str]], image_ids: list[str]) -> list[list[str]]:

@@ -1,9 +1,9 @@
 """Contrastive rewards from metric/: clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++.
 
-Each is `metric.scoring.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
+Each is `pacs.metric.scoring.scorer.Scorer.score_embeddings` on cached image embeddings (an image is encoded once per run,
 cached by the image itself — resolved path or pixel hash — never by its id alone) and the sampled captions (plus the image's references for the `ref-` variants), with the
-metric's default w (`metric.scoring.registry.default_w`) unless the context gives `w`. The reward model is frozen
-(eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `metric.scoring.scorer`) sets the compute
+metric's default w (`pacs.metric.scoring.registry.default_w`) unless the context gives `w`. The reward model is frozen
+(eval mode, no gradients). `dtype` ("fp32" default, "bf16", "fp16"; see `pacs.metric.scoring.scorer`) sets the compute
 precision of a scorer the reward builds itself; a given `scorer=` keeps its own.
 
 The context's `score` ("cosine" default: `w·max(cos, 0)`; "sigmoid": the model's calibrated probability, refused
@@ -11,7 +11,7 @@ for a model without a logit bias) and `long_captions` ("truncate" default, or "c
 references chunked the same way) apply to every contrastive term of the spec, e.g.
 `build_reward("pac-s++", checkpoint=..., score="sigmoid", long_captions="chunk")`. Each call marks the captions
 cut to the text context: `last_truncated` (bool `[B, k]`) and the running count `n_truncated`.
-Images given by `image_loader` / `image_paths` may be paths, PIL images or tensors (`metric.scoring.image_inputs`).
+Images given by `image_loader` / `image_paths` may be paths, PIL images or tensors (`pacs.metric.scoring.image_inputs`).
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError
-from metric.scoring.registry import METRICS, MetricSpec, default_w
-from rewards.registry import register_reward
-from rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import METRICS, MetricSpec, default_w
+from pacs.rewards.registry import register_reward
+from pacs.rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,9 @@ def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any
                         device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None,
                         dtype: str = "fp32") -> Any:
     """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint` in `dtype`."""
-    from metric.models.backbones import Backbone
-    from metric.models.factory import load_backbone
-    from metric.scoring.scorer import Scorer, check_dtype
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.scoring.scorer import Scorer, check_dtype
 
     if scorers and name in scorers:
         chosen = scorers[name]
@@ -117,7 +117,7 @@ def contrastive_factory(name: str):
                 image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
                 resources: RewardResources | None = None, dtype: str = "fp32", score: str = "cosine",
                 long_captions: str = "truncate", **_: Any) -> ContrastiveReward:
-        from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+        from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 
         score, long_captions = check_score_kind(score), check_long_captions(long_captions)
         resources = resources if resources is not None else RewardResources()

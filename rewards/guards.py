@@ -1,12 +1,12 @@
 """Guard rewards against reward hacking: `rep-penalty` (repeated n-grams) and `length-penalty` (over-long captions).
 
 Both are ordinary registry rewards, so they mix with any other one (`"clip-s:1,rep-penalty:0.5"`) in SCST, in
-`rewards.trl.reward_function` and in any loop following the reward protocol. Their values are <= 0 (a penalty):
-a positive weight in a mix subtracts them. Words are `eval.fluency.words` (lower-cased, punctuation dropped),
+`pacs.rewards.trl.reward_function` and in any loop following the reward protocol. Their values are <= 0 (a penalty):
+a positive weight in a mix subtracts them. Words are `pacs.eval.fluency.words` (lower-cased, punctuation dropped),
 the tokenisation of Rep-n and %Incorrect.
 
 - `rep-penalty`: `−Rep-n(caption)` = −Σ over the caption's distinct n-grams of (count − 1), the per-caption
-  Rep-n of PAC-S++ §5.8 (`eval.fluency.repetitions`); `n` is the context key `rep_n` (default 2: repeated word
+  Rep-n of PAC-S++ §5.8 (`pacs.eval.fluency.repetitions`); `n` is the context key `rep_n` (default 2: repeated word
   pairs, the signature of CLIP-S / PAC-S++ hacking such as "a dog dog dog area area area").
 - `length-penalty`: `−max(0, words(caption) − limit)`, the number of words beyond `limit`. The context key
   `length_limit` chooses the limit: `"refs"` (default) the longest reference caption of that image (so a caption
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from eval.fluency import repetitions, words
-from metric.common.errors import InputError
-from rewards.registry import register_reward
+from pacs.eval.fluency import repetitions, words
+from pacs.metric.common.errors import InputError
+from pacs.rewards.registry import register_reward
 
 LENGTH_LIMITS = ("refs", "train")
 

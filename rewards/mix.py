@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 MIX_NORMALISATIONS = ("weighted_sum", "normalize_then_sum")
 #: TRL's epsilon, added to the group standard deviation (`(std_k + 1e-4)` in `GRPOTrainer`)

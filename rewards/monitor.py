@@ -1,16 +1,16 @@
 """A hacking monitor for any RL loop that calls a reward on its completions (TRL's `GRPOTrainer` included).
 
-`CompletionMonitor` is pacs' SCST hacking monitor (`captioner.modeling.hacking_monitor`) for loops pacs does not
+`CompletionMonitor` is pacs' SCST hacking monitor (`pacs.captioner.modeling.hacking_monitor`) for loops pacs does not
 run: each `observe(captions, rewards)` records the batch's mean reward and the drift signals of the completions —
-mean length in words, Rep-1..4 (`eval.fluency.rep_n`), distinct-1/2 (distinct n-grams / all n-grams over the
-batch) and %Incorrect — the SCST monitor's columns, both from `eval.caption_drift`. Every `every` calls it compares
+mean length in words, Rep-1..4 (`pacs.eval.fluency.rep_n`), distinct-1/2 (distinct n-grams / all n-grams over the
+batch) and %Incorrect — the SCST monitor's columns, both from `pacs.eval.caption_drift`. Every `every` calls it compares
 the mean of the latest `every` calls with the mean of the first `every` and logs one WARNING naming the
 signature (repetition gaming, length gaming, diversity collapse, bad endings) when the reward rose by more than
 `reward_rise` while a signal drifted past its threshold (the SCST monitor's defaults). The SCST monitor scores
 greedy captions of fixed validation images; this one sees the training completions, so its drifts include the
 sampling noise of a batch (hence the window).
 
-With TRL: `rewards.trl.reward_function(spec, monitor=CompletionMonitor())` observes every call, and with TRL's
+With TRL: `pacs.rewards.trl.reward_function(spec, monitor=CompletionMonitor())` observes every call, and with TRL's
 `log_metric` the signals go to the trainer's logs as `<name>/length`, `<name>/rep2`, ...
 """
 from __future__ import annotations
@@ -20,14 +20,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from eval.caption_drift import DriftThresholds, caption_stats, drift_signatures
+from pacs.eval.caption_drift import DriftThresholds, caption_stats, drift_signatures
 
 logger = logging.getLogger(__name__)
 
 SIGNALS = ("length", "rep1", "rep2", "rep3", "rep4", "distinct1", "distinct2", "incorrect")
 __all__ = ["SIGNALS", "CompletionMonitor", "DriftThresholds", "completion_signals", "drift_signatures"]
 
-completion_signals = caption_stats  # the name `rewards.monitor` documents for the batch's drift signals
+completion_signals = caption_stats  # the name `pacs.rewards.monitor` documents for the batch's drift signals
 
 
 def _mean_row(rows: Sequence[dict[str, float]]) -> dict[str, float]:

@@ -4,7 +4,7 @@ A factory is one function `factory(**context) -> reward`, where `reward(image_id
 returns a float tensor `[B, k]`; `context` carries whatever the factories need (a scorer or backbone, an image
 loader, the training references, ...); each factory reads the keys it knows and ignores the others.
 A spec is one registered name or a weighted mix `"cider:1,pac-s++:0.5"`.
-The built-in rewards (`rewards.cider`, `rewards.contrastive`, `rewards.guards`) register themselves the first time the registry is
+The built-in rewards (`pacs.rewards.cider`, `pacs.rewards.contrastive`, `pacs.rewards.guards`) register themselves the first time the registry is
 used (any function below), so importing `rewards` stays cheap.
 """
 from __future__ import annotations
@@ -14,15 +14,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from metric.common.errors import InputError
-from rewards.base import Reward, RewardFn, WeightedReward
-from rewards.mix import check_mix_normalisation
-from rewards.resources import RewardResources
+from pacs.metric.common.errors import InputError
+from pacs.rewards.base import Reward, RewardFn, WeightedReward
+from pacs.rewards.mix import check_mix_normalisation
+from pacs.rewards.resources import RewardResources
 
 RewardFactory = Callable[..., RewardFn]
 REWARDS: dict[str, RewardFactory] = {}
 #: modules whose import registers the built-in rewards (imported on first use of the registry)
-BUILTIN_MODULES = ("rewards.cider", "rewards.contrastive", "rewards.guards")
+BUILTIN_MODULES = ("pacs.rewards.cider", "pacs.rewards.contrastive", "pacs.rewards.guards")
 
 
 def load_builtin_rewards() -> dict[str, RewardFactory]:
@@ -39,7 +39,7 @@ def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
     `build_reward` context as keyword arguments):
 
     >>> import torch
-    >>> from rewards import build_reward, register_reward
+    >>> from pacs.rewards import build_reward, register_reward
     >>> @register_reward("doc-word-count")
     ... def word_count(**context):
     ...     def reward(image_ids, captions, references):
@@ -69,7 +69,7 @@ def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
 def reward_names() -> list[str]:
     """The registered reward names, sorted.
 
-    >>> from rewards import reward_names
+    >>> from pacs.rewards import reward_names
     >>> reward_names()  # doctest: +ELLIPSIS
     ['cider', 'clip-s', ..., 'ref-pac-s++', 'rep-penalty']
     """
@@ -79,7 +79,7 @@ def reward_names() -> list[str]:
 def parse_reward_spec(spec: str) -> list[tuple[str, float]]:
     """Split `"name"` or `"a:1,b:0.5"` into (lower-cased name, weight) pairs; bad syntax is an InputError.
 
-    >>> from rewards import parse_reward_spec
+    >>> from pacs.rewards import parse_reward_spec
     >>> parse_reward_spec("CIDEr:1, pac-s++:0.5")
     [('cider', 1.0), ('pac-s++', 0.5)]
     """
@@ -124,8 +124,8 @@ def build_reward(spec: str, **context: Any) -> Reward:
 
     >>> import torch
     >>> from PIL import Image
-    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    >>> from rewards import build_reward
+    >>> from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from pacs.rewards import build_reward
     >>> reward = build_reward("cider:1,clip-s:0.5",
     ...                       backbone=build_backbone_from_config(tiny_clip_config(), seed=0),
     ...                       image_paths={"img1": Image.new("RGB", (64, 64), "red")},  # or file paths
@@ -139,7 +139,7 @@ def build_reward(spec: str, **context: Any) -> Reward:
 
     `mix_normalisation="normalize_then_sum"` makes `reward.group_rewards(...)` (the rewards a policy gradient
     uses; SCST's `scst.mix_normalisation`) normalise each component within the image's k captions before the
-    weighting (GDPO / TRL's `multi_objective_aggregation="normalize_then_sum"`, `rewards.mix`); calling the
+    weighting (GDPO / TRL's `multi_objective_aggregation="normalize_then_sum"`, `pacs.rewards.mix`); calling the
     reward still gives the weighted sum.
     """
     terms = parse_reward_spec(spec)

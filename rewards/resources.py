@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ class ImageEmbeddingCache:
 
     `embeddings` maps this context's image ids to their embeddings; the scorer encodes each image at most once
     per run and caches it by what the image is (resolved path + size + mtime, or pixel hash — see
-    `metric.scoring.scorer.Scorer.embed_images`), never by the id, so two contexts whose ids coincide but whose images
+    `pacs.metric.scoring.scorer.Scorer.embed_images`), never by the id, so two contexts whose ids coincide but whose images
     differ (COCO cocoids, nocaps and VizWiz ids are all small integers) never share an embedding.
     """
 

@@ -1,6 +1,6 @@
 """Caption text normalisation for CIDEr rewards: PTB tokens, lower-cased, punctuation removed.
 
-The default tokenizer (`cider_tokenizer="fast"`) is `eval.ptb`'s pure-Python PTB tokenizer, equal to what
+The default tokenizer (`cider_tokenizer="fast"`) is `pacs.eval.ptb`'s pure-Python PTB tokenizer, equal to what
 pycocoevalcap's `PTBTokenizer` (Stanford PTBTokenizer 3.4.1 with `-preserveLines -lowerCase`, then removal of the
 punctuation tokens) makes of every caption of the shared data sets, without a Java process on every SCST step;
 `"ptb"` runs the Java tokenizer itself. Candidates and references always go through the same function.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from eval.ptb import PTB_PUNCTUATIONS, python_ptb_tokenize
-from eval.tokenize import java_ptb_tokenize
+from pacs.eval.ptb import PTB_PUNCTUATIONS, python_ptb_tokenize
+from pacs.eval.tokenize import java_ptb_tokenize
 
 __all__ = ["PTB_PUNCTUATIONS", "TOKENIZERS", "CaptionTokenizer", "fast_tokenizer", "java_ptb_tokenizer",
            "ptb_tokenize_fast"]
@@ -25,7 +25,7 @@ CaptionTokenizer = Callable[[Sequence[str]], list[str]]
 
 
 def fast_tokenizer(captions: Sequence[str]) -> list[str]:
-    """Tokenize a batch with the Python PTB tokenizer (`eval.ptb`, no subprocess)."""
+    """Tokenize a batch with the Python PTB tokenizer (`pacs.eval.ptb`, no subprocess)."""
     return python_ptb_tokenize(list(captions))
 
 

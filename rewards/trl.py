@@ -5,17 +5,17 @@
 **columns)`, with one list entry per completion (each prompt repeated `num_generations` times) and every
 dataset column other than `prompt` passed as a keyword list; it expects one float (or None: "does not apply")
 per completion. The callable returned here reads the images from the `image` column (one path, PIL image, image
-tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see `metric.scoring.image_inputs` — or
+tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see `pacs.metric.scoring.image_inputs` — or
 `datasets` image dict per row; or the `images` column with one image per row) and the reference captions from
-the `references` column; both names are configurable. It builds the reward once with `rewards.build_reward`,
+the `references` column; both names are configurable. It builds the reward once with `pacs.rewards.build_reward`,
 so image embeddings are cached across calls (an image is encoded once per run, whatever the number of
 generations and steps). Nothing here imports `trl`: the callable follows its calling convention.
 
 A mix such as `"pac-s++:1,rep-penalty:0.5,length-penalty:0.25"` (the guards as reward components) is one
 function returning the weighted sum; `reward_functions(spec)` gives one function per component and their
 weights instead, for `GRPOConfig(reward_weights=weights, multi_objective_aggregation="normalize_then_sum")`, TRL's
-GDPO normalisation of each component within the prompt's generations (`rewards.mix` has the formula; pacs SCST's
-`scst.mix_normalisation: normalize_then_sum` is the same). `monitor=rewards.monitor.CompletionMonitor()` gives a
+GDPO normalisation of each component within the prompt's generations (`pacs.rewards.mix` has the formula; pacs SCST's
+`scst.mix_normalisation: normalize_then_sum` is the same). `monitor=pacs.rewards.monitor.CompletionMonitor()` gives a
 TRL run pacs' hacking-monitor signals: length, Rep-n, distinct-n and %Incorrect of the completions of every call
 (logged through TRL's `log_metric`), and a WARNING when the reward rises while they drift.
 """
@@ -26,12 +26,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.scoring.registry import METRICS
-from rewards.base import Reward, WeightedReward
-from rewards.monitor import CompletionMonitor
-from rewards.registry import build_reward, parse_reward_spec
-from rewards.resources import RewardResources
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import METRICS
+from pacs.rewards.base import Reward, WeightedReward
+from pacs.rewards.monitor import CompletionMonitor
+from pacs.rewards.registry import build_reward, parse_reward_spec
+from pacs.rewards.resources import RewardResources
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class PacsRewardFunction:
 
     def _image_ids(self, images: list[Any], column: str) -> list[str | None]:
         """The id of each row's image (the scorer's identity of it: resolved path or pixel hash); None: no image."""
-        from metric.scoring.scorer import Scorer
+        from pacs.metric.scoring.scorer import Scorer
 
         ids: list[str | None] = []
         by_object: dict[int, str] = {}
@@ -244,16 +244,16 @@ def reward_function(spec: str, *, image_column: str | None = None, references_co
                     **model_options: Any) -> PacsRewardFunction:
     """A TRL `GRPOTrainer` reward function scoring completions with the pacs reward `spec` (e.g. `"pac-s++"`).
 
-    `model_options` are `rewards.build_reward`'s context (`backbone=`, `checkpoint=`, `scorer=`, `w=`,
+    `model_options` are `pacs.rewards.build_reward`'s context (`backbone=`, `checkpoint=`, `scorer=`, `w=`,
     `device=`, `score=` "cosine" or "sigmoid", `long_captions=` "truncate" or "chunk", `train_references=` for
     `cider`, ...). After each call, `last_truncated` marks the completions cut to the text context (None where
     not scored) and `n_truncated` counts them over all calls; with TRL's `log_metric`, the share is logged as
     `<name>/truncated`. Images come from the dataset column `image_column`
     (default: `image`, else `images`), references from `references_column`; `name` is the name TRL logs
-    (`rewards/<name>/mean`; default: the spec). `monitor` (`rewards.monitor.CompletionMonitor`) observes the
+    (`rewards/<name>/mean`; default: the spec). `monitor` (`pacs.rewards.monitor.CompletionMonitor`) observes the
     completions and rewards of every call (module docstring).
 
-    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
     >>> from PIL import Image
     >>> fn = reward_function("clip-s", backbone=build_backbone_from_config(tiny_clip_config(), seed=0))
     >>> red = Image.new("RGB", (64, 64), (255, 0, 0))
@@ -272,7 +272,7 @@ def reward_functions(spec: str, *, image_column: str | None = None, references_c
     """One TRL reward function per component of the mix `spec` (named by its term) and the weights, for
     `GRPOTrainer(reward_funcs=functions, args=GRPOConfig(reward_weights=weights,
     multi_objective_aggregation="normalize_then_sum"))`: TRL normalises each component within the prompt's
-    generations before the weighting (GDPO; `rewards.mix`). The functions share one `RewardResources` (each image
+    generations before the weighting (GDPO; `pacs.rewards.mix`). The functions share one `RewardResources` (each image
     encoded once per reward model); `monitor` observes the weighted sum of the components (after the last one).
 
     >>> functions, weights = reward_functions("rep-penalty:1,length-penalty:0.5")

@@ -57,7 +57,7 @@ def shared_fixtures(shared: Path) -> Path:
 # registries, and every attribute of every pacs module) and compares it after the test. Anything left changed
 # is put back, and the test errors naming what it leaked, so one test's leftovers never reach the next one.
 
-PROJECT_PACKAGES = ("captioner", "eval", "metric", "rewards", "pacs_cli", "pacs_configs")
+PROJECT_PACKAGES = ("pacs",)
 PYTEST_OWN_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # Set by libraries themselves the first time they are imported or used (open_clip's tokenizer module, torch's
 # inductor cache behind fused optimizers); whichever test happens to come first would otherwise be blamed.

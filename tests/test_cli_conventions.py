@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 #: every sub-command that writes a file the user names
@@ -78,7 +78,7 @@ def test_evaluate_writes_the_same_table_with_out_and_with_the_deprecated_json(tm
 
 
 def test_w_help_states_each_default_with_the_official_scripts_value():
-    from metric.scoring.registry import METRICS, PAC_S_PLUS_PLUS_W_LARGE
+    from pacs.metric.scoring.registry import METRICS, PAC_S_PLUS_PLUS_W_LARGE
 
     commands = _commands()
     for name in ("score", "correlate", "evaluate"):  # the shared model options

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 HEAVY = ("open_clip", "torchvision", "transformers")
 SHARED = Path(os.environ.get("PACS_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
-# Runs `pacs_cli.main(argv)` and prints one JSON line: the exit status and the heavy packages imported.
+# Runs `pacs.cli.main(argv)` and prints one JSON line: the exit status and the heavy packages imported.
 PROBE = """
 import contextlib, importlib, io, json, sys
 argv, heavy, preload = (json.loads(arg) for arg in sys.argv[1:4])
 for name in preload:
     importlib.import_module(name)
-import pacs_cli
+from pacs import cli as pacs_cli
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         status = pacs_cli.main(argv)
@@ -89,6 +89,6 @@ def test_text_only_correlate_imports_no_model_stack(tmp_path: Path) -> None:
 
 def test_the_probe_sees_the_model_stack(tmp_path: Path) -> None:
     # the probe can fail: with the backbone module imported first, `pacs --help` reports open_clip and torch
-    result = _run(["--help"], tmp_path, preload=("metric.models.backbones",))
+    result = _run(["--help"], tmp_path, preload=("pacs.metric.models.backbones",))
     assert result["status"] == 0
     assert {"open_clip", "torch"} <= set(result["imported"]), result

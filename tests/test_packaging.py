@@ -1,7 +1,8 @@
-"""The wheel works outside the repository: it ships every default config, and `pacs train --config demo_smoke`
-runs from a temporary folder in a venv where the installed wheel, not the checkout, provides pacs.
+"""The wheel works outside the repository: it installs one top-level package, `pacs`, ships every default config,
+and `pacs train --config demo_smoke` runs from a temporary folder in a venv where the installed wheel, not the
+checkout, provides pacs, after two other distributions with top-level `metric` and `rewards` came and went.
 
-Also the config-name resolution itself (`metric.common.config_files`) on the checkout's configs.
+Also the config-name resolution itself (`pacs.metric.common.config_files`) on the checkout's configs.
 """
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-import pacs_cli
-from metric.common.config import load_yaml
-from metric.common.config_files import (
+from pacs import cli as pacs_cli
+from pacs.metric.common.config import load_yaml
+from pacs.metric.common.config_files import (
     available_configs,
     packaged_configs_dir,
     resolve_config,
 )
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "recipes" / "configs"
@@ -66,32 +67,70 @@ def _venv_seeing_the_runners_packages(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def _collider_wheel(tmp_path: Path, package: str) -> Path:
+    """A wheel of another distribution that installs a top-level `package` (as `metric` / `rewards` on PyPI do)."""
+    source = tmp_path / f"collider-{package}"
+    (source / package).mkdir(parents=True)
+    (source / package / "__init__.py").write_text(f'"""Not pacs: another distribution of a top-level {package}."""\n')
+    (source / "setup.cfg").write_text(f"[metadata]\nname = collider-{package}\nversion = 1.0\n\n"
+                                      f"[options]\npackages = {package}\n")
+    (source / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\n'
+                                           'build-backend = "setuptools.build_meta"\n')
+    out = tmp_path / "collider-dist"
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check",
+                           "--outdir", str(out), str(source)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = out.glob(f"collider_{package}-*.whl")
+    return wheel
+
+
+def _top_level_of(wheel: Path) -> set[str]:
+    """The top-level names a wheel installs: the first path component of every file it holds but its metadata."""
+    return {name.split("/")[0].removesuffix(".py") for name in zipfile.ZipFile(wheel).namelist()
+            if ".dist-info/" not in name}
+
+
 @pytest.mark.slow
 def test_wheel_ships_configs_and_runs_outside_the_repository(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
-    names = set(zipfile.ZipFile(wheel).namelist())
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    # one namespace: nothing installed at the top level but `pacs`
+    assert _top_level_of(wheel) == {"pacs"}
+    (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
+    assert archive.read(top_level).decode().split() == ["pacs"]
+    (record,) = [name for name in names if name.endswith(".dist-info/RECORD")]
+    recorded = {line.split(",")[0].split("/")[0] for line in archive.read(record).decode().splitlines() if line}
+    assert {name for name in recorded if not name.endswith(".dist-info")} == {"pacs"}
     # every default config, under the package the resolver reads
     yamls = sorted(path.name for path in CONFIGS.glob("*.yaml"))
-    assert yamls and {f"pacs_configs/{name}" for name in yamls} <= names
+    assert yamls and {f"pacs/configs/{name}" for name in yamls} <= names
     # every package of the source tree (setup.cfg lists them by hand) and the console script's module
-    packages = sorted(str(init.parent.relative_to(REPO)) for root in SOURCE_ROOTS
+    packages = sorted(f"pacs/{init.parent.relative_to(REPO)}" for root in SOURCE_ROOTS
                       for init in (REPO / root).rglob("__init__.py") if "__pycache__" not in init.parts)
     assert {f"{package}/__init__.py" for package in packages} <= names, "a package is missing from setup.cfg"
-    assert "pacs_cli.py" in names
+    assert {"pacs/__init__.py", "pacs/cli.py", "pacs/__main__.py"} <= names
 
+    # beside two other distributions that install top-level `metric` and `rewards`, installed then uninstalled
     venv = tmp_path / "venv"
     python = _venv_seeing_the_runners_packages(venv)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   timeout=300)
+    colliders = [_collider_wheel(tmp_path, package) for package in ("metric", "rewards")]
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    subprocess.run([*pip, str(wheel), *map(str, colliders)], check=True, timeout=300)
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "collider-metric", "collider-rewards"],
+                   check=True, timeout=300)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": ""}
-    # the venv's own copy wins over the checkout's editable install
-    probe = "import metric, pacs_configs; print(metric.__file__); print(pacs_configs.__file__)"
+    # the venv's own copy wins over the checkout's editable install, and the colliders took nothing of it
+    probe = "import pacs, pacs.metric, pacs.configs; print(pacs.metric.__file__); print(pacs.configs.__file__)"
     where = subprocess.run([str(python), "-c", probe], cwd=elsewhere, env=env, capture_output=True,
                            text=True, check=True).stdout.split()
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    assert [Path(p) for p in where] == [site / "metric" / "__init__.py", site / "pacs_configs" / "__init__.py"]
+    assert [Path(p) for p in where] == [site / "pacs" / "metric" / "__init__.py",
+                                        site / "pacs" / "configs" / "__init__.py"]
+    assert not (site / "metric").exists() and not (site / "rewards").exists()
 
     runs = tmp_path / "runs"
     done = subprocess.run([str(venv / "bin" / "pacs"), "--log-level", "WARNING", "train", "--config", "demo_smoke",

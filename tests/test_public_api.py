@@ -1,9 +1,9 @@
-"""The one-import public API of `metric`, `eval` and `rewards`.
+"""The one-import public API of `pacs`, `pacs.metric`, `pacs.eval` and `pacs.rewards`.
 
 - importing the package roots loads no model stack (every root-level name is lazy, PEP 562);
 - every exported name carries a docstring example, and every example passes (run here as a doctest);
-- `metric.score` equals `Scorer.score` built by hand, and the official code's values on fixture A;
-- `eval.correlate` returns exactly the table `pacs correlate --out` writes.
+- `pacs.metric.score` equals `Scorer.score` built by hand, and the official code's values on fixture A;
+- `pacs.eval.correlate` returns exactly the table `pacs correlate --out` writes.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 
-import pacs_cli
-from metric.common.errors import InputError
+from pacs import cli as pacs_cli
+from pacs.metric.common.errors import InputError
 
-ROOTS = ("metric", "eval", "rewards")
+ROOTS = ("pacs", "pacs.metric", "pacs.eval", "pacs.rewards")
 MODEL_STACK = ("open_clip", "torchvision", "transformers")
 TORCHMETRICS_NAMES = {"CLIPScore", "PACScore", "PACScorePlusPlus"}
 TOLERANCE = 1e-4  # the parity tests' tolerance against the official code's values
@@ -33,21 +33,21 @@ import json, os, sys
 os.environ["PACS_SHARED"] = {str(shared)!r}
 stack = lambda: [m for m in {MODEL_STACK!r} if m in sys.modules]
 steps = {{}}
-import metric, eval, rewards, metric.common.errors
+import pacs, pacs.metric, pacs.eval, pacs.rewards, pacs.metric.common.errors
 steps["roots"] = stack()
-steps["lazy"] = [m for m in ("metric.scoring.api", "eval.api", "rewards.registry") if m in sys.modules]
-from eval import cider_d, cider_df, compute_text_metrics, correlate
-from rewards import build_reward, register_reward, reward_names
-from metric import clip_score, ref_score, reference_term, score, MetricScores
+steps["lazy"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry") if m in sys.modules]
+from pacs.eval import cider_d, cider_df, compute_text_metrics, correlate
+from pacs.rewards import build_reward, register_reward, reward_names
+from pacs.metric import clip_score, ref_score, reference_term, score, MetricScores
 steps["names"] = stack()
-steps["loaded"] = [m for m in ("metric.scoring.api", "eval.api", "rewards.registry") if m in sys.modules]
+steps["loaded"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry") if m in sys.modules]
 assert correlate("hat", metrics="cider")["cider"]["n"] == 400
 steps["correlate"] = stack()
 print(json.dumps(steps))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     steps = json.loads(result.stdout.strip().splitlines()[-1])
-    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["metric.scoring.api", "eval.api", "rewards.registry"],
+    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry"],
                      "correlate": []}
 
 
@@ -81,7 +81,7 @@ def test_every_public_name_has_a_passing_docstring_example(root, name, shared, t
     assert runner.failures == 0, "".join(report)
 
 
-# ---------------------------------------------------------------------------------------------- metric.score
+# ---------------------------------------------------------------------------------------------- pacs.metric.score
 @pytest.fixture(scope="module")
 def fixture_a(shared) -> dict:
     """Official-format fixture A (a tiny PAC-S++ file) with its instances and the official code's values."""
@@ -95,7 +95,7 @@ def fixture_a(shared) -> dict:
 
 
 def test_score_equals_the_scorer_and_the_official_values(fixture_a):
-    from metric import Scorer, load_backbone, score
+    from pacs.metric import Scorer, load_backbone, score
 
     args = (fixture_a["images"], fixture_a["captions"], fixture_a["references"])
     result = score(*args, checkpoint=fixture_a["checkpoint"], arch=fixture_a["arch"])  # metric="ref-pac-s++"
@@ -111,7 +111,7 @@ def test_score_equals_the_scorer_and_the_official_values(fixture_a):
 
 
 def test_score_reuses_a_loaded_scorer_and_backbone(fixture_a):
-    from metric import Scorer, load_backbone, score
+    from pacs.metric import Scorer, load_backbone, score
 
     backbone = load_backbone(checkpoint=fixture_a["checkpoint"], arch=fixture_a["arch"])
     scorer = Scorer(backbone, progress=False)
@@ -125,8 +125,8 @@ def test_score_reuses_a_loaded_scorer_and_backbone(fixture_a):
 
 
 def test_score_refuses_bad_input_with_one_clear_error(fixture_a):
-    from metric import load_backbone, score
-    from metric.models.families import FamilyMismatchError
+    from pacs.metric import load_backbone, score
+    from pacs.metric.models.families import FamilyMismatchError
 
     tiny = load_backbone("tiny-random")
     images, captions = fixture_a["images"][:2], fixture_a["captions"][:2]
@@ -146,9 +146,9 @@ def test_score_refuses_bad_input_with_one_clear_error(fixture_a):
         score(images, captions, metric="clip-s", backbone=tiny, checkpoint=fixture_a["checkpoint"])
 
 
-# ------------------------------------------------------------------------------------------- eval.correlate
+# ------------------------------------------------------------------------------------------- pacs.eval.correlate
 def test_correlate_returns_the_table_pacs_correlate_json_writes(shared_data, tmp_path, capsys):
-    from eval import correlate
+    from pacs.eval import correlate
 
     written = tmp_path / "expert.json"
     argv = ["correlate", "flickr8k-expert", "--data", str(shared_data / "flickr8k"), "--metrics", "bleu1,cider",
@@ -166,7 +166,7 @@ def test_correlate_returns_the_table_pacs_correlate_json_writes(shared_data, tmp
 def test_correlate_records_the_data_folder_it_read_whichever_way_it_was_reached(shared_data, tmp_path):
     """The CLI given a link to the data and the API given the folder itself record the same resolved folder (they
     differed in 0.7 when $PACS_SHARED was reached through a link)."""
-    from eval import correlate
+    from pacs.eval import correlate
 
     link = tmp_path / "flickr8k-link"
     link.symlink_to(shared_data / "flickr8k", target_is_directory=True)
@@ -179,8 +179,8 @@ def test_correlate_records_the_data_folder_it_read_whichever_way_it_was_reached(
 
 
 def test_correlate_options_are_the_cli_options(shared_data):
-    from eval import correlate
-    from eval.api import correlation_options
+    from pacs.eval import correlate
+    from pacs.eval.api import correlation_options
 
     request = correlation_options("pascal50s", shared_data / "pascal50s", "length", draws=2, seed=3)
     assert (request.options.draws, request.options.num_refs, request.seed, request.bootstrap,

@@ -83,10 +83,11 @@ def test_markers_are_read_from_the_line_before_the_fence():
                                    (9, "y = 2\n", "file", "docs/examples/a.py"), (14, "z = 3\n", None, "")]
 
 
-def test_no_block_imports_eval_as_a_module():
-    """`import eval` shadows Python's built-in `eval`: the docs write `from eval import ...`."""
+def test_no_block_imports_a_top_level_name_pacs_does_not_install():
+    """pacs installs one namespace: the docs import `pacs.metric`, `pacs.eval`, ..., never `metric` or `eval`."""
     everything = [(f"README.md:{line}", code) for line, code in BLOCKS] + [(w, c) for w, c, _, _ in DOC_BLOCKS]
-    offending = [where for where, code in everything if re.search(r"^\s*import eval\b", code, re.MULTILINE)]
+    old = r"^\s*(import|from) (captioner|eval|metric|rewards|pacs_cli|pacs_configs)\b"
+    offending = [where for where, code in everything if re.search(old, code, re.MULTILINE)]
     assert offending == []
 
 

@@ -8,7 +8,7 @@ Prints the claims both runs make alike, then those that differ (only in one run,
 independent replication agrees (`replication.agrees`): each differing claim then shows it for both runs, and the
 summary gives the number of disagreements each run's own intervals predicted, the number observed (its rated claims
 the other run states otherwise), and the *robust contradictions*: differing claims that no run stating them marks
-fragile (agrees below `captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication
+fragile (agrees below `pacs.captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication
 estimate failed to flag.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from captioner.demo.findings import FRAGILE, SEED_DEPENDENT
-from metric.common.errors import InputError
+from pacs.captioner.demo.findings import FRAGILE, SEED_DEPENDENT
+from pacs.metric.common.errors import InputError
 
 Claim = tuple[object, float | None]
 """A claim's `holds` and the probability that a replication agrees (None: not recorded)."""

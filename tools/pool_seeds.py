@@ -10,7 +10,7 @@ E.g. seeds 0-2 trained in runs/demo and seeds 3-5 in runs/demo_s345 (a copy of r
 
 The runs must be the same experiment: equal settings apart from name, runs_dir, seeds, threads, parallel_seeds,
 force and device; bit-identical `clip` and `pacs` checkpoints and grid features; each seed taken once; every seed
-stage finished with the files it recorded (`captioner.demo.pooling`). FOLDER must not exist; it gets results.json,
+stage finished with the files it recorded (`pacs.captioner.demo.pooling`). FOLDER must not exist; it gets results.json,
 results.md, pooled.json (each seed's run) and the evaluate stage's files, all at once. Prints results.md; exit 0,
 or 2 with one line naming the run, setting or file that stops it.
 """
@@ -20,8 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioner.demo.pooling import parse_source, pool_seed_runs
-from metric.common.errors import InputError
+from pacs.captioner.demo.pooling import parse_source, pool_seed_runs
+from pacs.metric.common.errors import InputError
 
 
 def main(argv: list[str] | None = None) -> int:

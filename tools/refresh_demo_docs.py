@@ -4,7 +4,7 @@
 
 Runs nothing: it reads RUN_DIR/results.json (the system-level table with the human row and its protocol, each
 reward's gain, the changes against XE and against the human row with their intervals and the findings, exactly as
-the run printed them: `captioner.demo.pipeline.results_markdown`; a results.json written before the human row
+the run printed them: `pacs.captioner.demo.pipeline.results_markdown`; a results.json written before the human row
 existed still renders), RUN_DIR/correlation/correlation.json and
 RUN_DIR/stages/**/*.json (several seeds: `stages/seed-<s>/`), and replaces the text between
 `<!-- demo-results:begin -->` and `<!-- demo-results:end -->` in both files. It also writes docs/demo_findings.json:
@@ -18,9 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from captioner.demo.pipeline import correlation_extras, results_markdown
-from metric.common.errors import InputError
-from metric.common.io import write_text_atomic
+from pacs.captioner.demo.pipeline import correlation_extras, results_markdown
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_text_atomic
 
 BEGIN, END = "<!-- demo-results:begin -->", "<!-- demo-results:end -->"
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,9 +6,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from metric.common.device import DEVICE_HELP
-from metric.common.errors import InputError
-from metric.common.terminal import escape_control
+from pacs.metric.common.device import DEVICE_HELP
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.terminal import escape_control
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
-    """{image id: path} of the images in `folder` (`metric.scoring.images`): ids by `stem`, `coco` or a JSON file.
+    """{image id: path} of the images in `folder` (`pacs.metric.scoring.images`): ids by `stem`, `coco` or a JSON file.
 
     InputError when there is no image, two images get one id, or an image has no id.
     """
-    from metric.scoring.images import id_mode, ids_for_files
-    from metric.scoring.images import list_images as image_files
+    from pacs.metric.scoring.images import id_mode, ids_for_files
+    from pacs.metric.scoring.images import list_images as image_files
 
     if not Path(folder).is_dir():
         raise InputError(f"--images {folder} is not a folder")
@@ -76,12 +76,12 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
     import torch
     from tqdm.auto import tqdm
 
-    from captioner.modeling.checkpoints import load_captioner
-    from captioner.modeling.decoding import beam_search
-    from captioner.modeling.features import load_pixels
-    from captioner.orchestration.backbone_source import load_source_backbone
-    from metric.common.device import resolve_device
-    from metric.models.grid import visual_grid_features
+    from pacs.captioner.modeling.checkpoints import load_captioner
+    from pacs.captioner.modeling.decoding import beam_search
+    from pacs.captioner.modeling.features import load_pixels
+    from pacs.captioner.orchestration.backbone_source import load_source_backbone
+    from pacs.metric.common.device import resolve_device
+    from pacs.metric.models.grid import visual_grid_features
 
     device = resolve_device(device)  # auto: the process's device
     model, vocab, info = load_captioner(checkpoint, device)
@@ -108,8 +108,8 @@ def caption_images(checkpoint: str | Path, images: dict[Any, Path], beam_size: i
 
 
 def transformers_captions(args: argparse.Namespace, images: dict[Any, Path]) -> dict[Any, str]:
-    """Caption `images` with the transformers folder `--checkpoint` (captioner.modeling.hf_captioning)."""
-    from captioner.modeling.hf_captioning import (
+    """Caption `images` with the transformers folder `--checkpoint` (pacs.captioner.modeling.hf_captioning)."""
+    from pacs.captioner.modeling.hf_captioning import (
         HFCaptionOptions,
         check_folder,
         generate_captions,
@@ -127,10 +127,10 @@ def transformers_captions(args: argparse.Namespace, images: dict[Any, Path]) -> 
 
 def run_caption(args: argparse.Namespace) -> int:
     """`pacs caption`: write COCO-format results for a folder of images, with the ids `--ids` gives."""
-    from captioner.modeling.hf_captioning import TRANSFORMERS, checkpoint_kind
-    from captioner.orchestration.evaluation import results_json
-    from metric.common.device import resolve_device
-    from metric.common.io import write_json_atomic
+    from pacs.captioner.modeling.hf_captioning import TRANSFORMERS, checkpoint_kind
+    from pacs.captioner.orchestration.evaluation import results_json
+    from pacs.metric.common.device import resolve_device
+    from pacs.metric.common.io import write_json_atomic
 
     images = list_images(args.images, args.ids)  # every id checked before the model is loaded
     args.device = resolve_device(args.device)  # auto: the process's device; a bad one refused before any model loads
@@ -160,7 +160,7 @@ def run_caption(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
-    from captioner.entry import run_from_config, run_summary
+    from pacs.captioner.entry import run_from_config, run_summary
 
     summary = run_summary(run_from_config(args.config, list(args.overrides), force=list(args.force)))
     if summary:

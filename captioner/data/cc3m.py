@@ -4,9 +4,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
-from captioner.data.parsing import confined_root, image_file
-from metric.common.errors import InputError
+from pacs.captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
+from pacs.captioner.data.parsing import confined_root, image_file
+from pacs.metric.common.errors import InputError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from captioner.data.parsing import nonempty_caption, require
-from metric.common.errors import InputError
+from pacs.captioner.data.parsing import nonempty_caption, require
+from pacs.metric.common.errors import InputError
 
 AnnotationFilter = Callable[[dict[str, Any], str], str | None]
 

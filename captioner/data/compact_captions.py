@@ -1,7 +1,7 @@
 """The captions of a training set on disk: no Python object per caption and no memory per caption.
 
 `CaptionStore.from_items(items, folder)` streams every image id and caption into unnamed files in `folder`
-(`metric.common.spill`: `DiskStrings`, `DiskArray`), grouped by image (`image_offsets`). Read-only sequence views
+(`pacs.metric.common.spill`: `DiskStrings`, `DiskArray`), grouped by image (`image_offsets`). Read-only sequence views
 give the trainers what they take, read from disk per index (one or two `pread`s) or in blocks when iterated:
 
 * `store.captions()` — every caption, image by image (the vocabulary's text);
@@ -22,7 +22,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from metric.common.spill import DiskArray, DiskStrings, IdLookup
+from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup
 
 
 class CaptionStore:

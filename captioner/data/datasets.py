@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from captioner.data.parsing import read_json, require
-from metric.common.errors import InputError
+from pacs.captioner.data.parsing import read_json, require
+from pacs.metric.common.errors import InputError
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")

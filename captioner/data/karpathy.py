@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
-from captioner.data.json_stream import stream_array
-from captioner.data.parsing import UserFolder, confined_root, image_file, nonempty_caption, require
-from captioner.data.streaming import ItemStream, register_dataset_stream
-from metric.common.errors import InputError
+from pacs.captioner.data.datasets import CaptionDataset, CaptionItem, check_unique_ids, register_dataset
+from pacs.captioner.data.json_stream import stream_array
+from pacs.captioner.data.parsing import UserFolder, confined_root, image_file, nonempty_caption, require
+from pacs.captioner.data.streaming import ItemStream, register_dataset_stream
+from pacs.metric.common.errors import InputError
 
 KARPATHY_SPLITS = ("train", "restval", "val", "test")
 

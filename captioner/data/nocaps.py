@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from captioner.data.coco_style import group_coco_captions
-from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
-from captioner.data.parsing import confined_root, image_file, read_json, require
-from metric.common.errors import InputError
+from pacs.captioner.data.coco_style import group_coco_captions
+from pacs.captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
+from pacs.captioner.data.parsing import confined_root, image_file, read_json, require
+from pacs.metric.common.errors import InputError
 
 NOCAPS_FILE = "nocaps_val_4500_captions.json"
 NOCAPS_DOMAINS = ("in-domain", "near-domain", "out-domain")

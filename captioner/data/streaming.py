@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from captioner.data.datasets import (
+from pacs.captioner.data.datasets import (
     MISSING_IMAGE_POLICIES,
     CaptionItem,
     check_splits,
@@ -27,8 +27,8 @@ from captioner.data.datasets import (
     report_missing_images,
     summary_line,
 )
-from metric.common.errors import InputError
-from metric.common.spill import id_hash
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.spill import id_hash
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from captioner.data.coco_style import group_coco_captions
-from captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
-from captioner.data.parsing import confined_root, image_file, read_json
-from metric.common.errors import InputError
+from pacs.captioner.data.coco_style import group_coco_captions
+from pacs.captioner.data.datasets import CaptionDataset, CaptionItem, register_dataset
+from pacs.captioner.data.parsing import confined_root, image_file, read_json
+from pacs.metric.common.errors import InputError
 
 
 def vizwiz_drop_reason(annotation: dict[str, Any], at: str) -> str | None:

@@ -7,6 +7,6 @@ from typing import Any
 def run_demo(config_path: str | None = None, overrides: list[str] | None = None,
              force: list[str] | None = None) -> dict[str, Any]:
     """Run the demo described by the `demo:` section of `config_path` (default recipes/configs/demo.yaml)."""
-    from captioner.demo.pipeline import run_demo as _run
+    from pacs.captioner.demo.pipeline import run_demo as _run
 
     return _run(config_path, overrides, force)

@@ -99,7 +99,7 @@ def _size(count: int) -> str:
 
 def check_memory(config: Any) -> None:
     """InputError naming the first stage whose estimated step exceeds `MEMORY_BUDGET` and the keys that size it."""
-    from metric.common.errors import InputError
+    from pacs.metric.common.errors import InputError
 
     for stage, (estimate, keys) in stage_estimates(config).items():
         if estimate > MEMORY_BUDGET:

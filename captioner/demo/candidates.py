@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from captioner.demo.world import COLOURS, SHAPE_WORDS, SIZE_WORDS, WorldItem
+from pacs.captioner.demo.world import COLOURS, SHAPE_WORDS, SIZE_WORDS, WorldItem
 
 _SHAPE_OF = {word: shape for shape, words in SHAPE_WORDS.items() for word in words}
 _SIZE_OF = {word: size for size, words in SIZE_WORDS.items() for word in words}
@@ -92,7 +92,7 @@ _POSITION_WORDS = {"left": "on the left", "right": "on the right", "top": "at th
 
 def paragraph(item: WorldItem, rng: np.random.Generator) -> str:
     """A correct multi-sentence description: the count, one sentence per object (attributes and position)."""
-    from captioner.demo.world import NUMBER_WORDS
+    from pacs.captioner.demo.world import NUMBER_WORDS
 
     objects = list(item.scene.objects)
     count = len(objects)

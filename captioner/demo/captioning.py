@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from captioner.demo.config import DemoConfig
-from captioner.demo.correlation import per_caption_text_metrics
-from captioner.demo.data import DemoData
-from captioner.demo.judge import Judgement, highlight_spans, judge_caption
-from captioner.demo.world import Scene, ptb_tokenize_world
-from captioner.modeling.features import FeatureCache, extract_features
-from captioner.modeling.model import CaptionerConfig
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
-from captioner.modeling.training import ScheduleConfig, process_state
-from captioner.modeling.vocab import build_vocab, load_vocab
-from metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
+from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.correlation import per_caption_text_metrics
+from pacs.captioner.demo.data import DemoData
+from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_caption
+from pacs.captioner.demo.world import Scene, ptb_tokenize_world
+from pacs.captioner.modeling.features import FeatureCache, extract_features
+from pacs.captioner.modeling.model import CaptionerConfig
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.vocab import build_vocab, load_vocab
+from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
-    from eval.system_scoring import RowScores
+    from pacs.eval.system_scoring import RowScores
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     the model is also scored on held-out validation images every `scst.monitor_every` steps
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     `seed` (default `config.seed`): the training seed. `mix_normalisation` (`scst.normalised_rewards`):
-    `normalize_then_sum` normalises each reward component within the image's k samples first (`rewards.mix`).
-    A transformers captioner (`captioner.kind`) trains as a `captioner.demo.hf_captioner` policy (no `features`).
+    `normalize_then_sum` normalises each reward component within the image's k samples first (`pacs.rewards.mix`).
+    A transformers captioner (`captioner.kind`) trains as a `pacs.captioner.demo.hf_captioner` policy (no `features`).
     """
     stage, guarded = config.scst, kl_coef is not None
     guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
@@ -184,7 +184,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         label = normalised_label(spec)
     policy, captioner = None, None
     if config.captioner.transformers:
-        from captioner.demo import hf_captioner
+        from pacs.captioner.demo import hf_captioner
 
         policy = hf_captioner.load_policy(config, data, xe_folder / "best", process_state().device, scst.seed)
         captioner = hf_captioner.greedy_captioner(policy)
@@ -207,7 +207,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         publish_hacking_curves(folder / "monitor.csv", logs, label)
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1],
-               # did the reward vary within the k samples? (captioner.modeling.reward_spread; read by the findings)
+               # did the reward vary within the k samples? (pacs.captioner.modeling.reward_spread; read by the findings)
                "zero_spread_fraction": result.zero_spread_fraction,
                "degenerate_reward": result.degenerate_warning is not None,
                "degenerate_warning": result.degenerate_warning}
@@ -274,14 +274,14 @@ def choose_guarded(summaries: Mapping[float, Mapping[str, Any]]) -> float:
 
 def caption_test_set(model_folder: Path, data: DemoData, features: FeatureCache, beam_size: int) -> dict[str, str]:
     """Beam-search captions of every test image by the captioner in `model_folder`."""
-    from captioner.modeling.checkpoints import load_captioner
+    from pacs.captioner.modeling.checkpoints import load_captioner
 
     model, vocab, _ = load_captioner(model_folder, process_state().device)  # the run's device (demo.device)
     ids = [item.image_id for item in data.splits["test"]]
     return generate_captions(model, vocab, features, ids, beam_size=beam_size, batch_size=100, progress=True)
 
 
-#: the table's columns computed by `eval.system_table` (each: the eval metric and its factor to the column's scale)
+#: the table's columns computed by `pacs.eval.system_table` (each: the eval metric and its factor to the column's scale)
 SYSTEM_COLUMNS: dict[str, tuple[str, float]] = {
     "B-4": ("bleu4", 100.0), "C": ("cider", 100.0), "CLIP-S": ("clip-s", 1.0), "PAC-S++": ("pac-s++", 1.0),
     "RefCLIP-S": ("ref-clip-s", 1.0), "RefPAC-S++": ("ref-pac-s++", 1.0), "Rep-1": ("rep1", 1.0),
@@ -297,7 +297,7 @@ COLUMN_SOURCES: dict[str, tuple[str, float]] = {
 
 def judge_values(captions: Sequence[str], scenes: Sequence[Scene]) -> tuple[dict[str, np.ndarray], list[Judgement]]:
     """Per-caption Judge-acc (100: correct), Judge (100 x score) and Halluc. (100: an absent shape named), and the
-    judgements (`captioner.demo.judge.judge_caption`)."""
+    judgements (`pacs.captioner.demo.judge.judge_caption`)."""
     judgements = [judge_caption(caption, scene) for caption, scene in zip(captions, scenes)]
     values = {"Judge-acc": 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float),
               "Judge": 100.0 * np.asarray([j.score for j in judgements], dtype=float),
@@ -310,8 +310,8 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
     """The SCST monitor's quick row of one set of captions (B-4 and C on lower-cased, space-tokenised text, no Java
     call; CLIP-S, PAC-S++, Ref-variants, Rep-n, %Incorrect, judge, length), per-caption details and the per-image
     values of every column (each column is their mean). The evaluate stage's table is `evaluate_systems`'."""
-    from captioner.orchestration.evaluation import contrastive_per_image
-    from eval.fluency import ends_incorrectly, repetitions
+    from pacs.captioner.orchestration.evaluation import contrastive_per_image
+    from pacs.eval.fluency import ends_incorrectly, repetitions
 
     ids = list(captions)
     references = data.references()
@@ -336,7 +336,7 @@ def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 
 @dataclass
 class SystemEvaluation:
-    """The evaluate stage's scoring of every model and the human row, through `eval.system_table`."""
+    """The evaluate stage's scoring of every model and the human row, through `pacs.eval.system_table`."""
 
     table: dict[str, Any]  # the JSON `pacs evaluate --candidates ... --human-baseline --out` writes
     scores: dict[str, RowScores]  # per row: eval metrics' per-caption values, plus the judge columns
@@ -365,10 +365,10 @@ class SystemEvaluation:
 
 def display_table(evaluation: SystemEvaluation, rows: Sequence[Mapping[str, Any]],
                   intervals: Mapping[str, Mapping[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
-    """The demo's table in `eval.system_table`'s JSON layout (what `eval.report.plot_system_table` and
+    """The demo's table in `pacs.eval.system_table`'s JSON layout (what `pacs.eval.report.plot_system_table` and
     `system_table_section` draw): every row on the demo's columns (judge columns included) with its own interval
     and its paired difference against the human row (`intervals`: `findings.paired_intervals` against it)."""
-    from eval.system_inputs import HUMAN_ROW
+    from pacs.eval.system_inputs import HUMAN_ROW
 
     table = evaluation.table
     out_rows = []
@@ -399,14 +399,14 @@ def write_system_inputs(captions: Mapping[str, Mapping[str, str]], data: DemoDat
 
 def evaluate_systems(captions: Mapping[str, Mapping[str, str]], data: DemoData, scorers: Mapping[str, Any],
                      folder: Path, seed: int, n_resamples: int) -> SystemEvaluation:
-    """Every model's test captions and the human baseline in one `eval.system_table` call (the code path of
+    """Every model's test captions and the human baseline in one `pacs.eval.system_table` call (the code path of
     `pacs evaluate --candidates NAME=FILE ... --human-baseline`: each image encoded once for all rows), then the
     judge's columns per row. The table (+ CSV, heat map, HTML) is written to `folder/system_table.*`."""
-    from eval.human_baseline import recompute_from_held_out
-    from eval.system_inputs import HUMAN_ROW
-    from eval.system_scoring import ScoringOptions
-    from eval.system_table import TableRequest, build_system_table, write_table
-    from metric.scoring.registry import METRICS
+    from pacs.eval.human_baseline import recompute_from_held_out
+    from pacs.eval.system_inputs import HUMAN_ROW
+    from pacs.eval.system_scoring import ScoringOptions
+    from pacs.eval.system_table import TableRequest, build_system_table, write_table
+    from pacs.metric.scoring.registry import METRICS
 
     files, reference_file = write_system_inputs(captions, data, folder)
     metrics = [metric for metric, _ in SYSTEM_COLUMNS.values()]

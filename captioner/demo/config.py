@@ -6,9 +6,9 @@ from typing import Annotated
 
 from annotated_types import Ge, Le
 
-from captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
-from captioner.demo.world import WorldConfig
-from metric.common.config import (
+from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
+from pacs.captioner.demo.world import WorldConfig
+from pacs.metric.common.config import (
     MAX_BEAM,
     MAX_RESAMPLES,
     MAX_THREADS,
@@ -21,7 +21,7 @@ from metric.common.config import (
     check_batch_split,
     check_folder_name,
 )
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 DEMO_FAMILIES = ("clip", "pac-s++")
 """The metric families the demo trains a model of (the `clip` and `pacs` stages)."""
@@ -137,7 +137,7 @@ class ScstStageConfig:
 
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
     # rewards also trained with `mix_normalisation: normalize_then_sum` (each component normalised within the
-    # image's k samples before the weighting, rewards.mix): stage `scst-<reward>-norm`, row `scst <reward> norm`
+    # image's k samples before the weighting, pacs.rewards.mix): stage `scst-<reward>-norm`, row `scst <reward> norm`
     normalised_rewards: list[str] = field(default_factory=list)
     steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 32
@@ -145,7 +145,7 @@ class ScstStageConfig:
     beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
     lr: PositiveFloat = 5e-5
     log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 5
-    samples: str = "beam"  # or "multinomial" (captioner.modeling.train_scst.SAMPLINGS)
+    samples: str = "beam"  # or "multinomial" (pacs.captioner.modeling.train_scst.SAMPLINGS)
     baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
     monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10  # held-out validation scores every N steps (0: off)
     monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 100
@@ -154,9 +154,9 @@ class ScstStageConfig:
 
     def validate(self) -> None:
         """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
-        from captioner.modeling.train_scst import BASELINES, SAMPLINGS
-        from metric.scoring.registry import METRICS
-        from rewards.registry import parse_reward_spec
+        from pacs.captioner.modeling.train_scst import BASELINES, SAMPLINGS
+        from pacs.metric.scoring.registry import METRICS
+        from pacs.rewards.registry import parse_reward_spec
 
         for spec in [*self.rewards, *self.normalised_rewards]:
             try:
@@ -239,7 +239,7 @@ class DemoCaptionerConfig:
     vision_intermediate_size: Annotated[PositiveInt, Le(4096)] = 256
     patch_size: Annotated[PositiveInt, Le(512)] = 16  # at most world.image_size (16 at 48 px: one token per cell)
     initializer_range: PositiveFloat = 0.02
-    finetune: str = "full"  # or "lora" (captioner.modeling.hf_policy.HFTrainOptions)
+    finetune: str = "full"  # or "lora" (pacs.captioner.modeling.hf_policy.HFTrainOptions)
     lora_r: Annotated[PositiveInt, Le(1024)] = 8
     lora_alpha: PositiveFloat = 16.0
     train_vision: bool = True  # the vision tower starts from random weights: it has to learn too
@@ -337,6 +337,6 @@ class DemoConfig:
             if batch > available:
                 raise InputError(f"{key}={batch}: expected <= the {available} {what}")
 
-        from captioner.demo.budget import check_memory
+        from pacs.captioner.demo.budget import check_memory
 
         check_memory(self)  # sizes within their bounds must also fit together (captioner/demo/budget.py)

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from captioner.demo.candidates import LONG_KINDS, candidates_for, long_candidates_for
-from captioner.demo.config import DemoConfig
-from captioner.demo.data import DemoData
-from captioner.demo.judge import judge_caption
-from metric.common.io import atomic_path, finite_or_none, write_json_atomic
+from pacs.captioner.demo.candidates import LONG_KINDS, candidates_for, long_candidates_for
+from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.data import DemoData
+from pacs.captioner.demo.judge import judge_caption
+from pacs.metric.common.io import atomic_path, finite_or_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +23,10 @@ CONTRASTIVE = {"clip-s": ("clip", False), "ref-clip-s": ("clip", True), "pac-s++
 
 
 def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
-    """Per-caption BLEU-4 (pycocoevalcap) and CIDEr-D (eval.cider) of lower-cased, space-tokenised captions."""
+    """Per-caption BLEU-4 (pycocoevalcap) and CIDEr-D (pacs.eval.cider) of lower-cased, space-tokenised captions."""
     from pycocoevalcap.bleu.bleu import Bleu
 
-    from eval.cider import cider_d
+    from pacs.eval.cider import cider_d
 
     cands = [" ".join(c.lower().split()) for c in candidates]
     refs = [[" ".join(r.lower().split()) for r in rs] for rs in references]
@@ -39,7 +39,7 @@ def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Seq
 def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candidates: Sequence[str],
                         references: Sequence[Sequence[str]], keys: Sequence[str],
                         truncated: dict[str, list[bool]] | None = None) -> dict[str, np.ndarray]:
-    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (metric.scoring.scorer.Scorer).
+    """CLIP-S, RefCLIP-S, PAC-S++ and RefPAC-S++ per caption (pacs.metric.scoring.scorer.Scorer).
 
     `truncated`, when given, receives each family's per-candidate truncation flags."""
     out = {}
@@ -54,7 +54,7 @@ def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candi
 
 def chunking_scorers(scorers: Mapping[str, Any]) -> dict[str, Any]:
     """A `--long-captions chunk` Scorer on the same model, w and prompt as each of `scorers`."""
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.scoring.scorer import Scorer
 
     return {family: Scorer(scorer.backbone, w=scorer.w, prompt=scorer.prompt, progress=False,
                            long_captions="chunk", device=str(scorer.device)) for family, scorer in scorers.items()}

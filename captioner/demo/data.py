@@ -6,10 +6,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from captioner.demo.config import DemoWorldConfig
-from captioner.demo.world import DemoWorld, Scene, WorldItem
-from metric.common.config import to_dict
-from metric.common.io import atomic_path, write_json_atomic
+from pacs.captioner.demo.config import DemoWorldConfig
+from pacs.captioner.demo.world import DemoWorld, Scene, WorldItem
+from pacs.metric.common.config import to_dict
+from pacs.metric.common.io import atomic_path, write_json_atomic
 
 SPLITS = ("train", "val", "test")
 

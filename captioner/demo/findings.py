@@ -1,15 +1,15 @@
 """What the demo's run found, from its numbers: paired bootstrap intervals of (SCST − XE) for every column and
 for each reward's own value, and plain-language findings derived from those intervals by fixed rules.
 
-Intervals: the table's rows through `eval.system_table.add_intervals` (the images of the test split resampled
-with replacement by `eval.correlation.bootstrap`, the same resamples for every row; corpus BLEU-4 recomputed on
-each; 95% percentile interval), each reward's own value through `captioner.orchestration.eval_intervals` (the same
+Intervals: the table's rows through `pacs.eval.system_table.add_intervals` (the images of the test split resampled
+with replacement by `pacs.eval.correlation.bootstrap`, the same resamples for every row; corpus BLEU-4 recomputed on
+each; 95% percentile interval), each reward's own value through `pacs.captioner.orchestration.eval_intervals` (the same
 resampler and seed, so the same resamples). A difference "holds" when its interval excludes 0; otherwise it is
 "within noise". The human row (a held-out reference per image) never enters the SCST-vs-XE rules; one line
 compares it with the best SCST model by the judge (`human_finding`). The findings are generated from these rules
 only, never written by hand.
 
-Over several seeds a claim's verdict is the pooled interval's (seeds and images, `captioner.demo.seeds`); it is
+Over several seeds a claim's verdict is the pooled interval's (seeds and images, `pacs.captioner.demo.seeds`); it is
 "seed-dependent" instead when the seeds disagree beyond noise, one seed's own interval above 0 and another's below
 on a difference the claim rests on (`opposed_seeds`). A seed whose own interval merely contains 0 does not make a
 claim seed-dependent: with a few seeds that is what a true effect near the size of the noise shows, and which
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
-from metric.common.errors import InputError
-from rewards.registry import parse_reward_spec
+from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
+from pacs.metric.common.errors import InputError
+from pacs.rewards.registry import parse_reward_spec
 
 BASELINE = "xe"
 # reward term -> (table column, factor from the column to the reward's own scale)
@@ -225,7 +225,7 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
                     flat_steps: Mapping[str, Mapping[str, float]] | None = None,
                     level: float = LEVEL) -> list[dict[str, Any]]:
     """The findings as records `{subject, claim, holds, interval, seeds, text}` (plus `opposed` when seed-dependent),
-    each from the intervals of the views (`captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
+    each from the intervals of the views (`pacs.captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
     `per_seed[seed]` each seed's own).
 
     `holds` is the pooled interval's verdict (over seeds and images), or "seed-dependent" when the seeds disagree

@@ -6,13 +6,13 @@ Per seed, instead of pacs' captioner over CLIP grid features:
   the `captioner` section, its own ViT at the world's image size, a `GitProcessor` of a `CLIPImageProcessor` and a
   word-level tokenizer whose vocabulary is the world's caption vocabulary (every word of the train references,
   sorted; deterministic from the world), saved as a plain transformers folder;
-- `xe`: `captioner.modeling.hf_train_xe.train_hf_xe` on the train references (the `xe` section's steps, batch,
+- `xe`: `pacs.captioner.modeling.hf_train_xe.train_hf_xe` on the train references (the `xe` section's steps, batch,
   schedule and validation), every weight trained (`captioner.train_vision`: the vision tower too);
 - `scst-*`: `train_scst` with an `HFPolicy` (`captioning.run_scst` loads it); the test captions come from the
   model's own `generate` (`evaluate.beam_size`; 1: greedy).
 
 The metric stages, the rewards, the evaluation table, the seeds' aggregation and the findings are the main
-demo's (`captioner.demo.pipeline`).
+demo's (`pacs.captioner.demo.pipeline`).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from captioner.demo.config import DemoConfig
-from captioner.demo.data import DemoData
+from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.data import DemoData
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""
@@ -91,7 +91,7 @@ def build_model(config: DemoConfig, data: DemoData, folder: Path, seed: int) -> 
 
 def train_options(config: DemoConfig) -> Any:
     """The `HFPolicy` training options of the `captioner` section (no prompt: GIT captions from its start token)."""
-    from captioner.modeling.hf_policy import HFTrainOptions
+    from pacs.captioner.modeling.hf_policy import HFTrainOptions
 
     section = config.captioner
     return HFTrainOptions(finetune=section.finetune, lora_r=section.lora_r, lora_alpha=section.lora_alpha,
@@ -101,7 +101,7 @@ def train_options(config: DemoConfig) -> Any:
 def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, seed: int) -> Any:
     """The transformers folder `folder` as a trainable `HFPolicy` over the train and validation images (`seed`:
     the initial LoRA adapters of `captioner.finetune: lora`)."""
-    from captioner.modeling.hf_policy import HFPolicy
+    from pacs.captioner.modeling.hf_policy import HFPolicy
 
     return HFPolicy.load(folder, image_paths(data), train_options(config), config.xe.max_length, device=device,
                          seed=seed)
@@ -109,14 +109,14 @@ def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, s
 
 def captioner_settings(config: DemoConfig) -> dict[str, Any]:
     """What the `captioner` section adds to the settings of every transformers stage (its whole content)."""
-    from captioner.orchestration.recipe_stages import settings_of
+    from pacs.captioner.orchestration.recipe_stages import settings_of
 
     return {"captioner": settings_of(config.captioner)}
 
 
 def xe_settings(config: DemoConfig) -> dict[str, Any]:
     """The `xe` section as a transformers XE stage's settings (without the keys that size pacs' captioner)."""
-    from captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+    from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
 
     return settings_of(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
 
@@ -125,9 +125,9 @@ def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: P
            seed: int) -> dict:
     """Stage `xe` of a transformers captioner: `train_hf_xe` from the `init` folder on the train references,
     the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_images`) in `folder/best`."""
-    from captioner.demo.captioning import finish_xe, xe_trainer_config
-    from captioner.modeling.hf_train_xe import train_hf_xe
-    from captioner.modeling.training import process_state
+    from pacs.captioner.demo.captioning import finish_xe, xe_trainer_config
+    from pacs.captioner.modeling.hf_train_xe import train_hf_xe
+    from pacs.captioner.modeling.training import process_state
 
     policy = load_policy(config, data, init, process_state().device, seed)
     pairs = [(item.image_id, caption) for item in data.splits["train"] for caption in item.references]
@@ -167,8 +167,8 @@ def greedy_captioner(policy: Any, batch_size: int = 100) -> Callable[[Any, list[
 def caption_test_set(folder: Path, data: DemoData, config: DemoConfig) -> dict[str, str]:
     """Captions of every test image by the transformers model in `folder`: its own `generate`, beam
     `evaluate.beam_size` (1: greedy), at most `xe.max_length` new tokens."""
-    from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
-    from captioner.modeling.training import process_state
+    from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+    from pacs.captioner.modeling.training import process_state
 
     device = str(process_state().device)
     options = HFCaptionOptions(beam_size=config.evaluate.beam_size, max_new_tokens=config.xe.max_length,

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from captioner.demo.world import COLOURS, NUMBER_WORDS, SHAPE_WORDS, SIZE_WORDS, Scene
+from pacs.captioner.demo.world import COLOURS, NUMBER_WORDS, SHAPE_WORDS, SIZE_WORDS, Scene
 
 _COLOUR_OF = {c: c for c in COLOURS}
 _SIZE_OF = {word: size for size, words in SIZE_WORDS.items() for word in words}

@@ -2,7 +2,7 @@
 
 SCST with it (`scst.rewards: [..., judge]`, the row `scst judge`) shows what the SCST machinery reaches when the
 reward is right; every learned reward's change of judge accuracy is also given as a share of its gain. It is
-registered in the reward registry when `captioner.demo` is imported; `build_reward("judge", scenes=...)` needs
+registered in the reward registry when `pacs.captioner.demo` is imported; `build_reward("judge", scenes=...)` needs
 the world's scenes (`DemoData.scenes()`), which only the demo has.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from captioner.demo.judge import judge_caption
-from captioner.demo.world import Scene
-from metric.common.errors import InputError
-from rewards.registry import load_builtin_rewards, register_reward
+from pacs.captioner.demo.judge import judge_caption
+from pacs.captioner.demo.world import Scene
+from pacs.metric.common.errors import InputError
+from pacs.rewards.registry import load_builtin_rewards, register_reward
 
 NAME = "judge"
 

@@ -11,14 +11,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioner.demo.config import ClipStageConfig, DemoConfig
-from captioner.demo.data import DemoData
-from captioner.modeling.training import process_state
-from metric.common.io import atomic_path
-from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.models.factory import load_backbone
-from metric.training.data import TensorPositivesDataset
-from metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
+from pacs.captioner.demo.config import ClipStageConfig, DemoConfig
+from pacs.captioner.demo.data import DemoData
+from pacs.captioner.modeling.training import process_state
+from pacs.metric.common.io import atomic_path
+from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
 
 logger = logging.getLogger(__name__)
 

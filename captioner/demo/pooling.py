@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from captioner.demo.config import DemoConfig
-from metric.common.config import from_dict, load_yaml, to_dict
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic, write_text_atomic
-from metric.common.run_lock import hold_run_directory
+from pacs.captioner.demo.config import DemoConfig
+from pacs.metric.common.config import from_dict, load_yaml, to_dict
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic, write_text_atomic
+from pacs.metric.common.run_lock import hold_run_directory
 
 RUN_SETTINGS = ("name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
 """The settings that may differ between pooled runs: where and how a run ran, not what it trained."""
@@ -89,7 +89,7 @@ def check_shared_metric_stages(runs: list[Path], transformers: bool) -> None:
     """InputError naming the file when a run's metric checkpoints or grid features are not the first run's."""
     import torch
 
-    from captioner.demo import captioning
+    from pacs.captioner.demo import captioning
 
     first = runs[0]
     for stage in METRIC_CHECKPOINTS:
@@ -129,7 +129,7 @@ def _existing(path: Path) -> Path:
 
 def _finished_record(run_dir: Path, stage: str) -> dict[str, Any]:
     """A seed stage's record, verified: finished, and its outputs as it recorded them."""
-    from captioner.orchestration.stage_outputs import manifest_problems
+    from pacs.captioner.orchestration.stage_outputs import manifest_problems
 
     path = run_dir / "stages" / f"{stage}.json"
     try:
@@ -147,7 +147,7 @@ def _finished_record(run_dir: Path, stage: str) -> dict[str, Any]:
 def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str, Path], dict[str, Any]]:
     """One seed's finished models in `run_dir` (the table's row names -> model folders) and its guard choices,
     every stage verified (`_finished_record`)."""
-    from captioner.demo import captioning, findings, pipeline
+    from pacs.captioner.demo import captioning, findings, pipeline
 
     prefix = pipeline.seed_prefix(config, seed)
     stages = {"xe": (f"{prefix}xe", "best")}
@@ -191,8 +191,8 @@ def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
 
 
 def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out: Path) -> dict[str, Any]:
-    from captioner.demo import pipeline
-    from captioner.demo.data import DemoData
+    from pacs.captioner.demo import pipeline
+    from pacs.captioner.demo.data import DemoData
 
     check_same_experiment(configs)
     owner: dict[int, Path] = {}

@@ -1,7 +1,7 @@
 """The demo's numbers over training seeds: every row, difference and reward gain as a paired, stratified bootstrap
-over seeds and, within each seed, the test images (`eval.stratified_bootstrap`), point estimates aggregated over
+over seeds and, within each seed, the test images (`pacs.eval.stratified_bootstrap`), point estimates aggregated over
 seeds (the mean; the IQM from 5 seeds). `SeedEvidence.view()` gives one "view" of the evidence (the pooled one, or
-one seed's alone), the input of the findings' rules (`captioner.demo.findings.finding_records`)."""
+one seed's alone), the input of the findings' rules (`pacs.captioner.demo.findings.finding_records`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from captioner.demo.findings import BASELINE, reward_values
-from eval.stratified_bootstrap import Estimate, StratifiedBootstrap
-from eval.system_scoring import corpus_bleu
+from pacs.captioner.demo.findings import BASELINE, reward_values
+from pacs.eval.stratified_bootstrap import Estimate, StratifiedBootstrap
+from pacs.eval.system_scoring import corpus_bleu
 
 ORACLE = "judge"
-"""The oracle reward: the demo's exact judge (`captioner.demo.judge_reward`)."""
+"""The oracle reward: the demo's exact judge (`pacs.captioner.demo.judge_reward`)."""
 CORPUS_COLUMNS = {"B-4": 3}
 """Columns that are corpus statistics (not means of per-image values): corpus BLEU-n, n-1 the index."""
 
@@ -25,7 +25,7 @@ class SeedEvidence:
     def __init__(self, per_image: Mapping[str, Sequence[Mapping[str, np.ndarray]]],
                  bleu: Mapping[str, Sequence[Any]], columns: Sequence[str], n_resamples: int, seed: int) -> None:
         """`per_image[name][s][column]`: the row's per-image values in seed `s` (the same images, in the same
-        order, in every seed and row); `bleu[name][s]`: its BLEU statistics (`eval.system_scoring.BleuStats`;
+        order, in every seed and row); `bleu[name][s]`: its BLEU statistics (`pacs.eval.system_scoring.BleuStats`;
         None: no B-4, the human row)."""
         self.names = list(per_image)
         self.columns = list(columns)
@@ -83,8 +83,8 @@ class SeedEvidence:
         mine, best, base = (self.samples(n, column) for n in (model, oracle, BASELINE))
         if mine is None or best is None or base is None:
             return None
-        from eval.correlation import confidence_interval
-        from eval.stratified_bootstrap import LEVEL, aggregate
+        from pacs.eval.correlation import confidence_interval
+        from pacs.eval.stratified_bootstrap import LEVEL, aggregate
 
         own, top = mine[0] - base[0], best[0] - base[0]
         if float(aggregate(top)) == 0.0:

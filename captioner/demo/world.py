@@ -16,7 +16,7 @@ import numpy as np
 from annotated_types import Interval, Le
 from PIL import Image, ImageDraw
 
-from metric.common.config import Fraction, NonNegativeFloat, PositiveInt, Probability, Seed
+from pacs.metric.common.config import Fraction, NonNegativeFloat, PositiveInt, Probability, Seed
 
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "diamond")
 COLOURS: dict[str, tuple[int, int, int]] = {

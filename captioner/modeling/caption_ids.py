@@ -1,4 +1,4 @@
-"""Tokenised training captions as two flat arrays on disk (token ids, int64 offsets; `metric.common.spill.DiskArray`)
+"""Tokenised training captions as two flat arrays on disk (token ids, int64 offsets; `pacs.metric.common.spill.DiskArray`)
 instead of a tensor or a list per caption; a batch's `[B, max_length+1]` targets (ids, <eos>, <pad>) are read and
 built on demand."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from captioner.modeling.vocab import EOS_ID, PAD_ID
-from metric.common.spill import DiskArray
+from pacs.captioner.modeling.vocab import EOS_ID, PAD_ID
+from pacs.metric.common.spill import DiskArray
 
 
 class EncodedCaptions:

@@ -5,7 +5,7 @@ scheduler, one `random_states_<rank>.pkl` per process) plus `trainer_state.json`
 in the data) and `manifest.json` (size and sha256 of every file). It is written into a temporary folder
 and renamed into place only when complete; older states are pruned only after that. Loading checks the
 manifest and refuses a corrupt, truncated or incomplete state with an error naming the file; its pickle-based
-files are read with `torch.load(weights_only=True)` only (`metric.training.resume_files`): a file holding
+files are read with `torch.load(weights_only=True)` only (`pacs.metric.training.resume_files`): a file holding
 anything else is refused in one line, and nothing in it runs.
 
 A captioner model folder (`best/`, `final/`) holds `model.safetensors` + `captioner.json` (architecture,
@@ -24,16 +24,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from captioner.modeling.model import Captioner, CaptionerConfig, captioner_config_dict
-from captioner.modeling.vocab import Vocab, vocab_from_dict
-from metric.common.config import from_dict
-from metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
-from metric.common.io import chmod_like_umask, write_json_atomic
-from metric.common.json_input import read_json_file
-from metric.common.os_errors import writing_to
-from metric.common.provenance import provenance, sha256_file
-from metric.training.divergence import nonfinite_parameter
-from metric.training.resume_files import check_state_folder, load_weights_only
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig, captioner_config_dict
+from pacs.captioner.modeling.vocab import Vocab, vocab_from_dict
+from pacs.metric.common.config import from_dict
+from pacs.metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
+from pacs.metric.common.io import chmod_like_umask, write_json_atomic
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.os_errors import writing_to
+from pacs.metric.common.provenance import provenance, sha256_file
+from pacs.metric.training.divergence import nonfinite_parameter
+from pacs.metric.training.resume_files import check_state_folder, load_weights_only
 
 logger = logging.getLogger(__name__)
 

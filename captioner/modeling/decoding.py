@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from captioner.modeling.example_rng import ExampleRNG
-from captioner.modeling.model import Captioner
-from captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
-from metric.common.errors import InputError
+from pacs.captioner.modeling.example_rng import ExampleRNG
+from pacs.captioner.modeling.model import Captioner
+from pacs.captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
+from pacs.metric.common.errors import InputError
 
 
 @dataclass

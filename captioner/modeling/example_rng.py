@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from metric.common.errors import PacsError
+from pacs.metric.common.errors import PacsError
 
 DROPOUT = 0
 SAMPLING = 1

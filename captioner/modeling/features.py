@@ -34,9 +34,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import atomic_path, write_json_atomic
-from metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.io import atomic_path, write_json_atomic
+from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
                 workers: int | str = "auto") -> torch.Tensor:
     """The backbone's preprocessed pixels `[len(ids), 3, H, W]`; an unreadable image is an error naming id and path.
 
-    `workers` threads decode the images (`metric.common.parallel`: the same pixels, bit for bit, in order).
+    `workers` threads decode the images (`pacs.metric.common.parallel`: the same pixels, bit for bit, in order).
     """
     return torch.stack(list(iter_pixels(backbone, images, ids, workers)))
 
@@ -314,16 +314,16 @@ def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
 def iter_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str],
                 workers: int | str = "auto", ahead: int = 0) -> Iterator[torch.Tensor]:
     """The preprocessed pixels `[3, H, W]` of `ids`, in order, decoded by `workers` threads up to `ahead` early."""
-    from metric.common.parallel import ordered_map, resolve_workers
+    from pacs.metric.common.parallel import ordered_map, resolve_workers
 
     return ordered_map(lambda image_id: backbone.preprocess(_read_image(images, image_id)), ids,
                        resolve_workers(workers), ahead)
 
 
 def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image.Image:
-    """The image of `image_id`, read by `pacs score`'s rule (`metric.models.preprocess.open_image`): an unreadable
+    """The image of `image_id`, read by `pacs score`'s rule (`pacs.metric.models.preprocess.open_image`): an unreadable
     file or a decompression bomb (a 30000×30000 PNG) is one InputError naming the id and the file."""
-    from metric.models.preprocess import open_image
+    from pacs.metric.models.preprocess import open_image
 
     try:
         return open_image(images[image_id])
@@ -336,7 +336,7 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
                      accelerator: Any = None, mixed_precision: str = "no", workers: int | str = "auto") -> FeatureCache:
     """Extract grid features of `images` ({image_id: path}) into `cache_dir`, skipping ids already cached.
 
-    `backbone` is a `metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
+    `backbone` is a `pacs.metric.models.backbones.Backbone` (model + preprocess). With an `accelerate.Accelerator`,
     each process handles `ids[rank::world]`; the returned cache is complete on every process. `mixed_precision`
     bf16 / fp16 runs the tower under `torch.autocast` (fp32 weights; the features are stored in `dtype`).
     `workers` threads (default: one per core) decode the next batch while the tower encodes the current one; the
@@ -344,8 +344,8 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     """
     import contextlib
 
-    from metric.common.device import autocast_dtype, check_precision
-    from metric.models.grid import grid_feature_dim, visual_grid_features
+    from pacs.metric.common.device import autocast_dtype, check_precision
+    from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 
     if dtype not in _DTYPES:
         raise InputError(f"feature dtype {dtype!r} unknown (known: {', '.join(_DTYPES)})")

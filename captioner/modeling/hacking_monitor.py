@@ -9,14 +9,14 @@ validation images greedily (eval mode, no gradients; split over the processes) a
 |---|---|
 | `reward` | mean training reward of the validation captions (the same reward object; NaN values left out) |
 | `cider` | corpus CIDEr-D ×100 against the validation references (XE's validation score) |
-| `length` | mean words per caption (`eval.fluency.words`) |
-| `rep1`..`rep4` | Rep-n (`eval.fluency.rep_n`: mean repeated n-grams per caption) |
+| `length` | mean words per caption (`pacs.eval.fluency.words`) |
+| `rep1`..`rep4` | Rep-n (`pacs.eval.fluency.rep_n`: mean repeated n-grams per caption) |
 | `distinct1`, `distinct2` | distinct-n: distinct n-grams / all n-grams over the sample's captions |
-| `incorrect` | %Incorrect (`eval.fluency`: % of captions ending with a preposition, conjunction or determiner) |
-| `grammar_errors` | % of captions with a grammar error (`eval.grammar`, Harper); NaN when no backend |
-| `zero_spread` | fraction of the training images since the previous row whose k rewards were all equal (advantage 0: nothing learnt; `captioner.modeling.reward_spread`); NaN at step 0 |
+| `incorrect` | %Incorrect (`pacs.eval.fluency`: % of captions ending with a preposition, conjunction or determiner) |
+| `grammar_errors` | % of captions with a grammar error (`pacs.eval.grammar`, Harper); NaN when no backend |
+| `zero_spread` | fraction of the training images since the previous row whose k rewards were all equal (advantage 0: nothing learnt; `pacs.captioner.modeling.reward_spread`); NaN at step 0 |
 
-`length`..`incorrect` are `eval.caption_drift.caption_stats` (the same as `rewards.monitor`'s signals).
+`length`..`incorrect` are `pacs.eval.caption_drift.caption_stats` (the same as `pacs.rewards.monitor`'s signals).
 A logging WARNING names the signature when the reward rose above its step-0 value by more than
 `monitor_reward_rise` while a drift from step 0 passed its threshold (`gaming_signatures`).
 """
@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from captioner.modeling.decoding import decode_texts, greedy
-from captioner.modeling.features import FeatureCache
-from eval.caption_drift import DriftThresholds, caption_stats, drift, drift_signatures, reward_rose
-from metric.common.io import write_text_atomic
+from pacs.captioner.modeling.decoding import decode_texts, greedy
+from pacs.captioner.modeling.features import FeatureCache
+from pacs.eval.caption_drift import DriftThresholds, caption_stats, drift, drift_signatures, reward_rose
+from pacs.metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def gaming_signatures(start: Mapping[str, float], now: Mapping[str, float],
                       thresholds: GamingThresholds) -> list[tuple[str, str]]:
     """[(signature, drift)] for each drift of `now` from `start` beyond its threshold, when the reward rose.
 
-    `eval.caption_drift.drift_signatures` and a relative drop of the validation CIDEr-D; empty when the reward
+    `pacs.eval.caption_drift.drift_signatures` and a relative drop of the validation CIDEr-D; empty when the reward
     did not rise by more than `reward_rise` (or a value is missing / NaN).
     """
     if not reward_rose(start, now, thresholds.reward_rise):
@@ -106,7 +106,7 @@ def write_monitor_rows(path: Path, rows: Sequence[Mapping[str, float]]) -> None:
 
 
 class GrammarRate:
-    """% of captions with a grammar error by `eval.grammar`'s default backend, NaN (noted once) without one."""
+    """% of captions with a grammar error by `pacs.eval.grammar`'s default backend, NaN (noted once) without one."""
 
     def __init__(self) -> None:
         self.checker: Any = None
@@ -117,8 +117,8 @@ class GrammarRate:
         if self.unavailable:
             return float("nan")
         if self.checker is None:
-            from eval.grammar import build_grammar_checker
-            from metric.common.errors import PacsError
+            from pacs.eval.grammar import build_grammar_checker
+            from pacs.metric.common.errors import PacsError
 
             try:
                 self.checker = build_grammar_checker()
@@ -126,7 +126,7 @@ class GrammarRate:
                 logger.warning("scst monitor: grammar_errors not measured (NaN): %s", error)
                 self.unavailable = True
                 return float("nan")
-        from eval.grammar import grammar_error_rate
+        from pacs.eval.grammar import grammar_error_rate
 
         return float(grammar_error_rate(list(captions), self.checker).rate)
 
@@ -138,7 +138,7 @@ class HackingMonitor:
                  reward: Any, thresholds: GamingThresholds, max_length: int, every: int, last_step: int,
                  resume_step: int | None = None, batch_size: int = 100, policy: Any = None) -> None:
         self.path, self.features, self.vocab, self.reward = path, features, vocab, reward
-        self.policy = policy  # a `captioner.modeling.policy.CaptionPolicy`: captions through it (features unused)
+        self.policy = policy  # a `pacs.captioner.modeling.policy.CaptionPolicy`: captions through it (features unused)
         self.references = {str(k): list(v) for k, v in validation.items()}
         self.ids = list(self.references)
         self.thresholds, self.max_length, self.every, self.last_step = thresholds, max_length, every, last_step
@@ -178,7 +178,7 @@ class HackingMonitor:
 
     def score(self, step: int, captions: Mapping[str, str]) -> dict[str, float]:
         """The row of `step` for the sample's captions."""
-        from captioner.modeling.train_xe import cider_validator
+        from pacs.captioner.modeling.train_xe import cider_validator
 
         ids = [i for i in self.ids if i in captions]
         texts = [captions[i] for i in ids]

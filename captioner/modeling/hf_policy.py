@@ -1,6 +1,6 @@
-"""A transformers image-to-text folder (BLIP, GIT, LLaVA-style) as an SCST / XE policy (`captioner.modeling.policy`).
+"""A transformers image-to-text folder (BLIP, GIT, LLaVA-style) as an SCST / XE policy (`pacs.captioner.modeling.policy`).
 
-Inputs follow `pacs caption` (`captioner.modeling.hf_captioning`): the processor's inputs of each image, the
+Inputs follow `pacs caption` (`pacs.captioner.modeling.hf_captioning`): the processor's inputs of each image, the
 prompt as `pacs caption` gives it. Every caption continues a *prefix* of token ids, the one the model's own
 `generate` starts from: BLIP's `[bos] prompt` (its `[CLS]` swapped for the decoder start, the `[SEP]` dropped);
 any other model's prompt tokens less an appended end token, or `[bos]` without a prompt. The prefix is never part
@@ -12,7 +12,7 @@ the end token (BLIP: `sep_token_id`; otherwise the generation config's `eos_toke
 end token's log-probability is in every sum. Dropout is switched off in the whole model when the policy is built
 (as TRL does for RL fine-tuning): the samples, the log-probabilities and their gradients do not depend on which
 process or micro-batch an image lands in, and the KL guard is exactly 0 while the weights are the reference's.
-Sampling draws each image's tokens from its own generator (`captioner.modeling.example_rng`), decoding without
+Sampling draws each image's tokens from its own generator (`pacs.captioner.modeling.example_rng`), decoding without
 a key-value cache (one forward of the whole prefix per token: exact, and short captions keep it cheap);
 `samples: beam` uses the model's own `generate` (`num_beams = num_return_sequences = k`).
 
@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import torch
 from annotated_types import Le
 
-from captioner.modeling.example_rng import ExampleRNG
-from captioner.modeling.hf_captioning import (
+from pacs.captioner.modeling.example_rng import ExampleRNG
+from pacs.captioner.modeling.hf_captioning import (
     HFCaptioner,
     encode_image,
     load_hf_captioner,
@@ -46,8 +46,8 @@ from captioner.modeling.hf_captioning import (
     read_rgb,
     stack_without_padding,
 )
-from metric.common.config import PositiveFloat, PositiveInt
-from metric.common.errors import InputError, NonFiniteError
+from pacs.metric.common.config import PositiveFloat, PositiveInt
+from pacs.metric.common.errors import InputError, NonFiniteError
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def zero_dropout(model: torch.nn.Module) -> None:
 
 def lora_targets(model: torch.nn.Module) -> list[str]:
     """Names of the layers LoRA adapts: every `nn.Linear` / transformers `Conv1D` outside the vision tower and
-    the output head (chosen by module type, as `metric.models.lora` does for the metric's towers)."""
+    the output head (chosen by module type, as `pacs.metric.models.lora` does for the metric's towers)."""
     from transformers.pytorch_utils import Conv1D
 
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -305,10 +305,10 @@ class HFPolicy:
 
     def save(self, folder: str | os.PathLike, module: Any, extra: dict[str, Any]) -> Path:
         """A transformers folder: merged weights + processor, `adapter/` (LoRA) and `pacs_training.json`."""
-        from captioner.modeling.checkpoints import _atomic_dir_replace
-        from metric.common.io import chmod_like_umask, write_json_atomic
-        from metric.common.provenance import provenance
-        from metric.training.divergence import nonfinite_parameter
+        from pacs.captioner.modeling.checkpoints import _atomic_dir_replace
+        from pacs.metric.common.io import chmod_like_umask, write_json_atomic
+        from pacs.metric.common.provenance import provenance
+        from pacs.metric.training.divergence import nonfinite_parameter
 
         folder = Path(folder)
         bad = nonfinite_parameter(module.named_parameters())

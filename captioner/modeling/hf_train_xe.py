@@ -1,9 +1,9 @@
 """Optional stage 1 for a transformers captioner: cross-entropy fine-tuning on the data set's references.
 
-The same settings as pacs' XE (`captioner.modeling.train_xe.XEConfig`: steps, global batch split into
+The same settings as pacs' XE (`pacs.captioner.modeling.train_xe.XEConfig`: steps, global batch split into
 micro-batches over processes, the PAC-S++ learning-rate schedule, gradient clipping, checkpoints every
 `save_every` steps, validation every `eval_every` steps by corpus CIDEr-D of greedy captions, best model kept),
-on a `captioner.modeling.hf_policy.HFPolicy`: the loss of a caption is the mean over its tokens, end token
+on a `pacs.captioner.modeling.hf_policy.HFPolicy`: the loss of a caption is the mean over its tokens, end token
 included, of `−log π(y_t | prefix, y_<t, image)` (`HFPolicy.token_log_probs`, the prompt as `pacs caption` gives
 it), the loss of a batch the mean over its captions, so any split over processes and micro-batches gives the
 same gradient (dropout is off in the policy). Writes `<output_dir>/best` and `<output_dir>/final` (transformers
@@ -19,11 +19,11 @@ from typing import Any
 
 from accelerate.utils import broadcast_object_list, gather_object
 
-from captioner.modeling.hf_policy import HFPolicy, caption_mask
-from captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XELoop, XEResult, cider_validator
-from captioner.modeling.training import BatchPlan, make_accelerator
-from metric.common.errors import InputError
-from metric.common.seeding import seed_everything
+from pacs.captioner.modeling.hf_policy import HFPolicy, caption_mask
+from pacs.captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XELoop, XEResult, cider_validator
+from pacs.captioner.modeling.training import BatchPlan, make_accelerator
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.seeding import seed_everything
 
 logger = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ The encoder projects the visual tokens `[B, R, Dv]` to `d_model` and runs `encod
 layers; the decoder is causal, with learned positions, and supports incremental decoding through a
 key/value cache (`start_cache` / `step`) so that beam search costs one token per step.
 Dropout (including attention dropout) draws its masks from per-example generators while
-`Captioner.example_rng(rng)` is active (training: see `captioner.modeling.example_rng`), from torch's global generator
+`Captioner.example_rng(rng)` is active (training: see `pacs.captioner.modeling.example_rng`), from torch's global generator
 otherwise.
-Token ids follow `captioner.modeling.vocab`: 0 pad, 1 bos, 2 eos, 3 unk.
+Token ids follow `pacs.captioner.modeling.vocab`: 0 pad, 1 bos, 2 eos, 3 unk.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from annotated_types import Le
 from torch import nn
 
-from captioner.modeling.example_rng import ExampleRNG
-from captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
-from metric.common.config import MAX_LENGTH, Fraction, NonNegativeInt, PositiveInt
-from metric.common.errors import InputError
+from pacs.captioner.modeling.example_rng import ExampleRNG
+from pacs.captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
+from pacs.metric.common.config import MAX_LENGTH, Fraction, NonNegativeInt, PositiveInt
+from pacs.metric.common.errors import InputError
 
 
 @dataclass
@@ -43,7 +43,7 @@ class CaptionerConfig:
     max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = 20
 
     def validate(self) -> None:
-        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         if self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 

@@ -1,7 +1,7 @@
-"""The captioner SCST trains, as a policy: what the shared loop of `captioner.modeling.train_scst` asks of a model.
+"""The captioner SCST trains, as a policy: what the shared loop of `pacs.captioner.modeling.train_scst` asks of a model.
 
 Two implementations: `PacsPolicy` (pacs' own captioner over cached grid features, below) and
-`captioner.modeling.hf_policy.HFPolicy` (a transformers image-to-text folder: BLIP, GIT, LLaVA-style). The loop
+`pacs.captioner.modeling.hf_policy.HFPolicy` (a transformers image-to-text folder: BLIP, GIT, LLaVA-style). The loop
 owns batching, rewards, baselines, the KL guard, the hacking monitor, checkpoints and selection; a policy owns
 how images become model inputs, how captions are drawn (`sample`, `greedy`: token ids `[B, k, T]` whose rows
 end with the end token, padded after it) and scored (`token_log_probs`: `[N, T]`, the end token's log-probability
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from captioner.modeling.example_rng import ExampleRNG
+from pacs.captioner.modeling.example_rng import ExampleRNG
 
 
 class PolicyReference(Protocol):
@@ -63,7 +63,7 @@ class CaptionPolicy(Protocol):
 
 
 class PacsPolicy:
-    """pacs' own captioner (`captioner.modeling.model.Captioner`) over a feature cache."""
+    """pacs' own captioner (`pacs.captioner.modeling.model.Captioner`) over a feature cache."""
 
     kind = "pacs"
 
@@ -74,7 +74,7 @@ class PacsPolicy:
     @classmethod
     def load(cls, folder: str | os.PathLike, features: Any) -> PacsPolicy:
         """The captioner folder `folder` (model.safetensors + captioner.json) over `features`."""
-        from captioner.modeling.checkpoints import load_captioner
+        from pacs.captioner.modeling.checkpoints import load_captioner
 
         model, vocab, info = load_captioner(folder)
         return cls(model, vocab, info, features)
@@ -88,8 +88,8 @@ class PacsPolicy:
         return self.features.get(list(image_ids)).to(device)
 
     def sample(self, module: Any, batch: torch.Tensor, config: Any, rng: ExampleRNG) -> torch.Tensor:
-        """k beams or k multinomial samples (`captioner.modeling.decoding`)."""
-        from captioner.modeling.decoding import beam_search, sample
+        """k beams or k multinomial samples (`pacs.captioner.modeling.decoding`)."""
+        from pacs.captioner.modeling.decoding import beam_search, sample
 
         if config.samples == "beam":
             return beam_search(module, batch, beam_size=config.k, max_length=config.max_length,
@@ -99,7 +99,7 @@ class PacsPolicy:
 
     def greedy(self, module: Any, batch: torch.Tensor, max_length: int) -> torch.Tensor:
         """Argmax decoding."""
-        from captioner.modeling.decoding import greedy
+        from pacs.captioner.modeling.decoding import greedy
 
         return greedy(module, batch, max_length).tokens
 
@@ -108,7 +108,7 @@ class PacsPolicy:
         """Teacher forcing (`shift_right`), dropout masks from `dropout` (per example)."""
         import contextlib
 
-        from captioner.modeling.model import shift_right, token_log_probs
+        from pacs.captioner.modeling.model import shift_right, token_log_probs
 
         with module.example_rng(dropout) if dropout is not None else contextlib.nullcontext():
             logits = model(batch, shift_right(tokens), repeats=repeats)
@@ -116,18 +116,18 @@ class PacsPolicy:
 
     def decode(self, tokens: torch.Tensor) -> list[list[str]]:
         """`vocab.decode` of every row."""
-        from captioner.modeling.decoding import decode_texts
+        from pacs.captioner.modeling.decoding import decode_texts
 
         return decode_texts(self.vocab, tokens)
 
     def reference(self, folder: str | os.PathLike, device: torch.device | str) -> PolicyReference:
-        """`captioner.modeling.reference_policy.ReferencePolicy` (same vocabulary required)."""
-        from captioner.modeling.reference_policy import ReferencePolicy
+        """`pacs.captioner.modeling.reference_policy.ReferencePolicy` (same vocabulary required)."""
+        from pacs.captioner.modeling.reference_policy import ReferencePolicy
 
         return ReferencePolicy(folder, self.vocab, device)
 
     def save(self, folder: str | os.PathLike, module: Any, extra: dict[str, Any]) -> Path:
         """A pacs captioner folder (`save_captioner`)."""
-        from captioner.modeling.checkpoints import save_captioner
+        from pacs.captioner.modeling.checkpoints import save_captioner
 
         return save_captioner(folder, module, self.vocab, self.info.get("features", {}), extra)

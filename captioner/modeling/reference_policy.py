@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from captioner.modeling.checkpoints import load_captioner
-from captioner.modeling.model import shift_right, token_log_probs
-from metric.common.errors import InputError, NonFiniteError
-from metric.training.divergence import nonfinite_parameter
+from pacs.captioner.modeling.checkpoints import load_captioner
+from pacs.captioner.modeling.model import shift_right, token_log_probs
+from pacs.metric.common.errors import InputError, NonFiniteError
+from pacs.metric.training.divergence import nonfinite_parameter
 
 
 def token_log_ratio(policy_logits: torch.Tensor, reference_logits: torch.Tensor,

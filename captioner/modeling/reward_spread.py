@@ -39,8 +39,8 @@ def spread_counts(rewards: torch.Tensor, captions: Sequence[Sequence[str]]) -> d
 
 def _contrastive(reward: str) -> bool:
     """Whether reward spec `reward` has a contrastive term (clip-s, pac-s++, ...: `w·max(cos, 0)`)."""
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
+    from pacs.metric.scoring.registry import METRICS
+    from pacs.rewards.registry import parse_reward_spec
 
     try:
         return any(name in METRICS for name, _ in parse_reward_spec(reward))

@@ -6,18 +6,18 @@ subtracted (`mean` of the k — PAC-S++'s choice —, `loo` leave-one-out mean, 
 caption), and the loss `−mean((r − b) · log p(caption))` over images and captions, with log p summed over
 the tokens up to the first <eos> and computed by teacher forcing with the model in training mode.
 Randomness (multinomial samples, dropout masks) is drawn per image from generators seeded by (seed, step, global
-example index) (`captioner.modeling.example_rng`), so 1 or N processes and any micro-batch size give the same samples
+example index) (`pacs.captioner.modeling.example_rng`), so 1 or N processes and any micro-batch size give the same samples
 and gradients, and a resume needs only the step number.
 Non-finite rewards are replaced by the baseline (their advantage is 0), counted and logged; if they occur
 in `nonfinite_patience` consecutive steps training stops with an error.
 
 Guards against reward hacking (issue 24; each off by default, formulas in docs/captioner.md "SCST guards"):
 `kl_coef` (β) shapes each sampled caption's reward before the baseline, r'(y) = r(y) − β·KL(y) with
-KL(y) = Σ_t log π(y_t) − log π_ref(y_t) over its sampled tokens (`captioner.modeling.reference_policy`; the
+KL(y) = Σ_t log π(y_t) − log π_ref(y_t) over its sampled tokens (`pacs.captioner.modeling.reference_policy`; the
 `kl` column of log.csv is the mean KL(y)); `monitor_every` runs the hacking monitor
-(`captioner.modeling.hacking_monitor`, `<output_dir>/monitor.csv`); `select_by` (`cider` / `reward`) keeps the
+(`pacs.captioner.modeling.hacking_monitor`, `<output_dir>/monitor.csv`); `select_by` (`cider` / `reward`) keeps the
 monitored step with the best validation score in `<output_dir>/best`. Repetition and length penalties are
-reward components (`rewards.guards`: `rep-penalty`, `length-penalty`).
+reward components (`pacs.rewards.guards`: `rep-penalty`, `length-penalty`).
 """
 from __future__ import annotations
 
@@ -35,17 +35,17 @@ from accelerate.utils import broadcast_object_list
 from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
-from captioner.modeling.checkpoints import CheckpointManager
-from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
-from captioner.modeling.features import FeatureCache
-from captioner.modeling.hacking_monitor import MONITOR_FILE, GamingThresholds, HackingMonitor
-from captioner.modeling.model import token_log_probs
-from captioner.modeling.policy import CaptionPolicy, PacsPolicy
-from captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
-from captioner.modeling.reward_spread import SpreadWatch, spread_counts
-from captioner.modeling.train_xe import is_better
-from captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
-from metric.common.config import (
+from pacs.captioner.modeling.checkpoints import CheckpointManager
+from pacs.captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
+from pacs.captioner.modeling.features import FeatureCache
+from pacs.captioner.modeling.hacking_monitor import MONITOR_FILE, GamingThresholds, HackingMonitor
+from pacs.captioner.modeling.model import token_log_probs
+from pacs.captioner.modeling.policy import CaptionPolicy, PacsPolicy
+from pacs.captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
+from pacs.captioner.modeling.reward_spread import SpreadWatch, spread_counts
+from pacs.captioner.modeling.train_xe import is_better
+from pacs.captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
+from pacs.metric.common.config import (
     MAX_BATCH,
     MAX_BEAM,
     MAX_IMAGES,
@@ -59,12 +59,12 @@ from metric.common.config import (
     check_batch_split,
     to_dict,
 )
-from metric.common.errors import InputError, NonFiniteError, PacsError
-from metric.common.optim import make_adam
-from metric.common.seeding import seed_everything
-from metric.common.trainer_config import TrainerConfig, is_due, resume_target
-from metric.training.divergence import check_loss, check_weights, nonfinite_parameter
-from rewards.mix import check_mix_normalisation, mixed_rewards
+from pacs.metric.common.errors import InputError, NonFiniteError, PacsError
+from pacs.metric.common.optim import make_adam
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target
+from pacs.metric.training.divergence import check_loss, check_weights, nonfinite_parameter
+from pacs.rewards.mix import check_mix_normalisation, mixed_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -129,16 +129,16 @@ class SCSTConfig(TrainerConfig):
     monitor_distinct_drop: NonNegativeFloat = 0.1  # ... or distinct-2 fell by more than this
     monitor_incorrect_rise: NonNegativeFloat = 10.0  # ... or %Incorrect rose by more than these points
     monitor_cider_drop: NonNegativeFloat = 0.2  # ... or the validation CIDEr-D fell by more than this fraction
-    # degenerate-reward warning (captioner.modeling.reward_spread): the reward's spread within the k samples was
+    # degenerate-reward warning (pacs.captioner.modeling.reward_spread): the reward's spread within the k samples was
     # zero for more than `degenerate_fraction` of the images, on average over the last `degenerate_window` steps
     degenerate_window: Annotated[PositiveInt, Le(MAX_STEPS)] = 10
     degenerate_fraction: Annotated[float, Ge(0), Le(1)] = 0.5
     # a mixed reward's components: summed with their weights, or each normalised within the image's k samples
-    # first (GDPO; TRL's multi_objective_aggregation="normalize_then_sum"; rewards.mix, docs/rewards.md)
+    # first (GDPO; TRL's multi_objective_aggregation="normalize_then_sum"; pacs.rewards.mix, docs/rewards.md)
     mix_normalisation: str = "weighted_sum"
 
     def validate(self) -> None:
-        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         super().validate()
         if self.eval_every:
             raise InputError(f"eval_every={self.eval_every}: SCST does not validate while training (the "
@@ -254,11 +254,11 @@ def compute_advantages(rewards: torch.Tensor, baseline: str,
 
 
 def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
-    """(Rep-1, %Incorrect) of a list of captions, from eval.fluency (NaN, with a warning, if it is unavailable)."""
+    """(Rep-1, %Incorrect) of a list of captions, from pacs.eval.fluency (NaN, with a warning, if it is unavailable)."""
     try:
-        from eval.fluency import incorrect_rate, rep_n
+        from pacs.eval.fluency import incorrect_rate, rep_n
     except ImportError as error:
-        logger.warning("Rep-1/%%Incorrect not logged: eval.fluency is unavailable (%s)", error)
+        logger.warning("Rep-1/%%Incorrect not logged: pacs.eval.fluency is unavailable (%s)", error)
         return float("nan"), float("nan")
     return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
 
@@ -276,8 +276,8 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     and after every optimizer step (e.g. to monitor held-out scores); it must not change the model.
     `validation` ({image_id: references}, features cached) feeds the hacking monitor (`monitor_every`), which
     writes `<output_dir>/monitor.csv` and, with `select_by` cider / reward, `<output_dir>/best`.
-    `policy` (`captioner.modeling.policy`): the captioner loaded from `init_checkpoint` (default: pacs' own
-    captioner over `features`; a `captioner.modeling.hf_policy.HFPolicy` for a transformers folder).
+    `policy` (`pacs.captioner.modeling.policy`): the captioner loaded from `init_checkpoint` (default: pacs' own
+    captioner over `features`; a `pacs.captioner.modeling.hf_policy.HFPolicy` for a transformers folder).
     """
     if config.samples not in SAMPLINGS:
         raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")

@@ -1,10 +1,10 @@
 """Stage 1: cross-entropy training with teacher forcing (PAC-S++ §5.1), under accelerate.
 
-Adam with the PAC-S++ schedule (`captioner.modeling.training.pacs_lr`), a global batch of `batch_size` captions
+Adam with the PAC-S++ schedule (`pacs.captioner.modeling.training.pacs_lr`), a global batch of `batch_size` captions
 reached with gradient accumulation, validation by CIDEr-D of beam-search captions, best model kept.
 The loss of a batch is the mean over captions of each caption's mean token NLL (its <eos> included), so
 any split of a global batch over processes and micro-batches gives the same loss and gradient; dropout masks are
-drawn per caption from generators seeded by (seed, step, global example index) (`captioner.modeling.example_rng`), so
+drawn per caption from generators seeded by (seed, step, global example index) (`pacs.captioner.modeling.example_rng`), so
 they do not depend on that split either, and a resumed run draws the same masks as an uninterrupted one.
 """
 from __future__ import annotations
@@ -25,13 +25,13 @@ from accelerate.utils import broadcast_object_list, gather_object
 from annotated_types import Le
 from tqdm.auto import tqdm
 
-from captioner.modeling.caption_ids import EncodedCaptions
-from captioner.modeling.checkpoints import CheckpointManager, save_captioner
-from captioner.modeling.decoding import beam_search
-from captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
-from captioner.modeling.features import FeatureCache
-from captioner.modeling.model import Captioner, CaptionerConfig, sequence_mask, shift_right
-from captioner.modeling.training import (
+from pacs.captioner.modeling.caption_ids import EncodedCaptions
+from pacs.captioner.modeling.checkpoints import CheckpointManager, save_captioner
+from pacs.captioner.modeling.decoding import beam_search
+from pacs.captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
+from pacs.captioner.modeling.features import FeatureCache
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig, sequence_mask, shift_right
+from pacs.captioner.modeling.training import (
     BatchPlan,
     ScheduleConfig,
     finish_trackers,
@@ -40,8 +40,8 @@ from captioner.modeling.training import (
     reduce_mean,
     start_trackers,
 )
-from captioner.modeling.vocab import Vocab, ptb_tokenize_fast
-from metric.common.config import (
+from pacs.captioner.modeling.vocab import Vocab, ptb_tokenize_fast
+from pacs.metric.common.config import (
     MAX_BATCH,
     MAX_BEAM,
     MAX_IMAGES,
@@ -54,12 +54,12 @@ from metric.common.config import (
     check_batch_split,
     to_dict,
 )
-from metric.common.errors import InputError
-from metric.common.io import finite_or_none
-from metric.common.optim import make_adam
-from metric.common.seeding import seed_everything
-from metric.common.trainer_config import TrainerConfig, is_due, resume_target
-from metric.training.divergence import check_loss, check_weights
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import finite_or_none
+from pacs.metric.common.optim import make_adam
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target
+from pacs.metric.training.divergence import check_loss, check_weights
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class XEConfig(TrainerConfig):
     tensorboard: bool = True
 
     def validate(self) -> None:
-        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         super().validate()
         if self.micro_batch_size:
             check_batch_split("", self.batch_size, self.micro_batch_size)
@@ -111,7 +111,7 @@ class XEResult:
 
 def cider_validator(captions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> float:
     """Corpus CIDEr-D (×100) of `captions` against `references` (PTB-style tokens, df from the references)."""
-    from eval.cider import cider_d
+    from pacs.eval.cider import cider_d
 
     ids = list(captions)
     candidates = [" ".join(ptb_tokenize_fast(captions[i])) for i in ids]
@@ -243,7 +243,7 @@ def _shown(best: float | None) -> str:
 
 class XELoop:
     """The optimisation loop both XE trainers share (pacs' captioner here, a transformers captioner in
-    `captioner.modeling.hf_train_xe`): Adam with the PAC-S++ schedule under accelerate, the resumable state
+    `pacs.captioner.modeling.hf_train_xe`): Adam with the PAC-S++ schedule under accelerate, the resumable state
     (`step`, `epoch`, `position`, `best_score`, `best_step`), the optimizer step, the log row, the checks of the
     weights before a validation or a checkpoint, and the result."""
 

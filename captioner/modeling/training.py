@@ -19,9 +19,9 @@ from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
 from annotated_types import Le
 
-from metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
-from metric.common.errors import InputError
-from metric.common.links import open_no_follow
+from pacs.metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.links import open_no_follow
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +73,11 @@ class CSVTracker(GeneralTracker):
 def process_state(device: str = "auto") -> PartialState:
     """accelerate's process state (rank, world, device), honouring `ACCELERATE_USE_CPU` like `Accelerator` does.
 
-    `device` cpu sets a new state up on the CPU (`metric.common.device.process_state`, the one place that creates
+    `device` cpu sets a new state up on the CPU (`pacs.metric.common.device.process_state`, the one place that creates
     it). Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
-    under torchrun, see `captioner.orchestration.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
+    under torchrun, see `pacs.captioner.orchestration.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
     """
-    from metric.common.device import process_state as device_process_state
+    from pacs.metric.common.device import process_state as device_process_state
 
     return device_process_state(device)
 
@@ -85,8 +85,8 @@ def process_state(device: str = "auto") -> PartialState:
 def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
                      mixed_precision: str = "no", tensorboard: bool = True, device: str = "auto") -> Accelerator:
     """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`), on the
-    process state's device (`metric.common.device.build_accelerator`: `device` must agree with it)."""
-    from metric.common.device import build_accelerator
+    process state's device (`pacs.metric.common.device.build_accelerator`: `device` must agree with it)."""
+    from pacs.metric.common.device import build_accelerator
 
     trackers: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns)]
     if tensorboard and importlib.util.find_spec("tensorboard") is not None:
@@ -163,7 +163,7 @@ def micro_batch_for(batch_size: int, micro_batch_size: int | None, processes: in
 
     `micro_batch_size` 0 or None means "not fixed": the whole per-process share, `batch_size // processes`.
     """
-    from metric.common.config import check_batch_split
+    from pacs.metric.common.config import check_batch_split
 
     if not micro_batch_size:
         if batch_size < 1 or batch_size % processes:

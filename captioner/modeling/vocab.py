@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import write_json_atomic
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.io import write_json_atomic
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from metric.common.config import Seed
-from metric.common.errors import InputError
+from pacs.metric.common.config import Seed
+from pacs.metric.common.errors import InputError
 
 
 @dataclass
@@ -37,19 +37,19 @@ class BackboneSource:
 
 def resolve_device(device: str | None) -> str:
     """`auto` (or None) -> this process's accelerate device (cuda:<local rank>, mps or cpu); others checked
-    (`metric.common.device.resolve_device`: an unknown device or `cuda` without a GPU is an InputError)."""
-    from metric.common.device import resolve_device as resolve
+    (`pacs.metric.common.device.resolve_device`: an unknown device or `cuda` without a GPU is an InputError)."""
+    from pacs.metric.common.device import resolve_device as resolve
 
     return resolve(device)
 
 
 def load_source_backbone(source: BackboneSource | Mapping[str, Any], device: str | None = None) -> Any:
-    """Build the `metric.models.backbones.Backbone` a source describes (a random one has the family `source.family`)."""
+    """Build the `pacs.metric.models.backbones.Backbone` a source describes (a random one has the family `source.family`)."""
     import dataclasses
 
-    from metric.models.backbones import build_backbone_from_config
-    from metric.models.factory import load_backbone
-    from metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
 
     if not isinstance(source, BackboneSource):
         known = {key: source[key] for key in ("backbone", "checkpoint", "arch", "random_config", "random_seed",

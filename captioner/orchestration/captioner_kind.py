@@ -1,9 +1,9 @@
 """The recipe's `captioner:` section: pacs' own captioner (default) or a transformers image-to-text folder.
 
 `kind: transformers` with `checkpoint: FOLDER` (a BLIP, GIT or LLaVA-style folder `pacs caption` loads) makes
-`pacs train` run its stages on that model (`captioner.orchestration.hf_stages`): optional XE fine-tuning on the
+`pacs train` run its stages on that model (`pacs.captioner.orchestration.hf_stages`): optional XE fine-tuning on the
 references (`xe: true`), SCST with every reward of `rewards`, evaluation. The other keys are
-`captioner.modeling.hf_policy.HFTrainOptions` (prompt, full or LoRA fine-tuning, vision tower, checkpointing).
+`pacs.captioner.modeling.hf_policy.HFTrainOptions` (prompt, full or LoRA fine-tuning, vision tower, checkpointing).
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from annotated_types import Le
 
-from captioner.modeling.hf_policy import HFTrainOptions
-from metric.common.config import PositiveFloat, PositiveInt
-from metric.common.errors import InputError
+from pacs.captioner.modeling.hf_policy import HFTrainOptions
+from pacs.metric.common.config import PositiveFloat, PositiveInt
+from pacs.metric.common.errors import InputError
 
 
 @dataclass

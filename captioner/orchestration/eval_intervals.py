@@ -1,9 +1,9 @@
 """Paired bootstrap 95% intervals of (model − baseline) for the table columns that are means of per-image values.
 
-The images of a test set are resampled with replacement (`eval.correlation.bootstrap`, the same resampler as
+The images of a test set are resampled with replacement (`pacs.eval.correlation.bootstrap`, the same resampler as
 `pacs correlate --bootstrap`); each resample gives mean(model[idx]) − mean(baseline[idx]) for every column in
-`captioner.orchestration.evaluation.PER_IMAGE_COLUMNS` (C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++), and the interval is
-the 2.5–97.5 percentile of those differences (`eval.correlation.confidence_interval`). B-4, M, Rep-n and
+`pacs.captioner.orchestration.evaluation.PER_IMAGE_COLUMNS` (C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++), and the interval is
+the 2.5–97.5 percentile of those differences (`pacs.eval.correlation.confidence_interval`). B-4, M, Rep-n and
 %Incorrect are corpus statistics, not means of per-image values, and get no interval.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-ima
 def paired_interval(model: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]],
                     n_resamples: int, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
     """`{column: [low, high]}` of mean(model − baseline) over paired image resamples, for the columns both have."""
-    from eval.correlation import bootstrap, confidence_interval
+    from pacs.eval.correlation import bootstrap, confidence_interval
 
     columns = [c for c in model if c in baseline]
     a = {c: np.asarray(model[c], dtype=np.float64) for c in columns}

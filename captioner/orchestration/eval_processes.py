@@ -41,8 +41,8 @@ def caption_and_score(model: Any, vocab: Any, features: Any, image_ids: Sequence
 
     Every process returns the same, complete result.
     """
-    from captioner.modeling.train_xe import generate_captions
-    from captioner.orchestration.evaluation import contrastive_per_image
+    from pacs.captioner.modeling.train_xe import generate_captions
+    from pacs.captioner.orchestration.evaluation import contrastive_per_image
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

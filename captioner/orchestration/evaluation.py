@@ -1,5 +1,5 @@
 """Evaluate captions the way PAC-S++ Tables 9/10/A1 do: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++,
-Rep-1..4 and %Incorrect — through eval/ (text metrics, fluency) and metric.Scorer (contrastive scores)."""
+Rep-1..4 and %Incorrect — through eval/ (text metrics, fluency) and pacs.metric.Scorer (contrastive scores)."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from metric.common.io import finite_or_none
+from pacs.metric.common.io import finite_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def text_scores_detailed(captions: Mapping[str, str], references: Mapping[str, S
                          metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice")
                          ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Corpus text metrics keyed by table column, and the per-image values (caption order) of C and S."""
-    from eval.text_metrics import compute_text_metrics
+    from pacs.eval.text_metrics import compute_text_metrics
 
     ids = list(captions)
     result = compute_text_metrics([captions[i] for i in ids], [list(references[i]) for i in ids], list(metrics))
@@ -48,13 +48,13 @@ def text_scores_detailed(captions: Mapping[str, str], references: Mapping[str, S
 
 def text_scores(captions: Mapping[str, str], references: Mapping[str, Sequence[str]],
                 metrics: Sequence[str] = ("bleu4", "meteor", "cider", "spice")) -> dict[str, float]:
-    """Corpus text metrics (pycocoevalcap protocol via eval.text_metrics), keyed by table column."""
+    """Corpus text metrics (pycocoevalcap protocol via pacs.eval.text_metrics), keyed by table column."""
     return text_scores_detailed(captions, references, metrics)[0]
 
 
 def fluency_scores(captions: Sequence[str]) -> dict[str, float]:
-    """Rep-1..4 and %Incorrect (eval.fluency)."""
-    from eval.fluency import incorrect_rate, rep_n
+    """Rep-1..4 and %Incorrect (pacs.eval.fluency)."""
+    from pacs.eval.fluency import incorrect_rate, rep_n
 
     captions = list(captions)
     out = {f"Rep-{n}": float(rep_n(captions, n)) for n in range(1, 5)}

@@ -1,11 +1,11 @@
 """The recipe's stages on a transformers captioner (`captioner: {kind: transformers, checkpoint: FOLDER}`).
 
-The same stage machinery as pacs' captioner (`captioner.orchestration.stages`: fingerprints, skip / resume /
+The same stage machinery as pacs' captioner (`pacs.captioner.orchestration.stages`: fingerprints, skip / resume /
 re-run, `--force`, the run-directory lock held by `run_pipeline`), with the stages a transformers model needs:
 
-- `xe` (when `captioner.xe`): `captioner.modeling.hf_train_xe.train_hf_xe` on the training references, from
+- `xe` (when `captioner.xe`): `pacs.captioner.modeling.hf_train_xe.train_hf_xe` on the training references, from
   `captioner.checkpoint`; its `best/` starts SCST (without it, SCST starts from the checkpoint itself);
-- `scst-<reward>`: `train_scst` with a `captioner.modeling.hf_policy.HFPolicy` (any reward or mix, the baselines,
+- `scst-<reward>`: `train_scst` with a `pacs.captioner.modeling.hf_policy.HFPolicy` (any reward or mix, the baselines,
   the KL guard to the starting model, the hacking monitor, selection by validation CIDEr-D);
 - `eval/<model>/<set>`: captions by the model's own `generate` (`pacs caption`'s rules, beam
   `evaluation.beam_size`) scored like pacs' rows (`evaluation_rows`), bootstrap intervals against the starting
@@ -22,16 +22,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from captioner.modeling.train_scst import SCSTConfig
-from captioner.modeling.train_xe import XEConfig
-from metric.common.io import nonfinite_to_none, write_json_atomic
+from pacs.captioner.modeling.train_scst import SCSTConfig
+from pacs.captioner.modeling.train_xe import XEConfig
+from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 
 def hf_stage_names(config: Any) -> list[str]:
     """The stages of a transformers run, in order."""
-    from captioner.orchestration.pipeline_config import reward_slug
+    from pacs.captioner.orchestration.pipeline_config import reward_slug
 
     start = "xe" if config.captioner.xe else "init"
     trained = ["xe"] if config.captioner.xe else []
@@ -42,11 +42,11 @@ def hf_stage_names(config: Any) -> list[str]:
 
 def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of a transformers run (the caller holds the run-directory lock); the evaluation rows."""
-    from captioner.modeling.hf_policy import HFPolicy
-    from captioner.modeling.hf_train_xe import train_hf_xe
-    from captioner.modeling.train_scst import train_scst
-    from captioner.orchestration.pipeline import _open_run, _read_data, _scst_stages, _summary, _trainer_config
-    from captioner.orchestration.recipe_stages import (
+    from pacs.captioner.modeling.hf_policy import HFPolicy
+    from pacs.captioner.modeling.hf_train_xe import train_hf_xe
+    from pacs.captioner.modeling.train_scst import train_scst
+    from pacs.captioner.orchestration.pipeline import _open_run, _read_data, _scst_stages, _summary, _trainer_config
+    from pacs.captioner.orchestration.recipe_stages import (
         data_inputs,
         settings_of,
         trainer_settings,
@@ -97,15 +97,15 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
 def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[str]],
               loaded: dict[str, list], reference_row: str) -> dict[str, Any]:
     """Caption every test set with every model (main process), score, write eval/results.*; the rows."""
-    from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
-    from captioner.orchestration.eval_intervals import add_intervals
-    from captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
-    from captioner.orchestration.pipeline import _collect, _test_set_items, evaluation_rows, write_results
-    from captioner.orchestration.pipeline_config import reward_slug
-    from captioner.orchestration.pipeline_rewards import reward_scorers
-    from captioner.orchestration.preflight import evaluation_slots
-    from captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, reward_model_settings
-    from eval.text_metrics import TextMetricSession
+    from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+    from pacs.captioner.orchestration.eval_intervals import add_intervals
+    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from pacs.captioner.orchestration.pipeline import _collect, _test_set_items, evaluation_rows, write_results
+    from pacs.captioner.orchestration.pipeline_config import reward_slug
+    from pacs.captioner.orchestration.pipeline_rewards import reward_scorers
+    from pacs.captioner.orchestration.preflight import evaluation_slots
+    from pacs.captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, reward_model_settings
+    from pacs.eval.text_metrics import TextMetricSession
 
     config, stages = run.config, run.stages
     e = config.evaluation

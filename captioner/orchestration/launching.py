@@ -14,7 +14,7 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from metric.common.errors import PacsError
+from pacs.metric.common.errors import PacsError
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """The main recipe: data → vocabulary → grid features → XE → SCST (chosen reward) → evaluation, from one YAML.
 
 Every stage writes its output under `run_dir` (vocab.json, features/<set>/, xe/, scst-<reward>/,
-eval/<model>/<test set>.json) and records its fingerprint in `run_dir/stages/<stage>.json` (`captioner.orchestration.stages`):
+eval/<model>/<test set>.json) and records its fingerprint in `run_dir/stages/<stage>.json` (`pacs.captioner.orchestration.stages`):
 re-running a run directory skips the stages whose settings, inputs and upstream stages are unchanged, re-runs
 the changed ones and everything below them (logging what changed), resumes an interrupted XE / SCST from its
 checkpoints when its fingerprint matches and refuses otherwise; `force` (`--force STAGE`) re-runs a stage.
-A YAML with a top-level `demo:` section is handed to `captioner.demo.run_demo`.
+A YAML with a top-level `demo:` section is handed to `pacs.captioner.demo.run_demo`.
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from captioner.modeling.train_scst import SCSTConfig, guard_settings
-from captioner.modeling.train_xe import XEConfig
-from captioner.modeling.training import process_state
-from captioner.orchestration.backbone_source import load_source_backbone, resolve_device
-from captioner.orchestration.pipeline_config import (
+from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
+from pacs.captioner.modeling.train_xe import XEConfig
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
+from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,
     EvalConfig,
@@ -33,17 +33,17 @@ from captioner.orchestration.pipeline_config import (
     default_config_path,
     reward_slug,
 )
-from captioner.orchestration.pipeline_rewards import (
+from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
     check_reward_models,
     guard_reward_settings,
     reward_context,
     reward_scorers,
 )
-from captioner.orchestration.stages import StageRunner, check_force
-from metric.common.config import dump_yaml, from_dict, to_dict
-from metric.common.errors import InputError
-from metric.common.io import nonfinite_to_none, write_json_atomic, write_text_atomic
+from pacs.captioner.orchestration.stages import StageRunner, check_force
+from pacs.metric.common.config import dump_yaml, from_dict, to_dict
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import nonfinite_to_none, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class _Run:
 
     def dataset(self, data: DataConfig | dict[str, Any]) -> Any:
         """Load a data set described by a DataConfig (or a test-set mapping with an extra `split`)."""
-        from captioner.data import load_dataset
+        from pacs.captioner.data import load_dataset
 
         if isinstance(data, dict):
             data = from_dict(DataConfig, {k: v for k, v in data.items() if k != "split"}, "evaluation.test_sets")
@@ -80,8 +80,8 @@ class _Run:
 
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
         """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
-        from captioner.modeling.features import FeatureCache, extract_features
-        from captioner.modeling.training import process_state
+        from pacs.captioner.modeling.features import FeatureCache, extract_features
+        from pacs.captioner.modeling.training import process_state
 
         folder = self.dir / "features" / name
         if (folder / "meta.json").is_file():
@@ -98,13 +98,13 @@ class _Run:
 
         `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
         """
-        from captioner.modeling.features import FeatureCache
-        from captioner.orchestration.recipe_stages import settings_of, source_inputs
+        from pacs.captioner.modeling.features import FeatureCache
+        from pacs.captioner.orchestration.recipe_stages import settings_of, source_inputs
 
         stage = f"features/{name}"
         f = self.config.features
         if f.cache_dir:
-            from captioner.orchestration.precomputed_features import precomputed_feature_stage
+            from pacs.captioner.orchestration.precomputed_features import precomputed_feature_stage
 
             return precomputed_feature_stage(self.stages, f, self.backbone, name, image_paths, selection, inputs)
         self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
@@ -121,7 +121,7 @@ def _take(items: list, limit: int) -> list:
 def stage_names(config: PipelineConfig) -> list[str]:
     """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
     if config.captioner.kind == "transformers":
-        from captioner.orchestration.hf_stages import hf_stage_names
+        from pacs.captioner.orchestration.hf_stages import hf_stage_names
 
         return hf_stage_names(config)
     models = ["xe", *[f"scst-{reward_slug(spec)}" for spec in config.rewards]]
@@ -133,14 +133,14 @@ def stage_names(config: PipelineConfig) -> list[str]:
 def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     """Run every stage of `config` that is not already done with the same fingerprint; return the evaluation rows.
 
-    Stages are `captioner.orchestration.stages` stages: a stage re-runs (and everything below it) when its settings, inputs
+    Stages are `pacs.captioner.orchestration.stages` stages: a stage re-runs (and everything below it) when its settings, inputs
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
-    from captioner.modeling.training import micro_batch_for
-    from captioner.orchestration.preflight import check_before_start
-    from metric.common.device import accelerator_state
-    from metric.common.run_lock import hold_run_directory
+    from pacs.captioner.modeling.training import micro_batch_for
+    from pacs.captioner.orchestration.preflight import check_before_start
+    from pacs.metric.common.device import accelerator_state
+    from pacs.metric.common.run_lock import hold_run_directory
 
     state = accelerator_state(config.device)  # set up here (device cpu: on the CPU); every stage runs on it
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
@@ -148,13 +148,13 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
                                    "scst")
     check_force(config.force, stage_names(config))
     if config.captioner.kind == "transformers":  # a transformers folder: refused before any work when unusable
-        from captioner.modeling.hf_captioning import check_folder
+        from pacs.captioner.modeling.hf_captioning import check_folder
 
         check_folder(config.captioner.checkpoint, config.captioner.prompt)
     check_before_start(config, f"run {config.run_dir}")  # every model, file, tool and folder, before any work
     with hold_run_directory(config.run_dir, state):  # one run at a time: a second one stops here, naming this one
-        if config.captioner.kind == "transformers":  # captioner.orchestration.hf_stages: the same stage machinery
-            from captioner.orchestration.hf_stages import run_hf_stages
+        if config.captioner.kind == "transformers":  # pacs.captioner.orchestration.hf_stages: the same stage machinery
+            from pacs.captioner.orchestration.hf_stages import run_hf_stages
 
             return run_hf_stages(config, state, xe_micro, scst_micro)
         return _run_stages(config, state, xe_micro, scst_micro)
@@ -162,17 +162,17 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
 
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
-    from captioner.modeling.train_scst import train_scst
-    from captioner.modeling.train_xe import train_xe
-    from captioner.modeling.vocab import build_vocab, load_vocab
-    from captioner.orchestration.recipe_stages import (
+    from pacs.captioner.modeling.train_scst import train_scst
+    from pacs.captioner.modeling.train_xe import train_xe
+    from pacs.captioner.modeling.vocab import build_vocab, load_vocab
+    from pacs.captioner.orchestration.recipe_stages import (
         data_inputs,
         reward_model_inputs,
         reward_model_settings,
         settings_of,
         trainer_settings,
     )
-    from eval.text_metrics import TextMetricSession
+    from pacs.eval.text_metrics import TextMetricSession
 
     run = _open_run(config, state)
     if not config.data.path:
@@ -253,8 +253,8 @@ def _open_run(config: PipelineConfig, state: Any) -> _Run:
 
 def _read_data(config: PipelineConfig, run: _Run) -> tuple[Any, Any, dict[str, list[str]], dict[str, list]]:
     """The data read once, one item at a time: (training store and image paths on disk, validation references,
-    test items in memory; `captioner.orchestration.training_data.TrainingData`'s fields)."""
-    from captioner.orchestration.training_data import read_training_data
+    test items in memory; `pacs.captioner.orchestration.training_data.TrainingData`'s fields)."""
+    from pacs.captioner.orchestration.training_data import read_training_data
 
     data = read_training_data(config, run.dir, _same_file_test_sets(config))
     return data.store, data.image_paths, data.val_references, data.test_items
@@ -274,7 +274,7 @@ def _scst_stages(run: _Run, scst_micro: int, train_store: Any, images: Any,
     the model folder `init`; `settings` and `inputs` are added to the stage's own (reward, guards, reward models,
     data, seed; its starting model, reward models, KL reference). {reward spec: (stage name, the model
     `scst.select_by` chose)}."""
-    from captioner.orchestration.recipe_stages import (
+    from pacs.captioner.orchestration.recipe_stages import (
         reward_model_inputs,
         reward_model_settings,
         settings_of,
@@ -360,7 +360,7 @@ def prepare_test_sets(run: _Run, loaded: dict[str, list] | None = None) -> list[
     `loaded`: the items of test sets already taken from a loaded data set (`{set name: items}`); the others are
     loaded from their files.
     """
-    from captioner.orchestration.recipe_stages import data_inputs
+    from pacs.captioner.orchestration.recipe_stages import data_inputs
 
     config = run.config
     prepared = []
@@ -379,15 +379,15 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
 
     Call it on every process: captioning and contrastive scoring are split over the processes
-    (`captioner.orchestration.eval_processes`, identical to one process); corpus metrics, paired bootstrap intervals against
+    (`pacs.captioner.orchestration.eval_processes`, identical to one process); corpus metrics, paired bootstrap intervals against
     the XE row (`evaluation.bootstrap` resamples) and the files are computed on the main process, which returns
     the rows (the others return no rows).
     """
-    from captioner.modeling.checkpoints import load_captioner
-    from captioner.modeling.training import process_state
-    from captioner.orchestration.eval_intervals import add_intervals
-    from captioner.orchestration.eval_processes import caption_and_score
-    from captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from pacs.captioner.modeling.checkpoints import load_captioner
+    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.orchestration.eval_intervals import add_intervals
+    from pacs.captioner.orchestration.eval_processes import caption_and_score
+    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
 
     config = run.config
     state = process_state()
@@ -410,7 +410,7 @@ def evaluate_models(run: _Run, models: dict[str, Path], test_sets: list[tuple[st
                     _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
                 continue
             if scorers is None:
-                from captioner.orchestration.preflight import evaluation_slots
+                from pacs.captioner.orchestration.preflight import evaluation_slots
 
                 scorers = reward_scorers(config, evaluation_slots(config))  # only the columns' models
             device = resolve_device(config.device)
@@ -454,7 +454,7 @@ def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorer
     """
     import numpy as np
 
-    from captioner.orchestration.evaluation import evaluate_captions_detailed
+    from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed
 
     references = {i.image_id: i.captions for i in items}
     paths = {i.image_id: i.image_path for i in items}
@@ -481,11 +481,11 @@ def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorer
 def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`.
 
-    Rows with paired bootstrap intervals (`row["ci"] = {column: [low, high]}`, see `captioner.orchestration.eval_intervals`)
+    Rows with paired bootstrap intervals (`row["ci"] = {column: [low, high]}`, see `pacs.captioner.orchestration.eval_intervals`)
     keep them in results.json, get `Δ<column> low` / `Δ<column> high` columns in results.csv, and a second
     table in results.md.
     """
-    from captioner.orchestration.evaluation import TABLE_COLUMNS, interval_table, markdown_table
+    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, interval_table, markdown_table
 
     write_json_atomic(folder / "results.json", {"columns": columns, "rows": rows})
     ci_columns = [c for c in columns if any(c in row.get("ci", {}) for row in rows)]

@@ -1,7 +1,7 @@
 """The recipe pipeline's configuration: data, vocabulary, features, reward models, evaluation, one YAML.
 
 `PipelineConfig` is what `recipes/configs/coco_*.yaml` describe (rules in docs/captioner.md); the pipeline itself
-is `captioner.orchestration.pipeline`.
+is `pacs.captioner.orchestration.pipeline`.
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Annotated, Any, Literal
 
 from annotated_types import Gt, Le
 
-from captioner.modeling.model import CaptionerConfig
-from captioner.modeling.train_scst import SCSTConfig
-from captioner.modeling.train_xe import XEConfig
-from captioner.modeling.vocab import DEFAULT_MAX_LENGTH
-from captioner.orchestration.backbone_source import BackboneSource
-from captioner.orchestration.captioner_kind import CaptionerKindConfig
-from metric.common.config import (
+from pacs.captioner.modeling.model import CaptionerConfig
+from pacs.captioner.modeling.train_scst import SCSTConfig
+from pacs.captioner.modeling.train_xe import XEConfig
+from pacs.captioner.modeling.vocab import DEFAULT_MAX_LENGTH
+from pacs.captioner.orchestration.backbone_source import BackboneSource
+from pacs.captioner.orchestration.captioner_kind import CaptionerKindConfig
+from pacs.metric.common.config import (
     MAX_BEAM,
     MAX_IMAGES,
     MAX_LENGTH,
@@ -30,13 +30,13 @@ from metric.common.config import (
     check_folder_name,
     from_dict,
 )
-from metric.common.config_files import packaged_config
-from metric.common.errors import InputError
+from pacs.metric.common.config_files import packaged_config
+from pacs.metric.common.errors import InputError
 
 
 @dataclass
 class DataConfig:
-    """A caption data set (`captioner.data.DATASETS` name + path) and the splits to use."""
+    """A caption data set (`pacs.captioner.data.DATASETS` name + path) and the splits to use."""
 
     name: str = "coco-karpathy"
     path: str = ""
@@ -77,7 +77,7 @@ class FeaturesConfig:
 
     def validate(self) -> None:
         """`workers` is auto or a number of threads."""
-        from metric.common.parallel import resolve_workers
+        from pacs.metric.common.parallel import resolve_workers
 
         resolve_workers(self.workers, "features.workers")
 
@@ -103,7 +103,7 @@ class RewardModelConfig:
 
     def validate(self) -> None:
         """`dtype` is a compute precision the Scorer knows (fp32, bf16, fp16); `workers` auto or a count."""
-        from metric.common.parallel import resolve_workers
+        from pacs.metric.common.parallel import resolve_workers
 
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise InputError(f"reward_models.dtype={self.dtype!r}: expected fp32, bf16 or fp16")
@@ -112,7 +112,7 @@ class RewardModelConfig:
 
 @dataclass
 class RewardGuardsConfig:
-    """Options of the guard rewards `rep-penalty` and `length-penalty` (`rewards.guards`; used only by specs naming them).
+    """Options of the guard rewards `rep-penalty` and `length-penalty` (`pacs.rewards.guards`; used only by specs naming them).
 
     `rep_n`: the n of Rep-n that `rep-penalty` subtracts; `length_limit`: `refs` (each image's longest reference),
     `train` (the `length_percentile` percentile of the training references' word counts) or a number of words.
@@ -129,7 +129,7 @@ class RewardGuardsConfig:
             raise InputError(f"length_limit={self.length_limit!r}: expected refs, train or a number of words >= 1")
 
     def context(self) -> dict[str, Any]:
-        """The `build_reward` context keys of `rewards.guards`."""
+        """The `build_reward` context keys of `pacs.rewards.guards`."""
         text = str(self.length_limit).strip()
         return {"rep_n": self.rep_n, "length_limit": int(text) if text.isdigit() else text,
                 "length_percentile": self.length_percentile}
@@ -141,7 +141,7 @@ GUARD_REWARDS = ("rep-penalty", "length-penalty")
 
 @dataclass
 class ContrastiveRewardConfig:
-    """How every contrastive reward term scores (clip-s, pac-s, pac-s++ and their Ref- variants; `rewards.contrastive`).
+    """How every contrastive reward term scores (clip-s, pac-s, pac-s++ and their Ref- variants; `pacs.rewards.contrastive`).
 
     `score`: `cosine` (the papers' `w·max(cos, 0)`, default) or `sigmoid` (the reward model's calibrated
     `sigmoid(scale·cos + bias)`, range (0, 1); SigLIP-style models only, refused for a model without a logit bias).
@@ -153,7 +153,7 @@ class ContrastiveRewardConfig:
     long_captions: Literal["truncate", "chunk"] = "truncate"
 
     def context(self) -> dict[str, Any]:
-        """The `build_reward` context keys of `rewards.contrastive` (`score`, `long_captions`)."""
+        """The `build_reward` context keys of `pacs.rewards.contrastive` (`score`, `long_captions`)."""
         return {"score": self.score, "long_captions": self.long_captions}
 
     def changed(self) -> dict[str, Any]:
@@ -182,7 +182,7 @@ class EvalConfig:
 
     def validate(self) -> None:
         """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""
-        from eval.registry import get_metric
+        from pacs.eval.registry import get_metric
 
         for name in self.text_metrics:
             try:
@@ -214,7 +214,7 @@ class PipelineConfig:
     vocab: VocabConfig = field(default_factory=VocabConfig)
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
     model: CaptionerConfig = field(default_factory=CaptionerConfig)
-    # pacs' captioner (default) or a transformers image-to-text folder (captioner.orchestration.captioner_kind)
+    # pacs' captioner (default) or a transformers image-to-text folder (pacs.captioner.orchestration.captioner_kind)
     captioner: CaptionerKindConfig = field(default_factory=CaptionerKindConfig)
     xe: XEConfig = field(default_factory=XEConfig)
     scst: SCSTConfig = field(default_factory=SCSTConfig)
@@ -225,10 +225,10 @@ class PipelineConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     seed: Seed = 42
     # training seeds: with two or more, the whole pipeline once per seed into run_dir/seed-<s> (features extracted
-    # once) and the rows pooled over seeds into run_dir/seeds/ (captioner.orchestration.seed_runs)
+    # once) and the rows pooled over seeds into run_dir/seeds/ (pacs.captioner.orchestration.seed_runs)
     seeds: list[Seed] = field(default_factory=list)
     # every stage's device: auto (accelerate's process device: cuda:<local rank>, mps or cpu) or cpu / an explicit
-    # device that must be the process's (metric.common.device); features / reward_models `device` default to it
+    # device that must be the process's (pacs.metric.common.device); features / reward_models `device` default to it
     device: str = "auto"
     force: list[str] = field(default_factory=list)  # stages to re-run from scratch (`--force STAGE`)
 

@@ -5,9 +5,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
-from captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
-from metric.common.errors import InputError
+from pacs.captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from pacs.captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
+from pacs.metric.common.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -21,8 +21,8 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device),
                                **config.reward_guards.context(), **config.contrastive_reward.context()}
-    from captioner.orchestration.preflight import reward_slots
-    from metric.scoring.registry import METRICS
+    from pacs.captioner.orchestration.preflight import reward_slots
+    from pacs.metric.scoring.registry import METRICS
 
     scorers = reward_scorers(config, None if spec is None else reward_slots([spec]))
     if scorers:  # each contrastive reward gets the model of its own family's slot
@@ -36,8 +36,8 @@ def _source_given(source: BackboneSource) -> bool:
 
 def check_reward_models(config: PipelineConfig) -> None:
     """Config error, before any work, when a contrastive reward's family has no model in `reward_models`."""
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
+    from pacs.metric.scoring.registry import METRICS
+    from pacs.rewards.registry import parse_reward_spec
 
     slots = dict(REWARD_MODEL_SLOTS)
     for spec in config.rewards:
@@ -57,8 +57,8 @@ def guard_reward_settings(config: PipelineConfig, spec: str) -> dict[str, Any]:
     stay done."""
     import dataclasses
 
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
+    from pacs.metric.scoring.registry import METRICS
+    from pacs.rewards.registry import parse_reward_spec
 
     names = [name for name, _ in parse_reward_spec(spec)]
     settings: dict[str, Any] = {}
@@ -72,8 +72,8 @@ def guard_reward_settings(config: PipelineConfig, spec: str) -> dict[str, Any]:
 
 def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
                           image_paths: dict[str, Any]) -> Any:
-    """`rewards.build_reward(spec, **reward_context(...))`."""
-    from rewards import build_reward
+    """`pacs.rewards.build_reward(spec, **reward_context(...))`."""
+    from pacs.rewards import build_reward
 
     return build_reward(spec, **reward_context(config, dataset_references, image_paths, spec))
 
@@ -85,8 +85,8 @@ def reward_scorers(config: PipelineConfig, slots: Iterable[str] | None = None) -
     A model whose established family contradicts its slot raises `FamilyMismatchError` naming the slot
     (unless `reward_models.allow_family_mismatch`).
     """
-    from metric.models.families import FamilyMismatchError
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.families import FamilyMismatchError
+    from pacs.metric.scoring.scorer import Scorer
 
     scorers = {}
     models = config.reward_models

@@ -5,16 +5,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from captioner.orchestration.stages import StageRunner, file_input
-from metric.common.errors import InputError
+from pacs.captioner.orchestration.stages import StageRunner, file_input
+from pacs.metric.common.errors import InputError
 
 
 def precomputed_feature_stage(stages: StageRunner, features: Any, backbone: Callable[[], Any], name: str,
                               image_paths: dict[str, Any], selection: dict[str, Any], inputs: dict[str, Any]) -> Any:
     """Stage `features/<name>` over `features.cache_dir/<name>` (main process): the cache must record `source`'s
     fingerprint and hold every image of the set; its files are the stage's inputs. Returns the FeatureCache."""
-    from captioner.modeling.features import FeatureCache
-    from captioner.orchestration.recipe_stages import settings_of, source_inputs
+    from pacs.captioner.modeling.features import FeatureCache
+    from pacs.captioner.orchestration.recipe_stages import settings_of, source_inputs
 
     folder = Path(features.cache_dir).expanduser() / name
 

@@ -3,7 +3,7 @@
 `preflight_problems(config)` walks every stage the config will run and returns one line per missing thing: data
 files and image folders (training data and every test set), the feature backbone, the reward models the rewards
 and the evaluation's contrastive columns use (only those: `needed_slots`), the KL guard's reference captioner,
-precomputed features, Java for METEOR / SPICE (`eval.java_tools`) and the run folder. Each line names the config
+precomputed features, Java for METEOR / SPICE (`pacs.eval.java_tools`) and the run folder. Each line names the config
 key to set. `check_before_start` raises them together as one `InputError` (one line: `(1) ...; (2) ...`), so a run with three problems is
 refused once, listing three, instead of failing on the first after hours of work.
 """
@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from captioner.orchestration.backbone_source import BackboneSource
-from captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig
-from metric.common.errors import InputError
+from pacs.captioner.orchestration.backbone_source import BackboneSource
+from pacs.captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig
+from pacs.metric.common.errors import InputError
 
 #: evaluation.contrastive_models accepts the slot names of `reward_models`
 SLOT_NAMES = tuple(slot for _, slot in REWARD_MODEL_SLOTS)
@@ -31,8 +31,8 @@ def source_given(source: BackboneSource) -> bool:
 
 def reward_slots(specs: Iterable[str]) -> list[str]:
     """The `reward_models` slots the contrastive terms of reward `specs` use (`clip`, `pacs`, `pac`), in slot order."""
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
+    from pacs.metric.scoring.registry import METRICS
+    from pacs.rewards.registry import parse_reward_spec
 
     slots = dict(REWARD_MODEL_SLOTS)
     used = {slots[METRICS[name].family] for spec in specs for name, _ in parse_reward_spec(spec) if name in METRICS}
@@ -121,7 +121,7 @@ def source_problem(source: BackboneSource, key: str) -> str | None:
 
 def _data_problems(key: str, data: Any) -> list[str]:
     """Missing annotation path / image folder / unknown loader of a `data` section or a test-set mapping."""
-    from captioner.data import DATASETS
+    from pacs.captioner.data import DATASETS
 
     get = data.get if isinstance(data, dict) else lambda name, default=None: getattr(data, name, default)
     problems = []
@@ -158,10 +158,10 @@ def _run_dir_problem(run_dir: str) -> str | None:
 
 def preflight_problems(config: PipelineConfig) -> list[str]:
     """One line per thing the run's stages need and do not have (empty: ready to start)."""
-    from captioner.orchestration.pipeline_config import reward_slug
-    from eval.java_tools import missing_java_problems
-    from metric.scoring.registry import METRICS
-    from rewards.registry import parse_reward_spec
+    from pacs.captioner.orchestration.pipeline_config import reward_slug
+    from pacs.eval.java_tools import missing_java_problems
+    from pacs.metric.scoring.registry import METRICS
+    from pacs.rewards.registry import parse_reward_spec
 
     problems: list[str] = []
     problem = _run_dir_problem(config.run_dir)

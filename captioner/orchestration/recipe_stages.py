@@ -1,5 +1,5 @@
-"""The fingerprints of the recipe pipeline's stages (`captioner.orchestration.pipeline`): which settings and inputs
-determine vocab, features/<set>, xe, scst-<reward> and eval/<model>/<set> (rules in `captioner.orchestration.stages`).
+"""The fingerprints of the recipe pipeline's stages (`pacs.captioner.orchestration.pipeline`): which settings and inputs
+determine vocab, features/<set>, xe, scst-<reward> and eval/<model>/<set> (rules in `pacs.captioner.orchestration.stages`).
 
 Settings that do not change what a stage computes are left out, so changing them never re-runs anything: where
 a stage writes (`output_dir`, `resume`), how work is cut (`micro_batch_size`, feature `batch_size` /
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from captioner.orchestration.stages import StageRunner, file_input
+from pacs.captioner.orchestration.stages import StageRunner, file_input
 
 NOT_DETERMINING = frozenset({"output_dir", "resume", "micro_batch_size", "log_every", "tensorboard",
                              "save_every", "keep_checkpoints", "device", "workers"})

@@ -2,7 +2,7 @@
 seed into `<run_dir>/seed-<s>/`, the features extracted once (every later seed reads the first seed's through
 `features.cache_dir`, unless the recipe already names one), then every row pooled over the seeds into
 `<run_dir>/seeds/results.{json,csv,md}`: each column's mean over seeds (the interquartile mean from 5 seeds) and,
-for every row but XE, the paired stratified bootstrap over seeds and images (`eval.stratified_bootstrap`) of
+for every row but XE, the paired stratified bootstrap over seeds and images (`pacs.eval.stratified_bootstrap`) of
 (row − XE) on the columns that are means of per-image values (C, S and the contrastive ones)."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from captioner.orchestration.pipeline_config import PipelineConfig
-from metric.common.io import write_json_atomic
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.metric.common.io import write_json_atomic
 
 logger = logging.getLogger(__name__)
 BASELINE = "xe"
@@ -38,10 +38,10 @@ def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
 def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, Any]] | None = None
               ) -> dict[str, Any]:
     """Run the pipeline once per seed and pool the rows (main process: the pooled rows; others: none)."""
-    from captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training import process_state
 
     if run is None:
-        from captioner.orchestration.pipeline import run_pipeline as run
+        from pacs.captioner.orchestration.pipeline import run_pipeline as run
     rows_by_seed = {}
     for seed, seed_config in seed_configs(config):
         logger.info("seed %d: %s", seed, seed_config.run_dir)
@@ -74,9 +74,9 @@ def pool_rows(rows_by_seed: Mapping[int, Sequence[Mapping[str, Any]]],
               per_image: Mapping[int, Mapping[tuple[str, str], Mapping[str, Any]]], n_resamples: int,
               seed: int) -> list[dict[str, Any]]:
     """One row per (model, test set) of the first seed found in every seed: each numeric column aggregated over the
-    seeds (`eval.stratified_bootstrap.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
+    seeds (`pacs.eval.stratified_bootstrap.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
     `delta_per_seed` of its per-image columns against the XE row of the same test set."""
-    from eval.stratified_bootstrap import StratifiedBootstrap, aggregate
+    from pacs.eval.stratified_bootstrap import StratifiedBootstrap, aggregate
 
     seeds = list(rows_by_seed)
     keyed = {s: {(r["model"], r["test_set"]): r for r in rows} for s, rows in rows_by_seed.items()}
@@ -128,9 +128,9 @@ def _add_intervals(row: dict[str, Any], mine: list[Any], base: list[Any], n_resa
 def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list[dict[str, Any]], seeds: list[int],
                        n_resamples: int) -> None:
     """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
-    from captioner.orchestration.evaluation import TABLE_COLUMNS
-    from captioner.orchestration.pipeline import write_results
-    from eval.stratified_bootstrap import METHOD, point_name
+    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+    from pacs.captioner.orchestration.pipeline import write_results
+    from pacs.eval.stratified_bootstrap import METHOD, point_name
 
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(folder, rows, columns)

@@ -1,11 +1,11 @@
-"""Fingerprinted, process-aware stages shared by the recipe pipeline (`captioner.orchestration.pipeline`) and the demo.
+"""Fingerprinted, process-aware stages shared by the recipe pipeline (`pacs.captioner.orchestration.pipeline`) and the demo.
 
 Each stage records in `<run_dir>/stages/<name>.json` the three parts of its fingerprint: its settings (a nested
 dict), its inputs (annotation files by path, size and mtime; model checkpoints by sha256; images are not
 hashed) and the output ids of the stages it reads from. On a re-run:
 
 - a finished stage with the same fingerprint is skipped when its outputs are what it made: its record lists every
-  output file's size and digest (`captioner.orchestration.stage_outputs`), checked before the skip; a missing,
+  output file's size and digest (`pacs.captioner.orchestration.stage_outputs`), checked before the skip; a missing,
   truncated, rewritten or added file re-runs it (and everything below it) with a log line naming the file;
 - an unreadable record (not JSON, not an object, not UTF-8) re-runs its stage;
 - a finished stage with another fingerprint re-runs from scratch, with one log line naming what changed
@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from captioner.orchestration.stage_outputs import manifest_problems, output_manifest
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
-from metric.common.links import check_no_links
-from metric.common.provenance import sha256_file
+from pacs.captioner.orchestration.stage_outputs import manifest_problems, output_manifest
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.links import check_no_links
+from pacs.metric.common.provenance import sha256_file
 
 logger = logging.getLogger(__name__)
 

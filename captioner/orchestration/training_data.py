@@ -1,7 +1,7 @@
 """What `pacs train` keeps of its data set, read in one pass: the training captions and image paths on disk,
 the validation references and the test sets' items in memory (bounded by those splits, not by N).
 
-`read_training_data(config, folder)` streams the data set (`captioner.data.stream_dataset`: one item at a time
+`read_training_data(config, folder)` streams the data set (`pacs.captioner.data.stream_dataset`: one item at a time
 for the data sets with a streaming form, e.g. the Karpathy files; the loaded items otherwise) and routes each item:
 the first `max_train_images` of the training splits to a `CaptionStore` and `ImagePaths` in unnamed files of
 `folder`, the first `max_val_images` of the validation split to the references, and each test set read from the
@@ -14,9 +14,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from captioner.data import CaptionItem, stream_dataset
-from captioner.data.compact_captions import CaptionStore, ImagePaths
-from metric.common.heap import FrozenCopy
+from pacs.captioner.data import CaptionItem, stream_dataset
+from pacs.captioner.data.compact_captions import CaptionStore, ImagePaths
+from pacs.metric.common.heap import FrozenCopy
 
 
 @dataclasses.dataclass

@@ -1,10 +1,10 @@
-"""pacs in a plain PyTorch loop: a pacs reward trains a toy captioner, `metric.score` evaluates it."""
+"""pacs in a plain PyTorch loop: a pacs reward trains a toy captioner, `pacs.metric.score` evaluates it."""
 import torch
 from PIL import Image
 
-from metric import score
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from rewards import build_reward
+from pacs.metric import score
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.rewards import build_reward
 
 torch.manual_seed(0)
 # a tiny random CLIP stands in for the reward model; use load_backbone(checkpoint="PAC++_clip_ViT-B-32.pth")

@@ -3,8 +3,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from metric import PACScorePlusPlus
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric import PACScorePlusPlus
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
 torch.manual_seed(0)
 backbone = build_backbone_from_config(tiny_clip_config(), seed=0, family="pac-s++")  # or checkpoint="PAC++_...pth"

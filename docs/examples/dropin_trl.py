@@ -2,9 +2,9 @@
 import os
 from pathlib import Path
 
-from captioner.data import load_dataset
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from rewards.trl import reward_function
+from pacs.captioner.data import load_dataset
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.rewards.trl import reward_function
 
 items = load_dataset("flickr8k", Path(os.environ["PACS_SHARED"]) / "data" / "flickr8k").split("train").items[:2]
 # the dataset GRPOTrainer would get: a prompt, the image (path or PIL) and the references of each image

@@ -2,7 +2,7 @@
 
 Registering a benchmark (e.g. from `eval/benchmarks/vatex_eval.py`)::
 
-    from eval.benchmarks import Benchmark, RunContext, register_benchmark
+    from pacs.eval.benchmarks import Benchmark, RunContext, register_benchmark
 
     @register_benchmark("vatex-eval")
     class VatexEval(Benchmark):
@@ -15,8 +15,8 @@ Registering a benchmark (e.g. from `eval/benchmarks/vatex_eval.py`)::
             ...
 
 The options dataclass is the one source of truth for the benchmark's options: its fields (type hints,
-defaults, a one-line `metadata["help"]`) become `pacs correlate` flags (`eval.commands.correlate`) and the
-keyword arguments of `eval.correlate(benchmark, ..., **options)`.
+defaults, a one-line `metadata["help"]`) become `pacs correlate` flags (`pacs.eval.commands.correlate`) and the
+keyword arguments of `pacs.eval.correlate(benchmark, ..., **options)`.
 
 Built-in modules are imported lazily by `get_benchmark` (see `_MODULES`); a module added later only needs
 an entry there (or to be imported before use). `RunContext` carries the data path, the metric names, a
@@ -37,27 +37,27 @@ from typing import Any
 
 import numpy as np
 
-from eval import correlation
-from eval.scoring import MetricSuite
-from metric.common.errors import InputError
-from metric.scoring.images import ImageFinder
-from metric.scoring.images import find_image as _find_image
-from metric.scoring.model_options import ModelOptions
+from pacs.eval import correlation
+from pacs.eval.scoring import MetricSuite
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.images import ImageFinder
+from pacs.metric.scoring.images import find_image as _find_image
+from pacs.metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
 
 #: benchmark name -> module that registers it (imported on first use)
 _MODULES = {
-    "flickr8k-expert": "eval.benchmarks.flickr8k",
-    "flickr8k-cf": "eval.benchmarks.flickr8k",
-    "composite": "eval.benchmarks.composite",
-    "pascal50s": "eval.benchmarks.pascal50s",
-    "foil": "eval.benchmarks.foil",
-    "nocaps-foil": "eval.benchmarks.hallucination",
-    "hat": "eval.benchmarks.hallucination",
-    "robustness": "eval.benchmarks.robustness",
-    "vatex-eval": "eval.benchmarks.vatex_eval",
-    "activitynet-foil": "eval.benchmarks.activitynet_foil",
+    "flickr8k-expert": "pacs.eval.benchmarks.flickr8k",
+    "flickr8k-cf": "pacs.eval.benchmarks.flickr8k",
+    "composite": "pacs.eval.benchmarks.composite",
+    "pascal50s": "pacs.eval.benchmarks.pascal50s",
+    "foil": "pacs.eval.benchmarks.foil",
+    "nocaps-foil": "pacs.eval.benchmarks.hallucination",
+    "hat": "pacs.eval.benchmarks.hallucination",
+    "robustness": "pacs.eval.benchmarks.robustness",
+    "vatex-eval": "pacs.eval.benchmarks.vatex_eval",
+    "activitynet-foil": "pacs.eval.benchmarks.activitynet_foil",
 }
 
 BENCHMARKS: dict[str, type[Benchmark]] = {}
@@ -161,7 +161,7 @@ class RunContext:
 
 def find_image(image_id: str, images: Path | None, image_map: dict[str, str] | None = None,
                relative_path: str | None = None) -> Path | None:
-    """Path of an image (`metric.scoring.images.find_image`: `image_map`, then DIR/<relative path>, DIR/<id>,
+    """Path of an image (`pacs.metric.scoring.images.find_image`: `image_map`, then DIR/<relative path>, DIR/<id>,
     DIR/<id>.{jpg,jpeg,png} in any case); None when there is none."""
     return _find_image(image_id, images, image_map, relative_path)
 
@@ -181,7 +181,7 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
                          parameter=("images", "image_map"))
     paths: list[Path | None] = []
     cache: dict[tuple[str, str | None], Path | None] = {}
-    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (metric.scoring.images)
+    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (pacs.metric.scoring.images)
     for index, image_id in enumerate(image_ids):
         relative = relative_paths[index] if relative_paths else None
         key = (image_id, relative)
@@ -229,7 +229,7 @@ def score_unique(context: RunContext, candidates: Sequence[str], references: Seq
 def note_truncation(context: RunContext) -> None:
     """Report, per contrastive metric, how many distinct candidates were cut to the text context so far
     (`truncated_captions[METRIC]` in the counts; with `long_captions="chunk"`, those with a sentence too long)."""
-    from eval.registry import get_metric
+    from pacs.eval.registry import get_metric
 
     for name in context.metrics:
         if get_metric(name).kind != "contrastive" or name in context.suite.unavailable:

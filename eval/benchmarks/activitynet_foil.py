@@ -24,15 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from eval import correlation
-from eval.benchmarks import Benchmark, register_benchmark
-from eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
-from eval.registry import get_metric
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
-from metric.scoring.registry import metric_spec
-from metric.video.frames import FrameSampling
-from metric.video.options import VideoOptions, frame_sampling, idf_corpus
+from pacs.eval import correlation
+from pacs.eval.benchmarks import Benchmark, register_benchmark
+from pacs.eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
+from pacs.eval.registry import get_metric
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.scoring.registry import metric_spec
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.options import VideoOptions, frame_sampling, idf_corpus
 
 RIGHT_FILE = "final_right_video_sentences.json"
 FOIL_FILE = "final_foil_video_sentences.json"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.benchmarks import Benchmark, RunContext, register_benchmark
-from eval.benchmarks.flickr8k import correlate_rows, load_clipscore_json
-from metric.common.errors import InputError
+from pacs.eval.benchmarks import Benchmark, RunContext, register_benchmark
+from pacs.eval.benchmarks.flickr8k import correlate_rows, load_clipscore_json
+from pacs.metric.common.errors import InputError
 
 
 @register_benchmark("composite")

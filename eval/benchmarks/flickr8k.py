@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import Benchmark, RunContext, kendall_table, register_benchmark, resolve_images, score_unique
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
+from pacs.eval.benchmarks import Benchmark, RunContext, kendall_table, register_benchmark, resolve_images, score_unique
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
 
 log = logging.getLogger(__name__)
 

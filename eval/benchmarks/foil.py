@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images, score_unique
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
+from pacs.eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images, score_unique
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
 
 FOIL_FILE = "foilv1.0_test_2017.json"
 COCO_FILE = "captions_val2014.json"

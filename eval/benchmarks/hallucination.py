@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import (
+from pacs.eval.benchmarks import (
     Benchmark,
     RunContext,
     accuracy_table,
@@ -23,8 +23,8 @@ from eval.benchmarks import (
     resolve_images,
     score_unique,
 )
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
 
 DOMAINS = ("in-domain", "near-domain", "out-domain")
 

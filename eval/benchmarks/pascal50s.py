@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import (
+from pacs.eval.benchmarks import (
     Benchmark,
     RunContext,
     accuracy_table,
@@ -30,8 +30,8 @@ from eval.benchmarks import (
     register_benchmark,
     resolve_images,
 )
-from eval.registry import get_metric
-from metric.common.errors import InputError
+from pacs.eval.registry import get_metric
+from pacs.metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images, score_unique
-from eval.benchmarks.flickr8k import TOKEN_FILE, image_references, read_token_file
-from eval.fluency import INCORRECT_END_WORDS
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.json_input import read_json_file
+from pacs.eval.benchmarks import Benchmark, RunContext, accuracy_table, register_benchmark, resolve_images, score_unique
+from pacs.eval.benchmarks.flickr8k import TOKEN_FILE, image_references, read_token_file
+from pacs.eval.fluency import INCORRECT_END_WORDS
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.json_input import read_json_file
 
 PERTURBATIONS = ("substitution", "random", "hard-random", "repeat-remove", "shuffle", "truncation", "padding")
 CONTENT_TAGS = ("NOUN", "VERB", "ADJ")

@@ -26,15 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from eval import correlation
-from eval.benchmarks import Benchmark, register_benchmark
-from eval.registry import get_metric
-from eval.scoring import MetricSuite
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
-from metric.scoring.registry import metric_spec
-from metric.video.frames import FrameSampling, find_videos
-from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
+from pacs.eval import correlation
+from pacs.eval.benchmarks import Benchmark, register_benchmark
+from pacs.eval.registry import get_metric
+from pacs.eval.scoring import MetricSuite
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.scoring.registry import metric_spec
+from pacs.metric.video.frames import FrameSampling, find_videos
+from pacs.metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
 
 REFERENCE_SETTINGS = (0, 1, 9)
 N_ANNOTATORS = 3

@@ -1,4 +1,4 @@
-"""`pacs correlate` (human-correlation benchmarks); `pacs evaluate` lives in `eval.commands.evaluate`."""
+"""`pacs correlate` (human-correlation benchmarks); `pacs evaluate` lives in `pacs.eval.commands.evaluate`."""
 from __future__ import annotations
 
 import argparse
@@ -7,14 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval import benchmarks as bench
-from eval.api import CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation, scorer_factory
-from eval.commands.options import add_dataclass_options, dataclass_from_args
-from metric.commands.output_flag import add_out_option
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
-from metric.common.terminal import escape_control
-from metric.scoring.model_options import ModelOptions
+from pacs.eval import benchmarks as bench
+from pacs.eval.api import CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation, scorer_factory
+from pacs.eval.commands.options import add_dataclass_options, dataclass_from_args
+from pacs.metric.commands.output_flag import add_out_option
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.terminal import escape_control
+from pacs.metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def _model_options(args: argparse.Namespace) -> ModelOptions:
 
 
 def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
-    """A factory building a contrastive Scorer from the model flags (`eval.api.scorer_factory`)."""
+    """A factory building a contrastive Scorer from the model flags (`pacs.eval.api.scorer_factory`)."""
     return scorer_factory(_model_options(args), models)
 
 
@@ -80,7 +80,7 @@ def print_table(results: dict[str, Any]) -> None:
 
 def run_correlate(args: argparse.Namespace) -> int:
     """`pacs correlate`: run a benchmark for every metric and print (and optionally save) the table."""
-    run = run_correlation(correlation_request(args))  # the library's implementation (eval.correlate's table)
+    run = run_correlation(correlation_request(args))  # the library's implementation (pacs.eval.correlate's table)
     print(f"{run.benchmark.name}: {run.benchmark.description}")
     print_table(run.results)
     for key, value in run.notes.items():
@@ -103,7 +103,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spice-corenlp", metavar="DIR",
                         help="folder with stanford-corenlp-3.6.0.jar and -models.jar for SPICE "
                              "(or $PACS_SPICE_CORENLP)")
-    from metric.commands.score import add_model_options
+    from pacs.metric.commands.score import add_model_options
 
     add_model_options(parser)
 
@@ -115,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a human-judgment benchmark for any registered metric.")
     correlate.add_argument("benchmark", help=f"one of: {' '.join(bench.benchmark_names())}")
     correlate.add_argument("--data", required=True, metavar="DIR|FILE", help="the benchmark's data folder or file")
-    from eval.registry import METRICS
+    from pacs.eval.registry import METRICS
 
     correlate.add_argument("--metrics", required=True,
                            help="comma-separated metric names, any of: "

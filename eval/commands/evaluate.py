@@ -1,5 +1,5 @@
 """`pacs evaluate`: the captioning table of one candidate file, or a system-level table of several systems
-(and a human baseline) with bootstrap intervals (`eval.system_table`)."""
+(and a human baseline) with bootstrap intervals (`pacs.eval.system_table`)."""
 from __future__ import annotations
 
 import argparse
@@ -8,15 +8,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.system_table import DEFAULT_BOOTSTRAP, DEFAULT_EVALUATE_METRICS
+from pacs.eval.system_table import DEFAULT_BOOTSTRAP, DEFAULT_EVALUATE_METRICS
 
 log = logging.getLogger(__name__)
 
 
 def _metrics(args: argparse.Namespace) -> list[str]:
     """The requested metrics (canonical names), or the defaults."""
-    from eval.registry import parse_metric_list
-    from eval.system_table import default_metrics
+    from pacs.eval.registry import parse_metric_list
+    from pacs.eval.system_table import default_metrics
 
     if args.metrics:
         return parse_metric_list(args.metrics)
@@ -28,9 +28,9 @@ def _java_checked(args: argparse.Namespace, metrics: list[str]) -> list[str]:
     """`metrics`, checked for Java before anything is scored: a metric that needs it (METEOR, SPICE), or the Java
     PTB tokenizer, asked for on a machine without Java is refused in one line; the defaults leave them out with a
     warning."""
-    from eval.java import java_executable
-    from eval.java_tools import java_metric_names, missing_java_problems
-    from metric.common.errors import InputError
+    from pacs.eval.java import java_executable
+    from pacs.eval.java_tools import java_metric_names, missing_java_problems
+    from pacs.metric.common.errors import InputError
 
     if args.ptb_tokenizer == "java" and java_executable() is None:
         raise InputError("--ptb-tokenizer java needs Java (pycocoevalcap's PTBTokenizer jar) but no `java` was "
@@ -48,8 +48,8 @@ def _java_checked(args: argparse.Namespace, metrics: list[str]) -> list[str]:
 
 def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
     """The scoring options of the parsed flags."""
-    from eval.api import image_map_table, images_folder
-    from eval.system_scoring import ScoringOptions
+    from pacs.eval.api import image_map_table, images_folder
+    from pacs.eval.system_scoring import ScoringOptions
 
     return ScoringOptions(metrics=metrics, images=images_folder(args.images), image_map=image_map_table(args.image_map),
                           skip_missing_images=args.skip_missing_images, spice_corenlp=args.spice_corenlp,
@@ -67,7 +67,7 @@ def _is_table(args: argparse.Namespace) -> bool:
 
 def _format(value: Any, scale: float = 1.0) -> str:
     """A table cell (times its printed scale: text metrics ×100)."""
-    from eval.system_table import printed_value
+    from pacs.eval.system_table import printed_value
 
     if isinstance(value, float):
         return printed_value(value, scale) if math.isfinite(value) else "nan"
@@ -76,16 +76,16 @@ def _format(value: Any, scale: float = 1.0) -> str:
 
 def run_single(args: argparse.Namespace) -> int:
     """One candidate file: the metric lines and the JSON `{"metrics", "n", ...}` (the same scoring as a table row)."""
-    from eval import columns
-    from eval.api import json_safe, scoring_conventions
-    from eval.metric_models import check_columns, column_factory, parse_metric_models
-    from eval.system_inputs import canonical_rows, parse_candidate_specs
-    from eval.system_scoring import SharedScoring, score_rows
-    from metric.common.io import write_json_atomic
-    from metric.common.provenance import provenance
-    from metric.common.seeding import seed_everything
-    from metric.scoring.inputs import load_references
-    from metric.scoring.model_options import ModelOptions
+    from pacs.eval import columns
+    from pacs.eval.api import json_safe, scoring_conventions
+    from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
+    from pacs.eval.system_inputs import canonical_rows, parse_candidate_specs
+    from pacs.eval.system_scoring import SharedScoring, score_rows
+    from pacs.metric.common.io import write_json_atomic
+    from pacs.metric.common.provenance import provenance
+    from pacs.metric.common.seeding import seed_everything
+    from pacs.metric.scoring.inputs import load_references
+    from pacs.metric.scoring.model_options import ModelOptions
 
     seed_everything(args.seed)
     (spec,) = parse_candidate_specs(args.candidates)
@@ -130,9 +130,9 @@ def run_single(args: argparse.Namespace) -> int:
 
 def run_table(args: argparse.Namespace) -> int:
     """Several systems (and the human baseline): print the table, write JSON / CSV / PNG / HTML."""
-    from eval.system_table import TableRequest, build_system_table, table_text, write_table
-    from metric.common.terminal import escape_control
-    from metric.scoring.model_options import ModelOptions
+    from pacs.eval.system_table import TableRequest, build_system_table, table_text, write_table
+    from pacs.metric.common.terminal import escape_control
+    from pacs.metric.scoring.model_options import ModelOptions
 
     metrics = _java_checked(args, _metrics(args))
     request = TableRequest(
@@ -155,7 +155,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `evaluate` sub-command to the `pacs` parser."""
-    from eval.commands.correlate import add_common_options
+    from pacs.eval.commands.correlate import add_common_options
 
     evaluate = subparsers.add_parser(
         "evaluate", help="the captioning table: BLEU, METEOR, ROUGE-L, CIDEr, SPICE, CLIP-S/PAC-S++, Rep-n, ...",

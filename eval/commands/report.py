@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from metric.common.terminal import escape_control
+from pacs.metric.common.terminal import escape_control
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Build the report and print where it was written."""
-    from eval.report import write_report
+    from pacs.eval.report import write_report
 
     path = write_report(args.run_dir, args.out)
     print(escape_control(f"report written to {path}"))

@@ -1,20 +1,20 @@
 """`pacs export`: write a PAC-S / PAC-S++ model that pacs trained in the official layout or as a folder.
 
-Only argparse is imported here; the library (`metric.training.export`, open_clip, torch) loads when the command runs.
+Only argparse is imported here; the library (`pacs.metric.training.export`, open_clip, torch) loads when the command runs.
 """
 from __future__ import annotations
 
 import argparse
 
-from metric.common.device import DEVICE_HELP
+from pacs.metric.common.device import DEVICE_HELP
 
-FORMATS = ("folder", "official")  # metric.training.export.EXPORT_FORMATS (kept here so `--help` imports nothing heavy)
-DTYPES = ("fp32", "fp16")  # metric.training.export.OFFICIAL_DTYPES
+FORMATS = ("folder", "official")  # pacs.metric.training.export.EXPORT_FORMATS (kept here so `--help` imports nothing heavy)
+DTYPES = ("fp32", "fp16")  # pacs.metric.training.export.OFFICIAL_DTYPES
 
 
 def run_export(args: argparse.Namespace) -> int:
     """Run `pacs export` with parsed arguments; print what was written."""
-    from metric.training.export import export_model
+    from pacs.metric.training.export import export_model
 
     result = export_model(args.checkpoint, args.out, fmt=args.format, overwrite=args.overwrite, dtype=args.dtype,
                           w=args.w, allow_nonstandard_arch=args.allow_nonstandard_arch, device=args.device)

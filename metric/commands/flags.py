@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from metric.common.errors import PacsError
+from pacs.metric.common.errors import PacsError
 
 #: parameters whose flag is not ``--`` + the name with ``_`` -> ``-`` (every other one follows that rule)
 FLAGS: dict[str, str] = {

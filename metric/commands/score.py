@@ -6,23 +6,23 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from metric.common.device import DEVICE_HELP
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
-from metric.common.parallel import DECODE_HELP, DECODES, WORKERS_HELP, workers_option
-from metric.common.provenance import provenance
-from metric.common.seeding import seed_everything
-from metric.common.terminal import escape_control
-from metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
-from metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
-from metric.scoring.images import ImageFinder
-from metric.scoring.inputs import (
+from pacs.metric.common.device import DEVICE_HELP
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.parallel import DECODE_HELP, DECODES, WORKERS_HELP, workers_option
+from pacs.metric.common.provenance import provenance
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.terminal import escape_control
+from pacs.metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
+from pacs.metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
+from pacs.metric.scoring.images import ImageFinder
+from pacs.metric.scoring.inputs import (
     load_candidates,
     load_image_map,
     load_references,
     references_for,
 )
-from metric.scoring.model_options import (
+from pacs.metric.scoring.model_options import (
     DEFAULT_CLIP_BACKBONE,
     ModelOptions,
     build_scorer,
@@ -30,11 +30,11 @@ from metric.scoring.model_options import (
     model_identity,
     model_provenance,
 )
-from metric.scoring.registry import metric_spec
+from pacs.metric.scoring.registry import metric_spec
 
 if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
-    from metric.models.backbones import Backbone
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.scoring.scorer import Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +92,12 @@ def add_model_options(parser: argparse.ArgumentParser, w_help: str = W_HELP) -> 
 
 
 def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
-    """Load the backbone named by the model options (`metric.scoring.model_options.load_model`)."""
+    """Load the backbone named by the model options (`pacs.metric.scoring.model_options.load_model`)."""
     return load_model(ModelOptions.from_mapping(args), metric)
 
 
 def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
-    """Build a Scorer from the model options (`metric.scoring.model_options.build_scorer`)."""
+    """Build a Scorer from the model options (`pacs.metric.scoring.model_options.build_scorer`)."""
     metric = metric or (getattr(args, "metric", None) if isinstance(getattr(args, "metric", None), str) else None)
     return build_scorer(ModelOptions.from_mapping(args), metric)
 
@@ -120,7 +120,7 @@ def run_score(args: argparse.Namespace) -> int:
     image_map = load_image_map(args.image_map) if args.image_map else None
     if images_dir is None and image_map is None:
         raise InputError("pass --images DIR (or --image-map FILE) to locate the images")
-    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (metric.scoring.images)
+    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (pacs.metric.scoring.images)
     paths = {}
     for candidate in candidates:
         if candidate.key not in paths:

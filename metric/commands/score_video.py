@@ -6,21 +6,21 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metric.commands.score import add_model_options
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
-from metric.common.provenance import provenance
-from metric.common.seeding import seed_everything
-from metric.common.terminal import escape_control
-from metric.scoring.inputs import load_image_map, load_references, references_for
-from metric.scoring.model_options import ModelOptions, model_provenance
-from metric.scoring.registry import metric_spec
-from metric.video.frames import FrameSampling, find_videos
-from metric.video.inputs import load_sentences, load_video_candidates
-from metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
+from pacs.metric.commands.score import add_model_options
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.provenance import provenance
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.terminal import escape_control
+from pacs.metric.scoring.inputs import load_image_map, load_references, references_for
+from pacs.metric.scoring.model_options import ModelOptions, model_provenance
+from pacs.metric.scoring.registry import metric_spec
+from pacs.metric.video.frames import FrameSampling, find_videos
+from pacs.metric.video.inputs import load_sentences, load_video_candidates
+from pacs.metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
 
 if TYPE_CHECKING:  # torch loads only when a command reads videos
-    from metric.video.scorer import VideoScorer
+    from pacs.metric.video.scorer import VideoScorer
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None =
 
 def video_scorer_from_args(args: argparse.Namespace, metric: str, sampling: FrameSampling | None = None,
                            progress: bool = True) -> VideoScorer:
-    """Build a VideoScorer from the model and video options (`metric.video.options.build_video_scorer`)."""
+    """Build a VideoScorer from the model and video options (`pacs.metric.video.options.build_video_scorer`)."""
     return build_video_scorer(ModelOptions.from_mapping(args), metric, sampling or sampling_from_args(args),
                               prompt=getattr(args, "prompt", "") or "", progress=progress)
 

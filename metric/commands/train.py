@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from metric.common.device import DEVICE_HELP
-from metric.common.terminal import escape_control
+from pacs.metric.common.device import DEVICE_HELP
+from pacs.metric.common.terminal import escape_control
 
 
 def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -23,9 +23,9 @@ def _shortcuts(args: argparse.Namespace, pairs: Sequence[tuple[str, str]]) -> li
 
 def run_train_metric(args: argparse.Namespace) -> int:
     """Train PAC-S++ / PAC-S from a positives manifest; print where the checkpoint went."""
-    from eval.training_hook import correlation_hook_from_config  # the CLI layer joins metric and eval
-    from metric.common.config import load_config
-    from metric.training.trainer import MetricTrainConfig, train_metric
+    from pacs.eval.training_hook import correlation_hook_from_config  # the CLI layer joins metric and eval
+    from pacs.metric.common.config import load_config
+    from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
     overrides = list(args.overrides) + _shortcuts(args, [
         ("manifest", "data.manifest"), ("image_root", "data.image_root"), ("skip_missing", "data.skip_missing"),
@@ -41,8 +41,8 @@ def run_train_metric(args: argparse.Namespace) -> int:
 
 def run_generate_positives(args: argparse.Namespace) -> int:
     """Generate synthetic positives and write the manifest; print its path."""
-    from metric.common.config import load_config
-    from metric.training.positives import PositivesConfig, generate_positives
+    from pacs.metric.common.config import load_config
+    from pacs.metric.training.positives import PositivesConfig, generate_positives
 
     overrides = list(args.overrides) + _shortcuts(args, [
         ("dataset", "dataset"), ("image_root", "image_root"), ("output_dir", "output_dir"),

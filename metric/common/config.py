@@ -32,8 +32,8 @@ import pydantic
 import yaml
 from annotated_types import Ge, Gt, Interval, Le, Lt
 
-from metric.common.config_files import resolve_config
-from metric.common.errors import InputError
+from pacs.metric.common.config_files import resolve_config
+from pacs.metric.common.errors import InputError
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = (),
               normalize: Callable[[dict[str, Any], str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Load a YAML config, resolving `_base_` files recursively (cycles are an error).
 
-    `path` may also name a packaged config (`demo_smoke`; see `metric.common.config_files.resolve_config`).
+    `path` may also name a packaged config (`demo_smoke`; see `pacs.metric.common.config_files.resolve_config`).
     `normalize(data, file)` rewrites each file's own keys before the merge (`load_config`: deprecated names).
     """
     if not _seen:
@@ -430,6 +430,6 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 def dump_yaml(config: Any, path: str | os.PathLike) -> None:
     """Write a dataclass config as YAML atomically (strings that look like numbers are quoted)."""
-    from metric.common.io import write_text_atomic
+    from pacs.metric.common.io import write_text_atomic
 
     write_text_atomic(path, yaml.dump(to_dict(config), Dumper=_ConfigDumper, sort_keys=False))

@@ -1,7 +1,7 @@
 """Where a `--config` YAML comes from: a file, or a config name shipped with pacs (`--config demo_smoke`).
 
 The default configs live in one place, `recipes/configs/*.yaml`; the distribution maps that folder to the
-package `pacs_configs` (setup.cfg `package_dir`), so the same files are package data in an installed wheel
+package `pacs.configs` (setup.cfg `package_dir`), so the same files are package data in an installed wheel
 and the source files themselves in a checkout or an editable install. A `--config` value that is an existing
 file is used as given; a bare name (no `.yaml`, no path separator) is looked up among the packaged configs;
 a `recipes/configs/NAME.yaml` path that does not exist from the current folder (a README command run outside
@@ -15,17 +15,17 @@ import logging
 import os
 from pathlib import Path
 
-from metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.errors import InputError, MissingResourceError
 
 logger = logging.getLogger(__name__)
 
-PACKAGE = "pacs_configs"
+PACKAGE = "pacs.configs"
 SUFFIXES = (".yaml", ".yml")
 _SOURCE_FOLDER = ("recipes", "configs")  # where the packaged configs live in the source tree
 
 
 def packaged_configs_dir() -> Path:
-    """The folder holding the packaged configs (`recipes/configs` of a checkout, `pacs_configs/` when installed)."""
+    """The folder holding the packaged configs (`recipes/configs` of a checkout, `pacs/configs/` when installed)."""
     try:
         root = importlib.resources.files(PACKAGE)
     except ModuleNotFoundError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 if TYPE_CHECKING:  # torch and accelerate load only when a device is resolved
     import torch

@@ -2,7 +2,7 @@
 
 A library error names the Python parameter it is about (``checkpoint=``) and records it in `parameters`;
 the command line rewrites ``checkpoint=`` into its flag (``--checkpoint``) when it prints the message
-(`metric.commands.flags.cli_message`), so Python users read the names they passed and CLI users the flags.
+(`pacs.metric.commands.flags.cli_message`), so Python users read the names they passed and CLI users the flags.
 """
 from __future__ import annotations
 

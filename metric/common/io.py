@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import NonFiniteError
-from metric.common.os_errors import writing_to
+from pacs.metric.common.errors import NonFiniteError
+from pacs.metric.common.os_errors import writing_to
 
 _UMASK_LOCK = threading.Lock()
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # A lone surrogate can only come from a \uD800-\uDFFF escape in the JSON text (strict UTF-8 decoding refuses

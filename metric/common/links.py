@@ -2,7 +2,7 @@
 
 Files that pacs writes in place (the run lock, CSV logs, shard files it appends to) are opened with `O_NOFOLLOW`
 and checked to be plain files with one name (a hard link to a file elsewhere is written just like a symbolic
-one); files written atomically (`metric.common.io.atomic_path`) are renamed onto their name, which replaces a
+one); files written atomically (`pacs.metric.common.io.atomic_path`) are renamed onto their name, which replaces a
 link instead of writing through it. Folders that pacs writes into inside a run directory are checked with
 `lstat`, component by component from the run directory down (`check_no_links`).
 """
@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 _FLAGS = {"w": os.O_WRONLY, "a": os.O_WRONLY | os.O_APPEND, "r+": os.O_RDWR}
 

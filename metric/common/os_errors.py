@@ -40,9 +40,9 @@ def describe_os_error(error: OSError, resumable: bool = False) -> str | None:
 
 def user_error_line(error: BaseException, resumable: bool = False) -> str | None:
     """The one line a script prints for a user error (PacsError or a fixable OSError), its user text escaped
-    (`metric.common.terminal.escape_control`); None for anything else."""
-    from metric.common.errors import PacsError
-    from metric.common.terminal import escape_control
+    (`pacs.metric.common.terminal.escape_control`); None for anything else."""
+    from pacs.metric.common.errors import PacsError
+    from pacs.metric.common.terminal import escape_control
 
     if isinstance(error, PacsError):
         return escape_control(str(error))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,7 +26,7 @@ MAX_WORKERS = 256
 WORKERS_HELP = ("threads that decode and preprocess images ahead of the model: auto (one per CPU core, shared "
                 "by the processes of a launch; the default), 0 or 1 (in the calling thread) or N; results are "
                 "identical for every value")
-#: image decoding paths: cpu (PIL, exact) and gpu (nvJPEG + resize on the GPU, `metric.models.tensor_decode`)
+#: image decoding paths: cpu (PIL, exact) and gpu (nvJPEG + resize on the GPU, `pacs.metric.models.tensor_decode`)
 DECODES = ("cpu", "gpu")
 DECODE_HELP = ("image decoding: cpu (PIL, the exact path of the official code; default) or gpu (nvJPEG + "
                "antialiased resize on the CUDA device: faster, scores deviate slightly, see docs/performance.md)")

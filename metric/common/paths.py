@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from metric.common.errors import MissingResourceError
+from pacs.metric.common.errors import MissingResourceError
 
 
 def shared_dir(required: bool = True) -> Path | None:

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 MAX_SYMLINKS = 40  # as Linux: more links followed while resolving one path is a loop
 

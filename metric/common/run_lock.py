@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.common.links import open_no_follow
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.links import open_no_follow
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Ids, captions, system names and paths come from the user's files; a NUL, an ESC sequence or a carriage return in
 one of them would otherwise reach the terminal raw when an error line, a warning or a table echoes it (issue 31).
-`escape_control` is the one helper every such echo goes through: the CLI's error line (`pacs_cli.main`), its log
+`escape_control` is the one helper every such echo goes through: the CLI's error line (`pacs.cli.main`), its log
 handler (`TerminalFormatter`) and the tables the commands print.
 """
 from __future__ import annotations

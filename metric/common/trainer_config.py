@@ -8,7 +8,7 @@ documented in docs/config.md).
 
 The names the captioner trainers used before (``resume_from``, ``checkpoint_every``, ``val_every``) remain
 deprecated aliases for one release (removed in pacs 0.4): in YAML and ``key=value`` overrides
-(`metric.common.config` renames them with a warning), as constructor keywords and as attributes.
+(`pacs.metric.common.config` renames them with a warning), as constructor keywords and as attributes.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Annotated, Any, ClassVar
 
 from annotated_types import Le
 
-from metric.common.config import MAX_STEPS, NonNegativeInt
-from metric.common.errors import InputError
+from pacs.metric.common.config import MAX_STEPS, NonNegativeInt
+from pacs.metric.common.errors import InputError
 
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 DEPRECATED_TRAINER_ALIASES = {"resume_from": "resume", "checkpoint_every": "save_every", "val_every": "eval_every"}

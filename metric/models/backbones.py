@@ -1,9 +1,9 @@
 """Dual encoders built through open_clip: by name (+ pretrained tag or file), from a config dict, from files.
 
 The `Backbone` record, open_clip model construction and assembly (`assemble_backbone`) and pacs' own checkpoint
-format (`save_backbone`; its reader is `metric.models.pacs_checkpoint`). Each family's loader builds on this module
-(`metric.models.open_clip_clip`, `open_clip_siglip`, `transformers_backbone`, `official`); the one way in for every
-source, `load_backbone`, is the factory on top (`metric.models.factory`), which none of them import.
+format (`save_backbone`; its reader is `pacs.metric.models.pacs_checkpoint`). Each family's loader builds on this module
+(`pacs.metric.models.open_clip_clip`, `open_clip_siglip`, `transformers_backbone`, `official`); the one way in for every
+source, `load_backbone`, is the factory on top (`pacs.metric.models.factory`), which none of them import.
 """
 from __future__ import annotations
 
@@ -21,31 +21,31 @@ import open_clip
 import torch
 from open_clip.model import CLIP, CustomTextCLIP
 
-from metric.common.errors import InputError
-from metric.common.io import atomic_path
-from metric.models.families import (
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import atomic_path
+from pacs.metric.models.families import (
     FAMILIES,
     NOT_ESTABLISHED,
     SOURCE_BUILT,
 )
-from metric.models.open_clip_traits import (
+from pacs.metric.models.open_clip_traits import (
     open_clip_traits,
     wrap_open_clip_tokenizer,
 )
-from metric.models.preprocess import ImagePreprocess
-from metric.models.pruned_forward import (
+from pacs.metric.models.preprocess import ImagePreprocess
+from pacs.metric.models.pruned_forward import (
     encode_image_pruned,
     encode_text_pruned,
     supports_pruned_image,
     supports_pruned_text,
 )
-from metric.models.tokenizer import ClipTokenizer, TokenizedBatch
-from metric.models.traits import CLIP_TRAITS, BackboneTraits
+from pacs.metric.models.tokenizer import ClipTokenizer, TokenizedBatch
+from pacs.metric.models.traits import CLIP_TRAITS, BackboneTraits
 
 logger = logging.getLogger(__name__)
 
 PACS_FORMAT = "open_clip"
-# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see metric.training.export).
+# A `pacs export` folder (open_clip's local-dir / hf-hub file names; see pacs.metric.training.export).
 EXPORT_CONFIG_FILE = "open_clip_config.json"
 EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
 
@@ -54,9 +54,9 @@ EXPORT_WEIGHTS_FILE = "open_clip_model.safetensors"
 class Backbone:
     """A dual encoder (eval mode, fp32) with its preprocessing, tokenizer, identity and family traits.
 
-    `family` is None when nothing established it (see `metric.models.families`); `family_source` says how it was
+    `family` is None when nothing established it (see `pacs.metric.models.families`); `family_source` says how it was
     established ("pacs-metadata", "lora-keys", "official-name:<file>", "user --family", ...). `traits`
-    (`metric.models.traits.BackboneTraits`) is what the model family declares: tokenizer, pooling, pad id and
+    (`pacs.metric.models.traits.BackboneTraits`) is what the model family declares: tokenizer, pooling, pad id and
     which fast paths are valid; `family_kind` names the family (``open_clip-clip``, ``open_clip-siglip``,
     ``transformers-clip``, ``transformers-siglip``, ``transformers-siglip2``).
     """
@@ -80,7 +80,7 @@ class Backbone:
 
     @property
     def family_kind(self) -> str:
-        """The model family (`metric.models.traits.FAMILY_KINDS`), e.g. ``open_clip-clip``."""
+        """The model family (`pacs.metric.models.traits.FAMILY_KINDS`), e.g. ``open_clip-clip``."""
         return self.traits.kind
 
     @property
@@ -109,7 +109,7 @@ class Backbone:
         """Tokenize texts into id lists with per-text truncation flags (every family).
 
         CLIP: SOT + BPE + EOT, unpadded (the scorer pads). Other families: each row padded to the full context
-        with the tokenizer's pad id (`metric.models.hf_tokenizer`).
+        with the tokenizer's pad id (`pacs.metric.models.hf_tokenizer`).
         """
         encode = getattr(self.tokenize, "encode", None)
         if callable(encode):
@@ -130,7 +130,7 @@ class Backbone:
 
         Causal CLIP (`supports_trimmed_text`): pooled at the first EOT (argmax of the ids), so the padding after
         the longest sequence never influences any output: running at length L is exactly the 77-token result.
-        `prefix_kv` (from `metric.models.pruned_forward.prefix_states`) holds the per-layer keys/values of the first
+        `prefix_kv` (from `pacs.metric.models.pruned_forward.prefix_states`) holds the per-layer keys/values of the first
         `prefix_length` ids, shared by every row, which are then not recomputed. Other families: shorter rows
         are padded on the right to the full context with the family's pad id and run through the model's own
         forward (their ids from `tokenize_batch` already have the full length).

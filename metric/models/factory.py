@@ -1,12 +1,12 @@
 """The one way in for every model source: `load_backbone(backbone=..., checkpoint=..., arch=...)`.
 
-Each backbone family is one loader (`metric.models.loader_registry`: `detect(request)`, `build(request, device)`)
+Each backbone family is one loader (`pacs.metric.models.loader_registry`: `detect(request)`, `build(request, device)`)
 and `FAMILY_LOADERS` lists them in the order they are asked: a pacs LoRA adapter folder (`AdapterLoader`, here: it
-loads its base through `load_backbone`), a pacs checkpoint or `pacs export` folder (`metric.models.pacs_checkpoint`),
-open_clip SigLIP / SigLIP2 (`metric.models.open_clip_siglip`), open_clip CLIP names and ``local-dir:`` folders
-(`metric.models.open_clip_clip`), transformers CLIP / SigLIP / Siglip2 folders
-(`metric.models.transformers_backbone`) and state-dict files such as the official PAC-S / PAC-S++ ones
-(`metric.models.official`). A folder is recognised by what it holds (docs/metric.md, "Backbone families").
+loads its base through `load_backbone`), a pacs checkpoint or `pacs export` folder (`pacs.metric.models.pacs_checkpoint`),
+open_clip SigLIP / SigLIP2 (`pacs.metric.models.open_clip_siglip`), open_clip CLIP names and ``local-dir:`` folders
+(`pacs.metric.models.open_clip_clip`), transformers CLIP / SigLIP / Siglip2 folders
+(`pacs.metric.models.transformers_backbone`) and state-dict files such as the official PAC-S / PAC-S++ ones
+(`pacs.metric.models.official`). A folder is recognised by what it holds (docs/metric.md, "Backbone families").
 Sitting on top of those modules, it keeps them free of import cycles.
 """
 from __future__ import annotations
@@ -15,36 +15,36 @@ import os
 from pathlib import Path
 from typing import Any
 
-from metric.common.device import resolve_device
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.provenance import sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.device import resolve_device
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import (
     EXPORT_CONFIG_FILE,
     EXPORT_WEIGHTS_FILE,
     Backbone,
 )
-from metric.models.families import check_declared_family
-from metric.models.loader_registry import FamilyLoader, LoadRequest, select_loader
-from metric.models.lora import BASE_FILE, apply_adapter, read_base_record
-from metric.models.official import OfficialStateDictLoader
-from metric.models.open_clip_clip import OpenClipClipLoader
-from metric.models.open_clip_local import LOCAL_DIR
-from metric.models.open_clip_siglip import OpenClipSiglipLoader
-from metric.models.pacs_checkpoint import PacsCheckpointLoader
-from metric.models.transformers_backbone import HF_CONFIG_FILE, MODEL_TYPES, TransformersLoader
+from pacs.metric.models.families import check_declared_family
+from pacs.metric.models.loader_registry import FamilyLoader, LoadRequest, select_loader
+from pacs.metric.models.lora import BASE_FILE, apply_adapter, read_base_record
+from pacs.metric.models.official import OfficialStateDictLoader
+from pacs.metric.models.open_clip_clip import OpenClipClipLoader
+from pacs.metric.models.open_clip_local import LOCAL_DIR
+from pacs.metric.models.open_clip_siglip import OpenClipSiglipLoader
+from pacs.metric.models.pacs_checkpoint import PacsCheckpointLoader
+from pacs.metric.models.transformers_backbone import HF_CONFIG_FILE, MODEL_TYPES, TransformersLoader
 
 
 def load_backbone(backbone: str | None = None, checkpoint: str | None = None, arch: str | None = None,
                   device: str = "cpu", lora_mode: str = "official", family: str | None = None) -> Backbone:
     """Load a backbone from any supported source (see the module docstring) onto `device` (`auto`: the process's).
 
-    `arch` (a FILE or a preset name, `metric.models.families.ARCH_PRESETS`) overrides the architecture, activation and
+    `arch` (a FILE or a preset name, `pacs.metric.models.families.ARCH_PRESETS`) overrides the architecture, activation and
     normalisation of a state-dict file; `family` (--family) declares the family where nothing else establishes
     it, and must agree with pacs metadata, LoRA keys or an official file name where they do.
 
     >>> import os, tempfile
-    >>> from metric import load_backbone
-    >>> from metric.models.backbones import save_backbone
+    >>> from pacs.metric import load_backbone
+    >>> from pacs.metric.models.backbones import save_backbone
     >>> tiny = load_backbone("tiny-random")  # a tiny random CLIP built in code; real: load_backbone("ViT-B-32/openai")
     >>> tiny.name, tiny.family
     ('tiny-random', 'clip')
@@ -60,7 +60,7 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     if checkpoint is None and backbone is None:
         raise InputError("no model given: pass checkpoint= PATH or backbone= NAME[/PRETRAINED]",
                          parameter=("checkpoint", "backbone"))
-    device = resolve_device(device)  # auto: the process's device (metric.common.device); an explicit one checked
+    device = resolve_device(device)  # auto: the process's device (pacs.metric.common.device); an explicit one checked
     if checkpoint is None and arch is not None:
         raise InputError("arch= applies to checkpoint= files only", parameter=("arch", "checkpoint"))
     path = Path(checkpoint) if checkpoint is not None else None

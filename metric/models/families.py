@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 
 def _model(backbone: Any) -> Any:

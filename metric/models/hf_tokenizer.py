@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from metric.models.tokenizer import TokenizedBatch
+from pacs.metric.models.tokenizer import TokenizedBatch
 
 
 def _identity(text: str) -> str:

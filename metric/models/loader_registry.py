@@ -1,7 +1,7 @@
 """The family-loader protocol behind `load_backbone`: each backbone family (or pacs format) is one loader.
 
 A loader says whether a request is its own (`detect`) and builds the `Backbone` (model, tokenizer, preprocessing,
-traits, identity) for it (`build`). `metric.models.factory.FAMILY_LOADERS` lists them in order; the first whose
+traits, identity) for it (`build`). `pacs.metric.models.factory.FAMILY_LOADERS` lists them in order; the first whose
 `detect` is true builds. `detect` looks only at names, file names and small metadata (a config file, safetensors
 metadata) and may raise the one-line error of a file of its own format that is broken.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from metric.models.backbones import Backbone
+    from pacs.metric.models.backbones import Backbone
 
 
 @dataclass(frozen=True)

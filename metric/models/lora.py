@@ -41,14 +41,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from metric.common.errors import InputError
-from metric.common.io import chmod_like_umask
-from metric.common.json_input import read_json_file
-from metric.common.provenance import sha256_file
-from metric.models.backbones import Backbone, model_fingerprint, save_backbone
-from metric.models.families import SOURCE_LORA, SOURCE_METADATA
-from metric.models.open_clip_local import LOCAL_DIR, LOCAL_DIR_SOURCE
-from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import chmod_like_umask
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import Backbone, model_fingerprint, save_backbone
+from pacs.metric.models.families import SOURCE_LORA, SOURCE_METADATA
+from pacs.metric.models.open_clip_local import LOCAL_DIR, LOCAL_DIR_SOURCE
+from pacs.metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def temperature_values(model: nn.Module) -> dict[str, list[float]]:
 def _save_peft_files(model: nn.Module, folder: Path) -> None:
     """peft's ``save_pretrained`` into a temporary folder inside `folder`, its files then renamed into place: a full
     disk leaves no partial adapter and is an OSError naming the weights file (`writing_to`), not a SafetensorError."""
-    from metric.common.os_errors import writing_to
+    from pacs.metric.common.os_errors import writing_to
 
     with tempfile.TemporaryDirectory(prefix=".adapter.", dir=folder) as tmp, \
             writing_to(folder / "adapter_model.safetensors"):
@@ -274,7 +274,7 @@ def save_adapter(backbone: Backbone, folder: str | os.PathLike, base: dict[str, 
         "context_length": backbone.context_length,
         **temperature_values(backbone.model),
     }
-    from metric.common.io import write_json_atomic
+    from pacs.metric.common.io import write_json_atomic
 
     write_json_atomic(folder / BASE_FILE, record)
     return folder
@@ -299,7 +299,7 @@ def apply_adapter(folder: str | os.PathLike, base: Backbone, record: dict[str, A
     """Put the adapter of `folder` (its `read_base_record` is `record`) on the loaded `base`; merged by default.
 
     A `base_given` by the caller must carry the recorded base fingerprint; any base must have the recorded open_clip
-    config. `metric.models.factory.load_adapter_backbone` finds and loads the base first.
+    config. `pacs.metric.models.factory.load_adapter_backbone` finds and loads the base first.
     """
     import peft
 

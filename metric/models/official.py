@@ -8,10 +8,10 @@ Rules (see docs/official_format.md):
   `open_clip_equivalent`, or `{"model_cfg", "preprocess_cfg"}`) or `--backbone NAME` says otherwise;
 - activation and normalisation are never guessed from a name prefix: they come from `--arch` (a FILE, or a
   preset `openai` / `openclip-laion` on the inferred architecture), `--backbone NAME[/TAG]`, an exact official
-  file name (`metric.models.families.OFFICIAL_CHECKPOINTS`) or an architecture with a single official variant
+  file name (`pacs.metric.models.families.OFFICIAL_CHECKPOINTS`) or an architecture with a single official variant
   (ViT-B/32: OpenAI); otherwise loading refuses and names `--arch`;
 - the family comes from LoRA keys (PAC-S++), an exact official file name or `--family`, else it is not
-  established (`Backbone.family` None) — see `metric.models.families`;
+  established (`Backbone.family` None) — see `pacs.metric.models.families`;
 - PAC-S++ LoRA tensors are merged in fp32 with scaling alpha / r = 1 / r exactly as the official inference
   path applies them: `visual.conv1` (B·A reshaped row-major to the conv kernel) and the attention in/out
   projections (fused q, k, v) are applied, the MLP LoRA tensors are ignored (`lora_mode="official"`).
@@ -29,10 +29,10 @@ from typing import Any
 import open_clip
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.json_input import read_json_file
-from metric.common.provenance import sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import (
     Backbone,
     assemble_backbone,
     instantiate_open_clip,
@@ -40,7 +40,7 @@ from metric.models.backbones import (
     open_clip_name_config,
     parse_backbone_spec,
 )
-from metric.models.families import (
+from pacs.metric.models.families import (
     ARCH_PRESETS,
     LORA_MODES,
     OFFICIAL_CHECKPOINTS,
@@ -51,9 +51,9 @@ from metric.models.families import (
     official_checkpoint,
     single_variant_preset,
 )
-from metric.models.loader_registry import LoadRequest
-from metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
-from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
+from pacs.metric.models.loader_registry import LoadRequest
+from pacs.metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess
+from pacs.metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def load_state_dict_checkpoint(path: str | Path, backbone: str | None = None, ar
 
 
 class OfficialStateDictLoader:
-    """Loader of state-dict files in the OpenAI CLIP key layout (`metric.models.loader_registry`); the last one.
+    """Loader of state-dict files in the OpenAI CLIP key layout (`pacs.metric.models.loader_registry`); the last one.
 
     Takes every checkpoint *file* the loaders before it left: official PAC-S / PAC-S++ files, OpenAI and open_clip
     state dicts (``backbone=`` and ``arch=`` establish the architecture, see `resolve_architecture`).

@@ -2,9 +2,9 @@
 
 Model: open_clip's `create_model` (a built-in name with a pretrained tag or a local weights file, random weights
 without one; ``tiny-random[/SEED]`` is built in code) or a ``local-dir:`` folder whose text config names no Hugging
-Face tokenizer. Tokenizer: pacs' OpenAI-spelled CLIP BPE (`metric.models.tokenizer.ClipTokenizer`). Preprocessing:
-open_clip's preprocess config of the model (`metric.models.preprocess.ImagePreprocess`). Traits: those of the
-model (`metric.models.open_clip_traits`).
+Face tokenizer. Tokenizer: pacs' OpenAI-spelled CLIP BPE (`pacs.metric.models.tokenizer.ClipTokenizer`). Preprocessing:
+open_clip's preprocess config of the model (`pacs.metric.models.preprocess.ImagePreprocess`). Traits: those of the
+model (`pacs.metric.models.open_clip_traits`).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import open_clip
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.provenance import sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import (
     Backbone,
     assemble_backbone,
     build_backbone_from_config,
@@ -24,7 +24,7 @@ from metric.models.backbones import (
     parse_backbone_spec,
     tiny_clip_config,
 )
-from metric.models.families import (
+from pacs.metric.models.families import (
     NOT_ESTABLISHED,
     SOURCE_BUILT,
     SOURCE_OPEN_CLIP,
@@ -32,17 +32,17 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
-from metric.models.loader_registry import LoadRequest
-from metric.models.open_clip_local import (
+from pacs.metric.models.loader_registry import LoadRequest
+from pacs.metric.models.open_clip_local import (
     LOCAL_DIR,
     assemble_local_dir,
     is_open_clip_folder,
     open_clip_errors_silenced,
     read_local_dir,
 )
-from metric.models.open_clip_traits import wrap_open_clip_tokenizer
-from metric.models.preprocess import ImagePreprocess
-from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
+from pacs.metric.models.open_clip_traits import wrap_open_clip_tokenizer
+from pacs.metric.models.preprocess import ImagePreprocess
+from pacs.metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 TINY_RANDOM_NAME = "tiny-random"
 
@@ -122,7 +122,7 @@ def load_local_dir_clip(folder: str | os.PathLike, device: str = "cpu", family: 
 
 
 class OpenClipClipLoader:
-    """Loader of the open_clip CLIP family (`metric.models.loader_registry`); after the SigLIP loader.
+    """Loader of the open_clip CLIP family (`pacs.metric.models.loader_registry`); after the SigLIP loader.
 
     Takes every ``backbone=`` name without ``checkpoint=`` that the SigLIP loader left (so also a ``local-dir:``
     folder it cannot read, whose error `read_local_dir` names) and a checkpoint folder in open_clip's layout.

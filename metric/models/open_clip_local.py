@@ -3,8 +3,8 @@
 open_clip's own folder layout (``local-dir:FOLDER``, or a checkpoint folder holding ``open_clip_config.json`` +
 ``open_clip_model.safetensors`` without pacs metadata): the model config, the preprocessing (``preprocess_cfg``,
 required: never open_clip's OpenAI default) and, for a Hugging Face tokenizer, the tokenizer files come from it.
-Which family a folder is (its text config names a Hugging Face tokenizer: `metric.models.open_clip_siglip`, else
-`metric.models.open_clip_clip`) is `local_dir_reads_hf_tokenizer`; each family module builds its tokenizer and
+Which family a folder is (its text config names a Hugging Face tokenizer: `pacs.metric.models.open_clip_siglip`, else
+`pacs.metric.models.open_clip_clip`) is `local_dir_reads_hf_tokenizer`; each family module builds its tokenizer and
 hands the rest to `assemble_local_dir`.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 import open_clip
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.json_input import read_json_file
-from metric.common.provenance import sha256_file
-from metric.models.backbones import EXPORT_CONFIG_FILE, Backbone, assemble_backbone
-from metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
-from metric.models.preprocess import ImagePreprocess
-from metric.models.weights_only import LOAD_ERRORS, quiet_pickle_protocol_warning, torch_load_error
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import EXPORT_CONFIG_FILE, Backbone, assemble_backbone
+from pacs.metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
+from pacs.metric.models.preprocess import ImagePreprocess
+from pacs.metric.models.weights_only import LOAD_ERRORS, quiet_pickle_protocol_warning, torch_load_error
 
 LOCAL_DIR = "local-dir:"
 LOCAL_DIR_SOURCE = "open_clip-local-dir"  # Backbone.source["kind"] of a local-dir folder

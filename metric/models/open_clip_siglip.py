@@ -2,16 +2,16 @@
 
 Sources:
 - ``local-dir:FOLDER`` (or a checkpoint folder in open_clip's layout without pacs metadata) whose text config names
-  a Hugging Face tokenizer: config, preprocessing and tokenizer files from the folder (`metric.models.open_clip_local`).
+  a Hugging Face tokenizer: config, preprocessing and tokenizer files from the folder (`pacs.metric.models.open_clip_local`).
 - ``NAME/FILE`` (or ``backbone=NAME, checkpoint=FILE``) for a built-in name whose tokenizer is a Hugging Face one
   (``ViT-B-16-SigLIP``, ``ViT-SO400M-14-SigLIP2`` ...): the tokenizer files must lie next to FILE, the
   preprocessing is that of the name's pretrained tags (all of them agree for the SigLIP names) unless an
   ``open_clip_config.json`` next to FILE has a ``preprocess_cfg``.
 - ``NAME/TAG``: open_clip's pretrained weights and tokenizer from the Hugging Face cache.
-- A pacs checkpoint of such a model finds its tokenizer with `checkpoint_tokenizer` (`metric.models.pacs_checkpoint`).
+- A pacs checkpoint of such a model finds its tokenizer with `checkpoint_tokenizer` (`pacs.metric.models.pacs_checkpoint`).
 
-Tokenizer: open_clip's `HFTokenizer`, wrapped to report truncation (`metric.models.hf_tokenizer`). Traits: read
-from the model (`metric.models.open_clip_traits`: sigmoid loss, pooling, pad id).
+Tokenizer: open_clip's `HFTokenizer`, wrapped to report truncation (`pacs.metric.models.hf_tokenizer`). Traits: read
+from the model (`pacs.metric.models.open_clip_traits`: sigmoid loss, pooling, pad id).
 """
 from __future__ import annotations
 
@@ -24,18 +24,18 @@ from typing import Any
 import open_clip
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.json_input import read_json_file
-from metric.common.provenance import sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import (
     EXPORT_CONFIG_FILE,
     Backbone,
     assemble_backbone,
     parse_backbone_spec,
 )
-from metric.models.families import SOURCE_OPEN_CLIP, check_declared_family
-from metric.models.loader_registry import LoadRequest
-from metric.models.open_clip_local import (
+from pacs.metric.models.families import SOURCE_OPEN_CLIP, check_declared_family
+from pacs.metric.models.loader_registry import LoadRequest
+from pacs.metric.models.open_clip_local import (
     LOCAL_DIR,
     assemble_local_dir,
     create_open_clip,
@@ -46,14 +46,14 @@ from metric.models.open_clip_local import (
     read_local_dir,
     user_family,
 )
-from metric.models.open_clip_traits import (
+from pacs.metric.models.open_clip_traits import (
     TOKENIZER_FILE,
     TOKENIZER_FILES_TEXT,
     has_tokenizer_files,
     hf_tokenizer_from_folder,
     wrap_open_clip_tokenizer,
 )
-from metric.models.preprocess import ImagePreprocess
+from pacs.metric.models.preprocess import ImagePreprocess
 
 _PREPROCESS_KEYS = ("mean", "std", "interpolation", "resize_mode")
 
@@ -197,7 +197,7 @@ def names_hf_text_model(request: LoadRequest) -> bool:
 
 
 class OpenClipSiglipLoader:
-    """Loader of the open_clip SigLIP / SigLIP2 family (`metric.models.loader_registry`); before the CLIP loader."""
+    """Loader of the open_clip SigLIP / SigLIP2 family (`pacs.metric.models.loader_registry`); before the CLIP loader."""
 
     name = "open_clip-siglip"
 

@@ -2,16 +2,16 @@
 
 A ``.safetensors`` file whose metadata says ``pacs_format: open_clip`` holds an open_clip state dict with its model
 config (preprocessing included), family and name; it is either open_clip family. Its tokenizer: the Hugging Face
-one found by `metric.models.open_clip_siglip.checkpoint_tokenizer` (SigLIP), else the CLIP BPE.
+one found by `pacs.metric.models.open_clip_siglip.checkpoint_tokenizer` (SigLIP), else the CLIP BPE.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from metric.common.errors import InputError
-from metric.common.provenance import sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import (
     EXPORT_WEIGHTS_FILE,
     PACS_FORMAT,
     Backbone,
@@ -19,7 +19,7 @@ from metric.models.backbones import (
     instantiate_open_clip,
     load_state_strict,
 )
-from metric.models.families import (
+from pacs.metric.models.families import (
     FAMILIES,
     NOT_ESTABLISHED,
     SOURCE_METADATA,
@@ -27,9 +27,9 @@ from metric.models.families import (
     check_declared_family,
     check_family_name,
 )
-from metric.models.loader_registry import LoadRequest
-from metric.models.open_clip_siglip import checkpoint_tokenizer, names_hf_text_model
-from metric.models.preprocess import ImagePreprocess
+from pacs.metric.models.loader_registry import LoadRequest
+from pacs.metric.models.open_clip_siglip import checkpoint_tokenizer, names_hf_text_model
+from pacs.metric.models.preprocess import ImagePreprocess
 
 
 def read_pacs_metadata(path: Path) -> dict[str, str] | None:
@@ -88,7 +88,7 @@ def _weights(request: LoadRequest) -> Path | None:
 
 
 class PacsCheckpointLoader:
-    """Loader of pacs checkpoints and `pacs export` folders (`metric.models.loader_registry`)."""
+    """Loader of pacs checkpoints and `pacs export` folders (`pacs.metric.models.loader_registry`)."""
 
     name = "pacs-checkpoint"
 

@@ -20,8 +20,8 @@ from PIL import Image, UnidentifiedImageError
 from torchvision import transforms
 from torchvision.transforms import InterpolationMode
 
-from metric.common.errors import InputError
-from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
 
 _INTERPOLATIONS = {
     "bicubic": InterpolationMode.BICUBIC,

@@ -1,7 +1,7 @@
 """The opt-in GPU image path (`--decode gpu`): JPEG decoded by nvJPEG and resized on the GPU.
 
 The exact path (the default, `--decode cpu`) decodes with PIL and resizes with PIL's bicubic filter
-(`metric.models.preprocess`), as the official PAC-S code does, so official scores reproduce. `TensorDecoder`
+(`pacs.metric.models.preprocess`), as the official PAC-S code does, so official scores reproduce. `TensorDecoder`
 decodes JPEG files with `torchvision.io.decode_jpeg` on its device (nvJPEG on CUDA) and applies the same geometry
 with tensor operations: bicubic resize of the shorter side with antialiasing, rounded to 8 bits as PIL's result
 is, centre crop, then the backbone's normalisation. Decoder and filter differ from PIL's in their rounding, so
@@ -19,9 +19,9 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as tvf
 
-from metric.common.errors import InputError
-from metric.common.parallel import DECODES
-from metric.models.preprocess import ImagePreprocess, open_image
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.parallel import DECODES
+from pacs.metric.models.preprocess import ImagePreprocess, open_image
 
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _MODES = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR,

@@ -3,7 +3,7 @@
 Every `Backbone` holds one `BackboneTraits` (`backbone.traits`); `backbone.family_kind` is its `kind`:
 
 - ``open_clip-clip``: open_clip `CLIP` with the OpenAI BPE, causal text tower pooled at the EOT (argmax);
-  trailing padding may be cut and the prompt prefix reused (`metric.models.pruned_forward`); no logit bias.
+  trailing padding may be cut and the prompt prefix reused (`pacs.metric.models.pruned_forward`); no logit bias.
 - ``open_clip-siglip``: open_clip SigLIP / SigLIP2 (`CustomTextCLIP`, text without causal mask pooled at the
   **last** position, sigmoid loss with a logit bias); texts are padded to the full context with the tokenizer's
   pad id, no trimming, no prefix reuse.
@@ -11,7 +11,7 @@ Every `Backbone` holds one `BackboneTraits` (`backbone.traits`); `backbone.famil
   (`config.json` model_type clip / siglip / siglip2) run through the model's own `get_text_features` /
   `get_image_features`; texts padded to the full context with the folder's tokenizer.
 
-A family's *metric* family (`Backbone.family`: clip, pac-s, pac-s++) is a separate question (`metric.models.families`).
+A family's *metric* family (`Backbone.family`: clip, pac-s, pac-s++) is a separate question (`pacs.metric.models.families`).
 """
 from __future__ import annotations
 

@@ -22,14 +22,14 @@ from typing import Any
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.json_input import read_json_file
-from metric.models.backbones import Backbone, model_fingerprint
-from metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
-from metric.models.hf_tokenizer import HFTextTokenizer
-from metric.models.loader_registry import LoadRequest
-from metric.models.preprocess import to_eight_bit
-from metric.models.traits import TRANSFORMERS_CLIP, TRANSFORMERS_SIGLIP, TRANSFORMERS_SIGLIP2, BackboneTraits
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.models.backbones import Backbone, model_fingerprint
+from pacs.metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
+from pacs.metric.models.hf_tokenizer import HFTextTokenizer
+from pacs.metric.models.loader_registry import LoadRequest
+from pacs.metric.models.preprocess import to_eight_bit
+from pacs.metric.models.traits import TRANSFORMERS_CLIP, TRANSFORMERS_SIGLIP, TRANSFORMERS_SIGLIP2, BackboneTraits
 
 HF_CONFIG_FILE = "config.json"
 MODEL_TYPES = {"clip": TRANSFORMERS_CLIP, "siglip": TRANSFORMERS_SIGLIP, "siglip2": TRANSFORMERS_SIGLIP2}
@@ -163,7 +163,7 @@ def load_transformers_backbone(folder: str | os.PathLike, device: str = "cpu", f
     user_family = check_family_name(family)
     own_family, own_source = (user_family, SOURCE_USER) if user_family else (None, NOT_ESTABLISHED)
     weights = folder / "model.safetensors"
-    from metric.common.provenance import sha256_file
+    from pacs.metric.common.provenance import sha256_file
 
     source = {"kind": "transformers", "path": str(folder), "model_type": model_type,
               "sha256": sha256_file(weights) if weights.is_file() else None, "family_source": own_source}
@@ -173,7 +173,7 @@ def load_transformers_backbone(folder: str | os.PathLike, device: str = "cpu", f
 
 
 class TransformersLoader:
-    """Loader of transformers CLIP / SigLIP / Siglip2 folders (`metric.models.loader_registry`).
+    """Loader of transformers CLIP / SigLIP / Siglip2 folders (`pacs.metric.models.loader_registry`).
 
     Takes a checkpoint folder with a `config.json` (after the open_clip loaders); a config.json without
     `model_type` is an InputError, an unsupported model_type one at build.

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 _REFUSED = "Weights only load failed"
 _GLOBAL = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")

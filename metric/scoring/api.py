@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from metric.common.errors import InputError
-from metric.scoring.registry import default_w, metric_spec
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import default_w, metric_spec
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +25,13 @@ logger = logging.getLogger(__name__)
 class MetricScores:
     """Per-caption scores (float32, input order) and their mean, with the metric, w and model that produced them.
 
-    `details` is the scorer's full `metric.scoring.scorer.ScoreResult` (reference-free scores, reference terms, cosines).
+    `details` is the scorer's full `pacs.metric.scoring.scorer.ScoreResult` (reference-free scores, reference terms, cosines).
     `score_kind` is the convention ("cosine": `w·max(cos, 0)`; "sigmoid": the model's calibrated probability),
     `long_captions` the long-caption mode ("truncate" or "chunk") and `truncated[i]` whether caption i was cut to
     the text context (`n_truncated` of them).
 
     >>> import numpy as np
-    >>> from metric import MetricScores
+    >>> from pacs.metric import MetricScores
     >>> result = MetricScores("clip-s", np.array([0.5, 0.25], dtype=np.float32), 0.375, 2.5, "tiny-random")
     >>> result.mean, len(result)
     (0.375, 2)
@@ -76,16 +76,16 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
                  w: float | None = None, device: str = "cpu", batch_size: int = 64,
                  cache_dir: str | os.PathLike | None = None, lora_mode: str = "official",
                  dtype: str = "fp32", score: str | None = None, long_captions: str | None = None) -> Any:
-    """The `metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`).
+    """The `pacs.metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`pacs.metric.scoring.model_options.build_scorer`).
 
     `backbone` may also be an already-loaded `Backbone` (wrapped in a new Scorer) or a `Scorer` (returned as it
     is, keeping its caches and its own `score` / `long_captions` unless given here, per call in `score()`); either way the metric's
     family is checked against the model's. `score="sigmoid"` on a model without a logit bias is an InputError.
     """
-    from metric.models.backbones import Backbone
-    from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
-    from metric.scoring.registry import check_metric_family
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+    from pacs.metric.scoring.registry import check_metric_family
+    from pacs.metric.scoring.scorer import Scorer
 
     spec = metric_spec(metric)
     if int(batch_size) < 1:
@@ -108,7 +108,7 @@ def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLik
         raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
                          f"got {type(backbone).__name__}")
     # the CLI's rules for names and files: default CLIP backbone, family checks, w
-    from metric.scoring.model_options import ModelOptions, build_scorer
+    from pacs.metric.scoring.model_options import ModelOptions, build_scorer
 
     options = ModelOptions(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            backbone=backbone, arch=arch, family=family,
@@ -130,7 +130,7 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
 
     Images are paths, PIL images, uint8 tensors `[C, H, W]` (raw 0..255 pixels, preprocessed here) or float
     tensors `[3, H, W]` already preprocessed by the model's own preprocessing (see
-    `metric.scoring.image_inputs`); tensors are cached by content. `score` is "cosine" (`w·max(cos, 0)`, the
+    `pacs.metric.scoring.image_inputs`); tensors are cached by content. `score` is "cosine" (`w·max(cos, 0)`, the
     papers' convention, default; a given Scorer keeps its own when None) or "sigmoid" (the model's calibrated `sigmoid(scale·cos + bias)`, SigLIP-style
     models only); `long_captions` is "truncate" (default, as the papers) or "chunk" (a caption longer than the
     text context is split at sentence boundaries and its embedding is the mean of its pieces'); the result
@@ -142,13 +142,13 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
     `Backbone` / `Scorer`), `arch`, `family`, `allow_family_mismatch`, `w` (default: the metric's),
     `device`, `batch_size`, `lora_mode`, `cache_dir`, `dtype` (fp32, bf16, fp16). Reference-based metrics
     need `references` (a list of strings per caption); reference-free ones ignore them. Bad input raises
-    `metric.common.errors.InputError`.
+    `pacs.metric.common.errors.InputError`.
 
     A tiny random model (built in code) standing in for a real PAC-S++ checkpoint:
 
     >>> from PIL import Image
-    >>> from metric import score
-    >>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    >>> from pacs.metric import score
+    >>> from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
     >>> tiny = build_backbone_from_config(tiny_clip_config(), seed=0, family="pac-s++")
     >>> images = [Image.new("RGB", (64, 64), "red"), Image.new("RGB", (64, 64), "blue")]
     >>> result = score(images, ["a red square", "a blue square"], [["a red image"], ["a blue image"]],

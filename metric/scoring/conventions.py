@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 SCORE_KINDS = ("cosine", "sigmoid")
 LONG_CAPTION_MODES = ("truncate", "chunk")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from metric.common.io import atomic_path, write_json_atomic
-from metric.common.provenance import sha256_file
+from pacs.metric.common.io import atomic_path, write_json_atomic
+from pacs.metric.common.provenance import sha256_file
 
 logger = logging.getLogger(__name__)
 

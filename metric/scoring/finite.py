@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from metric.common.errors import NonFiniteError
+from pacs.metric.common.errors import NonFiniteError
 
 
 def model_label(backbone: Any) -> str:

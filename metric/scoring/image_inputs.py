@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.models.preprocess import open_image
-from metric.scoring.embedding_cache import image_identity
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.preprocess import open_image
+from pacs.metric.scoring.embedding_cache import image_identity
 
 
 def tensor_key(tensor: torch.Tensor) -> str:

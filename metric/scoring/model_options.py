@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from metric.common.errors import MissingResourceError
-from metric.scoring.registry import check_metric_family, default_w, metric_spec
+from pacs.metric.common.errors import MissingResourceError
+from pacs.metric.scoring.registry import check_metric_family, default_w, metric_spec
 
 if TYPE_CHECKING:  # torch and open_clip load only when a model is built
-    from metric.models.backbones import Backbone
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.scoring.scorer import Scorer
 
 DEFAULT_CLIP_BACKBONE = "ViT-B-32/openai"
 
@@ -66,7 +66,7 @@ def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
     With `metric`, a contradiction between the metric's family and the checkpoint's established family raises
     `FamilyMismatchError` unless `allow_family_mismatch`.
     """
-    from metric.models.factory import load_backbone
+    from pacs.metric.models.factory import load_backbone
 
     backbone, checkpoint = options.backbone, options.checkpoint
     if backbone is None and checkpoint is None:
@@ -86,8 +86,8 @@ def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
 
 def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
     """A Scorer for `metric` from the options; w = `options.w`, else the metric's default for this backbone."""
-    from metric.scoring.conventions import check_long_captions, check_score_kind
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.scoring.conventions import check_long_captions, check_score_kind
+    from pacs.metric.scoring.scorer import Scorer
 
     if metric is not None:
         metric_spec(metric)  # unknown names fail before any model is loaded
@@ -104,9 +104,9 @@ def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
 
 def check_input_pipeline(options: ModelOptions) -> None:
     """InputError in one line for a bad `workers` value or `decode gpu` without CUDA (before any model loads)."""
-    from metric.common.device import resolve_device
-    from metric.common.parallel import resolve_workers
-    from metric.models.tensor_decode import check_decode
+    from pacs.metric.common.device import resolve_device
+    from pacs.metric.common.parallel import resolve_workers
+    from pacs.metric.models.tensor_decode import check_decode
 
     resolve_workers(options.workers, "--workers")
     check_decode(options.decode or "cpu", resolve_device(options.device or "auto"), "--decode")

@@ -6,7 +6,7 @@ import hashlib
 
 import torch
 
-from metric.common.errors import InputError
+from pacs.metric.common.errors import InputError
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -5,8 +5,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.models.families import FamilyMismatchError
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.families import FamilyMismatchError
 
 logger = logging.getLogger(__name__)
 

@@ -6,22 +6,22 @@
   an image is encoded once.
 - Texts are deduplicated, sorted by token length and encoded in batches trimmed to the longest sequence of
   each batch, not padded to 77; the standard CLIP text tower also skips every position after a text's EOT
-  (exact for CLIP's causal text tower, see `Backbone.encode_text` and `metric.models.pruned_forward`).
+  (exact for CLIP's causal text tower, see `Backbone.encode_text` and `pacs.metric.models.pruned_forward`).
 - Results do not depend on the batch size or on the order of the inputs (up to float rounding, <= 1e-5).
 - `score` ("cosine" default, or "sigmoid": the model's calibrated `sigmoid(scale·cos + bias)`) and
   `long_captions` ("truncate" default, or "chunk": sentence pieces averaged) are the conventions of
-  `metric.scoring.conventions` and `metric.scoring.long_captions`; every result records both and marks each
+  `pacs.metric.scoring.conventions` and `pacs.metric.scoring.long_captions`; every result records both and marks each
   truncated caption (`ScoreResult.truncated`).
 - Images are paths, PIL images, uint8 tensors `[C, H, W]` or preprocessed float tensors `[3, H, W]`
-  (`metric.scoring.image_inputs`), cached by content.
+  (`pacs.metric.scoring.image_inputs`), cached by content.
 - `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
   convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
   backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
   (bit-identical to before). The disk cache of a non-fp32 scorer is keyed by fingerprint + dtype.
 - Images are decoded and preprocessed by `workers` threads (default `auto`: one per CPU core;
-  `metric.common.parallel`) while the model encodes the previous batch; the pixels are those of the serial path,
+  `pacs.metric.common.parallel`) while the model encodes the previous batch; the pixels are those of the serial path,
   bit for bit, in the same order. `decode="gpu"` (opt-in) decodes JPEG files with nvJPEG and resizes on the GPU
-  (`metric.models.tensor_decode`): faster, with a measured deviation from the exact PIL path; its disk cache is
+  (`pacs.metric.models.tensor_decode`): faster, with a measured deviation from the exact PIL path; its disk cache is
   keyed apart.
 """
 from __future__ import annotations
@@ -39,25 +39,25 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from metric.common.device import check_precision, resolve_device
-from metric.common.errors import InputError
-from metric.common.parallel import ordered_map, resolve_workers
-from metric.models.backbones import Backbone
-from metric.models.pruned_forward import common_prefix_length, prefix_states
-from metric.scoring import image_inputs
-from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
-from metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
-from metric.scoring.finite import check_embeddings, check_scores, image_label
-from metric.scoring.long_captions import mean_of_normalised, pack_pieces
-from metric.scoring.precision import (  # noqa: F401 (check_dtype and DTYPES are re-exported)
+from pacs.metric.common.device import check_precision, resolve_device
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.parallel import ordered_map, resolve_workers
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.models.pruned_forward import common_prefix_length, prefix_states
+from pacs.metric.scoring import image_inputs
+from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+from pacs.metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
+from pacs.metric.scoring.finite import check_embeddings, check_scores, image_label
+from pacs.metric.scoring.long_captions import mean_of_normalised, pack_pieces
+from pacs.metric.scoring.precision import (  # noqa: F401 (check_dtype and DTYPES are re-exported)
     DTYPES,
     check_dtype,
     dtype_fingerprint,
     precision_context,
 )
-from metric.scoring.registry import default_w
-from metric.scoring.results import ScoreResult, TextEmbeddings
-from metric.scoring.scores import clip_score, ref_score
+from pacs.metric.scoring.registry import default_w
+from pacs.metric.scoring.results import ScoreResult, TextEmbeddings
+from pacs.metric.scoring.scores import clip_score, ref_score
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Scorer:
     call `clear_caches()` (or build a new Scorer) after changing them.
 
     >>> from PIL import Image
-    >>> from metric import Scorer, load_backbone, ref_score
+    >>> from pacs.metric import Scorer, load_backbone, ref_score
     >>> scorer = Scorer(load_backbone("tiny-random"))  # w=None: the family's default (CLIP-S: 2.5)
     >>> red = Image.new("RGB", (64, 64), "red")  # or image file paths
     >>> result = scorer.score([red, red], ["a red square", "a dog"], references=[["a red image"]] * 2)
@@ -105,7 +105,7 @@ class Scorer:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
-        self.device = torch.device(resolve_device(device))  # auto: the process's device (metric.common.device)
+        self.device = torch.device(resolve_device(device))  # auto: the process's device (pacs.metric.common.device)
         if backbone.device != self.device:
             backbone.model.to(self.device)
         self.w = float(w) if w is not None else default_w(_FAMILY_METRIC.get(backbone.family, "clip-s"), backbone)
@@ -297,7 +297,7 @@ class Scorer:
                              long_captions: str | None = None) -> TextEmbeddings:
         """Like `embed_texts`, also reporting which texts were truncated (and into how many pieces each was cut).
 
-        `long_captions` (None: the scorer's) is "truncate" or "chunk" (`metric.scoring.long_captions`).
+        `long_captions` (None: the scorer's) is "truncate" or "chunk" (`pacs.metric.scoring.long_captions`).
         """
         texts = list(texts)
         _check_texts(texts, "text")
@@ -436,7 +436,7 @@ class Scorer:
 
 def _decoder(decode: str, backbone: Backbone, device: torch.device) -> tuple[str, Any]:
     """(`decode`, the GPU decoder or None): `gpu` is refused in one line without CUDA."""
-    from metric.models.tensor_decode import TensorDecoder, check_decode
+    from pacs.metric.models.tensor_decode import TensorDecoder, check_decode
 
     if check_decode(decode, device, "decode") == "gpu":
         return decode, TensorDecoder(backbone.preprocess, device)

@@ -37,7 +37,7 @@ def clip_score(image_emb: ArrayLike, text_emb: ArrayLike, w: float) -> ArrayLike
     """w * max(cos(image, text), 0) per row (CLIP-S with w = 2.5, PAC-S with w = 2.0).
 
     >>> import numpy as np
-    >>> from metric import clip_score
+    >>> from pacs.metric import clip_score
     >>> image = np.array([[1.0, 0.0], [1.0, 0.0]])
     >>> text = np.array([[3.0, 4.0], [-1.0, 0.0]])       # cosines 0.6 and -1 (inputs need not be unit length)
     >>> clip_score(image, text, w=2.5).astype(float).round(4).tolist()  # 2.5 * 0.6; a negative cosine gives 0
@@ -56,7 +56,7 @@ def reference_term(candidate_emb: ArrayLike, reference_embs: ArrayLike | Sequenc
     `[R_i, E]` arrays (returns `[N]`).
 
     >>> import numpy as np
-    >>> from metric import reference_term
+    >>> from pacs.metric import reference_term
     >>> candidate = np.array([1.0, 0.0])
     >>> references = np.array([[0.0, 1.0], [3.0, 4.0], [-1.0, 0.0]])  # cosines 0, 0.6, -1
     >>> round(float(reference_term(candidate, references)), 4)
@@ -80,7 +80,7 @@ def reference_term(candidate_emb: ArrayLike, reference_embs: ArrayLike | Sequenc
 def ref_score(score: ArrayLike, ref_term: ArrayLike) -> ArrayLike:
     """Harmonic mean 2ab / (a + b) of the reference-free score and the reference term; 0 where a + b == 0.
 
-    >>> from metric import ref_score
+    >>> from pacs.metric import ref_score
     >>> ref_score([1.5, 0.0, 0.5], [0.6, 0.0, -0.5]).astype(float).round(4).tolist()  # 2*1.5*0.6/2.1; 0 if a+b=0
     [0.8571, 0.0, 0.0]
     """

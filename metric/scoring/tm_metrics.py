@@ -1,12 +1,12 @@
 """torchmetrics metrics: `CLIPScore`, `PACScore`, `PACScorePlusPlus` (and their Ref- variants), plus functional twins.
 
 Optional extra: `pip install "pacs-captioning[torchmetrics]"`. Each metric is a `torchmetrics.Metric` that
-scores with `metric.scoring.scorer.Scorer` (the numbers of `pacs score`, nothing re-implemented):
+scores with `pacs.metric.scoring.scorer.Scorer` (the numbers of `pacs score`, nothing re-implemented):
 
 - construction takes the CLI's model options (`checkpoint`, `backbone`, `arch`, `family`,
   `allow_family_mismatch`, `w`, `device`, `batch_size`, `cache_dir`, `lora_mode`, `dtype`, `score` ("cosine" or
   "sigmoid") and `long_captions` ("truncate" or "chunk"); see
-  `metric.commands.score.add_model_options`) or an already loaded `Backbone` as `backbone=`;
+  `pacs.metric.commands.score.add_model_options`) or an already loaded `Backbone` as `backbone=`;
 - `reference_based=True` makes the metric the Ref- variant (RefCLIP-S, RefPAC-S, RefPAC-S++): `update` then
   needs `references` (one list of strings per caption); a reference-free metric refuses them, so one metric
   object never mixes the two kinds of number;
@@ -26,8 +26,8 @@ Lightning checkpoint of the metric does not hold the CLIP weights.
 
 >>> import numpy as np
 >>> from PIL import Image
->>> from metric.models.backbones import build_backbone_from_config, tiny_clip_config
->>> from metric.scoring.tm_metrics import PACScorePlusPlus
+>>> from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+>>> from pacs.metric.scoring.tm_metrics import PACScorePlusPlus
 >>> backbone = build_backbone_from_config(tiny_clip_config(), seed=0, family="pac-s++")
 >>> image = Image.fromarray(np.full((64, 64, 3), 128, dtype=np.uint8))
 >>> ref_pacs = PACScorePlusPlus(backbone=backbone, reference_based=True)
@@ -45,17 +45,17 @@ import numpy as np
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.models.backbones import Backbone
-from metric.scoring.registry import check_metric_family, default_w, metric_spec
-from metric.scoring.scorer import Scorer
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.scoring.registry import check_metric_family, default_w, metric_spec
+from pacs.metric.scoring.scorer import Scorer
 
 try:
     from torchmetrics import Metric
     from torchmetrics.utilities.data import dim_zero_cat
 except ImportError as _error:  # the optional extra is not installed
     raise MissingResourceError(
-        f"metric.scoring.tm_metrics needs torchmetrics ({_error}): pip install \"pacs-captioning[torchmetrics]\"") from None
+        f"pacs.metric.scoring.tm_metrics needs torchmetrics ({_error}): pip install \"pacs-captioning[torchmetrics]\"") from None
 
 ImageInput = str | os.PathLike | Image.Image | torch.Tensor
 
@@ -68,7 +68,7 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
                  w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
                  lora_mode: str = "official", dtype: str = "fp32", score: str = "cosine",
                  long_captions: str = "truncate") -> Scorer:
-    """The Scorer of `metric` from the CLI's model options (`metric.scoring.model_options.build_scorer`) or a loaded Backbone."""
+    """The Scorer of `metric` from the CLI's model options (`pacs.metric.scoring.model_options.build_scorer`) or a loaded Backbone."""
     spec = metric_spec(metric)
     if isinstance(backbone, Backbone):
         if checkpoint is not None or arch is not None or family is not None:
@@ -77,7 +77,7 @@ def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint
         scorer = Scorer(backbone, w=w if w is not None else default_w(spec.name, backbone), batch_size=batch_size,
                         device=device, cache_dir=cache_dir, dtype=dtype, score=score, long_captions=long_captions)
     else:
-        from metric.scoring.model_options import ModelOptions, build_scorer
+        from pacs.metric.scoring.model_options import ModelOptions, build_scorer
 
         options = ModelOptions(checkpoint=checkpoint, backbone=backbone, arch=arch, family=family,
                                allow_family_mismatch=allow_family_mismatch, w=w, device=device,
@@ -241,7 +241,7 @@ class CLIPScore(_ContrastiveMetric):
     Without `checkpoint`/`backbone` it uses `ViT-B-32/openai`, like `pacs score --metric clip-s`.
 
     >>> from PIL import Image
-    >>> from metric import CLIPScore, load_backbone, score
+    >>> from pacs.metric import CLIPScore, load_backbone, score
     >>> tiny = load_backbone("tiny-random")  # a tiny random CLIP built in code
     >>> images, captions = [Image.new("RGB", (64, 64), "red")] * 2, ["a red square", "a blue circle"]
     >>> clip_s = CLIPScore(backbone=tiny, return_per_sample=True)
@@ -258,7 +258,7 @@ class PACScore(_ContrastiveMetric):
     """PAC-S = w·max(cos, 0) on a PAC-S checkpoint (w = 2.0), or RefPAC-S with `reference_based=True`.
 
     >>> import os
-    >>> from metric import PACScore
+    >>> from pacs.metric import PACScore
     >>> fixtures = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore")  # C: a tiny PAC-S file
     >>> pac_s = PACScore(checkpoint=os.path.join(fixtures, "C", "clip_tiny_C.pth"),
     ...                  arch=os.path.join(fixtures, "C", "arch.json"))
@@ -275,7 +275,7 @@ class PACScorePlusPlus(_ContrastiveMetric):
     """PAC-S++ (w = 2.5 on ViT-B/32, 3.0 on ViT-L/14), or RefPAC-S++ with `reference_based=True`.
 
     >>> import os
-    >>> from metric import PACScorePlusPlus
+    >>> from pacs.metric import PACScorePlusPlus
     >>> fixtures = os.path.join(os.environ["PACS_SHARED"], "fixtures", "pacscore")  # A: a tiny PAC-S++ file
     >>> ref_pacs = PACScorePlusPlus(checkpoint=os.path.join(fixtures, "A", "PAC++_tiny_A.pth"),
     ...                             arch=os.path.join(fixtures, "A", "arch.json"), reference_based=True)

@@ -2,7 +2,7 @@
 
 `batch_loader` is what training and validation iterate: with `num_workers` > 0 a torch `DataLoader` with that
 many worker processes (as before); otherwise the items of each batch (`dataset[i]`: two images read and
-preprocessed) are computed by `workers` threads (`metric.common.parallel`), the next batch while the model trains
+preprocessed) are computed by `workers` threads (`pacs.metric.common.parallel`), the next batch while the model trains
 on the current one. The items, their order and the collated batches are those of the serial loader, bit for bit.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from metric.common.parallel import ordered_map, resolve_workers
+from pacs.metric.common.parallel import ordered_map, resolve_workers
 
 
 class ThreadedBatches:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from annotated_types import Le
 
-from metric.common.config import (
+from pacs.metric.common.config import (
     MAX_BATCH,
     MAX_IMAGES,
     MAX_MICRO_BATCH,
@@ -17,8 +17,8 @@ from metric.common.config import (
     PositiveFloat,
     PositiveInt,
 )
-from metric.common.errors import InputError
-from metric.common.trainer_config import TrainerConfig
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.trainer_config import TrainerConfig
 
 MODES = ("lora", "projection", "full")
 LOSS_KINDS = ("auto", "infonce", "sigmoid")  # auto: sigmoid for a model with a logit_bias (SigLIP), else InfoNCE
@@ -66,20 +66,20 @@ class DataOptions:
     skip_missing: bool = False
     num_workers: Annotated[NonNegativeInt, Le(64)] = 0
     # threads that decode the next batch's images while the model trains (with num_workers 0): auto = one per
-    # CPU core, 0 or 1 = in the training loop; the batches are the same, bit for bit (metric.training.batches)
+    # CPU core, 0 or 1 = in the training loop; the batches are the same, bit for bit (pacs.metric.training.batches)
     workers: int | str = "auto"
     max_val_pairs: Annotated[PositiveInt, Le(MAX_IMAGES)] = 5000  # validation pairs used (the first ones of the validation split)
 
     def validate(self) -> None:
         """Check `workers` (auto or 0..256 threads)."""
-        from metric.common.parallel import resolve_workers
+        from pacs.metric.common.parallel import resolve_workers
 
         resolve_workers(self.workers, "data.workers")
 
 
 @dataclass
 class CorrelationOptions:
-    """Optional periodic correlation on an eval benchmark (lazy import of eval.benchmarks)."""
+    """Optional periodic correlation on an eval benchmark (lazy import of pacs.eval.benchmarks)."""
 
     benchmark: str | None = None
     data: str | None = None
@@ -89,7 +89,7 @@ class CorrelationOptions:
 
 @dataclass
 class MetricTrainConfig(TrainerConfig):
-    """Everything a metric training run needs (YAML + key=value overrides through metric.common.config).
+    """Everything a metric training run needs (YAML + key=value overrides through pacs.metric.common.config).
 
     The shared trainer fields (seed, mixed_precision, resume, save/eval/log cadence) are `TrainerConfig`'s;
     `resume` names a saved state folder or "latest" (empty: start afresh).
@@ -113,7 +113,7 @@ class MetricTrainConfig(TrainerConfig):
     max_epochs: Annotated[PositiveInt, Le(10_000)] = 50
     eval_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 100  # validation loss every N steps (0: only after the last step)
     patience: Annotated[PositiveInt, Le(MAX_STEPS)] = 1500
-    device: str = "auto"  # auto (accelerate's process device) or an explicit one that must match it (metric.common.device)
+    device: str = "auto"  # auto (accelerate's process device) or an explicit one that must match it (pacs.metric.common.device)
     cpu: bool = False  # the same as device: cpu
     output_dir: str = "runs/metric"
 

@@ -19,8 +19,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
-from metric.common.errors import InputError
-from metric.common.paths_inside import user_path
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.paths_inside import user_path
 
 logger = logging.getLogger(__name__)
 

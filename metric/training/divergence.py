@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import TrainingDivergedError
+from pacs.metric.common.errors import TrainingDivergedError
 
 
 def any_process(accelerator: Any, flag: bool) -> bool:

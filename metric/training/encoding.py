@@ -19,19 +19,19 @@ from accelerate.logging import get_logger
 from torch import nn
 from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
-from metric.common.errors import InputError, PacsError
-from metric.training.batches import batch_loader
-from metric.training.config import FAMILY_OF_MODE, LOSS_KINDS, LossOptions, MetricTrainConfig
-from metric.training.data import (
+from pacs.metric.common.errors import InputError, PacsError
+from pacs.metric.training.batches import batch_loader
+from pacs.metric.training.config import FAMILY_OF_MODE, LOSS_KINDS, LossOptions, MetricTrainConfig
+from pacs.metric.training.data import (
     ShardedEpochBatches,
     collate_positives,
     split_micro_batches,
 )
-from metric.training.distributed import gather_with_grad
-from metric.training.losses import LossTerms, positive_augmented_loss
+from pacs.metric.training.distributed import gather_with_grad
+from pacs.metric.training.losses import LossTerms, positive_augmented_loss
 
 if TYPE_CHECKING:
-    from metric.models.backbones import Backbone
+    from pacs.metric.models.backbones import Backbone
 
 logger = get_logger(__name__)  # accelerate's: logs once, on the main process
 
@@ -89,8 +89,8 @@ class DualEncoder(nn.Module):
 
 def build_base_backbone(config: MetricTrainConfig) -> Backbone:
     """Load (or randomly build) the backbone the config names."""
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.factory import load_backbone
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.factory import load_backbone
 
     if config.random_init:
         if config.arch:
@@ -123,7 +123,7 @@ def prepare_trainable(backbone: Backbone, config: MetricTrainConfig) -> Backbone
     """
     model = backbone.model
     if config.mode == "lora":
-        from metric.models.lora import attach_lora  # it picks the layers for the model's layout (open_clip, timm)
+        from pacs.metric.models.lora import attach_lora  # it picks the layers for the model's layout (open_clip, timm)
 
         backbone = attach_lora(backbone, rank=config.lora.rank, alpha=config.lora.alpha, targets=config.lora.targets,
                                patch_embedding=config.lora.patch_embedding, dropout=config.lora.dropout)

@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import atomic_path, chmod_like_umask, write_json_atomic, write_text_atomic
-from metric.common.provenance import provenance, sha256_file
-from metric.models.backbones import (
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.io import atomic_path, chmod_like_umask, write_json_atomic, write_text_atomic
+from pacs.metric.common.provenance import provenance, sha256_file
+from pacs.metric.models.backbones import (
     EXPORT_CONFIG_FILE,
     EXPORT_WEIGHTS_FILE,
     PACS_FORMAT,
@@ -47,10 +47,10 @@ from metric.models.backbones import (
     model_fingerprint,
     save_backbone,
 )
-from metric.models.factory import load_backbone
-from metric.models.families import ARCH_PRESETS, SOURCE_METADATA
-from metric.models.lora import BASE_FILE
-from metric.scoring.registry import default_w
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.families import ARCH_PRESETS, SOURCE_METADATA
+from pacs.metric.models.lora import BASE_FILE
+from pacs.metric.scoring.registry import default_w
 
 logger = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ def model_card(backbone: Backbone, pacs_section: Mapping[str, Any]) -> str:
     lines += [
         "", "## Use", "", "```bash",
         f"pacs score --metric {metric} --checkpoint THIS_FOLDER --images DIR --candidates captions.json", "```", "",
-        "```python", "from metric import load_backbone", "from metric import Scorer", "",
+        "```python", "from pacs.metric import load_backbone", "from pacs.metric import Scorer", "",
         'backbone = load_backbone(checkpoint="THIS_FOLDER")  # bit-identical to the trained model',
         f'print(Scorer(backbone, w={w}).score(["image.jpg"], ["a dog runs on the grass"]).scores)', "```", "",
         ('open_clip reads the same weights: `open_clip.create_model("local-dir:THIS_FOLDER")` (tokenize with '

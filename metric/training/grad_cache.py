@@ -3,7 +3,7 @@
 Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup" (2021). A step is
 1. pass 1: every micro-batch of this process is encoded without a graph (its RNG state saved first);
 2. the cached embeddings become leaf tensors, are gathered across processes (gradient through the local shard,
-   `metric.training.distributed.gather_with_grad`), the loss is computed on the full global batch and differentiated
+   `pacs.metric.training.distributed.gather_with_grad`), the loss is computed on the full global batch and differentiated
    with respect to the leaves (d loss / d embeddings, and d loss / d temperature);
    the temperature is any tensor the encoder returns with the embeddings: CLIP's scalar scale, or SigLIP's
    ``[scale, bias]`` for the sigmoid loss (every element gets its cached gradient back in pass 2);
@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 import torch
 
-from metric.common.errors import PacsError
-from metric.training.distributed import gather_with_grad, world_size
+from pacs.metric.common.errors import PacsError
+from pacs.metric.training.distributed import gather_with_grad, world_size
 
 # a micro-batch -> (embedding tensors [n, E] each, or None for one not encoded, temperature: a scalar or
 # [scale, bias]); the same encoder in both passes; the first embedding is always present (the micro-batch size)

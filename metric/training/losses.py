@@ -4,7 +4,7 @@ Decisions the papers leave open (docs/formulas.md), fixed here:
 - the symmetric InfoNCE *averages* its two directions (image→text and text→image), as PAC-S++ §3.1 says;
   ``directions="sum"`` gives the PAC-S Eq. 2 form (exactly twice the value);
 - the temperature is the model's own ``logit_scale`` (``exp`` of CLIP's learned log-scale); whether it is
-  trained is the trainer's choice (frozen by default, see ``metric.training.trainer``);
+  trained is the trainer's choice (frozen by default, see ``pacs.metric.training.trainer``);
 - for SigLIP / SigLIP2 backbones (``kind="sigmoid"``) each of the paper's terms L(V,T), L(V',T), L(V,T') is SigLIP's
   pairwise sigmoid loss on that pair of embedding sets (``open_clip.loss.SigLipLoss``: positives on the diagonal,
   every other pair a negative) with the model's own scale and bias; λv, λt unchanged. The sigmoid loss has no
@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from metric.common.errors import PacsError
+from pacs.metric.common.errors import PacsError
 
 Directions = Literal["mean", "sum"]
 LossKind = Literal["infonce", "sigmoid"]

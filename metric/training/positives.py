@@ -22,13 +22,21 @@ from annotated_types import Le
 from PIL import Image
 from tqdm.auto import tqdm
 
-from metric.common.config import MAX_BEAM, MAX_IMAGES, MAX_LENGTH, NonNegativeFloat, NonNegativeInt, PositiveInt, Seed
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.io import atomic_path, write_json_atomic
-from metric.common.links import open_no_follow
-from metric.common.paths_inside import user_path
-from metric.common.provenance import provenance
-from metric.training.data import load_rgb
+from pacs.metric.common.config import (
+    MAX_BEAM,
+    MAX_IMAGES,
+    MAX_LENGTH,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    Seed,
+)
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.io import atomic_path, write_json_atomic
+from pacs.metric.common.links import open_no_follow
+from pacs.metric.common.paths_inside import user_path
+from pacs.metric.common.provenance import provenance
+from pacs.metric.training.data import load_rgb
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +70,7 @@ class PositivesConfig:
     skip_missing: bool = False
 
     def validate(self) -> None:
-        """Cross-field checks run when the config is loaded (metric.common.config.from_dict)."""
+        """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         if self.dtype not in DTYPES:
             raise InputError(f"dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
 
@@ -287,7 +295,7 @@ def generate_positives(config: PositivesConfig, captioner: ImageCaptioner | None
         images = [image for image in images if image.path.is_file()]
     if not images:
         raise InputError(f"{config.dataset}: no images to process (splits {splits})")
-    from metric.common.device import process_state, resolve_device
+    from pacs.metric.common.device import process_state, resolve_device
 
     state = process_state(config.device)
     device = resolve_device(config.device)
@@ -366,7 +374,7 @@ def _merge_shards(images: list[SourceImage], out: Path, manifest: Path, skipped:
             lines.append(json.dumps(by_caption[caption_id], ensure_ascii=False, allow_nan=False))
     with atomic_path(manifest) as tmp:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    from metric.common.config import to_dict
+    from pacs.metric.common.config import to_dict
 
     write_json_atomic(out / "positives_meta.json", {
         "n_images": len(images), "n_pairs": len(lines), "skipped_missing_images": skipped,

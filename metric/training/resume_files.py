@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from metric.common.errors import InputError
-from metric.common.json_input import read_json_file
-from metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.models.weights_only import quiet_pickle_protocol_warning, torch_load_error
 
 #: suffixes of the files of a state folder that torch reads as pickles (everything else is JSON or safetensors)
 PICKLE_SUFFIXES = frozenset({".bin", ".pkl", ".pt", ".pth"})

@@ -3,15 +3,15 @@
 One readable loop: ``accelerator.prepare``; every optimizer step trains one *global* batch of ``batch_size``
 pairs, whatever the number of processes and the micro-batch size: each process takes its share of the same
 seeded global batch, encodes it in micro-batches, and the contrastive loss covers all ``batch_size`` pairs
-(embeddings all-gathered across processes, micro-batches combined with GradCache, see ``metric.training.grad_cache``);
+(embeddings all-gathered across processes, micro-batches combined with GradCache, see ``pacs.metric.training.grad_cache``);
 ``accelerator.backward``; validation loss (over global batches too) every ``eval_every`` optimizer steps with
 early stopping after ``patience`` steps without improvement (the best weights are restored at the end), optional
 periodic correlation on an eval benchmark, resumable state
 (accelerate's ``save_state`` / ``load_state`` for model, optimizer and RNG, read only after
-``metric.training.resume_files.check_state_folder``; the trainer's counters in JSON + safetensors). The loss is InfoNCE, or SigLIP's sigmoid loss for a model with a ``logit_bias``
-(``loss.kind``, see ``metric.training.losses``). The temperature is the model's ``logit_scale`` (and ``logit_bias`` for
+``pacs.metric.training.resume_files.check_state_folder``; the trainer's counters in JSON + safetensors). The loss is InfoNCE, or SigLIP's sigmoid loss for a model with a ``logit_bias``
+(``loss.kind``, see ``pacs.metric.training.losses``). The temperature is the model's ``logit_scale`` (and ``logit_bias`` for
 the sigmoid loss); both are frozen unless ``train_logit_scale`` is set (or in ``full`` mode). Outputs in ``output_dir``: ``checkpoint.safetensors`` (merged, loadable by
-``metric.models.factory.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
+``pacs.metric.models.factory.load_backbone``), ``adapter/`` (LoRA mode), ``train_log.json``, ``config.yaml``.
 """
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from accelerate.logging import get_logger
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from metric.common.errors import InputError
-from metric.common.io import finite_or_none
-from metric.common.optim import make_adam
-from metric.training.batches import batch_loader
-from metric.training.config import (
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import finite_or_none
+from pacs.metric.common.optim import make_adam
+from pacs.metric.training.batches import batch_loader
+from pacs.metric.training.config import (
     FAMILY_OF_MODE,
     MODES,
     CorrelationOptions,
@@ -40,13 +40,13 @@ from metric.training.config import (
     LossOptions,
     MetricTrainConfig,
 )
-from metric.training.data import (
+from pacs.metric.training.data import (
     ShardedEpochBatches,
     collate_positives,
     split_micro_batches,
 )
-from metric.training.divergence import any_process, check_loss, check_weights, diverged
-from metric.training.encoding import (
+from pacs.metric.training.divergence import any_process, check_loss, check_weights, diverged
+from pacs.metric.training.encoding import (
     PROJECTION_PREFIXES,
     DualEncoder,
     PositivesBatch,
@@ -61,10 +61,10 @@ from metric.training.encoding import (
     trainable_parameters,
     validation_loss,
 )
-from metric.training.grad_cache import grad_cache_step
-from metric.training.losses import positives_needed
-from metric.training.resume_files import check_state_folder
-from metric.training.state import (
+from pacs.metric.training.grad_cache import grad_cache_step
+from pacs.metric.training.losses import positives_needed
+from pacs.metric.training.resume_files import check_state_folder
+from pacs.metric.training.state import (
     ADAPTER_DIR,
     CHECKPOINT_FILE,
     STATE_DIR,
@@ -78,7 +78,7 @@ from metric.training.state import (
 )
 
 if TYPE_CHECKING:
-    from metric.models.backbones import Backbone
+    from pacs.metric.models.backbones import Backbone
 
 __all__ = [  # this module's public names (the option groups and helpers live in config / encoding / state)
     "ADAPTER_DIR", "CHECKPOINT_FILE", "FAMILY_OF_MODE", "MODES", "PROJECTION_PREFIXES", "STATE_DIR",
@@ -94,7 +94,7 @@ CorrelationFn = Callable[["Backbone"], dict[str, float]]
 
 
 def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tuple[Dataset, Dataset]:
-    from metric.training.data import ManifestDataset, read_manifest
+    from pacs.metric.training.data import ManifestDataset, read_manifest
 
     data = config.data
     if not data.manifest:
@@ -123,7 +123,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     In-memory use: pass `train_dataset` / `val_dataset` yielding ``(image, caption, gen_image, gen_caption)``
     and optionally a ready `backbone` (else the config's base is loaded); otherwise the manifest is read.
     `correlation_hook(backbone) -> {key: number}` runs at the evaluations (every `config.correlation.every`-th,
-    else each) and is logged as ``corr_<key>``; `eval.training_hook.correlation_hook_from_config` builds it
+    else each) and is logged as ``corr_<key>``; `pacs.eval.training_hook.correlation_hook_from_config` builds it
     from `config.correlation` (`correlation_fn` is its deprecated name).
     """
     if correlation_fn is not None:
@@ -132,7 +132,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         correlation_hook = correlation_hook or correlation_fn
     from accelerate.utils import set_seed
 
-    from metric.common.device import build_accelerator
+    from pacs.metric.common.device import build_accelerator
 
     config.validate()
     output_dir = Path(config.output_dir)
@@ -141,7 +141,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
     accelerator = build_accelerator("cpu" if config.cpu else config.device, config.mixed_precision)
     if correlation_hook is None and config.correlation.benchmark and config.correlation.every:
         logger.warning("correlation.benchmark is set but no correlation_hook was passed: no periodic correlation "
-                       "(build one with eval.training_hook.correlation_hook_from_config(config.correlation))")
+                       "(build one with pacs.eval.training_hook.correlation_hook_from_config(config.correlation))")
     processes, rank = accelerator.num_processes, accelerator.process_index
     micro = micro_batch_size(config, processes)
     set_seed(config.seed)
@@ -293,8 +293,8 @@ def micro_batch_size(config: MetricTrainConfig, processes: int) -> int:
 
 
 def _allow_new_precision(mixed_precision: str) -> None:
-    """Let a single-process caller run several trainings with different precisions (`metric.common.device`)."""
-    from metric.common.device import allow_new_precision
+    """Let a single-process caller run several trainings with different precisions (`pacs.metric.common.device`)."""
+    from pacs.metric.common.device import allow_new_precision
 
     allow_new_precision(mixed_precision)
 

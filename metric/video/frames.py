@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.paths_inside import ConfinedRoot
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.paths_inside import ConfinedRoot
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def cap_indices(count: int, max_frames: int | None) -> list[int]:
 def iter_folder_frames(folder: str | os.PathLike, sampling: FrameSampling) -> Iterator[Frame]:
     """Yield the sampled frames of a frame folder (all images, or `num_frames` uniformly), before the cap."""
     # imported here: torch/torchvision load only when frames are read
-    from metric.models.preprocess import open_image
+    from pacs.metric.models.preprocess import open_image
 
     files = frame_files(folder)
     indices = list(range(len(files)))

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from metric.common.errors import InputError
-from metric.common.io import write_json_atomic
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import write_json_atomic
 
 IDF_FORMAT = "pacs-video-idf/1"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metric.common.errors import InputError
-from metric.scoring.inputs import Candidate, load_candidates, load_references, read_json
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.inputs import Candidate, load_candidates, load_references, read_json
 
 
 def load_sentences(path: str | Path) -> list[str]:

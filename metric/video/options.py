@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from metric.common.errors import InputError
-from metric.scoring.model_options import ModelOptions, load_model
-from metric.video.frames import FrameSampling
-from metric.video.inputs import load_sentences
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.model_options import ModelOptions, load_model
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.inputs import load_sentences
 
 if TYPE_CHECKING:  # torch loads only when videos are read
-    from metric.video.scorer import VideoScorer
+    from pacs.metric.video.scorer import VideoScorer
 
 
 @dataclass
@@ -55,8 +55,8 @@ def idf_corpus(options: VideoOptions, default: list[str] | None) -> tuple[list[s
 def build_video_scorer(model: ModelOptions, metric: str, sampling: FrameSampling, prompt: str = "",
                        progress: bool = True) -> VideoScorer:
     """A VideoScorer for `metric` from the model options (w defaults to 1: Eqs. 6-14 have no scale)."""
-    from metric.scoring.conventions import check_long_captions
-    from metric.video.scorer import VideoScorer
+    from pacs.metric.scoring.conventions import check_long_captions
+    from pacs.metric.video.scorer import VideoScorer
 
     if check_long_captions(model.long_captions) != "truncate":
         raise InputError("video scores match every caption token with the frames (PAC-S++ Eqs. 8-12), where "

@@ -32,14 +32,22 @@ import torch.nn.functional as F
 from PIL import Image
 from tqdm import tqdm
 
-from metric.common.device import resolve_device
-from metric.common.errors import InputError
-from metric.models.backbones import Backbone
-from metric.scoring.conventions import calibration, check_long_captions, check_score_kind
-from metric.scoring.embedding_cache import EmbeddingCache
-from metric.scoring.scorer import image_identity
-from metric.video.frames import Frame, FrameSampling, ShortVideo, cap_indices, iter_frames, short_video, source_digest
-from metric.video.idf import IdfTable, cached_idf
+from pacs.metric.common.device import resolve_device
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+from pacs.metric.scoring.embedding_cache import EmbeddingCache
+from pacs.metric.scoring.scorer import image_identity
+from pacs.metric.video.frames import (
+    Frame,
+    FrameSampling,
+    ShortVideo,
+    cap_indices,
+    iter_frames,
+    short_video,
+    source_digest,
+)
+from pacs.metric.video.idf import IdfTable, cached_idf
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The default configs (`recipes/configs/*.yaml`), installed as the package `pacs_configs` (see setup.cfg).
+"""The default configs (`recipes/configs/*.yaml`), installed as the package `pacs.configs` (see setup.cfg).
 
-Look them up by name with `metric.common.config_files` (`pacs train --config demo_smoke`).
+Look them up by name with `pacs.metric.common.config_files` (`pacs train --config demo_smoke`).
 """

@@ -23,10 +23,10 @@ torch.set_num_threads(1)
 
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, train_xe
-from captioner.modeling.training import ScheduleConfig, process_state
-from captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 
 def emit(name: str, values: list[float]) -> None:
@@ -37,8 +37,8 @@ def emit(name: str, values: list[float]) -> None:
 
 def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
     """Extract grid features of `n` Flickr8k images with a tiny CLIP; return one checksum per image."""
-    from captioner.modeling.features import extract_features
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.captioner.modeling.features import extract_features
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     paths = sorted(images_dir.glob("*.jpg"))[:n]
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
@@ -51,7 +51,7 @@ def run_features(out: Path, images_dir: Path, n: int) -> list[float]:
 
 def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[float], float]:
     """A few XE steps, dropout off, validated (beam search split over processes) every 3 steps."""
-    from captioner.modeling.vocab import build_vocab
+    from pacs.captioner.modeling.vocab import build_vocab
 
     cache, train, val = tiny_data(data_dir)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
@@ -65,8 +65,8 @@ def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[floa
 
 def run_xe_resumable(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int) -> list[float]:
     """XE with dropout on, validated every step, checkpoints every 3 steps; SIGKILL in validation `kill_at`."""
-    from captioner.modeling.train_xe import cider_validator
-    from captioner.modeling.vocab import build_vocab
+    from pacs.captioner.modeling.train_xe import cider_validator
+    from pacs.captioner.modeling.vocab import build_vocab
 
     calls = {"n": 0}
 
@@ -109,9 +109,9 @@ def learned_reward():
     """RefCLIP-S of a tiny random CLIP on one small image per id (its colour from the id): a learned reward."""
     from PIL import Image
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.scoring.scorer import Scorer
-    from rewards import build_reward
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.scoring.scorer import Scorer
+    from pacs.rewards import build_reward
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0, name="tiny-reward")
     colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 
-from captioner.modeling.checkpoints import save_captioner
-from captioner.modeling.features import FeatureCache, write_feature_cache
-from captioner.modeling.model import Captioner, CaptionerConfig
-from captioner.modeling.vocab import build_vocab
-from metric.models.backbones import tiny_clip_config
+from pacs.captioner.modeling.checkpoints import save_captioner
+from pacs.captioner.modeling.features import FeatureCache, write_feature_cache
+from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+from pacs.captioner.modeling.vocab import build_vocab
+from pacs.metric.models.backbones import tiny_clip_config
 
 COLOURS = ["red", "blue", "green", "yellow"]
 SHAPES = ["circle", "square", "triangle"]

@@ -15,14 +15,14 @@ torch.set_num_threads(1)
 
 from captioner_testkit import overlap_reward, print_line, tiny_checkpoint, tiny_data, tiny_model_config
 
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, train_xe
-from captioner.modeling.training import ScheduleConfig, process_state
-from captioner.modeling.vocab import build_vocab
-from metric.common.errors import TrainingDivergedError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.training.data import TensorPositivesDataset
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.vocab import build_vocab
+from pacs.metric.common.errors import TrainingDivergedError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 HUGE_LR = 1e308
 

@@ -1,4 +1,4 @@
-"""Subprocess driver of the evaluation tests: `captioner.orchestration.pipeline.evaluate_models` on 1 or 2 processes.
+"""Subprocess driver of the evaluation tests: `pacs.captioner.orchestration.pipeline.evaluate_models` on 1 or 2 processes.
 
 usage: eval_driver.py RUN_DIR DATA_ROOT SETS
   evaluates the two random tiny captioners of DATA_ROOT/inputs.json (written by `build_inputs`) on the
@@ -17,15 +17,15 @@ torch.set_num_threads(1)
 
 from captioner_testkit import print_line
 
-from captioner.modeling.training import process_state
-from captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 TINY_SEEDS = {"clip": 0, "pac-s++": 1, "features": 2}
 
 
 def tiny_source(seed: int) -> dict:
     """A random tiny CLIP as a BackboneSource mapping."""
-    from metric.models.backbones import tiny_clip_config
+    from pacs.metric.models.backbones import tiny_clip_config
 
     return {"random_config": tiny_clip_config(), "random_seed": seed}
 
@@ -34,10 +34,10 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
     """The rehearsal data sets (colliding ids) and two random captioners ('xe', 'pac-s++') over their vocabulary."""
     from rehearsal_data import build_rehearsal_sets
 
-    from captioner.data import load_dataset
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.model import Captioner, CaptionerConfig
-    from captioner.modeling.vocab import build_vocab
+    from pacs.captioner.data import load_dataset
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+    from pacs.captioner.modeling.vocab import build_vocab
 
     sets = build_rehearsal_sets(flickr8k, data_root / "sets", n_train=8, n_val=2, n_test=5)
     train = load_dataset("coco-karpathy", sets["train"]["path"]).split("train").items
@@ -55,8 +55,8 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
 
 def evaluate(run_dir: Path, data_root: Path, names: list[str]) -> dict:
     """`evaluate_models` of the inputs of `build_inputs` on test sets `names`; the main process's result."""
-    from captioner.orchestration.pipeline import PipelineConfig, _Run, evaluate_models, prepare_test_sets
-    from metric.common.config import from_dict
+    from pacs.captioner.orchestration.pipeline import PipelineConfig, _Run, evaluate_models, prepare_test_sets
+    from pacs.metric.common.config import from_dict
 
     inputs = json.loads((data_root / "inputs.json").read_text())
     config = from_dict(PipelineConfig, {
@@ -77,7 +77,7 @@ def main() -> None:
     relaunch_cpu_processes()
     run_dir, data_root, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
     state = process_state()
-    from captioner.modeling import train_xe
+    from pacs.captioner.modeling import train_xe
 
     captioned = []
     original = train_xe.generate_captions

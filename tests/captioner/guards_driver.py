@@ -16,9 +16,9 @@ torch.set_num_threads(1)
 
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data
 
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.training import process_state
-from captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 
 def emit(name: str, values: list[float]) -> None:

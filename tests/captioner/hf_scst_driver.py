@@ -22,10 +22,10 @@ torch.set_num_threads(1)
 
 from hf_tiny import build_git, coloured_images
 
-from captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.training import process_state
-from captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 
 def emit(name: str, values: list[float]) -> None:

@@ -14,10 +14,10 @@ import yaml
 from captioner_testkit import tiny_pipeline_sections
 from PIL import Image
 
-from captioner.entry import run_from_config
-from captioner.modeling.checkpoints import load_captioner
-from captioner.modeling.features import FeatureCache
-from metric.models.backbones import tiny_clip_config
+from pacs.captioner.entry import run_from_config
+from pacs.captioner.modeling.checkpoints import load_captioner
+from pacs.captioner.modeling.features import FeatureCache
+from pacs.metric.models.backbones import tiny_clip_config
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
     losses = [float(line.split(",")[1]) for line in xe_log[1:]]
     assert len(losses) == 6 and losses[-1] < losses[0]
     for spec in REWARDS:
-        from captioner.orchestration.pipeline import reward_slug
+        from pacs.captioner.orchestration.pipeline import reward_slug
 
         folder = run / f"scst-{reward_slug(spec)}"
         _, _, info = load_captioner(folder / "final")
@@ -70,7 +70,7 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
         assert {column: row[column] for column in expected} == pytest.approx(expected, abs=1e-4), row["model"]
     assert "| model | test_set | B-4 |" in (run / "eval" / "results.md").read_text()
     # second run, through `pacs train`: every stage is skipped (nothing rewritten)
-    from pacs_cli import main
+    from pacs.cli import main
 
     stamps = {p: p.stat().st_mtime_ns for p in run.rglob("*.safetensors")}
     started = time.monotonic()
@@ -115,10 +115,10 @@ def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, flo
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    from captioner.orchestration.pipeline import reward_slug
-    from eval.fluency import INCORRECT_END_WORDS
-    from metric.models.backbones import build_backbone_from_config
-    from metric.models.preprocess import open_image
+    from pacs.captioner.orchestration.pipeline import reward_slug
+    from pacs.eval.fluency import INCORRECT_END_WORDS
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.metric.models.preprocess import open_image
 
     written = json.loads((run / "eval" / reward_slug(model) / "flickr8k.results.json").read_text())
     captions = {str(r["image_id"]): r["caption"] for r in written}
@@ -156,7 +156,7 @@ def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, flo
 
 
 def test_pacs_caption_reports_bad_input_in_one_line(tmp_path, capsys):
-    from pacs_cli import main
+    from pacs.cli import main
 
     (tmp_path / "empty").mkdir()
     code = main(["caption", "--checkpoint", str(tmp_path / "nope"), "--images", str(tmp_path / "empty"),

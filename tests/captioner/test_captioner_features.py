@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioner.modeling.features import FeatureCache, extract_features
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.grid import visual_grid_features
+from pacs.captioner.modeling.features import FeatureCache, extract_features
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.grid import visual_grid_features
 
 torch.set_num_threads(1)
 
@@ -40,11 +40,11 @@ def test_extraction_resumes_and_reads_back_exact_features(tmp_path, shared_data)
 
 
 def test_yaml_with_demo_section_is_delegated_to_the_demo(tmp_path, monkeypatch):
-    import captioner.demo
-    from captioner.entry import run_from_config
+    import pacs.captioner.demo
+    from pacs.captioner.entry import run_from_config
 
     calls = []
-    monkeypatch.setattr(captioner.demo, "run_demo",
+    monkeypatch.setattr(pacs.captioner.demo, "run_demo",
                         lambda path, overrides, force: calls.append((path, overrides, force)) or {})
     (tmp_path / "d.yaml").write_text("demo: {name: x}\n")
     run_from_config(str(tmp_path / "d.yaml"), ["demo.name=y"], force=["xe"])

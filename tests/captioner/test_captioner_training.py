@@ -14,14 +14,14 @@ import torch
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 from safetensors.torch import load_file
 
-from captioner.modeling.checkpoints import CheckpointError, load_captioner
-from captioner.modeling.decoding import sample
-from captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators, example_seed
-from captioner.modeling.model import shift_right
-from captioner.modeling.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, train_xe
-from captioner.modeling.training import ScheduleConfig
-from captioner.modeling.vocab import build_vocab
+from pacs.captioner.modeling.checkpoints import CheckpointError, load_captioner
+from pacs.captioner.modeling.decoding import sample
+from pacs.captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators, example_seed
+from pacs.captioner.modeling.model import shift_right
+from pacs.captioner.modeling.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.vocab import build_vocab
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent

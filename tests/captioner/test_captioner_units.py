@@ -8,12 +8,12 @@ import pytest
 import torch
 from captioner_testkit import tiny_model_config
 
-from captioner.modeling.decoding import beam_search, greedy, sample
-from captioner.modeling.model import Captioner, sequence_mask
-from captioner.modeling.train_scst import compute_advantages
-from captioner.modeling.training import BatchPlan, ScheduleConfig, pacs_lr
-from captioner.modeling.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
-from metric.common.errors import InputError
+from pacs.captioner.modeling.decoding import beam_search, greedy, sample
+from pacs.captioner.modeling.model import Captioner, sequence_mask
+from pacs.captioner.modeling.train_scst import compute_advantages
+from pacs.captioner.modeling.training import BatchPlan, ScheduleConfig, pacs_lr
+from pacs.captioner.modeling.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
+from pacs.metric.common.errors import InputError
 
 torch.set_num_threads(1)
 
@@ -146,8 +146,8 @@ def test_advantages_for_each_baseline_and_nonfinite_rewards():
 
 
 def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.grid import grid_feature_dim, visual_grid_features
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     pixels = torch.randn(2, 3, 64, 64)
@@ -159,8 +159,8 @@ def test_grid_features_are_the_tokens_before_ln_post(tmp_path):
 
 
 def test_evaluation_rows_split_nocaps_style_domains():
-    from captioner.data import CaptionItem
-    from captioner.orchestration.pipeline import evaluation_rows
+    from pacs.captioner.data import CaptionItem
+    from pacs.captioner.orchestration.pipeline import evaluation_rows
 
     items = [CaptionItem("1", None, ["a dog on grass"], "val", {"domain": "in-domain"}),
              CaptionItem("2", None, ["a red car"], "val", {"domain": "out-domain"}),
@@ -180,7 +180,7 @@ def test_forward_with_repeats_equals_repeated_features():
 
 
 def test_captioner_folder_roundtrip_and_truncated_weights_refused(tmp_path):
-    from captioner.modeling.checkpoints import load_captioner, save_captioner
+    from pacs.captioner.modeling.checkpoints import load_captioner, save_captioner
 
     model, vocab = _model(), WordVocab([f"w{i}" for i in range(26)], max_length=8)
     folder = save_captioner(tmp_path / "cap", model, vocab, {"backbone": "x"}, {"stage": "test"})

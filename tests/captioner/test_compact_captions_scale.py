@@ -10,13 +10,13 @@ import pytest
 import torch
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 
-from captioner.data.compact_captions import CaptionStore
-from captioner.data.datasets import CaptionItem
-from captioner.modeling.caption_ids import EncodedCaptions
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, caption_images, encode_captions, train_xe
-from captioner.modeling.training import ScheduleConfig
-from captioner.modeling.vocab import EOS_ID, PAD_ID, build_vocab
+from pacs.captioner.data.compact_captions import CaptionStore
+from pacs.captioner.data.datasets import CaptionItem
+from pacs.captioner.modeling.caption_ids import EncodedCaptions
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, caption_images, encode_captions, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.vocab import EOS_ID, PAD_ID, build_vocab
 
 
 def _flickr8k_items(shared_data: Path, n_images: int) -> list[CaptionItem]:

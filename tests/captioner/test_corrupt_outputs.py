@@ -8,10 +8,10 @@ import pytest
 import torch
 from captioner_testkit import tiny_checkpoint, tiny_data
 
-from captioner.modeling.checkpoints import load_captioner
-from captioner.modeling.features import FeatureCache
-from captioner.modeling.vocab import load_vocab
-from metric.common.errors import InputError
+from pacs.captioner.modeling.checkpoints import load_captioner
+from pacs.captioner.modeling.features import FeatureCache
+from pacs.captioner.modeling.vocab import load_vocab
+from pacs.metric.common.errors import InputError
 
 
 @pytest.mark.parametrize("damage", ["truncate-model", "bad-json", "not-an-object"])
@@ -59,7 +59,7 @@ def test_a_truncated_feature_shard_or_meta_is_one_clear_error_and_a_bad_index_is
 
 def test_features_are_written_in_bounded_shards_from_a_stream(tmp_path, monkeypatch):
     """write_feature_cache takes a generator and never holds more than one shard (issue 22)."""
-    from captioner.modeling import features as feature_module
+    from pacs.captioner.modeling import features as feature_module
 
     monkeypatch.setattr(feature_module, "MAX_SHARD_BYTES", 3 * 5 * 16 * 4)  # three [5, 16] fp32 tensors
     produced: list[str] = []

@@ -11,15 +11,15 @@ import pytest
 import torch
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_model_config
 
-from captioner.modeling.checkpoints import load_captioner, save_captioner
-from captioner.modeling.train_scst import SCSTConfig, train_scst
-from captioner.modeling.train_xe import XEConfig, is_better, train_xe
-from captioner.modeling.training import ScheduleConfig
-from captioner.modeling.vocab import build_vocab
-from metric.common.errors import NonFiniteError, PacsError, TrainingDivergedError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.training.data import TensorPositivesDataset
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.captioner.modeling.checkpoints import load_captioner, save_captioner
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_xe import XEConfig, is_better, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.vocab import build_vocab
+from pacs.metric.common.errors import NonFiniteError, PacsError, TrainingDivergedError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 HERE = Path(__file__).resolve().parent
 HUGE_LR = 1e308  # the issue's `xe.lr=1e308`: the first step (from the finite initial model) blows the weights up

@@ -17,9 +17,9 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.modeling.decoding import beam_search, greedy
-from captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
-from metric.common.errors import InputError
+from pacs.captioner.modeling.decoding import beam_search, greedy
+from pacs.captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
+from pacs.metric.common.errors import InputError
 
 # ids 0..5: <pad>, <bos>, <eos>, <unk>, "a", "b"; the first step prefers "a", and <eos> beats any whole caption
 FIRST = [0.0, 0.0, 0.30, 0.05, 0.45, 0.20]
@@ -100,10 +100,10 @@ def _ending_captioner(folder: Path) -> Path:
 
     Greedy decoding repeats "a"; the most probable caption ends at once (p(<eos>) > p("a") p(<eos>)).
     """
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.model import Captioner, CaptionerConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import tiny_clip_config
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import tiny_clip_config
 
     vocab = build_vocab("word", ["a dog runs", "a cat sits"], min_count=1, max_length=6)
     config = CaptionerConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, dropout=0.0,
@@ -120,7 +120,7 @@ def _ending_captioner(folder: Path) -> Path:
 
 def test_pacs_caption_counts_and_reports_empty_captions(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    from pacs_cli import main
+    from pacs.cli import main
 
     checkpoint = _ending_captioner(tmp_path)
     images = tmp_path / "images"
@@ -128,13 +128,13 @@ def test_pacs_caption_counts_and_reports_empty_captions(tmp_path: Path, capsys: 
     for name, colour in (("one", "red"), ("two", "blue"), ("three", "green")):
         Image.new("RGB", (40, 40), colour).save(images / f"{name}.png")
     out = tmp_path / "results.json"
-    with caplog.at_level(logging.WARNING, logger="captioner.commands.caption_train"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.commands.caption_train"):
         assert main(["caption", "--checkpoint", str(checkpoint), "--images", str(images), "--out", str(out)]) == 0
     assert [row["caption"] for row in json.loads(out.read_text())] == ["", "", ""]
     assert "captioned 3 images" in (printed := capsys.readouterr().out) and "(3 empty" in printed
     assert next(r.message for r in caplog.records if "empty" in r.message).startswith("3 of 3 captions are empty")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="captioner.commands.caption_train"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.commands.caption_train"):
         assert main(["caption", "--checkpoint", str(checkpoint), "--images", str(images), "--out", str(out),
                      "--min-length", "1"]) == 0
     assert [row["caption"] for row in json.loads(out.read_text())] == ["a"] * 3  # "a" + <eos>: the best with a word

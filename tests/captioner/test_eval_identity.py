@@ -35,7 +35,7 @@ def test_colliding_ids_of_two_test_sets_do_not_share_image_embeddings(inputs, tm
     from eval_driver import evaluate
 
     sets = json.loads((inputs / "inputs.json").read_text())["sets"]
-    from captioner.data import load_dataset
+    from pacs.captioner.data import load_dataset
 
     coco_ids = {i.image_id for i in load_dataset("coco-karpathy", sets["coco"]["path"]).split("test").items}
     nocaps_ids = {i.image_id for i in load_dataset("nocaps", sets["nocaps"]["path"]).split("val").items}
@@ -73,7 +73,7 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
     assert counts == {"one": [["0", "20"]], "two": [["0", "12"], ["1", "8"]]}
     one, two = (json.loads((tmp_path / n / "eval" / "results.json").read_text()) for n in ("one", "two"))
     # every column, row and interval bit-identical: chunks are the unit of work (captioned and scored in the same
-    # batches on any process count, captioner.orchestration.eval_processes), so the floats are the same computation
+    # batches on any process count, pacs.captioner.orchestration.eval_processes), so the floats are the same computation
     assert one == two
     assert any("ci" in row for row in one["rows"]) and len(one["rows"]) == 2 * (1 + 1 + 3)  # coco, nocaps + 3 domains
     for model in ("xe", "pac-spp"):
@@ -84,7 +84,7 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
 
 
 def test_paired_interval_is_eval_bootstrap_of_the_paired_differences():
-    from captioner.orchestration.eval_intervals import add_intervals
+    from pacs.captioner.orchestration.eval_intervals import add_intervals
 
     xe = {"C": [10.0, 20.0, 30.0, 40.0, 50.0], "CLIP-S": [0.5, 0.6, 0.7, 0.8, 0.9]}
     rl = {"C": [12.0, 19.0, 35.0, 40.0, 58.0], "CLIP-S": [0.55, 0.6, 0.72, 0.81, 0.93]}
@@ -106,7 +106,7 @@ def test_paired_interval_is_eval_bootstrap_of_the_paired_differences():
 
 
 def test_results_files_show_the_intervals(tmp_path):
-    from captioner.orchestration.pipeline import write_results
+    from pacs.captioner.orchestration.pipeline import write_results
 
     rows = [{"test_set": "coco", "reward": "– (XE)", "C": 30.0},
             {"test_set": "coco", "reward": "cider", "C": 32.5, "ci": {"C": [0.5, 4.25]}}]

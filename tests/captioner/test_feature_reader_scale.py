@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load
 
-from captioner.modeling import features as feature_module
-from captioner.modeling.features import FeatureCache, write_feature_cache
+from pacs.captioner.modeling import features as feature_module
+from pacs.captioner.modeling.features import FeatureCache, write_feature_cache
 
 
 def _mapped_files() -> set[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacs_cli import main
+from pacs.cli import main
 
 torch.set_num_threads(1)
 
@@ -83,7 +83,7 @@ def test_report_refuses_a_folder_without_results_and_writes_nothing(tmp_path, ca
 
 
 def test_report_of_a_compare_rewards_folder_and_of_a_metric_training_folder(tmp_path):
-    from captioner.orchestration.pipeline import write_results
+    from pacs.captioner.orchestration.pipeline import write_results
 
     compare = tmp_path / "compare_rewards"
     compare.mkdir()
@@ -107,7 +107,7 @@ def test_report_of_a_compare_rewards_folder_and_of_a_metric_training_folder(tmp_
 
 
 def test_report_of_a_recipe_over_several_seeds(tmp_path):
-    from captioner.orchestration.pipeline import write_results
+    from pacs.captioner.orchestration.pipeline import write_results
 
     run = tmp_path / "run"
     write_results(run / "seeds", [{"model": "xe", "test_set": "flickr8k", "C": 8.25},

@@ -205,7 +205,7 @@ def llava_reference(folder: Path, pictures: list[Image.Image], beam: int, prompt
 
 def pacs_caption(checkpoint: Path, images: Path, out: Path, *options: str) -> int:
     """Run `pacs caption` in-process."""
-    from pacs_cli import main
+    from pacs.cli import main
 
     return main(["caption", "--checkpoint", str(checkpoint), "--images", str(images), "--out", str(out),
                  "--max-new-tokens", MAX_NEW_TOKENS, *options])
@@ -353,7 +353,7 @@ def test_an_unreadable_image_leaves_no_output(blip_folder, images, tmp_path, cap
 
 
 def test_inputs_of_different_shapes_are_never_padded_together():
-    from captioner.modeling.hf_captioning import stack_without_padding
+    from pacs.captioner.modeling.hf_captioning import stack_without_padding
 
     short, long = torch.tensor([[1, 2]]), torch.tensor([[1, 2, 3]])
     encoded = [{"input_ids": short, "pixel_values": torch.zeros(1, 3)},

@@ -10,8 +10,8 @@ import torch
 import yaml
 from captioner_testkit import finished_stages, tiny_clip_source, tiny_pipeline_recipe
 
-from captioner.entry import run_from_config
-from metric.common.errors import InputError
+from pacs.captioner.entry import run_from_config
+from pacs.metric.common.errors import InputError
 from tests.captioner.hf_tiny import build_git
 
 torch.set_num_threads(1)
@@ -77,9 +77,9 @@ def test_overrides_turn_flickr8k_tiny_into_a_transformers_run(tmp_path, shared_d
 
 def test_preflight_asks_no_feature_backbone_of_a_transformers_run(tmp_path, shared_data):
     """A transformers captioner reads the images: a missing features.source file is no problem for it."""
-    from captioner.orchestration.pipeline_config import PipelineConfig
-    from captioner.orchestration.preflight import preflight_problems
-    from metric.common.config import from_dict
+    from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+    from pacs.captioner.orchestration.preflight import preflight_problems
+    from pacs.metric.common.config import from_dict
 
     recipe = _recipe(tmp_path, shared_data, build_git(tmp_path / "git"))
     recipe["features"] = {"source": {"backbone": f"ViT-B-32/{tmp_path / 'missing.bin'}"}}

@@ -15,9 +15,9 @@ import pytest
 import torch
 import transformers
 
-from captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
-from captioner.modeling.hf_policy import ADAPTER_DIR, HFPolicy, HFTrainOptions
-from captioner.modeling.train_scst import SCSTConfig, policy_gradient_loss, train_scst
+from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+from pacs.captioner.modeling.hf_policy import ADAPTER_DIR, HFPolicy, HFTrainOptions
+from pacs.captioner.modeling.train_scst import SCSTConfig, policy_gradient_loss, train_scst
 from tests.captioner.hf_tiny import LLAVA_PROMPT, build_blip, build_git, build_llava, coloured_images
 
 BUILDERS = {"blip": build_blip, "git": build_git}
@@ -86,7 +86,7 @@ def test_policy_gradient_loss_equals_hand_computation(world, kind):
     else:  # LLaVA: the chat turn with the image, as its documentation builds it (image tokens expanded)
         turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPTS[kind]}]}]
         text = processor.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
-    from captioner.modeling.hf_captioning import read_rgb
+    from pacs.captioner.modeling.hf_captioning import read_rgb
 
     expected = 0.0
     for b, image_id in enumerate(ids):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from captioner.data.json_stream import stream_array
-from captioner.data.karpathy import load_karpathy
-from captioner.data.parsing import read_json
-from metric.common.errors import InputError
+from pacs.captioner.data.json_stream import stream_array
+from pacs.captioner.data.karpathy import load_karpathy
+from pacs.captioner.data.parsing import read_json
+from pacs.metric.common.errors import InputError
 
 
 def _images(n: int) -> list[dict]:
@@ -53,7 +53,7 @@ def test_loader_gives_the_same_items_as_before(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 def test_chunks_that_cut_elements_characters_and_numbers_give_the_same_elements(tmp_path, monkeypatch, chunk):
     """Chunks of 1, 7 and 64 bytes cut UTF-8 characters, strings, numbers and whitespace anywhere."""
-    from captioner.data import json_stream
+    from pacs.captioner.data import json_stream
 
     monkeypatch.setattr(json_stream, "CHUNK_BYTES", chunk)
     path = tmp_path / "dataset_coco.json"
@@ -70,7 +70,7 @@ def test_chunks_that_cut_elements_characters_and_numbers_give_the_same_elements(
 
 @pytest.mark.parametrize("chunk", [5, 64])
 def test_malformed_files_read_in_small_chunks_are_the_full_readers_error(tmp_path, monkeypatch, chunk):
-    from captioner.data import json_stream
+    from pacs.captioner.data import json_stream
 
     monkeypatch.setattr(json_stream, "CHUNK_BYTES", chunk)
     path = tmp_path / "dataset_coco.json"
@@ -90,7 +90,7 @@ def test_the_text_in_memory_is_about_one_chunk_not_the_file(tmp_path, monkeypatc
     former reader held the whole text, twice its size with the bytes), measured by tracemalloc."""
     import tracemalloc
 
-    from captioner.data import json_stream
+    from pacs.captioner.data import json_stream
 
     monkeypatch.setattr(json_stream, "CHUNK_BYTES", 1 << 16)
     path = tmp_path / "dataset_coco.json"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from captioner.orchestration.launching import LaunchError, cpu_processes_to_start, launcher_arguments
+from pacs.captioner.orchestration.launching import LaunchError, cpu_processes_to_start, launcher_arguments
 
 SINGLE_CPU_LAUNCHER = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 PARENT = ["/usr/bin/python", "/usr/local/bin/accelerate", "launch", "--cpu", "--num_processes", "3",

@@ -9,14 +9,14 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.modeling.features import extract_features
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.grid import visual_grid_features
-from metric.training import trainer
-from metric.training.data import TensorPositivesDataset
-from metric.training.encoding import DualEncoder
-from metric.training.trainer import LoraOptions, MetricTrainConfig, train_metric
+from pacs.captioner.modeling.features import extract_features
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.grid import visual_grid_features
+from pacs.metric.training import trainer
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.encoding import DualEncoder
+from pacs.metric.training.trainer import LoraOptions, MetricTrainConfig, train_metric
 
 
 def _images(folder: Path, n: int = 3) -> dict[str, Path]:

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from captioner_testkit import tiny_data, tiny_model_config
 
-from captioner.demo.correlation import kendall
-from captioner.modeling.train_xe import XEConfig, train_xe
-from captioner.modeling.training import ScheduleConfig
-from captioner.modeling.vocab import build_vocab
-from captioner.orchestration.eval_intervals import add_intervals
-from captioner.orchestration.evaluation import evaluate_captions_detailed, markdown_table
-from metric.common.io import nonfinite_to_none, write_json_atomic
+from pacs.captioner.demo.correlation import kendall
+from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.vocab import build_vocab
+from pacs.captioner.orchestration.eval_intervals import add_intervals
+from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, markdown_table
+from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 
 
 def test_fluency_of_no_captions_is_null_in_the_row_and_blank_in_the_table(tmp_path):

@@ -14,11 +14,11 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.orchestration.pipeline_config import ContrastiveRewardConfig, PipelineConfig
-from captioner.orchestration.pipeline_rewards import build_pipeline_reward, guard_reward_settings
-from metric.common.config import from_dict, load_config
-from metric.common.errors import InputError
-from metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
+from pacs.captioner.orchestration.pipeline_config import ContrastiveRewardConfig, PipelineConfig
+from pacs.captioner.orchestration.pipeline_rewards import build_pipeline_reward, guard_reward_settings
+from pacs.metric.common.config import from_dict, load_config
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
 
 torch.set_num_threads(1)
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "configs" / "coco_vitb32_pac-spp.yaml"

@@ -10,15 +10,15 @@ import pytest
 import torch
 import yaml
 
-import captioner.data
-from captioner.data import CaptionItem, load_dataset
-from captioner.data.compact_captions import CaptionStore, ImagePaths
-from captioner.entry import run_from_config
-from captioner.orchestration import pipeline
-from captioner.orchestration.training_data import read_training_data
-from metric.common.errors import InputError
-from metric.common.heap import FrozenCopy
-from metric.models.backbones import tiny_clip_config
+import pacs.captioner.data
+from pacs.captioner.data import CaptionItem, load_dataset
+from pacs.captioner.data.compact_captions import CaptionStore, ImagePaths
+from pacs.captioner.entry import run_from_config
+from pacs.captioner.orchestration import pipeline
+from pacs.captioner.orchestration.training_data import read_training_data
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.heap import FrozenCopy
+from pacs.metric.models.backbones import tiny_clip_config
 
 
 def _config(run_dir: Path, shared_data: Path) -> dict:
@@ -44,14 +44,14 @@ def _config(run_dir: Path, shared_data: Path) -> dict:
 def _run(tmp_path: Path, name: str, shared_data: Path, monkeypatch) -> tuple[int, dict]:
     """Run the recipe in `tmp_path/name`; the number of data set loads and the evaluation files."""
     loads = []
-    original = captioner.data.load_dataset
+    original = pacs.captioner.data.load_dataset
 
     def counting(*args, **kwargs):
         loads.append(args[1])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(captioner.data, "load_dataset", counting)  # the test sets read on their own
-    monkeypatch.setattr(captioner.data.streaming, "load_dataset", counting)  # the training data (no stream form)
+    monkeypatch.setattr(pacs.captioner.data, "load_dataset", counting)  # the test sets read on their own
+    monkeypatch.setattr(pacs.captioner.data.streaming, "load_dataset", counting)  # the training data (no stream form)
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(_config(tmp_path / name, shared_data)))
     with torch.random.fork_rng():
@@ -127,7 +127,7 @@ def test_a_karpathy_file_is_streamed_into_what_the_loaded_data_set_gives(tmp_pat
     def no_full_load(*args, **kwargs):
         raise AssertionError("the Karpathy file was loaded whole")
 
-    monkeypatch.setattr(captioner.data.streaming, "load_dataset", no_full_load)
+    monkeypatch.setattr(pacs.captioner.data.streaming, "load_dataset", no_full_load)
     config = _karpathy_config(path, max_train_images=20, max_val_images=0)
     read = read_training_data(config, tmp_path, pipeline._same_file_test_sets(config))
     train, val = dataset.split("train").items[:20], dataset.split("val").items
@@ -138,7 +138,7 @@ def test_a_karpathy_file_is_streamed_into_what_the_loaded_data_set_gives(tmp_pat
     assert read.test_items == {"coco": dataset.split("test").items}
     assert [p.name for p in tmp_path.iterdir()] == ["dataset_coco.json"]  # the on-disk data has no file name
     for policy in ("keep", "skip"):
-        streamed = captioner.data.stream_dataset("coco-karpathy", path, missing_images=policy)
+        streamed = pacs.captioner.data.stream_dataset("coco-karpathy", path, missing_images=policy)
         assert list(streamed) == load_dataset("coco-karpathy", path, missing_images=policy).items
         assert streamed.summary() == load_dataset("coco-karpathy", path, missing_images=policy).summary()
         assert streamed.report["missing_images"] == 60

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from captioner.orchestration.pipeline import PipelineConfig, reward_context, reward_scorers, run_pipeline
-from metric.common.config import from_dict
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.families import FamilyMismatchError
+from pacs.captioner.orchestration.pipeline import PipelineConfig, reward_context, reward_scorers, run_pipeline
+from pacs.metric.common.config import from_dict
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.families import FamilyMismatchError
 
 torch.set_num_threads(1)
 
@@ -50,7 +50,7 @@ def test_a_model_contradicting_its_slot_is_refused_unless_allowed(tmp_path):
 
 
 def test_reward_models_dtype_reaches_every_scorer_and_fp32_keeps_the_old_fingerprint(tmp_path):
-    from captioner.orchestration.recipe_stages import reward_model_settings
+    from pacs.captioner.orchestration.recipe_stages import reward_model_settings
 
     default = config(tmp_path, ["pac-s++"], pac=tiny(1, "pac-s++"))
     assert {scorer.dtype for scorer in reward_scorers(default).values()} == {"fp32"}

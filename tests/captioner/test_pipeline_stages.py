@@ -10,8 +10,8 @@ import torch
 import yaml
 from captioner_testkit import finished_stages, tiny_pipeline_recipe
 
-from captioner.entry import run_from_config
-from metric.common.errors import InputError
+from pacs.captioner.entry import run_from_config
+from pacs.metric.common.errors import InputError
 
 torch.set_num_threads(1)
 
@@ -30,7 +30,7 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
     assert set(first) == {"vocab", "features/train", "xe", "scst-cider", "features/flickr8k", "eval/xe/flickr8k",
                           "eval/cider/flickr8k"}
 
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
     second = finished_stages(run)
     changed = {name for name in first if first[name] != second[name]}
@@ -50,7 +50,7 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
     assert sorted(p.name for p in (run / "scst-cider" / "checkpoints").iterdir()) == checkpoints
     # with its own settings it resumes (nothing else re-runs); --force xe re-runs XE and everything below it
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         run_from_config(str(config), ["scst.lr=1e-6"])
     third = finished_stages(run)
     assert {name for name in second if second[name] != third[name]} == {"scst-cider", "eval/cider/flickr8k"}
@@ -64,7 +64,7 @@ def test_changed_scst_lr_reruns_only_scst_and_its_evaluation(tmp_path, shared_da
 
 
 def test_pacs_train_refuses_unknown_force_and_unsplittable_batch_before_any_work(tmp_path, capsys):
-    from pacs_cli import main
+    from pacs.cli import main
 
     smoke = str(Path(__file__).resolve().parents[2] / "recipes" / "configs" / "demo_smoke.yaml")
     assert main(["train", "--config", smoke, "--force", "scst", f"runs_dir={tmp_path}"]) == 2

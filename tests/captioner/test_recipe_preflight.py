@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from captioner.orchestration.pipeline import PipelineConfig
-from captioner.orchestration.stages import StageRunner
-from metric.common.config import expand_env, from_dict
-from metric.common.errors import InputError
-from metric.models.backbones import tiny_clip_config
+from pacs.captioner.orchestration.pipeline import PipelineConfig
+from pacs.captioner.orchestration.stages import StageRunner
+from pacs.metric.common.config import expand_env, from_dict
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import tiny_clip_config
 
 
 def tiny(seed: int, family: str = "") -> dict:
@@ -36,11 +36,11 @@ def _bad_config(tmp_path) -> dict:
 
 
 def test_every_problem_is_listed_in_one_error_before_any_folder_exists(tmp_path, monkeypatch, capsys):
-    from pacs_cli import main
+    from pacs.cli import main
 
-    monkeypatch.setattr("eval.java_tools.java_executable", lambda: None)  # no Java on this machine
+    monkeypatch.setattr("pacs.eval.java_tools.java_executable", lambda: None)  # no Java on this machine
     loaded = []
-    monkeypatch.setattr("captioner.orchestration.pipeline_rewards.load_source_backbone",
+    monkeypatch.setattr("pacs.captioner.orchestration.pipeline_rewards.load_source_backbone",
                         lambda *a, **k: loaded.append(a))
     code = main(["train", "--config", str(_write(tmp_path, _bad_config(tmp_path)))])
     err = capsys.readouterr().err
@@ -58,7 +58,7 @@ def test_every_problem_is_listed_in_one_error_before_any_folder_exists(tmp_path,
 
 
 def test_a_default_model_that_is_not_available_offline_names_the_keys_that_fix_it(tmp_path, monkeypatch):
-    from captioner.orchestration.preflight import preflight_problems
+    from pacs.captioner.orchestration.preflight import preflight_problems
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -77,7 +77,7 @@ def test_a_default_model_that_is_not_available_offline_names_the_keys_that_fix_i
 
 
 def test_only_the_reward_models_a_reward_uses_are_loaded(tmp_path, monkeypatch):
-    from captioner.orchestration import pipeline_rewards
+    from pacs.captioner.orchestration import pipeline_rewards
 
     config = from_dict(PipelineConfig, {"run_dir": str(tmp_path / "run"), "rewards": ["cider", "pac-s++"],
                                         "reward_models": {"clip": tiny(3), "pac": tiny(1, "pac-s++"),
@@ -113,7 +113,7 @@ def test_environment_variables_in_config_values(monkeypatch):
 
 
 def test_an_override_replaces_a_value_whose_variable_is_unset(tmp_path, monkeypatch):
-    from metric.common.config import load_config
+    from pacs.metric.common.config import load_config
 
     monkeypatch.delenv("PACS_TEST_UNSET", raising=False)
     path = _write(tmp_path, {"run_dir": "${PACS_TEST_UNSET}/run"})
@@ -123,11 +123,11 @@ def test_an_override_replaces_a_value_whose_variable_is_unset(tmp_path, monkeypa
 
 
 def test_the_vitb32_recipe_names_the_three_files_to_set_and_accepts_them_once_set(tmp_path, monkeypatch):
-    from captioner.orchestration.preflight import preflight_problems
-    from metric.common.config import load_config
+    from pacs.captioner.orchestration.preflight import preflight_problems
+    from pacs.metric.common.config import load_config
 
     monkeypatch.chdir(tmp_path)  # the recipe's relative model paths resolve here: nothing there
-    monkeypatch.setattr("eval.java_tools.java_executable", lambda: "java")  # METEOR's Java, found
+    monkeypatch.setattr("pacs.eval.java_tools.java_executable", lambda: "java")  # METEOR's Java, found
     config = load_config(PipelineConfig, "flickr8k_vitb32", [f"run_dir={tmp_path / 'run'}"])
     assert [line.split(":")[0] for line in preflight_problems(config)] == [
         "features.source.backbone", "reward_models.clip.backbone", "reward_models.pac.checkpoint"]

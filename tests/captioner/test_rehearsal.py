@@ -21,9 +21,9 @@ import yaml
 from captioner_testkit import tiny_pipeline_sections
 from rehearsal_data import build_rehearsal_sets
 
-from captioner.data import load_dataset
-from captioner.orchestration.pipeline import reward_slug
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.captioner.data import load_dataset
+from pacs.captioner.orchestration.pipeline import reward_slug
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = ["pac-s", "ref-pac-s++"]
@@ -146,8 +146,7 @@ def test_reward_comparison_interrupted_resumed_rerun_equals_clean_run(rehearsal)
 @pytest.mark.slow
 def test_every_contrastive_column_equals_pacs_evaluate_on_that_set_alone(rehearsal, tmp_path):
     """Each set's columns of a finished run equal a single-set `pacs evaluate` (reuses a run of the test above)."""
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     root, models = rehearsal["root"], rehearsal["models"]
     finished = [folder for folder in (root / "clean" / "run", root / "interrupted")
                 if (folder / "compare_rewards" / "results.json").is_file()]

@@ -11,8 +11,8 @@ import pytest
 import torch
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data
 
-from captioner.modeling.reward_spread import SpreadWatch, likely_cause, spread_counts
-from captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.reward_spread import SpreadWatch, likely_cause, spread_counts
+from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 
 torch.set_num_threads(1)
 
@@ -76,7 +76,7 @@ def test_a_constant_reward_triggers_the_warning_in_log_monitor_and_result(tmp_pa
     def flat(image_ids, captions, references):  # w·max(cos, 0) of a reward model whose cosines are all <= 0
         return torch.zeros(len(captions), len(captions[0]))
 
-    with caplog.at_level(logging.WARNING, logger="captioner.modeling.train_scst"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.modeling.train_scst"):
         result = _scst(tmp_path, "flat", flat)
     warnings = [r.getMessage() for r in caplog.records if "degenerate" in r.getMessage()]
     assert len(warnings) == 1
@@ -91,7 +91,7 @@ def test_a_constant_reward_triggers_the_warning_in_log_monitor_and_result(tmp_pa
 
 
 def test_a_varying_reward_is_not_flagged(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="captioner.modeling.train_scst"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.modeling.train_scst"):
         result = _scst(tmp_path, "varied", overlap_reward)
     assert not [r for r in caplog.records if "degenerate" in r.getMessage()]
     assert result.degenerate_warning is None

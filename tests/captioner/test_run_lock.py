@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import pacs_cli
-from metric.common.run_lock import LOCK_NAME, RunDirectoryBusyError, RunDirectoryLock, hold_run_directory
+from pacs import cli as pacs_cli
+from pacs.metric.common.run_lock import LOCK_NAME, RunDirectoryBusyError, RunDirectoryLock, hold_run_directory
 
 HOLD = """
 import sys, time
-from metric.common.run_lock import RunDirectoryLock
+from pacs.metric.common.run_lock import RunDirectoryLock
 lock = RunDirectoryLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
@@ -53,7 +53,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over_with_a_log_line(holder, caplo
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert json.loads((run_dir / LOCK_NAME).read_text())["pid"] == process.pid  # the dead holder's note is left
-    with caplog.at_level(logging.WARNING, logger="metric.common.run_lock"), hold_run_directory(run_dir):
+    with caplog.at_level(logging.WARNING, logger="pacs.metric.common.run_lock"), hold_run_directory(run_dir):
         note = json.loads((run_dir / LOCK_NAME).read_text())
         assert note["pid"] == os.getpid()
     messages = [r.getMessage() for r in caplog.records]
@@ -75,7 +75,7 @@ def test_the_lock_is_released_when_the_block_fails(tmp_path):
 
 def test_two_trains_started_together_one_runs_the_other_exits_2(tmp_path):
     """Two `pacs train` processes on one run directory, started at the same moment."""
-    command = [sys.executable, "-m", "pacs_cli", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}",
+    command = [sys.executable, "-m", "pacs.cli", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}",
                "threads=1"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -106,7 +106,7 @@ def test_a_run_directory_that_is_a_file_or_read_only_is_one_clear_error(tmp_path
     assert err == [(f"pacs train: error: run directory {tmp_path / 'demo_smoke'} is not a folder (a file is in the "
                    "way); remove it or choose another run directory")]
     # a read-only file system (simulated: root may write into a read-only folder)
-    from metric.common import run_lock
+    from pacs.metric.common import run_lock
 
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(args[0]))

@@ -13,12 +13,12 @@ import torch
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_pipeline_recipe
 from safetensors.torch import load_file
 
-from captioner.modeling.checkpoints import load_captioner
-from captioner.modeling.decoding import sample
-from captioner.modeling.hacking_monitor import GamingThresholds, HackingMonitor, gaming_warning
-from captioner.modeling.model import shift_right
-from captioner.modeling.reference_policy import ReferencePolicy, token_log_ratio
-from captioner.modeling.train_scst import (
+from pacs.captioner.modeling.checkpoints import load_captioner
+from pacs.captioner.modeling.decoding import sample
+from pacs.captioner.modeling.hacking_monitor import GamingThresholds, HackingMonitor, gaming_warning
+from pacs.captioner.modeling.model import shift_right
+from pacs.captioner.modeling.reference_policy import ReferencePolicy, token_log_ratio
+from pacs.captioner.modeling.train_scst import (
     GUARD_FIELDS,
     MONITOR_THRESHOLD_FIELDS,
     SCSTConfig,
@@ -26,12 +26,12 @@ from captioner.modeling.train_scst import (
     scst_loss,
     train_scst,
 )
-from captioner.modeling.vocab import EOS_ID, PAD_ID
-from captioner.orchestration.pipeline_config import PipelineConfig
-from captioner.orchestration.recipe_stages import trainer_settings
-from eval.caption_drift import caption_stats, distinct_n
-from metric.common.config import from_dict, load_config
-from metric.common.errors import InputError, NonFiniteError
+from pacs.captioner.modeling.vocab import EOS_ID, PAD_ID
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.eval.caption_drift import caption_stats, distinct_n
+from pacs.metric.common.config import from_dict, load_config
+from pacs.metric.common.errors import InputError, NonFiniteError
 
 torch.set_num_threads(1)
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "configs" / "coco_vitb32_pac-spp.yaml"
@@ -113,8 +113,8 @@ def test_kl_guard_shapes_the_reward_before_the_baseline_and_logs_the_mean_kl(tmp
 
 
 def test_kl_reference_with_another_vocabulary_is_refused(tmp_path):
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.vocab import build_vocab
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.vocab import build_vocab
 
     init = tiny_checkpoint(tmp_path)
     model, vocab, _ = load_captioner(init)
@@ -221,7 +221,7 @@ def test_the_monitor_warns_on_a_gamed_sequence_of_captions(tmp_path, monkeypatch
     script = {0: XE_LIKE, 10: XE_LIKE, 20: ["a a dog dog dog area", "a red red red area", "a circle circle area"],
               30: GAMED}
     _, run = _scripted_monitor(tmp_path, monkeypatch, script, {0: 0.30, 10: 0.30, 20: 0.40, 30: 0.50})
-    with caplog.at_level(logging.WARNING, logger="captioner.modeling.hacking_monitor"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.modeling.hacking_monitor"):
         for step in (0, 10, 20, 30):
             run(step)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -238,7 +238,7 @@ def test_the_monitor_warns_on_a_gamed_sequence_of_captions(tmp_path, monkeypatch
 def test_the_monitor_stays_quiet_on_xe_like_captions(tmp_path, monkeypatch, caplog):
     script = {0: XE_LIKE, 10: ["a red circle", "the blue square", "a green triangle"], 20: XE_LIKE, 30: XE_LIKE}
     _, run = _scripted_monitor(tmp_path, monkeypatch, script, {0: 0.30, 10: 0.35, 20: 0.40, 30: 0.50})
-    with caplog.at_level(logging.WARNING, logger="captioner.modeling.hacking_monitor"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.modeling.hacking_monitor"):
         for step in (0, 10, 20, 30):
             run(step)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -333,7 +333,7 @@ def test_guards_off_leave_the_scst_fingerprint_as_before():
 def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, shared_data, caplog):
     import yaml
 
-    from captioner.entry import run_from_config
+    from pacs.captioner.entry import run_from_config
 
     recipe = tiny_pipeline_recipe(
         tmp_path / "run", shared_data / "flickr8k",
@@ -361,8 +361,8 @@ def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, sha
     info = json.loads((folder / "best" / "captioner.json").read_text())["provenance"]
     assert info["step"] == best
     # the evaluated model is best/: its test captions are what best/ writes
-    from captioner.modeling.features import FeatureCache
-    from captioner.modeling.train_xe import generate_captions
+    from pacs.captioner.modeling.features import FeatureCache
+    from pacs.captioner.modeling.train_xe import generate_captions
 
     evaluated = json.loads((run / "eval" / folder.name.replace("scst-", "") / "flickr8k.results.json").read_text())
     model, vocab, _ = load_captioner(folder / "best")
@@ -370,7 +370,7 @@ def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, sha
     expected = generate_captions(model, vocab, FeatureCache(run / "features" / "flickr8k"), ids, beam_size=1)
     assert [entry["caption"] for entry in evaluated] == [expected[i] for i in ids]
     # a changed warning threshold re-runs nothing
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         run_from_config(str(path), ["scst.monitor_rep_rise=3.0"])
     assert f"stage {folder.name}: unchanged, skipped" in caplog.messages
 
@@ -421,16 +421,16 @@ def test_a_resumed_run_monitors_and_selects_as_an_uninterrupted_one(tmp_path):
 
 
 def test_grammar_errors_are_nan_with_one_note_without_a_backend(monkeypatch, caplog):
-    import eval.grammar
-    from captioner.modeling.hacking_monitor import GrammarRate
-    from metric.common.errors import MissingResourceError
+    import pacs.eval.grammar
+    from pacs.captioner.modeling.hacking_monitor import GrammarRate
+    from pacs.metric.common.errors import MissingResourceError
 
     def missing(*args, **kwargs):
         raise MissingResourceError("the offline grammar backend needs Harper: pip install harper-py")
 
-    monkeypatch.setattr(eval.grammar, "build_grammar_checker", missing)
+    monkeypatch.setattr(pacs.eval.grammar, "build_grammar_checker", missing)
     rate = GrammarRate()
-    with caplog.at_level(logging.WARNING, logger="captioner.modeling.hacking_monitor"):
+    with caplog.at_level(logging.WARNING, logger="pacs.captioner.modeling.hacking_monitor"):
         assert math.isnan(rate(XE_LIKE)) and math.isnan(rate(GAMED))
     assert [r.getMessage() for r in caplog.records] == [
         "scst monitor: grammar_errors not measured (NaN): the offline grammar backend needs Harper: pip install harper-py"]
@@ -438,7 +438,7 @@ def test_grammar_errors_are_nan_with_one_note_without_a_backend(monkeypatch, cap
 
 def test_grammar_errors_with_the_harper_backend():
     pytest.importorskip("harper")
-    from captioner.modeling.hacking_monitor import GrammarRate
+    from pacs.captioner.modeling.hacking_monitor import GrammarRate
 
     # Harper flags the repeated words of the gamed captions ("a a", "dog dog"), not the plain ones
     assert GrammarRate()(XE_LIKE + GAMED) == pytest.approx(50.0)

@@ -10,12 +10,12 @@ import pytest
 import torch
 from captioner_testkit import tiny_checkpoint, tiny_data
 
-from captioner.modeling.train_scst import GUARD_FIELDS, SCSTConfig, guard_settings, train_scst
-from captioner.orchestration.pipeline_config import PipelineConfig
-from captioner.orchestration.recipe_stages import trainer_settings
-from metric.common.config import from_dict, load_config
-from metric.common.errors import InputError
-from rewards.base import Reward, WeightedReward
+from pacs.captioner.modeling.train_scst import GUARD_FIELDS, SCSTConfig, guard_settings, train_scst
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.metric.common.config import from_dict, load_config
+from pacs.metric.common.errors import InputError
+from pacs.rewards.base import Reward, WeightedReward
 
 torch.set_num_threads(1)
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "configs" / "coco_vitb32_pac-spp.yaml"
@@ -107,7 +107,7 @@ def test_the_option_reaches_the_stage_fingerprint_and_its_default_leaves_it_as_b
 
 def test_a_transformers_captioner_learns_from_the_normalised_components_too(tmp_path):
     """The same rule through the transformers policy (a tiny GIT): train_scst's one aggregation serves both kinds."""
-    from captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
+    from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
     from tests.captioner.hf_tiny import build_git, coloured_images
 
     paths, refs = coloured_images(tmp_path / "images", 4)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from captioner.orchestration import stage_outputs
-from captioner.orchestration.stages import StageRunner
+from pacs.captioner.orchestration import stage_outputs
+from pacs.captioner.orchestration.stages import StageRunner
 
 
 class TwoStages:
@@ -90,7 +90,7 @@ def _damage_cases():
 def test_a_changed_output_reruns_its_stage_and_everything_below(chain, case, caplog):
     damage, reason = _damage_cases()[case]
     damage(chain)
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         runner = chain.run()
     assert chain.calls == ["make", "use", "make", "use"]
     assert runner.ran == ["make", "use"]
@@ -112,7 +112,7 @@ def test_unchanged_outputs_are_reused_and_recorded_with_their_digests(chain):
 @pytest.mark.parametrize("content", [b"5", b"\xff\xfe not utf-8", b"[1, 2]", b"{", b"[" * 100000])
 def test_an_unreadable_stage_record_reruns_the_stage(chain, content, caplog):
     (chain.root / "run" / "stages" / "make.json").write_bytes(content)
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         runner = chain.run()
     assert runner.ran == ["make", "use"]
     assert any("make.json is unreadable, re-running" in r.getMessage() for r in caplog.records)
@@ -124,7 +124,7 @@ def test_a_record_without_an_output_list_reruns(chain, caplog):
     record = json.loads(path.read_text())
     del record["outputs"]
     path.write_text(json.dumps(record))
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         assert chain.run().ran == ["make", "use"]
     assert any("no record of its outputs" in r.getMessage() for r in caplog.records)
 
@@ -146,7 +146,7 @@ def test_large_files_get_a_sampled_digest_that_sees_a_change_in_the_middle(tmp_p
 @pytest.mark.parametrize("content", [b"\xff\xfe", b"5", b'{"x": 5}', b'{"/a": {"size": 1}}', b"[" * 100000])
 def test_an_unreadable_hash_cache_is_an_empty_one(tmp_path, content):
     """stages/hashes.json only saves re-hashing: whatever it holds, checkpoints are hashed again, never a crash."""
-    from captioner.orchestration.stages import HashCache
+    from pacs.captioner.orchestration.stages import HashCache
 
     weights = tmp_path / "w.bin"
     weights.write_bytes(b"weights")

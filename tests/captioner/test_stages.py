@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from captioner.orchestration.stages import StageRunner, check_force, file_input, fingerprint_changes
-from metric.common.errors import InputError
+from pacs.captioner.orchestration.stages import StageRunner, check_force, file_input, fingerprint_changes
+from pacs.metric.common.errors import InputError
 
 
 class Chain:
@@ -60,7 +60,7 @@ def test_changed_setting_reruns_the_stage_and_downstream_with_one_log_line(tmp_p
     chain.run(lr=5e-6)
     (tmp_path / "run" / "b" / "stale.txt").write_text("from the old settings")
     chain.calls.clear()
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         runner = chain.run(lr=1e-6)
     assert chain.calls == ["b", "c"] and runner.skipped == ["a"]
     assert "stage b: re-running: b.lr 5e-06 -> 1e-06" in caplog.messages
@@ -73,7 +73,7 @@ def test_changed_annotation_file_size_or_mtime_reruns(tmp_path, caplog):
     chain.run()
     chain.calls.clear()
     os.utime(chain.annotations, ns=(1_000_000_000, 1_000_000_000))  # same content, other mtime
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         chain.run()
     assert chain.calls == ["a", "b", "c"]
     line = next(m for m in caplog.messages if m.startswith("stage a: re-running"))
@@ -96,7 +96,7 @@ def test_changed_checkpoint_content_reruns_and_hash_is_cached(tmp_path, caplog):
     chain.run()
     assert chain.calls == []  # ... and the cache (same path, size, mtime) is trusted: no re-hash
     os.utime(chain.weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         chain.run()
     assert chain.calls == ["b", "c"]
     old, new = hashlib.sha256(bytes(64)).hexdigest(), hashlib.sha256(b"\x01" * 64).hexdigest()
@@ -186,7 +186,7 @@ def test_interrupted_stage_below_a_rerun_stage_starts_over_instead_of_refusing(t
     _interrupt(tmp_path / "run", "c")
     (tmp_path / "run" / "c" / "checkpoint-3").write_text("trained on the old b")
     chain.calls.clear()
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         runner = chain.run(lr=1e-6, resumable=True)  # b changed (finished: re-runs), so c's checkpoints are void
     assert chain.calls == ["b", "c"] and runner.ran == ["b", "c"] and runner.resumed == []
     assert "stage c: interrupted, re-running from scratch: upstream b re-ran" in caplog.messages
@@ -194,7 +194,7 @@ def test_interrupted_stage_below_a_rerun_stage_starts_over_instead_of_refusing(t
 
 
 def test_micro_batch_is_derived_from_the_process_count_unless_fixed():
-    from captioner.modeling.training import micro_batch_for
+    from pacs.captioner.modeling.training import micro_batch_for
 
     assert micro_batch_for(32, 0, 2, "demo.xe") == 16 and micro_batch_for(32, None, 1, "demo.xe") == 32
     assert micro_batch_for(32, 8, 2, "xe") == 8  # fixed: kept (2 accumulation steps per process)

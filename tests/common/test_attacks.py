@@ -27,8 +27,8 @@ import torch
 from image_files import decompression_bomb
 from PIL import Image
 
-import pacs_cli
-from metric.common.terminal import TerminalFormatter, escape_control
+from pacs import cli as pacs_cli
+from pacs.metric.common.terminal import TerminalFormatter, escape_control
 
 TESTS = Path(__file__).resolve().parents[1]
 ESC = "\x1b"
@@ -114,7 +114,7 @@ def test_8_a_full_disk_while_pacs_train_saves_weights_is_one_line_naming_the_fil
         written.append(str(filename))
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    for module in ("accelerate.utils.other", "captioner.modeling.checkpoints", "captioner.modeling.features"):
+    for module in ("accelerate.utils.other", "pacs.captioner.modeling.checkpoints", "pacs.captioner.modeling.features"):
         importlib.import_module(module)  # they bind `save_file` when imported: the real one, not the fake
     monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
     code = pacs_cli.main(["--log-level", "WARNING", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}"])
@@ -131,8 +131,8 @@ def test_8_a_full_disk_while_saving_a_lora_adapter_names_the_weights_file(tmp_pa
     import peft.peft_model
     from safetensors import SafetensorError
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.lora import attach_lora, save_adapter
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.lora import attach_lora, save_adapter
 
     def full_disk(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
@@ -149,7 +149,7 @@ def test_8_a_full_disk_while_saving_a_lora_adapter_names_the_weights_file(tmp_pa
 def test_8_a_full_disk_while_saving_a_captioner_names_the_weights_file(tmp_path, monkeypatch):
     from safetensors import SafetensorError
 
-    from captioner.modeling import checkpoints
+    from pacs.captioner.modeling import checkpoints
 
     kit = _testkit()
     model_folder = kit.tiny_checkpoint(tmp_path)  # a captioner to save again
@@ -170,13 +170,12 @@ def test_8_a_full_disk_in_any_safetensors_write_is_one_line(tmp_path, monkeypatc
     accelerate state), names the folder of the file safetensors was writing."""
     from safetensors import SafetensorError
 
-    import eval.report
-
+    import pacs.eval.report
     def full_disk(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28) at path "
                               f'"{tmp_path / "run" / ".tmpAb12Cd"}"')
 
-    monkeypatch.setattr(eval.report, "write_report", full_disk)
+    monkeypatch.setattr(pacs.eval.report, "write_report", full_disk)
     assert pacs_cli.main(["report", str(tmp_path / "run")]) == 2
     assert _one_error_line(capsys, "report") == (f"pacs report: error: {tmp_path / 'run'}: No space left on device; "
                                                  "free some disk space (or write to another disk) and run again")
@@ -208,10 +207,10 @@ def test_9_an_output_under_a_regular_file_is_one_line(command, texts, tmp_path, 
 
 
 def test_10_a_decompression_bomb_is_one_line_for_caption_as_for_score(tmp_path, capsys):
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.model import Captioner, CaptionerConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import tiny_clip_config
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import tiny_clip_config
 
     images = tmp_path / "images"
     images.mkdir()
@@ -263,7 +262,7 @@ def test_11_control_characters_of_user_text_are_escaped_on_the_terminal(texts, t
 def test_a_python_warning_reaches_the_terminal_escaped() -> None:
     """`warnings.warn` text (pacs' deprecation warnings echo a config path; libraries' warnings too) goes through the
     CLIs' log handler (`setup_terminal_logging`), so its control characters are escaped like every log line."""
-    code = ("import warnings\nfrom metric.common.terminal import setup_terminal_logging\nsetup_terminal_logging()\n"
+    code = ("import warnings\nfrom pacs.metric.common.terminal import setup_terminal_logging\nsetup_terminal_logging()\n"
             "warnings.warn('config evil\\x1b]0;title\\x07.yaml: key is deprecated', DeprecationWarning)\n")
     done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2], check=False)
@@ -276,7 +275,7 @@ def test_a_python_warning_reaches_the_terminal_escaped() -> None:
 @pytest.mark.parametrize("command", ["score", "evaluate"])
 def test_11_a_full_disk_in_score_or_evaluate_names_the_file_and_no_stage(command, texts, tmp_path, monkeypatch,
                                                                         capsys):
-    import metric.common.io as common_io
+    import pacs.metric.common.io as common_io
 
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what write() raises: no file name
@@ -302,7 +301,7 @@ def test_11_a_full_disk_in_score_or_evaluate_names_the_file_and_no_stage(command
 
 HOLD = """
 import sys, time
-from metric.common.run_lock import RunDirectoryLock
+from pacs.metric.common.run_lock import RunDirectoryLock
 lock = RunDirectoryLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
@@ -326,7 +325,7 @@ def test_run_lock_a_second_train_exits_2_naming_the_holder(tmp_path, capsys):
 
 
 def test_verified_stages_a_changed_output_reruns_the_stage(tmp_path, caplog):
-    from captioner.orchestration.stages import StageRunner
+    from pacs.captioner.orchestration.stages import StageRunner
 
     calls: list[str] = []
 
@@ -350,7 +349,7 @@ def test_verified_stages_a_changed_output_reruns_the_stage(tmp_path, caplog):
     data = bytearray(weights.read_bytes())
     data[100] ^= 0xFF  # the attacker swaps one byte, same size
     weights.write_bytes(bytes(data))
-    with caplog.at_level(logging.INFO, logger="captioner.orchestration.stages"):
+    with caplog.at_level(logging.INFO, logger="pacs.captioner.orchestration.stages"):
         runner = chain()
     assert calls == ["make", "use", "make", "use"] and runner.ran == ["make", "use"]
     assert weights.read_bytes() == bytes(range(256)) * 8
@@ -392,10 +391,10 @@ def test_html_in_names_and_captions_is_escaped_in_the_report(tmp_path, capsys):
 
 
 def test_divergence_stops_xe_at_the_first_non_finite_loss(tmp_path):
-    from captioner.modeling.train_xe import XEConfig, train_xe
-    from captioner.modeling.training import ScheduleConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.common.errors import TrainingDivergedError
+    from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+    from pacs.captioner.modeling.training import ScheduleConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.common.errors import TrainingDivergedError
 
     kit = _testkit()
     cache, train, val = kit.tiny_data(tmp_path)
@@ -467,7 +466,7 @@ class _Interrupt(Exception):
 
 
 def test_scst_resume_is_bit_exact(tmp_path):
-    from captioner.modeling.train_scst import SCSTConfig, train_scst
+    from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 
     kit = _testkit()
     data = tmp_path / "data"
@@ -504,15 +503,14 @@ def test_8_a_full_disk_in_compare_rewards_is_one_line(tmp_path, monkeypatch, cap
 
     from safetensors import SafetensorError
 
-    import captioner.orchestration.pipeline
-    import captioner.orchestration.seed_runs
-
+    import pacs.captioner.orchestration.pipeline
+    import pacs.captioner.orchestration.seed_runs
     def full_disk(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28) at path "
                               f'"{tmp_path / "run" / ".tmpAb12Cd"}"')
 
-    monkeypatch.setattr(captioner.orchestration.pipeline, "run_pipeline", full_disk)
-    monkeypatch.setattr(captioner.orchestration.seed_runs, "run_seeds", full_disk)
+    monkeypatch.setattr(pacs.captioner.orchestration.pipeline, "run_pipeline", full_disk)
+    monkeypatch.setattr(pacs.captioner.orchestration.seed_runs, "run_seeds", full_disk)
     script = Path(__file__).resolve().parents[2] / "recipes" / "compare_rewards.py"
     compare = runpy.run_path(str(script), run_name="compare_rewards")
     assert compare["main"](["--config", "flickr8k_tiny", "--reward", "cider", f"run_dir={tmp_path / 'run'}"]) == 2

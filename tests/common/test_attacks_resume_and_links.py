@@ -3,7 +3,7 @@ training, XE, SCST) and in a transformers folder's `pytorch_model.bin`, and link
 
 The payload is an object whose `__reduce__` opens (creates) a marker file: unpickled with `weights_only=False`
 it runs (checked below), so a marker that never appears proves pacs never unpickled it. Each attack goes through
-the real command line (`pacs_cli.main`) and must end in one error line naming the file and exit status 2.
+the real command line (`pacs.cli.main`) and must end in one error line naming the file and exit status 2.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 import yaml
 from PIL import Image
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 WORDS = ["dog", "cat", "man", "woman", "red", "blue", "ball", "grass", "water", "snow", "runs", "sits"]
 
@@ -307,8 +307,8 @@ def test_a_symlinked_stage_folder_of_a_pipeline_run_is_one_error_and_stays_empty
 
 
 def test_a_symlinked_csv_log_is_refused_and_its_target_untouched(tmp_path):
-    from captioner.modeling.training import CSVTracker
-    from metric.common.errors import InputError
+    from pacs.captioner.modeling.training import CSVTracker
+    from pacs.metric.common.errors import InputError
 
     outside = tmp_path / "outside.csv"
     outside.write_text("keep\n")
@@ -335,7 +335,7 @@ def test_metric_training_writes_nothing_into_a_symlinked_output_folder(metric_st
 
 
 def test_an_atomic_output_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
-    from metric.common.io import write_json_atomic
+    from pacs.metric.common.io import write_json_atomic
 
     outside = tmp_path / "outside.json"
     outside.write_text("keep\n")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-import pacs_cli
-from metric.common.errors import InputError
-from metric.common.json_input import check_text, first_invalid_text, lone_surrogate, read_json_file
+from pacs import cli as pacs_cli
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import check_text, first_invalid_text, lone_surrogate, read_json_file
 
 NESTED = "[" * 100_000 + "]" * 100_000
 TOO_DEEP = "is JSON nested too deeply to read"
@@ -103,7 +103,7 @@ def test_score_nested_json_is_one_line(tmp_path, images, capsys, which):
 
 
 def test_dataset_annotation_and_benchmark_nested_json(tmp_path, capsys):
-    from captioner.data.datasets import load_dataset
+    from pacs.captioner.data.datasets import load_dataset
 
     nested = _write(tmp_path / "dataset_coco.json", NESTED)
     for name in ("coco-karpathy", "nocaps", "vizwiz"):
@@ -157,7 +157,7 @@ def test_references_and_evaluate_refuse_a_lone_surrogate(tmp_path, images, capsy
 
 
 def test_dataset_and_gallery_refuse_a_lone_surrogate(tmp_path, capsys):
-    from captioner.data.datasets import load_dataset
+    from pacs.captioner.data.datasets import load_dataset
 
     path = _write(tmp_path / "dataset_coco.json", json.dumps(
         {"images": [{"filename": "a.jpg", "cocoid": 1, "split": "test", "sentences": [{"raw": "a \ud800 b"}]}]}))
@@ -209,9 +209,9 @@ def test_backbone_file_refused_by_weights_only_is_one_line(tmp_path, images, cap
 
 
 def test_adapter_folder_with_a_refused_pickle_is_one_line(tmp_path, images, capsys):
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.factory import load_backbone
-    from metric.models.lora import attach_lora, save_adapter
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.models.lora import attach_lora, save_adapter
 
     folder = save_adapter(attach_lora(build_backbone_from_config(tiny_clip_config(), seed=0)), tmp_path / "adapter")
     (folder / "adapter_model.safetensors").unlink()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from metric.common.config import load_config, parse_overrides
-from metric.common.errors import InputError, PacsError
-from metric.common.io import write_json_atomic
+from pacs.metric.common.config import load_config, parse_overrides
+from pacs.metric.common.errors import InputError, PacsError
+from pacs.metric.common.io import write_json_atomic
 
 
 @dataclasses.dataclass
@@ -69,8 +69,7 @@ def test_atomic_json_leaves_no_partial_file(tmp_path: Path) -> None:
 def test_dispatcher_turns_user_errors_into_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     def failing(args: argparse.Namespace) -> int:
         raise PacsError("bad thing in item 7")
 

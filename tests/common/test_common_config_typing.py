@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from metric.common.config import PositiveInt, check_batch_split, load_config
-from metric.common.errors import InputError
+from pacs.metric.common.config import PositiveInt, check_batch_split, load_config
+from pacs.metric.common.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "configs" / "coco_vitb32_pac-spp.yaml"
@@ -29,7 +29,7 @@ class Outer:
 
 
 def test_exponent_without_dot_is_a_float_in_overrides_and_yaml(tmp_path: Path) -> None:
-    from captioner.orchestration.pipeline import PipelineConfig
+    from pacs.captioner.orchestration.pipeline import PipelineConfig
 
     config = load_config(PipelineConfig, RECIPE, ["scst.lr=1e-6"])
     assert type(config.scst.lr) is float and config.scst.lr == 0.000001
@@ -47,7 +47,7 @@ def test_values_from_base_files_are_typed_too(tmp_path: Path) -> None:
 
 
 def test_not_an_int_names_key_value_and_type() -> None:
-    from captioner.orchestration.pipeline import PipelineConfig
+    from pacs.captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError) as error:
         load_config(PipelineConfig, RECIPE, ["xe.max_steps=ten"])
@@ -58,7 +58,7 @@ def test_not_an_int_names_key_value_and_type() -> None:
 
 
 def test_every_bad_value_is_named_in_one_error() -> None:
-    from captioner.orchestration.pipeline import PipelineConfig
+    from pacs.captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError) as error:
         load_config(PipelineConfig, RECIPE, ["scst.lr=abc", "xe.eval_every=often"])
@@ -105,14 +105,14 @@ def test_values_that_do_not_fit_are_refused(override: str, pattern: str) -> None
     ("evaluation.test_sets={coco: {nmae: x}}", r"evaluation: test_sets\.coco: unknown key 'nmae'"),
 ])
 def test_pipeline_rejects_obviously_wrong_values(override: str, pattern: str) -> None:
-    from captioner.orchestration.pipeline import PipelineConfig
+    from pacs.captioner.orchestration.pipeline import PipelineConfig
 
     with pytest.raises(InputError, match=pattern):
         load_config(PipelineConfig, RECIPE, [override])
 
 
 def test_demo_config_is_typed_and_validated() -> None:
-    from captioner.demo.pipeline import load_demo_config
+    from pacs.captioner.demo.pipeline import load_demo_config
 
     config = load_demo_config(None, ["scst.lr=3e-5", "demo.clip.steps=5.0"])
     assert type(config.scst.lr) is float and config.scst.lr == 0.00003 and type(config.clip.steps) is int
@@ -123,7 +123,7 @@ def test_demo_config_is_typed_and_validated() -> None:
 
 
 def test_metric_training_config_is_typed_and_validated() -> None:
-    from metric.training.trainer import MetricTrainConfig
+    from pacs.metric.training.trainer import MetricTrainConfig
 
     config = load_config(MetricTrainConfig, REPO / "recipes" / "configs" / "train_metric.yaml", ["lr=5e-5"])
     assert type(config.lr) is float and config.lr == 0.00005
@@ -136,7 +136,7 @@ def test_metric_training_config_is_typed_and_validated() -> None:
 
 
 def test_positives_config_is_typed_and_validated() -> None:
-    from metric.training.positives import PositivesConfig
+    from pacs.metric.training.positives import PositivesConfig
 
     assert load_config(PositivesConfig, None, ["batch_size='16'"]).batch_size == 16
     with pytest.raises(InputError, match=r"batch_size=0: expected int >= 1"):
@@ -161,8 +161,7 @@ def test_check_batch_split() -> None:
 ])
 def test_pacs_train_refuses_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             config: str, override: str) -> None:
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     out = tmp_path / "out"
     place = f"demo.runs_dir={out}" if config.startswith("demo") else f"run_dir={out}"
     status = pacs_cli.main(["train", "--config", str(REPO / "recipes" / "configs" / config), place, override])

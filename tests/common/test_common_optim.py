@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metric.common.optim import fused_supported, make_adam
+from pacs.metric.common.optim import fused_supported, make_adam
 
 
 @pytest.mark.parametrize(("decoupled", "options"), [(False, {"lr": 1e-2, "betas": (0.9, 0.98)}),

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import pacs_cli
-from captioner.demo.config import DemoConfig
-from captioner.demo.pipeline import load_demo_config
-from captioner.orchestration.pipeline_config import PipelineConfig
-from metric.common.config import _hints, _strip, load_config
-from metric.common.errors import InputError
-from metric.training.config import MetricTrainConfig
-from metric.training.positives import PositivesConfig
+from pacs import cli as pacs_cli
+from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.pipeline import load_demo_config
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.metric.common.config import _hints, _strip, load_config
+from pacs.metric.common.errors import InputError
+from pacs.metric.training.config import MetricTrainConfig
+from pacs.metric.training.positives import PositivesConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "configs" / "coco_vitb32_pac-spp.yaml"
@@ -185,7 +185,7 @@ def test_metric_batch_size_upper_bound_is_checked_in_validate() -> None:
 def test_the_demo_memory_estimate_is_computed_as_documented() -> None:
     """The smoke preset's XE step by hand: 1+1 layers, d_model 32, ffn 64, 2 heads, 10 vision tokens (48 px / 16,
     + CLS), max_length 20, micro-batch 16."""
-    from captioner.demo.budget import stage_estimates
+    from pacs.captioner.demo.budget import stage_estimates
 
     params = 16 * (1 * (4 * 32**2 + 2 * 32 * 64) + 1 * (8 * 32**2 + 2 * 32 * 64))
     encoder = 4 * 16 * 1 * 10 * (16 * 32 + 2 * 64 + 2 * 2 * 10)

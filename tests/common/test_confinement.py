@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-import pacs_cli
-from metric.common.errors import InputError
-from metric.common.paths_inside import ConfinedRoot, path_inside
+from pacs import cli as pacs_cli
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.paths_inside import ConfinedRoot, path_inside
 
 
 def _png(path: Path, colour: tuple[int, int, int] = (200, 30, 30)) -> Path:
@@ -164,8 +164,8 @@ def test_score_inside_ids_and_image_map(world, capsys, tmp_path):
 
 
 def test_correlate_resolve_images_refuses_even_when_skipping_missing_images(world):
-    from eval.benchmarks import RunContext, resolve_images
-    from eval.scoring import MetricSuite
+    from pacs.eval.benchmarks import RunContext, resolve_images
+    from pacs.eval.scoring import MetricSuite
 
     for skip in (False, True):
         context = RunContext(Path("."), MetricSuite(["clip-s"]), images=world["images"], skip_missing_images=skip)
@@ -178,7 +178,7 @@ def test_correlate_resolve_images_refuses_even_when_skipping_missing_images(worl
 
 
 def test_find_video_refuses_a_video_id_that_leaves_the_folder(world):
-    from metric.video.frames import find_video
+    from pacs.metric.video.frames import find_video
 
     videos = world["images"]
     with pytest.raises(InputError, match=r"video id '\.\./outside/secret' must be a path inside the video folder"):
@@ -200,7 +200,7 @@ def _karpathy(folder: Path, filename: str) -> Path:
 
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "dotdot-inside"])
 def test_dataset_loaders_refuse_image_files_outside_the_image_root(world, kind):
-    from captioner.data.datasets import load_dataset
+    from pacs.captioner.data.datasets import load_dataset
 
     images, root = world["images"], world["root"]
     name = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]), "dotdot-inside": "sub/../inside.png"}[kind]
@@ -251,7 +251,7 @@ def _run(world: dict[str, Path], image: str) -> Path:
 
 @pytest.mark.parametrize("kind", ["etc-hostname", "dotdot", "absolute", "symlink", "dangling-symlink"])
 def test_report_refuses_a_gallery_image_outside_the_run_directory(world, capsys, kind):
-    from eval.report import build_report, report_digest, report_inputs, write_report
+    from pacs.eval.report import build_report, report_digest, report_inputs, write_report
 
     run = world["root"] / "run"
     image = {"etc-hostname": "../../../../etc/hostname", "dotdot": "../outside/secret.png",
@@ -272,7 +272,7 @@ def test_report_refuses_a_gallery_image_outside_the_run_directory(world, capsys,
 
 
 def test_report_message_is_the_same_whether_the_outside_file_exists(world):
-    from eval.report import write_report
+    from pacs.eval.report import write_report
 
     run = _run(world, "../outside/secret.png")
     messages = []
@@ -286,7 +286,7 @@ def test_report_message_is_the_same_whether_the_outside_file_exists(world):
 
 
 def test_report_refuses_symlinked_inputs_that_lead_outside(world):
-    from eval.report import report_inputs, write_report
+    from pacs.eval.report import report_inputs, write_report
 
     run = _run(world, "gallery/ok.png")
     assert [p.relative_to(run).as_posix() for p in report_inputs(run)] == ["gallery.json", "gallery/ok.png",
@@ -308,7 +308,7 @@ def test_report_inputs_and_digest_never_look_outside_the_run_directory(world, mo
     import builtins
     import io
 
-    from eval.report import report_digest, report_inputs
+    from pacs.eval.report import report_digest, report_inputs
 
     run = _run(world, "gallery/ok.png")
     (run / "gallery" / "link.png").symlink_to(world["secret"])

@@ -1,4 +1,4 @@
-"""The one device rule (metric.common.device, issue 30 item 1): auto is accelerate's process device, an explicit
+"""The one device rule (pacs.metric.common.device, issue 30 item 1): auto is accelerate's process device, an explicit
 device is checked (unknown, `cuda` without a GPU, bf16 on a GPU without it: one line, exit 2), and every
 Accelerator is built with the process state's flags."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from PIL import Image
 
-import pacs_cli
-from metric.common import device as devices
-from metric.common.errors import InputError
+from pacs import cli as pacs_cli
+from pacs.metric.common import device as devices
+from pacs.metric.common.errors import InputError
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-import pacs_cli
-from metric.common.errors import InputError
-from metric.common.paths_inside import USER_FOLDER_RULE
+from pacs import cli as pacs_cli
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.paths_inside import USER_FOLDER_RULE
 
 COLOURS = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}
 
@@ -105,7 +105,7 @@ def test_dotdot_and_absolute_ids_are_refused_naming_the_rule(links, capsys, comm
 
 def test_caption_lists_a_folder_of_symlinks(links):
     """`pacs caption --images` reads the folder's entries (the e2e test captions such a folder with a model)."""
-    from captioner.commands.caption_train import list_images
+    from pacs.captioner.commands.caption_train import list_images
 
     found = list_images(links["links"])
     assert sorted(found) == ["blue", "green", "red"]
@@ -116,8 +116,8 @@ def test_caption_lists_a_folder_of_symlinks(links):
 
 def test_training_data_sets_follow_symlinks_and_refuse_dotdot_naming_the_rule(links):
     """`pacs train`'s data sets (and so its rewards' images) and train-metric's caption data: `image_root`."""
-    from captioner.data.datasets import load_dataset
-    from metric.training.positives import read_caption_dataset
+    from pacs.captioner.data.datasets import load_dataset
+    from pacs.metric.training.positives import read_caption_dataset
 
     def karpathy(name: str) -> Path:
         images = [{"filename": name, "split": "test", "sentences": [{"raw": "a square"}], "cocoid": 1}]
@@ -141,7 +141,7 @@ def test_training_data_sets_follow_symlinks_and_refuse_dotdot_naming_the_rule(li
 
 def test_the_report_stays_strict_about_a_gallery_symlink(links):
     """A run directory is not a folder the user names: a gallery image symlinked outside it is refused."""
-    from eval.report import build_report
+    from pacs.eval.report import build_report
 
     run = links["root"] / "run"
     (run / "gallery").mkdir(parents=True)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from metric.common import io
-from metric.common.errors import InputError, NonFiniteError
-from metric.common.io import (
+from pacs.metric.common import io
+from pacs.metric.common.errors import InputError, NonFiniteError
+from pacs.metric.common.io import (
     atomic_path,
     current_umask,
     finite_or_none,
@@ -110,10 +110,10 @@ def _checkpoints(folder: Path) -> list[Path]:
     """A metric checkpoint (save_backbone), a captioner folder (save_captioner) and a chmod'ed private folder."""
     import tempfile
 
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.model import Captioner, CaptionerConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0, name="tiny-umask")
     save_backbone(backbone, folder / "clip.safetensors")
@@ -147,14 +147,14 @@ def _files_and_folders(root: Path) -> tuple[set[int], set[int]]:
 def test_training_runs_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
     """Every file of a metric training run (states, adapter, checkpoint, log) and of an XE run (accelerate
     states, best/final captioner folders, log) has the umask's mode."""
-    from captioner.modeling.features import write_feature_cache
-    from captioner.modeling.model import CaptionerConfig
-    from captioner.modeling.train_xe import XEConfig, train_xe
-    from captioner.modeling.training import ScheduleConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.training.data import TensorPositivesDataset
-    from metric.training.trainer import MetricTrainConfig, train_metric
+    from pacs.captioner.modeling.features import write_feature_cache
+    from pacs.captioner.modeling.model import CaptionerConfig
+    from pacs.captioner.modeling.train_xe import XEConfig, train_xe
+    from pacs.captioner.modeling.training import ScheduleConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.training.data import TensorPositivesDataset
+    from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(8, 3, 32, 32, generator=generator)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 
-import pacs_cli
-from metric.common.os_errors import describe_os_error, user_error_line
+from pacs import cli as pacs_cli
+from pacs.metric.common.os_errors import describe_os_error, user_error_line
 
 
 def _failing(code: int):
@@ -45,7 +45,7 @@ def test_report_on_a_full_or_read_only_disk_is_one_line_and_writes_nothing(tmp_p
 def test_a_full_disk_during_a_stage_stops_with_one_line_and_the_stage_unfinished(tmp_path, monkeypatch, capsys,
                                                                                 torch_threads_restored):
     """ENOSPC when the demo's CLIP stage writes its checkpoint: exit 2, the stage is not recorded finished."""
-    for module in ("accelerate.utils.other", "captioner.modeling.checkpoints", "captioner.modeling.features"):
+    for module in ("accelerate.utils.other", "pacs.captioner.modeling.checkpoints", "pacs.captioner.modeling.features"):
         importlib.import_module(module)  # they bind `save_file` when imported: the real one, not the fake
     monkeypatch.setattr(safetensors.torch, "save_file", _failing(errno.ENOSPC))
     code = pacs_cli.main(["--log-level", "WARNING", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}",

@@ -1,4 +1,4 @@
-"""The on-disk tables (metric.common.spill) against their in-memory equivalents: a numpy array, a list of strings,
+"""The on-disk tables (pacs.metric.common.spill) against their in-memory equivalents: a numpy array, a list of strings,
 a dict from id to position."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from metric.common import spill
-from metric.common.spill import DiskArray, DiskStrings, IdLookup
+from pacs.metric.common import spill
+from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup
 
 
 def test_disk_array_reads_what_numpy_reads(tmp_path, monkeypatch):

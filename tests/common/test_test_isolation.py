@@ -14,8 +14,8 @@ import os
 
 import torch
 
-import metric.common.errors as errors
-from rewards.registry import REWARDS
+import pacs.metric.common.errors as errors
+from pacs.rewards.registry import REWARDS
 
 START = os.getcwd()
 
@@ -41,7 +41,7 @@ def test_e_changes_torch_threads():
 
 
 def test_f_adds_a_logging_handler():
-    logging.getLogger("metric.leak").addHandler(logging.NullHandler())
+    logging.getLogger("pacs.metric.leak").addHandler(logging.NullHandler())
 
 
 def test_g_registers_a_reward():
@@ -49,7 +49,7 @@ def test_g_registers_a_reward():
 
 
 def test_h_sees_no_registered_reward():
-    assert "leak" not in REWARDS and not logging.getLogger("metric.leak").handlers
+    assert "leak" not in REWARDS and not logging.getLogger("pacs.metric.leak").handlers
 
 
 def test_i_changes_directory(tmp_path):
@@ -72,10 +72,10 @@ def test_a_leaking_test_errors_and_the_next_one_starts_clean(pytester: pytest.Py
     result.assert_outcomes(passed=11, errors=7)
     result.stdout.fnmatch_lines_random([
         "*test_a_sets_an_environment_variable left global state changed*environment variables*PACS_LEAK*",
-        "*test_c_replaces_a_module_attribute left global state changed*attribute metric.common.errors.InputError*",
+        "*test_c_replaces_a_module_attribute left global state changed*attribute pacs.metric.common.errors.InputError*",
         "*test_e_changes_torch_threads left global state changed*torch thread count*",
         "*test_f_adds_a_logging_handler left global state changed*logger 'metric.leak'*",
-        "*test_g_registers_a_reward left global state changed*registry rewards.registry.REWARDS entries*leak*",
+        "*test_g_registers_a_reward left global state changed*registry pacs.rewards.registry.REWARDS entries*leak*",
         "*test_i_changes_directory left global state changed*working directory*",
         "*test_j_sets_the_default_dtype left global state changed*torch default dtype torch.float64*",
     ])

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from captioner.modeling.train_scst import SCSTConfig
-from captioner.modeling.train_xe import XEConfig
-from captioner.orchestration.recipe_stages import trainer_settings
-from metric.common.config import dump_yaml, from_dict, load_config, load_yaml
-from metric.common.errors import InputError
-from metric.common.trainer_config import TrainerConfig, is_due, resume_target
-from metric.training.trainer import MetricTrainConfig
+from pacs.captioner.modeling.train_scst import SCSTConfig
+from pacs.captioner.modeling.train_xe import XEConfig
+from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.metric.common.config import dump_yaml, from_dict, load_config, load_yaml
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target
+from pacs.metric.training.trainer import MetricTrainConfig
 
 TRAINERS = (MetricTrainConfig, XEConfig, SCSTConfig)
 SHARED = {"output_dir", "seed", "mixed_precision", "resume", "save_every", "eval_every", "log_every"}
@@ -57,7 +57,7 @@ def test_yaml_with_old_names_loads_as_the_new_names_and_warns(tmp_path: Path, ca
                    "scst:\n  checkpoint_every: 9\n")
     new = tmp_path / "new.yaml"
     new.write_text("xe:\n  eval_every: 7\n  save_every: 3\n  resume: ckpt/step-5\nscst:\n  save_every: 9\n")
-    with caplog.at_level(logging.WARNING, logger="metric.common.config"), pytest.warns(DeprecationWarning) as record:
+    with caplog.at_level(logging.WARNING, logger="pacs.metric.common.config"), pytest.warns(DeprecationWarning) as record:
         loaded = load_config(Run, old)
     assert loaded == load_config(Run, new)
     assert (loaded.xe.eval_every, loaded.xe.save_every, loaded.xe.resume) == (7, 3, "ckpt/step-5")
@@ -85,7 +85,7 @@ def test_old_and_new_name_together_is_an_error_naming_both(tmp_path: Path) -> No
 
 
 def test_overrides_take_old_names_with_a_warning(tmp_path: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="metric.common.config"), pytest.warns(DeprecationWarning) as record:
+    with caplog.at_level(logging.WARNING, logger="pacs.metric.common.config"), pytest.warns(DeprecationWarning) as record:
         config = load_config(Run, None, ["xe.val_every=5", "scst.resume_from=latest"])
     assert (config.xe.eval_every, config.scst.resume) == (5, "latest")
     assert "override: xe.val_every is deprecated (removed in pacs 0.4): use xe.eval_every" in [

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from captioner.data import load_dataset
-from metric.common.errors import InputError
+from pacs.captioner.data import load_dataset
+from pacs.metric.common.errors import InputError
 
 SPLIT_FILES = ["Flickr_8k.trainImages.txt", "Flickr_8k.devImages.txt", "Flickr_8k.testImages.txt"]
 

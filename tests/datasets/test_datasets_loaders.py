@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from captioner.data import DATASETS, CaptionDataset, CaptionItem, DatasetConfig, load_dataset, load_dataset_config
-from captioner.data.datasets import register_dataset
-from metric.common.errors import InputError
+from pacs.captioner.data import DATASETS, CaptionDataset, CaptionItem, DatasetConfig, load_dataset, load_dataset_config
+from pacs.captioner.data.datasets import register_dataset
+from pacs.metric.common.errors import InputError
 
 
 def _image(path: Path) -> Path:
@@ -216,7 +216,7 @@ def test_cc3m_tsv(tmp_path):
 
 
 def test_dataset_config_from_yaml(tmp_path):
-    from metric.common.config import load_config
+    from pacs.metric.common.config import load_config
 
     path = _coco_karpathy(tmp_path)
     yaml_path = tmp_path / "data.yaml"

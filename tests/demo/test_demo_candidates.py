@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from captioner.demo.candidates import KINDS, candidates_for, corrupt
-from captioner.demo.judge import judge_caption
-from captioner.demo.world import DemoWorld, WorldConfig
+from pacs.captioner.demo.candidates import KINDS, candidates_for, corrupt
+from pacs.captioner.demo.judge import judge_caption
+from pacs.captioner.demo.world import DemoWorld, WorldConfig
 
 
 def test_demo_candidates_corruptions_lower_the_judge_score() -> None:

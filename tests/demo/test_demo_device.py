@@ -14,7 +14,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
-from captioner.demo.pipeline import REPO_CONFIGS, run_demo
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, run_demo
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from captioner.demo.findings import (
+from pacs.captioner.demo.findings import (
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
     CLAIM_REWARD_RISES,
@@ -20,9 +20,9 @@ from captioner.demo.findings import (
     reward_values,
     signed,
 )
-from captioner.demo.seeds import SeedEvidence
-from eval.stratified_bootstrap import StratifiedBootstrap, aggregate
-from metric.common.errors import InputError
+from pacs.captioner.demo.seeds import SeedEvidence
+from pacs.eval.stratified_bootstrap import StratifiedBootstrap, aggregate
+from pacs.metric.common.errors import InputError
 
 # a tiny table: 2 seeds x 3 images of one column, for a model and the XE baseline
 MODEL = np.array([[3.0, 5.0, 10.0], [1.0, 2.0, 4.0]])
@@ -143,7 +143,7 @@ def _parse(line: str) -> dict:
 
 
 def test_findings_records_equal_the_printed_findings() -> None:
-    from captioner.demo.pipeline import results_markdown
+    from pacs.captioner.demo.pipeline import results_markdown
 
     pooled = _view([-9.0, -1.0], [0.1, 0.5], rep2=[0.1, 0.3])
     records = finding_records(pooled, {"0": pooled, "1": pooled}, {"clip-s": "scst clip-s +KL"})
@@ -239,7 +239,7 @@ def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
 
 def test_gains_table_tells_apart_two_runs_of_one_reward():
     """A mix trained summed and normalised has one reward spec but two rows: the model column names each."""
-    from captioner.demo.findings import gains_table
+    from pacs.captioner.demo.findings import gains_table
 
     gains = [{"model": "scst cider:1,pac-s++:0.5", "reward": "cider:1,pac-s++:0.5", "xe": 4.5, "scst": 4.75,
               "delta": 0.25, "ci": [0.125, 0.5]},

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from captioner.demo.captioning import choose_guarded, guarded_label
-from captioner.demo.config import GuardedScstConfig
-from captioner.demo.findings import CLAIM_GUARD, finding_records, guarded_model_name
-from captioner.demo.pipeline import load_demo_config
-from metric.common.errors import InputError
+from pacs.captioner.demo.captioning import choose_guarded, guarded_label
+from pacs.captioner.demo.config import GuardedScstConfig
+from pacs.captioner.demo.findings import CLAIM_GUARD, finding_records, guarded_model_name
+from pacs.captioner.demo.pipeline import load_demo_config
+from pacs.metric.common.errors import InputError
 
 
 def test_guarded_runs_need_the_validation_signal_they_are_selected_by():

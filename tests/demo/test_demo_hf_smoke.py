@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo, stage_names
-from metric.common.errors import InputError
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo, stage_names
+from pacs.metric.common.errors import InputError
 
 SEEDS = [0, 1]
 PER_SEED = ["init", "xe", "scst-pac-s++", "scst-judge", "scst-pac-s++-kl0.1"]
@@ -54,8 +54,8 @@ def test_demo_hf_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest
     assert results["guarded"]["choices"]["pac-s++"]["chosen_kl_coef"] == 0.1
 
     # Judge-acc and Length of every row recomputed from the captions each seed's models wrote
-    from captioner.demo.data import DemoData
-    from captioner.demo.judge import judge_caption
+    from pacs.captioner.demo.data import DemoData
+    from pacs.captioner.demo.judge import judge_caption
 
     config = load_demo_config(CONFIG, [f"runs_dir={tmp_path}"])
     data = DemoData.build(config.world, tmp_path / "unused")
@@ -123,7 +123,7 @@ def test_captioner_section_checked(override: str, message: str) -> None:
 def test_the_transformers_memory_estimate_is_computed_by_hand() -> None:
     """demo_hf_smoke.yaml's XE and SCST steps: ViT and text decoder of 1 layer, width 32, FFN 64, 2 heads; 10 vision
     tokens (48 px / 16, + CLS), captions of 20; XE micro-batch 16, SCST 8 images × 4 samples."""
-    from captioner.demo.budget import stage_estimates
+    from pacs.captioner.demo.budget import stage_estimates
 
     params = 16 * (2 * (4 * 32**2 + 2 * 32 * 64) + 32 * 32)  # both towers, the projection between them
     vision = 4 * 1 * 10 * (16 * 32 + 2 * 64 + 2 * 2 * 10)  # per sample

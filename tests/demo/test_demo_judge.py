@@ -1,8 +1,8 @@
 """The exact judge on hand-written captions."""
 from __future__ import annotations
 
-from captioner.demo.judge import judge_accuracy, judge_caption, parse_caption
-from captioner.demo.world import Scene, SceneObject
+from pacs.captioner.demo.judge import judge_accuracy, judge_caption, parse_caption
+from pacs.captioner.demo.world import Scene, SceneObject
 
 
 def _scene() -> Scene:
@@ -79,7 +79,7 @@ def test_demo_judge_counts_a_cut_off_ending() -> None:
 
 
 def test_demo_judge_highlights_absent_shapes_and_dangling_endings() -> None:
-    from captioner.demo.judge import highlight_spans
+    from pacs.captioner.demo.judge import highlight_spans
 
     scene = _scene()  # a red circle and a blue square: a triangle is absent
     caption = "a red circle and a green triangle and a"

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from captioner.demo.candidates import LONG_KINDS, late_error_paragraph, long_candidates_for, paragraph
-from captioner.demo.correlation import CONTRASTIVE, chunking_scorers, long_caption_summary
-from captioner.demo.judge import judge_caption, parse_caption
-from captioner.demo.world import SHAPE_WORDS, DemoWorld, WorldConfig
+from pacs.captioner.demo.candidates import LONG_KINDS, late_error_paragraph, long_candidates_for, paragraph
+from pacs.captioner.demo.correlation import CONTRASTIVE, chunking_scorers, long_caption_summary
+from pacs.captioner.demo.judge import judge_caption, parse_caption
+from pacs.captioner.demo.world import SHAPE_WORDS, DemoWorld, WorldConfig
 
 WORLD = DemoWorld(WorldConfig(image_size=48))
 ITEMS = [WORLD.item("val", i) for i in range(60)]
@@ -53,8 +53,8 @@ def test_long_candidates_have_both_kinds():
 
 @pytest.fixture(scope="module")
 def tiny_scorers():
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.scoring.scorer import Scorer
 
     backbone = build_backbone_from_config(tiny_clip_config(text_cfg={"context_length": 32}), seed=3)
     return {"clip": Scorer(backbone, progress=False), "pac-s++": Scorer(backbone, w=2.0, progress=False)}

@@ -1,4 +1,4 @@
-"""tools/pool_seeds.py / `captioner.demo.pooling`: the seeds of several finished demo runs evaluated as one run."""
+"""tools/pool_seeds.py / `pacs.captioner.demo.pooling`: the seeds of several finished demo runs evaluated as one run."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,11 @@ import pytest
 from safetensors.torch import load_file, save_file
 from script_modules import load_tool
 
-from captioner.demo.config import DemoConfig
-from captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo
-from captioner.demo.pooling import SeedSource, check_same_experiment, parse_source
-from metric.common.errors import InputError
-from metric.common.run_lock import RunDirectoryLock
+from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo
+from pacs.captioner.demo.pooling import SeedSource, check_same_experiment, parse_source
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.run_lock import RunDirectoryLock
 
 
 @pytest.fixture(scope="module")

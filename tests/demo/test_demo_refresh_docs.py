@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from script_modules import load_tool
 
-from captioner.demo.pipeline import TABLE_COLUMNS
-from metric.common.errors import InputError
+from pacs.captioner.demo.pipeline import TABLE_COLUMNS
+from pacs.metric.common.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from captioner.demo.findings import (
+from pacs.captioner.demo.findings import (
     CLAIM_REWARD_RISES,
     FRAGILE,
     SEED_DEPENDENT,

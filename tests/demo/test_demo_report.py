@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from eval.report import (
+from pacs.cli import main as pacs_main
+from pacs.eval.report import (
     build_report,
     highlight_caption,
     load_curves,
@@ -21,8 +22,7 @@ from eval.report import (
     report_digest,
     write_report,
 )
-from metric.common.errors import InputError
-from pacs_cli import main as pacs_main
+from pacs.metric.common.errors import InputError
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars")

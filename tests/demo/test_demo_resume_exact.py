@@ -21,7 +21,7 @@ STAGE = "seed-1/scst-pac-s++"  # the second training seed's (demo_smoke.yaml: se
 
 
 def _command(runs: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pacs_cli", "--log-level", "WARNING", "train", "--config", "demo_smoke",
+    return [sys.executable, "-m", "pacs.cli", "--log-level", "WARNING", "train", "--config", "demo_smoke",
             f"runs_dir={runs}", "threads=1", *extra]
 
 

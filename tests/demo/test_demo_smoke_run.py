@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import pacs_cli
-from captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
-from metric.common.errors import InputError
+from pacs import cli as pacs_cli
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
+from pacs.metric.common.errors import InputError
 
 SEEDS = [0, 1]
 PER_SEED = ["xe", "scst-cider", "scst-clip-s", "scst-pac-s++", "scst-ref-pac-s++", "scst-cider_1_pac-s++_0.5",
@@ -94,8 +94,8 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert "What the run found:" in out and "Δ vs xe" in out
     # Judge-acc and Length recomputed from the captions each seed's models wrote, against the world's scenes: the
     # table's value is their mean over the seeds
-    from captioner.demo.data import DemoData
-    from captioner.demo.judge import judge_caption
+    from pacs.captioner.demo.data import DemoData
+    from pacs.captioner.demo.judge import judge_caption
 
     scenes = DemoData.build(load_demo_config(config, []).world, tmp_path / "unused").scenes()
     per_seed = [json.loads((run_dir / "evaluate" / f"seed-{seed}" / "captions.json").read_text()) for seed in SEEDS]

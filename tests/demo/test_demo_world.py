@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from captioner.demo.judge import judge_caption
-from captioner.demo.world import COLOURS, SHAPE_WORDS, DemoWorld, WorldConfig
+from pacs.captioner.demo.judge import judge_caption
+from pacs.captioner.demo.world import COLOURS, SHAPE_WORDS, DemoWorld, WorldConfig
 
 
 def test_demo_world_is_deterministic_from_the_seed() -> None:
@@ -83,9 +83,9 @@ def test_the_world_tokenizer_equals_the_java_ptb_tokenizer_on_every_world_captio
     """The demo's Java-free tokenization (its system table's) is pycocoevalcap's PTB tokenization of its captions."""
     import numpy as np
 
-    from captioner.demo.candidates import long_candidates_for
-    from captioner.demo.world import DemoWorld, WorldConfig, ptb_tokenize_world
-    from eval.tokenize import java_ptb_tokenize
+    from pacs.captioner.demo.candidates import long_candidates_for
+    from pacs.captioner.demo.world import DemoWorld, WorldConfig, ptb_tokenize_world
+    from pacs.eval.tokenize import java_ptb_tokenize
 
     world = DemoWorld(WorldConfig(image_size=48))
     rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 """PAC-S++ Table 8's path on tiny models: `pacs correlate` with a checkpoint folder of every backbone family.
 
-`pacs correlate flickr8k-expert` and `flickr8k-cf` run in-process (`pacs_cli.main`) on a small subset of the real
+`pacs correlate flickr8k-expert` and `flickr8k-cf` run in-process (`pacs.cli.main`) on a small subset of the real
 Flickr8k judgments and images, with `--checkpoint FOLDER` of each tiny family of `tests/backbone_fixtures.py`
 (open_clip SigLIP, open_clip SigLIP2-style, transformers CLIP / SigLIP / Siglip2), `--metrics clip-s,ref-clip-s`
 and `--score cosine` (and `--score sigmoid` where the model has a logit bias). The expected Kendall τ is computed
@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 from scipy.stats import kendalltau
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 OPEN_CLIP = ("open_clip-siglip", "open_clip-siglip2")
 TRANSFORMERS = ("transformers-clip", "transformers-siglip", "transformers-siglip2")

@@ -9,9 +9,9 @@ import pytest
 import torch
 from scipy import io as sio
 
-import pacs_cli
-from eval.benchmarks import BENCHMARKS, Benchmark, RunContext, get_benchmark, register_benchmark
-from eval.scoring import MetricSuite
+from pacs import cli as pacs_cli
+from pacs.eval.benchmarks import BENCHMARKS, Benchmark, RunContext, get_benchmark, register_benchmark
+from pacs.eval.scoring import MetricSuite
 
 torch.set_num_threads(1)
 
@@ -51,7 +51,7 @@ def test_correlate_flickr8k_expert_json_keys_and_counts(flickr_subset, tmp_path,
 
 def test_clipscore_json_equals_raw_files_and_nan_ratings_are_counted(flickr_subset, tmp_path):
     """The clipscore json built from the same rows gives the same table; NaN ratings are skipped and counted."""
-    from eval.benchmarks.flickr8k import image_references, load_raw, read_token_file
+    from pacs.eval.benchmarks.flickr8k import image_references, load_raw, read_token_file
 
     rows = load_raw(flickr_subset, "expert")
     data: dict = {}
@@ -123,7 +123,7 @@ def test_unknown_names_are_clear_errors(argv, message, capsys):
 # ------------------------------------------------------------------------------------ images / contrastive
 @pytest.fixture
 def tiny_checkpoint(tmp_path):
-    from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
 
     path = tmp_path / "tiny.safetensors"
     save_backbone(build_backbone_from_config(tiny_clip_config(), seed=0), path)
@@ -296,7 +296,7 @@ def test_pascal50s_uses_consensus_when_present(tmp_path):
     # other caption's is lower (pair 3 would be 0 with pascal50S.mat's sent2 references)
     assert {k: table["bleu1"][k] for k in ("HC", "HI", "HM", "MM", "mean")} == {
         "HC": 100.0, "HI": 100.0, "HM": 100.0, "MM": 100.0, "mean": 100.0}
-    from eval.benchmarks.pascal50s import load_pascal50s
+    from pacs.eval.benchmarks.pascal50s import load_pascal50s
 
     data = load_pascal50s(tmp_path)
     assert data["pair_references"][3] == ["two cats sleeping", "Two cats sleeping"] * 24
@@ -398,7 +398,7 @@ def test_nocaps_foil_bad_item(tmp_path, capsys):
 
 
 def test_robustness_suite(tmp_path, shared_data):
-    from eval.benchmarks.robustness import PERTURBATIONS
+    from pacs.eval.benchmarks.robustness import PERTURBATIONS
 
     out = tmp_path / "robust.json"
     assert run(["correlate", "robustness", "--data", str(shared_data / "flickr8k"), "--metrics", "cider,length",
@@ -410,7 +410,7 @@ def test_robustness_suite(tmp_path, shared_data):
 
 
 def test_robustness_perturbations_hand_checked():
-    from eval.benchmarks.robustness import Perturber  # lemminflect is a base dependency: no skip
+    from pacs.eval.benchmarks.robustness import Perturber  # lemminflect is a base dependency: no skip
 
     originals = ["a dog runs on the grass", "a man rides a red bike", "two cats sleep on a sofa",
                  "a child plays with a ball", "a woman reads a book"]
@@ -480,8 +480,8 @@ def test_evaluate_with_contrastive_metrics(tmp_path, shared_data, tiny_checkpoin
     # expected: the same weights through open_clip's plain encode_image / encode_text (no pacs Scorer), CLIP-S =
     # 2.5 max(cos(image, "A photo depicts " + caption), 0) and RefCLIP-S its harmonic mean with max_r cos(caption,
     # reference), averaged over the two images
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.preprocess import open_image
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.preprocess import open_image
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     with torch.no_grad():
@@ -506,7 +506,7 @@ def test_evaluate_unresolved_candidate_id(tmp_path, capsys):
 
 
 def test_metric_names_accept_the_papers_spellings():
-    from eval.registry import parse_metric_list
+    from pacs.eval.registry import parse_metric_list
 
     assert parse_metric_list("BLEU-1,bleu_4,ROUGE-L,CIDEr-D,Rep-2,%Incorrect,PAC-S++") == [
         "bleu1", "bleu4", "rouge", "cider", "rep2", "incorrect", "pac-s++"]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from pycocoevalcap.cider.cider import Cider
 
-import eval as pacs_eval
-from eval.cider import CiderD, DocumentFrequency, cider_df
-from metric.common.errors import InputError
+import pacs.eval as pacs_eval
+from pacs.eval.cider import CiderD, DocumentFrequency, cider_df
+from pacs.metric.common.errors import InputError
 
 
 def _simple_tokens(caption: str) -> str:

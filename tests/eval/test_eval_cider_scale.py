@@ -16,10 +16,10 @@ import pytest
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.cider.cider_scorer import CiderScorer
 
-from eval import cider_tables, ngram_index
-from eval.cider import CiderD, DocumentFrequency, cider_d, cider_df
-from metric.common.errors import InputError
-from rewards import build_reward
+from pacs.eval import cider_tables, ngram_index
+from pacs.eval.cider import CiderD, DocumentFrequency, cider_d, cider_df
+from pacs.metric.common.errors import InputError
+from pacs.rewards import build_reward
 
 TOLERANCE = 1e-12
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval import correlation
-from eval.grammar import build_grammar_checker, grammar_error_rate
-from metric.common.errors import InputError, MissingResourceError
+from pacs.eval import correlation
+from pacs.eval.grammar import build_grammar_checker, grammar_error_rate
+from pacs.metric.common.errors import InputError, MissingResourceError
 
 
 def test_kendall_is_scipy_times_100():

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from eval import fluency
-from metric.common.errors import InputError
+from pacs.eval import fluency
+from pacs.metric.common.errors import InputError
 
 
 def test_repetitions_hand_checked():

@@ -12,10 +12,10 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-from eval import java, spice
-from eval.text_metrics import compute_text_metrics
-from eval.tokenize import ptb_tokenize
-from metric.common.errors import InputError, MissingResourceError, PacsError
+from pacs.eval import java, spice
+from pacs.eval.text_metrics import compute_text_metrics
+from pacs.eval.tokenize import ptb_tokenize
+from pacs.metric.common.errors import InputError, MissingResourceError, PacsError
 
 CANDIDATES = ["A dog runs on the grass.", "Two kids, playing soccer!", "a man riding a red bike", "",
               "A dog runs on the grass."]
@@ -88,7 +88,7 @@ def test_spice_failures_are_counted_and_reported(monkeypatch, tmp_path, caplog):
     calls = _fake_spice(monkeypatch, tmp_path, scores.get)
     candidates = ["a dog runs", "fails here", "two kids play soccer", "a dog runs", "nan case", "dropped"]
     references = [["a dog"]] * len(candidates)
-    with caplog.at_level(logging.WARNING, logger="eval.spice"):
+    with caplog.at_level(logging.WARNING, logger="pacs.eval.spice"):
         result = compute_text_metrics(candidates, references, ["spice"], tokenized=True)["spice"]
     assert calls == [["a dog runs", "fails here", "two kids play soccer", "nan case", "dropped"]]  # distinct pairs
     # rows 1 (null F), 4 (NaN F) and 5 (no output item) failed; the corpus value is over the distinct successes
@@ -106,8 +106,7 @@ def test_spice_failing_on_every_caption_is_an_error(monkeypatch, tmp_path):
 
 
 def test_evaluate_reports_spice_failures(monkeypatch, tmp_path, capsys):
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     _fake_spice(monkeypatch, tmp_path / "jars", {"a dog runs": 0.5, "a cat sleeps": None}.get)
     (tmp_path / "c.json").write_text(json.dumps({"1": "a dog runs", "2": "a cat sleeps", "3": "a dog runs"}))
     (tmp_path / "r.json").write_text(json.dumps({"1": ["a dog"], "2": ["a cat"], "3": ["a dog"]}))
@@ -196,7 +195,7 @@ def test_session_starts_java_once_per_program_and_equals_pycocoevalcap(shared_da
     tokens (its Java tokenizer)."""
     from pycocoevalcap.meteor.meteor import Meteor
 
-    from eval.text_metrics import TextMetricSession
+    from pacs.eval.text_metrics import TextMetricSession
 
     candidates, references = _flickr8k_pairs(shared_data, 60)
     metrics = ["bleu4", "meteor", "rouge", "cider"]

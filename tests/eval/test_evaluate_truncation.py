@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 PROMPT = "A photo depicts "
 N_IMAGES = 4

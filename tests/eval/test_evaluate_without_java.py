@@ -15,8 +15,8 @@ def _write_inputs(tmp_path):
 
 
 def test_evaluate_refuses_meteor_and_spice_at_load_without_java(no_java, tmp_path, capsys, monkeypatch):
-    import pacs_cli
-    from eval import system_scoring
+    from pacs import cli as pacs_cli
+    from pacs.eval import system_scoring
 
     candidates, references = _write_inputs(tmp_path)
     out = tmp_path / "eval.json"
@@ -37,13 +37,12 @@ def test_evaluate_refuses_meteor_and_spice_at_load_without_java(no_java, tmp_pat
 
 
 def test_evaluate_scores_bleu_rouge_cider_without_java(no_java, tmp_path, capsys):
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     candidates, references = _write_inputs(tmp_path)
     out = tmp_path / "eval.json"
     assert pacs_cli.main(["evaluate", "--candidates", str(candidates), "--references", str(references),
                           "--metrics", "bleu1,rouge,cider", "--out", str(out)]) == 0
     values = json.loads(out.read_text())["metrics"]
-    # pycocoevalcap's corpus values for these pairs (its Java tokenizer: eval.text_metrics' doctest)
+    # pycocoevalcap's corpus values for these pairs (its Java tokenizer: pacs.eval.text_metrics' doctest)
     assert round(values["bleu1"], 4) == 0.8182 and round(values["rouge"], 4) == 0.7697
     assert round(values["cider"], 4) == 1.7764

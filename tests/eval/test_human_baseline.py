@@ -11,8 +11,8 @@ from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-import pacs_cli
-from eval.human_baseline import hold_out_references, recompute_from_held_out
+from pacs import cli as pacs_cli
+from pacs.eval.human_baseline import hold_out_references, recompute_from_held_out
 
 N_IMAGES = 6
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from eval import correlate
+from pacs.eval import correlate
 
 
 def tau_b(x: list[float], y: list[float]) -> float:

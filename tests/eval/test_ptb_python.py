@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import scipy.io
 
-from eval.ptb import python_ptb_tokenize
-from eval.text_metrics import compute_text_metrics
-from eval.tokenize import java_ptb_tokenize, ptb_tokenize
-from metric.common.errors import InputError, MissingResourceError
+from pacs.eval.ptb import python_ptb_tokenize
+from pacs.eval.text_metrics import compute_text_metrics
+from pacs.eval.tokenize import java_ptb_tokenize, ptb_tokenize
+from pacs.metric.common.errors import InputError, MissingResourceError
 
 
 def _mat_strings(value) -> list[str]:

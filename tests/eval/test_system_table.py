@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 N_IMAGES = 8
 
@@ -73,7 +73,7 @@ def test_rows_equal_single_system_runs_exactly(flickr, capsys):
 
 
 def test_contrastive_rows_equal_single_runs_and_each_image_is_encoded_once(flickr, monkeypatch):
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.scoring.scorer import Scorer
 
     folder = flickr["dir"]
     model = ["--images", flickr["image_dir"], "--backbone", "tiny-random"]
@@ -158,7 +158,7 @@ def test_bootstrap_intervals_equal_a_direct_numpy_computation(flickr):
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
 
-    from eval.tokenize import ptb_tokenize
+    from pacs.eval.tokenize import ptb_tokenize
 
     folder, images, seed, n = flickr["dir"], flickr["images"], 7, 40
     out = folder / "boot.json"
@@ -198,12 +198,12 @@ def test_bootstrap_intervals_equal_a_direct_numpy_computation(flickr):
 
 
 def test_meteor_recomputed_on_each_resample_equals_pycocoevalcap(flickr):
-    """The jar's corpus METEOR of every resample (eval.meteor_stats) against pycocoevalcap's Meteor on it."""
+    """The jar's corpus METEOR of every resample (pacs.eval.meteor_stats) against pycocoevalcap's Meteor on it."""
     from pycocoevalcap.meteor.meteor import Meteor
 
-    from eval.system_scoring import RowScores
-    from eval.system_table import bootstrap_samples
-    from eval.tokenize import ptb_tokenize
+    from pacs.eval.system_scoring import RowScores
+    from pacs.eval.system_table import bootstrap_samples
+    from pacs.eval.tokenize import ptb_tokenize
 
     images, seed, n = flickr["images"], 5, 15
     tokens = ptb_tokenize([flickr["a"][i] for i in images] + [r for i in images for r in flickr["refs"][i]])
@@ -222,7 +222,7 @@ def test_meteor_recomputed_on_each_resample_equals_pycocoevalcap(flickr):
 
 
 def test_csv_plot_and_html(flickr):
-    from eval.report import normalised_columns
+    from pacs.eval.report import normalised_columns
 
     folder = flickr["dir"]
     out, csv_path, png, page = (folder / n for n in ("o.json", "o-table.csv", "o.png", "o.html"))
@@ -245,8 +245,8 @@ def test_csv_plot_and_html(flickr):
 
 
 def test_library_function_gives_the_command_table(tmp_path):
-    from eval.api import evaluate_systems
-    from metric.common.errors import InputError
+    from pacs.eval.api import evaluate_systems
+    from pacs.metric.common.errors import InputError
 
     (tmp_path / "refs.json").write_text(json.dumps({"1": ["a dog runs", "a brown dog"], "2": ["a cat", "cats"]}))
     (tmp_path / "a.json").write_text(json.dumps({"1": "a dog", "2": "a black cat"}))

@@ -1,6 +1,6 @@
 """A paper-ready system table (issue 33 item 5): a model per contrastive column, text metrics ×100, LaTeX and
 Markdown with the papers' column groups and the best per column bold, colours by metric direction, the header
-and SPICE-warning fixes, and `eval.evaluate_systems` on captions in memory.
+and SPICE-warning fixes, and `pacs.eval.evaluate_systems` on captions in memory.
 
 The column models are the official-format fixtures (`$PACS_SHARED/fixtures/pacscore`: C a PAC-S file, A a
 PAC-S++ file, both tiny and random) and pacs' `tiny-random` CLIP; the images and captions are the fixtures'.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pacs_cli
+from pacs import cli as pacs_cli
 
 CONTRASTIVE = ["ref-clip-s", "clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac-s++"]
 
@@ -98,7 +98,7 @@ def test_three_column_models_equal_three_single_model_runs(fixture_systems, caps
 
 
 def test_the_model_of_a_column_is_shown_in_the_html_and_the_plot_labels(fixture_systems):
-    from eval.report import system_table_section
+    from pacs.eval.report import system_table_section
 
     folder, root = fixture_systems["dir"], fixture_systems["root"]
     out, page = folder / "shown.json", folder / "shown.html"
@@ -143,7 +143,7 @@ TEXT_METRICS = "bleu1,cider,rep1,incorrect,length"
 
 @pytest.fixture(scope="module")
 def text_table():
-    from eval import evaluate_systems
+    from pacs.eval import evaluate_systems
 
     return evaluate_systems(SYSTEMS, REFERENCES, TEXT_METRICS, bootstrap=0, human_baseline=True, seed=3)
 
@@ -172,7 +172,7 @@ def _balanced(text: str) -> bool:
 
 
 def test_latex_is_compile_shaped_grouped_and_bolds_the_best_per_column(text_table):
-    from eval.table_export import table_latex
+    from pacs.eval.table_export import table_latex
 
     latex = table_latex(text_table)
     assert _balanced(latex)
@@ -199,7 +199,7 @@ def test_latex_is_compile_shaped_grouped_and_bolds_the_best_per_column(text_tabl
 
 
 def test_markdown_has_a_row_per_system_and_bolds_the_best_per_column(text_table):
-    from eval.table_export import table_markdown
+    from pacs.eval.table_export import table_markdown
 
     markdown = table_markdown(text_table)
     lines = markdown.splitlines()
@@ -227,7 +227,7 @@ def test_evaluate_writes_latex_and_markdown_files(fixture_systems):
 
 
 def test_in_memory_captions_give_the_table_of_files(text_table, tmp_path):
-    from eval import evaluate_systems
+    from pacs.eval import evaluate_systems
 
     files = []
     for index, (name, captions) in enumerate(SYSTEMS.items()):
@@ -260,7 +260,7 @@ def _toy_table():
 def test_colours_mean_better_or_worse_by_the_metric_direction():
     """+30 %Incorrect is worse, +0.4 CIDEr better; -5 %Incorrect better, -0.3 CIDEr worse; length has no
     direction; the heat map runs from each metric's worst (0) to its best (1) row."""
-    from eval.report import normalised_columns, system_table_section
+    from pacs.eval.report import normalised_columns, system_table_section
 
     section = system_table_section(_toy_table())
     delta = section[section.index('id="delta-table"'):]
@@ -274,7 +274,7 @@ def test_colours_mean_better_or_worse_by_the_metric_direction():
 
 
 def test_the_printed_header_keeps_every_metric_name_apart():
-    from eval.system_table import table_text
+    from pacs.eval.system_table import table_text
 
     metrics = ["clip-s", "ref-clip-s", "ref-pac-s++", "pac-s++", "incorrect"]
     table = {"header": "h", "metrics": metrics, "baseline": None,
@@ -285,8 +285,8 @@ def test_the_printed_header_keeps_every_metric_name_apart():
 
 
 def test_an_unavailable_spice_is_tried_and_warned_about_once_per_table(monkeypatch, caplog):
-    from eval import evaluate_systems, text_metrics
-    from eval.spice import SpiceUnavailable
+    from pacs.eval import evaluate_systems, text_metrics
+    from pacs.eval.spice import SpiceUnavailable
 
     calls = []
 

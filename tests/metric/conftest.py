@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
 
 torch.set_num_threads(1)
 
@@ -54,7 +54,7 @@ def aligned_backbone() -> Backbone:
             bias = torch.linalg.lstsq(projection.T, direction[:, None]).solution[:, 0]
             norm.bias.copy_(2.0 * bias)
             norm.weight.mul_(0.5)
-    from metric.models.backbones import model_fingerprint
+    from pacs.metric.models.backbones import model_fingerprint
 
     backbone.fingerprint = model_fingerprint(model, backbone.open_clip_config, backbone.preprocess)
     return backbone

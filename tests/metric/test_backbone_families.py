@@ -15,10 +15,10 @@ import torch
 from backbone_fixtures import LOGIT_BIAS, LOGIT_SCALE, tiny_open_clip_siglip
 from PIL import Image
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.models.factory import load_backbone
-from metric.models.transformers_backbone import unpack_naflex
-from metric.scoring.scorer import Scorer
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.transformers_backbone import unpack_naflex
+from pacs.metric.scoring.scorer import Scorer
 
 OPEN_CLIP = ("open_clip-siglip", "open_clip-siglip2")
 TRANSFORMERS = ("transformers-clip", "transformers-siglip", "transformers-siglip2")
@@ -213,7 +213,7 @@ def _hook_output(module: torch.nn.Module, run) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ALL)
 def test_grid_features_are_the_last_block_tokens_before_the_final_norm(name, tiny_family_folder, photo):
-    from metric.models.grid import grid_feature_dim, visual_grid_features
+    from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 
     backbone = load_backbone(checkpoint=tiny_family_folder(name))
     pixels = backbone.preprocess(photo)[None]
@@ -271,7 +271,7 @@ def test_grid_features_of_a_timm_tower_stop_before_its_final_norm():
     """The released SigLIP towers are timm ViTs with a MAP head (open_clip's TimmModel holds one as `trunk`)."""
     from timm.models.vision_transformer import VisionTransformer
 
-    from metric.models.grid import grid_feature_dim, visual_grid_features
+    from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 
     torch.manual_seed(0)
     trunk = VisionTransformer(img_size=32, patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
@@ -291,7 +291,7 @@ def test_grid_features_of_a_timm_tower_stop_before_its_final_norm():
 def test_open_clip_clip_local_dir_keeps_the_clip_fast_paths(tmp_path, photo):
     from safetensors.torch import save_file
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     built = build_backbone_from_config(tiny_clip_config(), seed=3)
     save_file({k: v.contiguous() for k, v in built.model.state_dict().items()},

@@ -18,14 +18,14 @@ import open_clip
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from metric.common.provenance import sha256_file
-from metric.models.backbones import build_backbone_from_config, model_fingerprint, save_backbone
-from metric.models.factory import load_backbone
-from metric.models.lora import attach_lora, merge_lora, save_adapter
-from metric.scoring.scorer import Scorer
-from metric.training.export import export_model
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import build_backbone_from_config, model_fingerprint, save_backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.lora import attach_lora, merge_lora, save_adapter
+from pacs.metric.scoring.scorer import Scorer
+from pacs.metric.training.export import export_model
 
 N_INSTANCES = 8  # of the 32 fixture instances: enough images and captions, a few seconds per scoring
 
@@ -252,7 +252,7 @@ def test_bad_inputs_exit_2_without_output(lora_run, pacscore_fixtures, tiny_back
 
 
 def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
-    from metric.training import export
+    from pacs.metric.training import export
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
@@ -265,8 +265,8 @@ def test_failed_write_leaves_nothing(lora_run, tmp_path, monkeypatch):
 
 def test_official_differences_name_each_difference():
     """tiny_clip_config differs from what the official build_model rebuilds in four ways, each named."""
-    from metric.models.backbones import tiny_clip_config
-    from metric.training.export import official_differences
+    from pacs.metric.models.backbones import tiny_clip_config
+    from pacs.metric.training.export import official_differences
 
     tiny = build_backbone_from_config(tiny_clip_config(), family="pac-s++")
     assert official_differences(tiny) == [

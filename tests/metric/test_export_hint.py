@@ -13,9 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.models.factory import load_backbone
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.models.factory import load_backbone
 
 HINT = "score it with: pacs score --metric pac-s++ "
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.models.factory import load_backbone
-from metric.scoring.long_captions import pack_pieces
-from metric.scoring.scorer import Scorer
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.long_captions import pack_pieces
+from pacs.metric.scoring.scorer import Scorer
 
 SIGMOID_FAMILIES = ["open_clip-siglip", "open_clip-siglip2", "transformers-siglip", "transformers-siglip2"]
 SHORT = "a dog. a cat."

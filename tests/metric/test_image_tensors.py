@@ -10,11 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
-from metric import score
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.scoring.image_inputs import image_key
-from metric.scoring.scorer import Scorer
+from pacs.metric import score
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.scoring.image_inputs import image_key
+from pacs.metric.scoring.scorer import Scorer
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,8 @@ def test_bad_tensors_are_clear_errors(backbone):
 
 
 def test_rewards_and_trl_take_tensors(backbone):
-    from rewards import build_reward
-    from rewards.trl import reward_function
+    from pacs.rewards import build_reward
+    from pacs.rewards.trl import reward_function
 
     pil = picture(5)
     tensors = {"a": as_uint8(pil)}

@@ -1,4 +1,4 @@
-"""`load_backbone` asks one loader per backbone family (metric.models.loader_registry): which one takes what."""
+"""`load_backbone` asks one loader per backbone family (pacs.metric.models.loader_registry): which one takes what."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import open_clip
 import pytest
 from safetensors.torch import save_file
 
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.models.factory import FAMILY_LOADERS
-from metric.models.loader_registry import LoadRequest, select_loader
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.models.factory import FAMILY_LOADERS
+from pacs.metric.models.loader_registry import LoadRequest, select_loader
 
 
 def _routed(**request) -> str:

@@ -13,12 +13,12 @@ import pytest
 import torch
 from PIL import Image
 
-import pacs_cli
-from metric import score
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.scoring.long_captions import mean_of_normalised, pack_pieces, split_sentences
-from metric.scoring.scorer import DEFAULT_PROMPT, Scorer
+from pacs import cli as pacs_cli
+from pacs.metric import score
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.scoring.long_captions import mean_of_normalised, pack_pieces, split_sentences
+from pacs.metric.scoring.scorer import DEFAULT_PROMPT, Scorer
 
 CONTEXT = 16
 # "A photo depicts " is 3 BPE tokens; with SOT and EOT a prompted text fits 16 ids when its caption has <= 11 tokens.
@@ -163,7 +163,7 @@ def test_score_api_marks_truncated_captions(short_context):
 
 def test_torchmetrics_class_marks_truncated_captions(short_context):
     pytest.importorskip("torchmetrics")
-    from metric.scoring.tm_metrics import CLIPScore
+    from pacs.metric.scoring.tm_metrics import CLIPScore
 
     image = Image.new("RGB", (64, 64), "red")
     metric = CLIPScore(backbone=short_context, return_per_sample=True)
@@ -177,8 +177,8 @@ def test_torchmetrics_class_marks_truncated_captions(short_context):
 
 
 def test_reward_and_trl_reward_mark_truncated_captions(short_context):
-    from rewards import build_reward
-    from rewards.trl import reward_function
+    from pacs.rewards import build_reward
+    from pacs.rewards.trl import reward_function
 
     image = Image.new("RGB", (64, 64), "red")
     reward = build_reward("clip-s", backbone=short_context, image_loader=lambda image_id: image)
@@ -202,7 +202,7 @@ def test_reward_and_trl_reward_mark_truncated_captions(short_context):
 
 
 def test_cli_score_marks_truncated_captions_per_instance(short_context, tmp_path):
-    from metric.models.backbones import save_backbone
+    from pacs.metric.models.backbones import save_backbone
 
     checkpoint = save_backbone(short_context, tmp_path / "tiny16.safetensors")
     images = tmp_path / "images"
@@ -221,8 +221,8 @@ def test_cli_score_marks_truncated_captions_per_instance(short_context, tmp_path
 
 
 def test_correlate_counts_the_truncated_candidates(short_context, tmp_path):
-    from eval import correlate
-    from metric.models.backbones import save_backbone
+    from pacs.eval import correlate
+    from pacs.metric.models.backbones import save_backbone
 
     checkpoint = save_backbone(short_context, tmp_path / "tiny16.safetensors")
     Image.new("RGB", (64, 64), "red").save(tmp_path / "img0.png")

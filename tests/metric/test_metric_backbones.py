@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.models.factory import load_backbone
-from metric.models.official import infer_openai_config, merge_lora, read_torch_checkpoint, split_lora
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.official import infer_openai_config, merge_lora, read_torch_checkpoint, split_lora
 
 
 def test_tiny_config_builds_seeded_random_models():
@@ -127,7 +127,7 @@ def test_uncached_pretrained_tag_is_a_clear_missing_resource(monkeypatch, tmp_pa
         load_backbone("ViT-B-32/openai")
     message = str(error.value)
     assert "ViT-B-32/openai" in message and "backbone=ViT-B-32/PATH_TO_FILE" in message  # what Python users pass
-    from metric.commands.flags import cli_message
+    from pacs.metric.commands.flags import cli_message
 
     assert "--backbone ViT-B-32/PATH_TO_FILE (or --backbone ViT-B-32 and --checkpoint PATH_TO_FILE)" in \
         cli_message(error.value)  # what `pacs` prints

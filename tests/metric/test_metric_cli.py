@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from metric.common.provenance import sha256_file
-from metric.models.backbones import save_backbone
-from metric.scoring.scorer import Scorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import save_backbone
+from pacs.metric.scoring.scorer import Scorer
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from metric.common.errors import InputError
-from metric.models.factory import load_backbone
-from metric.scoring.scorer import Scorer, check_dtype
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.scorer import Scorer, check_dtype
 
 # Measured on fixture A (32 instances, w = 2.0): max |Δ PAC-S| bf16 0.025, fp16 0.0034 (docs/metric.md).
 BOUNDS = {"bf16": 0.06, "fp16": 0.01}
@@ -116,7 +116,7 @@ def test_cli_dtype(fixture_a, tmp_path):
 
 def test_rewards_and_torchmetrics_take_dtype(fixture_a):
     """A reward's own scorer and a torchmetrics metric compute in the requested dtype."""
-    from rewards import RewardResources, build_reward
+    from pacs.rewards import RewardResources, build_reward
 
     resources = RewardResources()
     backbone = fixture_a["backbone"]
@@ -130,7 +130,7 @@ def test_rewards_and_torchmetrics_take_dtype(fixture_a):
     assert np.array_equal(rewards_low, expected_low)  # the reward is this scorer on the same batches (bf16 alike)
     assert np.abs(rewards_full - fixture_a["official"][:4]).max() <= 1e-4
     assert sorted(key[-1] for key in resources.scorers) == ["bf16", "fp32"]
-    tm = pytest.importorskip("metric.scoring.tm_metrics")
+    tm = pytest.importorskip("pacs.metric.scoring.tm_metrics")
     metric = tm.PACScorePlusPlus(backbone=backbone, w=2.0, dtype="fp16", return_per_sample=True)
     metric.update(images, captions)
     expected_fp16 = Scorer(backbone, w=2.0, dtype="fp16").score(images, captions).scores

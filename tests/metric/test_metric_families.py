@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.commands.flags import cli_message
-from metric.common.errors import InputError
-from metric.models.backbones import (
+from pacs.cli import main
+from pacs.metric.commands.flags import cli_message
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import (
     build_backbone_from_config,
     instantiate_open_clip,
     open_clip_name_config,
     save_backbone,
     tiny_clip_config,
 )
-from metric.models.factory import load_backbone
-from metric.models.families import ARCH_PRESETS, OFFICIAL_CHECKPOINTS, FamilyMismatchError, establish_family
-from metric.models.official import resolve_architecture
-from metric.scoring.registry import default_w
-from pacs_cli import main
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.families import ARCH_PRESETS, OFFICIAL_CHECKPOINTS, FamilyMismatchError, establish_family
+from pacs.metric.models.official import resolve_architecture
+from pacs.metric.scoring.registry import default_w
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's preprocessing constants, written out
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -75,7 +75,7 @@ def test_renamed_official_vit_l14_is_refused_naming_arch(vit_l14_state, tmp_path
 
 
 def test_exact_official_names_establish_activation_normalisation_and_family(vit_l14_state, tmp_path, monkeypatch):
-    from metric.models import official
+    from pacs.metric.models import official
 
     config, overrides, how = resolve_architecture(vit_l14_state, Path("openClip_ViT-L-14.pth"))
     assert config["quick_gelu"] is False and overrides == {"mean": HALF, "std": HALF}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from metric.models.backbones import save_backbone
-from metric.scoring.images import ImageFinder, coco_image_id, ids_for_files
-from metric.scoring.scorer import Scorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import save_backbone
+from pacs.metric.scoring.images import ImageFinder, coco_image_id, ids_for_files
+from pacs.metric.scoring.scorer import Scorer
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +116,10 @@ def test_pacs_score_finds_upper_case_extensions(aligned_backbone, tmp_path, flic
 
 
 def test_pacs_caption_writes_the_ids_of_the_references(tmp_path, flickr):
-    from captioner.modeling.checkpoints import save_captioner
-    from captioner.modeling.model import Captioner, CaptionerConfig
-    from captioner.modeling.vocab import build_vocab
-    from metric.models.backbones import tiny_clip_config
+    from pacs.captioner.modeling.checkpoints import save_captioner
+    from pacs.captioner.modeling.model import Captioner, CaptionerConfig
+    from pacs.captioner.modeling.vocab import build_vocab
+    from pacs.metric.models.backbones import tiny_clip_config
 
     vocab = build_vocab("word", ["a dog runs", "a cat sits"], min_count=1, max_length=6)
     config = CaptionerConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, dropout=0.0,

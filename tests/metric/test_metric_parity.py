@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metric.common.errors import InputError
-from metric.common.provenance import sha256_file
-from metric.models.factory import load_backbone
-from metric.models.official import read_torch_checkpoint, split_lora
-from metric.scoring.scorer import Scorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.models.official import read_torch_checkpoint, split_lora
+from pacs.metric.scoring.scorer import Scorer
 
 TOLERANCE = 1e-4
 

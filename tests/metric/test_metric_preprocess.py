@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess, open_image
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.preprocess import OPENAI_MEAN, OPENAI_STD, ImagePreprocess, open_image
 
 
 def _official_by_hand(image: Image.Image, size: int) -> torch.Tensor:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.pruned_forward import (
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.pruned_forward import (
     common_prefix_length,
     prefix_states,
     supports_pruned_image,

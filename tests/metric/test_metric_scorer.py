@@ -6,9 +6,9 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.scoring.scorer import Scorer
-from metric.scoring.scores import clip_score, ref_score
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.scorer import Scorer
+from pacs.metric.scoring.scores import clip_score, ref_score
 
 CAPTIONS = ["a dog runs on the grass", "two people", "", "a red car parked next to a tall building at night",
             "noise", "a cat", " ".join(["word"] * 100), "A photo of colours"]
@@ -74,7 +74,7 @@ def test_persistent_cache_reuses_embeddings(tiny_backbone, image_dir, tmp_path):
     assert second.images_encoded == 0 and second.disk_cache.hits == 6
     assert np.array_equal(again.scores, expected.scores)
     # A different model never sees these entries: the cache is keyed by fingerprint.
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     other = Scorer(build_backbone_from_config(tiny_clip_config(), seed=9), cache_dir=tmp_path)
     other.embed_images(paths[:1])

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from metric.scoring.registry import METRICS, default_w, metric_spec
-from metric.scoring.scores import clip_score, cosine, ref_score, reference_term
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import METRICS, default_w, metric_spec
+from pacs.metric.scoring.scores import clip_score, cosine, ref_score, reference_term
 
 
 def test_clip_score_clips_negative_cosines_and_scales_by_w():

@@ -6,7 +6,7 @@ import json
 import torch
 from open_clip.tokenizer import SimpleTokenizer
 
-from metric.models.tokenizer import EOT_ID, SOT_ID, ClipTokenizer
+from pacs.metric.models.tokenizer import EOT_ID, SOT_ID, ClipTokenizer
 
 
 def test_fixture_prompt_ids_match_official(pacscore_fixtures):
@@ -62,7 +62,7 @@ def test_trimmed_text_encoding_equals_full_padding(tiny_backbone):
 def test_remembered_texts_give_the_ids_a_fresh_tokenizer_gives(monkeypatch):
     """The text -> ids memory: the same ids as a tokenizer that never saw the text (also after the memory was
     emptied when full), and a caller changing a returned list does not change what the next call returns."""
-    import metric.models.tokenizer as tokenizer_module
+    import pacs.metric.models.tokenizer as tokenizer_module
 
     texts = ["a red circle", "A  red circle &amp; a dog", "a red circle", "<|endoftext|> child", "caf\u00e9 \u2013 x"] * 3
     monkeypatch.setattr(tokenizer_module, "ENCODED_CACHE_SIZE", 3)  # emptied several times over the list

@@ -14,10 +14,10 @@ import pytest
 import torch
 from image_files import decompression_bomb
 
-from metric.common.errors import InputError
-from metric.common.parallel import available_cores, ordered_map, resolve_workers
-from metric.models.preprocess import ImagePreprocess, open_image
-from metric.scoring.scorer import Scorer
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.parallel import available_cores, ordered_map, resolve_workers
+from pacs.metric.models.preprocess import ImagePreprocess, open_image
+from pacs.metric.scoring.scorer import Scorer
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_decode_gpu_is_refused_in_one_line_without_cuda(tiny_backbone, monkeypat
 
 def test_tensor_decoder_follows_the_exact_geometry(flickr_images):
     """The GPU path's algorithm, run on the CPU: same shape, pixels within a few 8-bit steps of PIL's."""
-    from metric.models.tensor_decode import TensorDecoder
+    from pacs.metric.models.tensor_decode import TensorDecoder
 
     preprocess = ImagePreprocess(size=224)
     decoder = TensorDecoder(preprocess, "cpu")
@@ -134,8 +134,7 @@ def test_tensor_decoder_follows_the_exact_geometry(flickr_images):
 def test_score_refuses_decode_gpu_and_bad_workers_before_loading_a_model(tmp_path, capsys, monkeypatch):
     import json
 
-    import pacs_cli
-
+    from pacs import cli as pacs_cli
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     (tmp_path / "c.json").write_text(json.dumps({"a": "a dog"}))
     from PIL import Image

@@ -9,13 +9,13 @@ import pytest
 import torch
 from PIL import Image
 
-import pacs_cli
-from metric import load_backbone, score
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.scoring.api import build_scorer
-from metric.scoring.conventions import calibration
-from metric.scoring.scorer import DEFAULT_PROMPT, Scorer
+from pacs import cli as pacs_cli
+from pacs.metric import load_backbone, score
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.scoring.api import build_scorer
+from pacs.metric.scoring.conventions import calibration
+from pacs.metric.scoring.scorer import DEFAULT_PROMPT, Scorer
 
 SCALE, BIAS = 7.0, -1.5
 
@@ -99,7 +99,7 @@ def test_sigmoid_is_refused_on_clip_with_one_clear_error(clip_backbone):
         build_scorer("clip-s", backbone=Scorer(clip_backbone), score="sigmoid")
     with pytest.raises(InputError, match="sigmoid"):
         Scorer(clip_backbone).score(IMAGES, CAPTIONS, score="sigmoid")
-    from rewards import build_reward
+    from pacs.rewards import build_reward
 
     with pytest.raises(InputError, match="sigmoid"):
         build_reward("clip-s", backbone=clip_backbone, score="sigmoid")
@@ -124,7 +124,7 @@ def test_score_api_and_build_scorer_record_the_convention(sigmoid_backbone):
 
 def test_torchmetrics_sigmoid(sigmoid_backbone):
     pytest.importorskip("torchmetrics")
-    from metric.scoring.tm_metrics import CLIPScore
+    from pacs.metric.scoring.tm_metrics import CLIPScore
 
     metric = CLIPScore(backbone=sigmoid_backbone, score="sigmoid", return_per_sample=True)
     metric.update(IMAGES, CAPTIONS)
@@ -139,8 +139,8 @@ def test_torchmetrics_sigmoid(sigmoid_backbone):
 
 
 def test_reward_and_trl_sigmoid(sigmoid_backbone):
-    from rewards import build_reward
-    from rewards.trl import reward_function
+    from pacs.rewards import build_reward
+    from pacs.rewards.trl import reward_function
 
     red = IMAGES[0]
     reward = build_reward("clip-s", backbone=sigmoid_backbone, image_loader=lambda image_id: red, score="sigmoid")
@@ -204,7 +204,7 @@ def test_cli_refuses_sigmoid_on_clip_in_one_line(tmp_path, capsys):
 
 
 def test_correlate_takes_the_score_option_and_refuses_sigmoid_on_clip(tmp_path, sigmoid_backbone):
-    from eval import correlate
+    from pacs.eval import correlate
 
     IMAGES[0].save(tmp_path / "img0.png")
     judged = [("a red square", 5), ("a dog", 1), ("red", 4)]

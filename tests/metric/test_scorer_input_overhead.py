@@ -13,11 +13,11 @@ import pytest
 import torch
 from torchvision import transforms
 
-from metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
-from metric.models.preprocess import open_image
-from metric.scoring.image_inputs import image_key, image_keys
-from metric.scoring.scorer import Scorer
-from metric.scoring.scores import cosine
+from pacs.metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
+from pacs.metric.models.preprocess import open_image
+from pacs.metric.scoring.image_inputs import image_key, image_keys
+from pacs.metric.scoring.scorer import Scorer
+from pacs.metric.scoring.scores import cosine
 
 
 def _torchvision(size: int, mean, std) -> transforms.Compose:

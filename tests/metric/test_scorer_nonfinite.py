@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from metric.common.errors import InputError, NonFiniteError
-from metric.models.backbones import Backbone, save_backbone
-from metric.models.factory import load_backbone
-from metric.scoring.scorer import Scorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError, NonFiniteError
+from pacs.metric.models.backbones import Backbone, save_backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.scorer import Scorer
 
 
 def _broken(backbone: Backbone, tower: str) -> Backbone:

@@ -1,4 +1,4 @@
-"""torchmetrics metrics (`metric.scoring.tm_metrics`): the numbers of `pacs score`, tensor images, a 2-process gloo sync."""
+"""torchmetrics metrics (`pacs.metric.scoring.tm_metrics`): the numbers of `pacs score`, tensor images, a 2-process gloo sync."""
 from __future__ import annotations
 
 import json
@@ -12,16 +12,16 @@ from PIL import Image
 
 pytest.importorskip("torchmetrics")
 
-from metric.common.errors import InputError
-from metric.models.families import FamilyMismatchError
-from metric.scoring.tm_metrics import (
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.families import FamilyMismatchError
+from pacs.metric.scoring.tm_metrics import (
     CLIPScore,
     PACScore,
     PACScorePlusPlus,
     pac_score,
     pac_score_plus_plus,
 )
-from pacs_cli import main
 
 TOLERANCE = 1e-6
 # fixture folder -> (metric class, family metric name)
@@ -201,7 +201,7 @@ class _PacsAsHfClip(torch.nn.Module):
 
 def _pacs_as_hf_processor(backbone):
     """A processor callable as torchmetrics calls CLIPProcessor: images -> pixel_values, text -> input_ids."""
-    from metric.scoring.tm_metrics import to_image_inputs
+    from pacs.metric.scoring.tm_metrics import to_image_inputs
 
     def processor(images=None, text=None, return_tensors="pt", padding=True):
         if images is not None:
@@ -218,9 +218,9 @@ def test_torchmetrics_clipscore_is_100_times_the_clamped_mean_cosine(pacscore_fi
     (w = 2.5, prompt "") only when no cosine is negative (pacs clamps each sample, torchmetrics the mean)."""
     from torchmetrics.multimodal import CLIPScore as TorchmetricsCLIPScore
 
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.models.factory import load_backbone
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.scoring.scorer import Scorer
 
     fixture = _fixture(pacscore_fixtures, "C")
     if name == "C":

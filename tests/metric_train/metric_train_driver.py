@@ -11,9 +11,9 @@ import sys
 
 import torch
 
-from metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
-from metric.training.data import TensorPositivesDataset
-from metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
+from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.trainer import LoraOptions, LossOptions, MetricTrainConfig, train_metric
 
 WORDS = ["dog", "cat", "man", "woman", "red", "blue", "ball", "grass", "water", "snow", "runs", "sits"]
 GLOBAL_BATCH = 8

@@ -12,11 +12,11 @@ import json
 import torch
 from PIL import Image
 
-from metric.common.provenance import sha256_file
-from metric.models.backbones import model_fingerprint, save_backbone
-from metric.models.factory import load_backbone
-from metric.scoring.scorer import Scorer
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.metric.common.provenance import sha256_file
+from pacs.metric.models.backbones import model_fingerprint, save_backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.scorer import Scorer
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 from .metric_train_driver import positives, tiny_backbone
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from metric.common.errors import InputError
-from metric.training.data import read_manifest
-from metric.training.positives import read_caption_dataset
+from pacs.metric.common.errors import InputError
+from pacs.metric.training.data import read_manifest
+from pacs.metric.training.positives import read_caption_dataset
 
 
 @pytest.fixture

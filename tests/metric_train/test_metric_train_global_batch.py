@@ -15,13 +15,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from metric.common.errors import InputError
-from metric.training.config import LossOptions
-from metric.training.data import ShardedEpochBatches, split_micro_batches
-from metric.training.encoding import loss_on_embeddings
-from metric.training.grad_cache import grad_cache_step
-from metric.training.losses import positive_augmented_loss, symmetric_infonce
-from metric.training.trainer import MetricTrainConfig, micro_batch_size
+from pacs.metric.common.errors import InputError
+from pacs.metric.training.config import LossOptions
+from pacs.metric.training.data import ShardedEpochBatches, split_micro_batches
+from pacs.metric.training.encoding import loss_on_embeddings
+from pacs.metric.training.grad_cache import grad_cache_step
+from pacs.metric.training.losses import positive_augmented_loss, symmetric_infonce
+from pacs.metric.training.trainer import MetricTrainConfig, micro_batch_size
 
 from .metric_train_driver import GLOBAL_BATCH, STEPS, run, tiny_backbone
 
@@ -118,7 +118,7 @@ def _hand_infonce(img: list[list[float]], txt: list[list[float]], scale: float) 
 def _gather_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from metric.training.distributed import gather_with_grad
+    from pacs.metric.training.distributed import gather_with_grad
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.common.seeding import seed_everything
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.training.data import TensorPositivesDataset, random_view
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.training.data import TensorPositivesDataset, random_view
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 N_IMAGES = 240
 N_VAL_IMAGES = 80

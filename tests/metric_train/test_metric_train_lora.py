@@ -8,11 +8,11 @@ import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.models.factory import load_adapter_backbone, load_backbone
-from metric.models.lora import attach_lora, merge_lora, save_adapter
-from metric.scoring.scorer import Scorer
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.models.factory import load_adapter_backbone, load_backbone
+from pacs.metric.models.lora import attach_lora, merge_lora, save_adapter
+from pacs.metric.scoring.scorer import Scorer
 
 torch.set_num_threads(1)
 
@@ -129,7 +129,7 @@ def test_adapter_folder_without_base_record_is_an_error(tmp_path):
 
 
 def test_adapter_and_merged_give_identical_rewards(tmp_path):
-    from rewards import build_reward
+    from pacs.rewards import build_reward
 
     lora = attach_lora(_tiny(seed=8))
     _perturb_lora(lora, seed=2)  # a seed whose scores are all above the clip at 0
@@ -151,7 +151,7 @@ def test_adapter_and_merged_give_identical_rewards(tmp_path):
     assert torch.equal(values[0], values[2]) and torch.equal(values[1], values[3])  # same weights and batches
 
 
-# ---- which layers LoRA adapts, per layout (metric.models.lora owns the choice) ----------------------------------------
+# ---- which layers LoRA adapts, per layout (pacs.metric.models.lora owns the choice) ----------------------------------------
 
 def _adapted(backbone) -> set[str]:
     """Names (in the base model) of the modules peft wrapped with LoRA (not the out_proj inside its attention)."""

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from metric.training.losses import (
+from pacs.metric.training.losses import (
     hard_negative_margin,
     positive_augmented_loss,
     relative_infonce,
@@ -181,7 +181,7 @@ def test_positive_augmented_sigmoid_loss_combines_three_terms():
 
 
 def test_sigmoid_loss_needs_a_bias_and_trains_scale_and_bias():
-    from metric.common.errors import PacsError
+    from pacs.metric.common.errors import PacsError
 
     v, t = _unit(4, 8, 50).requires_grad_(True), _unit(4, 8, 51)
     with pytest.raises(PacsError, match="logit_bias"):
@@ -208,8 +208,8 @@ def test_shape_mismatch_is_an_error():
 def test_recipe_configs_load(name):
     from pathlib import Path
 
-    from metric.common.config import load_config
-    from metric.training.trainer import MetricTrainConfig
+    from pacs.metric.common.config import load_config
+    from pacs.metric.training.trainer import MetricTrainConfig
 
     config = load_config(MetricTrainConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
     config.validate()
@@ -225,8 +225,8 @@ def test_recipe_configs_load(name):
 def test_generator_configs_load(name):
     from pathlib import Path
 
-    from metric.common.config import load_config
-    from metric.training.positives import PositivesConfig
+    from pacs.metric.common.config import load_config
+    from pacs.metric.training.positives import PositivesConfig
 
     config = load_config(PositivesConfig, Path(__file__).parents[2] / "recipes" / "configs" / name)
     assert config.captioner and config.text_to_image and config.safety_checker

@@ -9,10 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
-import pacs_cli
-from metric.models.factory import load_backbone
-from metric.scoring.scorer import Scorer
-from metric.training.positives import PositivesConfig, caption_seed, generate_positives
+from pacs import cli as pacs_cli
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.scorer import Scorer
+from pacs.metric.training.positives import PositivesConfig, caption_seed, generate_positives
 
 torch.set_num_threads(1)
 N_CAPTIONS = 2
@@ -143,7 +143,7 @@ def test_missing_dataset_image_is_an_error_or_a_counted_skip(karpathy_dataset, t
 
 
 def test_blip_captioner_in_bfloat16(tiny_blip_dir):
-    from metric.training.positives import BlipCaptioner
+    from pacs.metric.training.positives import BlipCaptioner
 
     captioner = BlipCaptioner.load(str(tiny_blip_dir), max_length=6, num_beams=1, dtype="bfloat16")
     assert captioner.model.dtype == torch.bfloat16

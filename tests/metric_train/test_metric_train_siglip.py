@@ -15,15 +15,15 @@ import open_clip
 import pytest
 import torch
 
-from metric.common.errors import InputError, MissingResourceError
-from metric.common.seeding import seed_everything
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.models.factory import load_backbone
-from metric.training.config import LossOptions
-from metric.training.data import TensorPositivesDataset
-from metric.training.encoding import DualEncoder, prepare_trainable, resolve_loss_kind
-from metric.training.export import export_model
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.seeding import seed_everything
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.training.config import LossOptions
+from pacs.metric.training.data import TensorPositivesDataset
+from pacs.metric.training.encoding import DualEncoder, prepare_trainable, resolve_loss_kind
+from pacs.metric.training.export import export_model
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 from .test_metric_train_learning import TRAIN_CAPTIONS, _flickr8k_items, positives_datasets
 
@@ -296,7 +296,7 @@ def test_lora_on_a_timm_vision_trunk_as_open_clips_siglip_configs_have(tmp_path)
 @pytest.mark.parametrize("train_logit_scale", [False, True])
 def test_adapter_of_a_file_base_keeps_a_trained_scale_and_bias(tmp_path, train_logit_scale):
     """peft saves LoRA matrices only: a trained temperature is recorded in pacs_base.json, the base stays outside."""
-    from metric.models.backbones import save_backbone
+    from pacs.metric.models.backbones import save_backbone
 
     tokenizer = WordTokenizer(["a dog runs", "a red ball"])
     save_backbone(_tiny_siglip(tokenizer), tmp_path / "base.safetensors")

@@ -8,14 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from metric.common.errors import PacsError
-from metric.training import trainer as trainer_module
-from metric.training.config import LossOptions
-from metric.training.data import collate_positives, split_micro_batches
-from metric.training.encoding import DualEncoder, encode_positives, loss_on_embeddings
-from metric.training.grad_cache import grad_cache_step
-from metric.training.losses import positive_augmented_loss, positives_needed
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs.metric.common.errors import PacsError
+from pacs.metric.training import trainer as trainer_module
+from pacs.metric.training.config import LossOptions
+from pacs.metric.training.data import collate_positives, split_micro_batches
+from pacs.metric.training.encoding import DualEncoder, encode_positives, loss_on_embeddings
+from pacs.metric.training.grad_cache import grad_cache_step
+from pacs.metric.training.losses import positive_augmented_loss, positives_needed
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 from .metric_train_driver import positives, tiny_backbone
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from metric.common.config import from_dict
-from metric.common.errors import InputError
-from metric.models.preprocess import ImagePreprocess
-from metric.training.batches import ThreadedBatches, batch_loader
-from metric.training.config import DataOptions
-from metric.training.data import ManifestDataset, ManifestRecord, ShardedEpochBatches, collate_positives
+from pacs.metric.common.config import from_dict
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.preprocess import ImagePreprocess
+from pacs.metric.training.batches import ThreadedBatches, batch_loader
+from pacs.metric.training.config import DataOptions
+from pacs.metric.training.data import ManifestDataset, ManifestRecord, ShardedEpochBatches, collate_positives
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import pacs_cli
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from metric.training.data import TensorPositivesDataset, read_manifest
-from metric.training.trainer import MetricTrainConfig, train_metric
+from pacs import cli as pacs_cli
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.training.data import TensorPositivesDataset, read_manifest
+from pacs.metric.training.trainer import MetricTrainConfig, train_metric
 
 from .metric_train_driver import WORDS, positives
 
@@ -171,7 +171,7 @@ def test_periodic_correlation_on_an_eval_benchmark(shared_data, tmp_path):
     config = _config(tmp_path, max_steps=2, eval_every=2)
     config.correlation.benchmark, config.correlation.every = "flickr8k-expert", 1
     config.correlation.data, config.correlation.images = str(data), str(source / "images")
-    from eval.training_hook import correlation_hook_from_config
+    from pacs.eval.training_hook import correlation_hook_from_config
 
     out = train_metric(config, _data(16, 0), _data(8, 1), backbone=_backbone(),
                        correlation_hook=correlation_hook_from_config(config.correlation))
@@ -184,12 +184,12 @@ def test_periodic_correlation_on_an_eval_benchmark(shared_data, tmp_path):
 def test_reference_positives_dataset():
     from PIL import Image
 
-    from metric.common.seeding import seed_everything
+    from pacs.metric.common.seeding import seed_everything
 
     seed_everything(0)
     image = Image.fromarray((torch.arange(48 * 40 * 3) % 251).reshape(40, 48, 3).numpy().astype("uint8"))
     preprocess = _backbone().preprocess
-    from metric.training.data import ReferencePositivesDataset
+    from pacs.metric.training.data import ReferencePositivesDataset
 
     dataset = ReferencePositivesDataset([("im1", image, ["a", "b", "c"]), ("im2", image, ["d", "e"])], preprocess)
     assert len(dataset) == 5 and dataset.image_ids == ["im1"] * 3 + ["im2"] * 2

@@ -40,9 +40,9 @@ def test_grpo_run_logs_the_pacs_reward_of_its_completions(shared_data, tmp_path)
     calls = result["reward_calls"]
     assert len(calls) == 3 and all(len(call["completions"]) == 8 for call in calls)  # one generation batch a step
     # recompute every reward from the logged completions and image files with an independent Scorer
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from metric.scoring.registry import default_w
-    from metric.scoring.scorer import Scorer
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.scoring.registry import default_w
+    from pacs.metric.scoring.scorer import Scorer
 
     backbone = build_backbone_from_config(tiny_clip_config(), seed=0)
     scorer = Scorer(backbone, w=default_w("pac-s++", backbone), progress=False)
@@ -86,7 +86,7 @@ def test_normalised_components_and_the_monitor_through_the_recipe(shared_data, t
     assert result["weights"] == [1.0, 0.5] and list(result["component_calls"]) == ["pac-s++", "rep-penalty"]
     (pacs_call,), (rep_call,) = result["component_calls"].values()
     texts = [completion[-1]["content"] for completion in rep_call["completions"]]
-    from eval.fluency import repetitions, words
+    from pacs.eval.fluency import repetitions, words
 
     assert rep_call["rewards"] == [-float(repetitions(text, 2)) for text in texts]
     # TRL's logged reward is the weighted sum of the components' means; the monitor saw the same weighted sum

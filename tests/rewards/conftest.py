@@ -8,8 +8,8 @@ from PIL import Image
 
 @pytest.fixture(scope="module")
 def tiny_backbone():
-    """A tiny randomly initialised open_clip ViT (metric.models.backbones), one thread."""
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    """A tiny randomly initialised open_clip ViT (pacs.metric.models.backbones), one thread."""
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     torch.set_num_threads(1)
     return build_backbone_from_config(tiny_clip_config(), seed=0)

@@ -1,13 +1,13 @@
-"""rewards.guards: `rep-penalty` and `length-penalty`, values by hand, mixed like any reward, usable through TRL."""
+"""pacs.rewards.guards: `rep-penalty` and `length-penalty`, values by hand, mixed like any reward, usable through TRL."""
 from __future__ import annotations
 
 import pytest
 import torch
 from PIL import Image
 
-from metric.common.errors import InputError
-from rewards import build_reward, reward_names
-from rewards.trl import reward_function
+from pacs.metric.common.errors import InputError
+from pacs.rewards import build_reward, reward_names
+from pacs.rewards.trl import reward_function
 
 GAMED = "a a dog dog dog area area area"
 

@@ -1,4 +1,4 @@
-"""Mixed rewards normalised per component within each image's k samples (issue 34 item 4, `rewards.mix`)."""
+"""Mixed rewards normalised per component within each image's k samples (issue 34 item 4, `pacs.rewards.mix`)."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from rewards.base import Reward, WeightedReward
-from rewards.mix import GROUP_STD_EPS, aggregate, mixed_rewards, normalize_within_groups
+from pacs.metric.common.errors import InputError
+from pacs.rewards.base import Reward, WeightedReward
+from pacs.rewards.mix import GROUP_STD_EPS, aggregate, mixed_rewards, normalize_within_groups
 
 # two components over B=2 images x k=3 samples; component b is flat on image 0 (zero spread)
 A = [[0.0, 1.0, 2.0], [3.0, 3.0, 6.0]]
@@ -49,7 +49,7 @@ def test_normalize_then_sum_equals_a_hand_computation_on_a_two_by_three_table():
     # float32 inputs and output: a relative 1e-6 is their rounding
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float32), rtol=1e-6, atol=1e-6)
     # the advantage SCST takes from it (mean baseline) is the same table minus each row's mean (~0 here)
-    from captioner.modeling.train_scst import compute_advantages
+    from pacs.captioner.modeling.train_scst import compute_advantages
 
     _, advantages, _ = compute_advantages(got, "mean")
     hand = [[x - sum(row) / 3 for x in row] for row in expected]
@@ -106,7 +106,7 @@ def test_a_single_reward_is_one_component_of_weight_one():
 
 
 def test_build_reward_takes_the_option_and_refuses_an_unknown_one():
-    from rewards import build_reward
+    from pacs.rewards import build_reward
 
     refs = [["a dog runs on the grass"], ["a man rides a horse"]]
     reward = build_reward("cider:1,rep-penalty:0.5", mix_normalisation="normalize_then_sum", train_references=refs)

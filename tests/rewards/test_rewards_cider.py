@@ -6,10 +6,10 @@ import torch
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-from captioner.data import load_dataset
-from metric.common.errors import InputError
-from rewards import build_reward
-from rewards.text import PTB_PUNCTUATIONS, java_ptb_tokenizer, ptb_tokenize_fast
+from pacs.captioner.data import load_dataset
+from pacs.metric.common.errors import InputError
+from pacs.rewards import build_reward
+from pacs.rewards.text import PTB_PUNCTUATIONS, java_ptb_tokenizer, ptb_tokenize_fast
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_fast_tokenizer_agrees_with_java_ptb_on_flickr8k(flickr8k):
     java = java_ptb_tokenizer(captions)
     fast = [ptb_tokenize_fast(caption) for caption in captions]
     disagreements = [(c, j, f) for c, j, f in zip(captions, java, fast) if j != f]
-    assert not disagreements, disagreements[:5]  # eval.ptb: equal on every caption
+    assert not disagreements, disagreements[:5]  # pacs.eval.ptb: equal on every caption
 
 
 @pytest.mark.parametrize("caption", [
@@ -71,7 +71,7 @@ def test_fast_tokenizer_on_hard_cases(caption):
 
 def test_reference_statistics_are_cached(monkeypatch):
     calls: list[int] = []
-    from rewards import text
+    from pacs.rewards import text
 
     original = text.TOKENIZERS["fast"]
     monkeypatch.setitem(text.TOKENIZERS, "fast", lambda captions: calls.append(len(captions)) or original(captions))

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from pycocoevalcap.cider.cider_scorer import precook
 
-import rewards.cider as cider_module
-from captioner.data import load_dataset
-from captioner.data.compact_captions import CaptionStore
-from eval import cider_tables
-from eval.cider_tables import DocumentFrequency, cider_df, corpus_sha256
-from metric.common import spill
-from metric.common.errors import InputError
-from rewards import build_reward
-from rewards.text import fast_tokenizer
+import pacs.rewards.cider as cider_module
+from pacs.captioner.data import load_dataset
+from pacs.captioner.data.compact_captions import CaptionStore
+from pacs.eval import cider_tables
+from pacs.eval.cider_tables import DocumentFrequency, cider_df, corpus_sha256
+from pacs.metric.common import spill
+from pacs.metric.common.errors import InputError
+from pacs.rewards import build_reward
+from pacs.rewards.text import fast_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from metric.scoring.registry import default_w
-from metric.scoring.scorer import Scorer
-from rewards import build_reward
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import default_w
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards import build_reward
 
 CONTRASTIVE = ["clip-s", "ref-clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac-s++"]
 
@@ -105,7 +105,7 @@ def test_reward_model_is_frozen_and_needs_a_model(tiny_backbone, images, batch):
 
 
 def test_given_scorer_and_per_reward_scorers(tiny_backbone, images, batch):
-    from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
     ids, captions, refs = batch
     other = Scorer(build_backbone_from_config(tiny_clip_config(), seed=1, family="pac-s++"), progress=False)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from metric.scoring.registry import default_w
-from metric.scoring.scorer import Scorer
-from rewards import RewardResources, build_reward
+from pacs.metric.scoring.registry import default_w
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards import RewardResources, build_reward
 
 
 def _expected(backbone, path: Path, captions: list[str]) -> torch.Tensor:

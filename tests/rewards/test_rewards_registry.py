@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from rewards import REWARDS, Reward, build_reward, parse_reward_spec, register_reward, reward_names
+from pacs.metric.common.errors import InputError
+from pacs.rewards import REWARDS, Reward, build_reward, parse_reward_spec, register_reward, reward_names
 
 BUILTIN = {"cider", "clip-s", "ref-clip-s", "pac-s", "ref-pac-s", "pac-s++", "ref-pac-s++"}
 

@@ -1,15 +1,15 @@
-"""rewards.trl: pacs rewards called exactly as TRL's GRPOTrainer calls reward functions."""
+"""pacs.rewards.trl: pacs rewards called exactly as TRL's GRPOTrainer calls reward functions."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.scoring.registry import default_w
-from metric.scoring.scorer import Scorer
-from rewards import build_reward
-from rewards.trl import reward_function
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import default_w
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards import build_reward
+from pacs.rewards.trl import reward_function
 
 G = 3  # completions per prompt (GRPOConfig.num_generations)
 
@@ -17,7 +17,7 @@ G = 3  # completions per prompt (GRPOConfig.num_generations)
 @pytest.fixture(scope="module")
 def flickr(shared_data):
     """Two real Flickr8k training images with their references."""
-    from captioner.data import load_dataset
+    from pacs.captioner.data import load_dataset
 
     items = load_dataset("flickr8k", shared_data / "flickr8k").split("train").items[:2]
     return [str(item.image_path) for item in items], [list(item.captions) for item in items]
@@ -158,7 +158,6 @@ def test_trl_sees_the_name_and_a_synchronous_callable(tiny_backbone):
 def test_docstring_example_runs():
     import doctest
 
-    import rewards.trl
-
-    failures, tried = doctest.testmod(rewards.trl, optionflags=doctest.ELLIPSIS)
+    import pacs.rewards.trl
+    failures, tried = doctest.testmod(pacs.rewards.trl, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0

@@ -1,4 +1,4 @@
-"""The GRPO path for a causal VLM with pacs components (issue 34 item 5): `rewards.trl.reward_functions` with
+"""The GRPO path for a causal VLM with pacs components (issue 34 item 5): `pacs.rewards.trl.reward_functions` with
 TRL's `multi_objective_aggregation="normalize_then_sum"`, the guards as components, and the completion monitor."""
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from eval.caption_drift import distinct_n
-from eval.fluency import repetitions, words
-from metric.common.errors import InputError
-from metric.scoring.registry import default_w
-from metric.scoring.scorer import Scorer
-from rewards.monitor import CompletionMonitor, completion_signals
-from rewards.trl import reward_function, reward_functions
+from pacs.eval.caption_drift import distinct_n
+from pacs.eval.fluency import repetitions, words
+from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.registry import default_w
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards.monitor import CompletionMonitor, completion_signals
+from pacs.rewards.trl import reward_function, reward_functions
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "grpo_vlm_example.py"
 SPEC = "clip-s:1,rep-penalty:0.5,length-penalty:0.25"
@@ -56,7 +56,7 @@ def test_mix_normalisation_in_reward_function_points_to_trl_s_option(tiny_backbo
 
 def test_the_monitor_signals_by_hand():
     captions = ["a dog dog dog runs", "a red square on the", "two cats", ""]
-    ours = completion_signals(captions)  # eval.caption_drift.caption_stats, the SCST monitor's columns too
+    ours = completion_signals(captions)  # pacs.eval.caption_drift.caption_stats, the SCST monitor's columns too
     # by hand: words per caption; distinct-n over the batch's n-grams
     assert ours["length"] == (5 + 5 + 2 + 0) / 4
     # 12 words, 9 distinct (a dog runs red square on the two cats); Rep-1: "dog" x3 is 2 repeats over 4 captions
@@ -70,7 +70,7 @@ def test_the_monitor_signals_by_hand():
 def test_the_monitor_warns_when_the_reward_rises_while_the_completions_degenerate(caplog):
     monitor = CompletionMonitor(every=2)
     plain, gamed = ["a red square", "a blue box on white"], ["a red red red red square square", "a box box box box"]
-    with caplog.at_level(logging.WARNING, logger="rewards.monitor"):
+    with caplog.at_level(logging.WARNING, logger="pacs.rewards.monitor"):
         for rewards in ([0.5, 0.4], [0.5, 0.5]):
             monitor.observe(plain, rewards)
         assert not monitor.warnings  # two windows needed

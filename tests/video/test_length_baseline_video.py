@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from eval import correlate
+from pacs.eval import correlate
 
 from .video_support import tau_b_by_pairs, write_activitynet_foil, write_vatex_eval
 

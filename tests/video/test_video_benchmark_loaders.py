@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from eval.benchmarks.activitynet_foil import (
+from pacs.eval.benchmarks.activitynet_foil import (
     foil_accuracy,
     load_activitynet_foil,
     overlapping_references,
     paragraph_scores,
     segment_frames,
 )
-from eval.benchmarks.vatex_eval import correlations, load_pickle, load_vatex_eval
-from metric.common.errors import InputError
+from pacs.eval.benchmarks.vatex_eval import correlations, load_pickle, load_vatex_eval
+from pacs.metric.common.errors import InputError
 
 from .video_support import write_activitynet_foil, write_vatex_eval
 
@@ -116,7 +116,7 @@ def test_activitynet_protocol_helpers():
     assert segment_frames((10, 20), 20.0, 20) == slice(10, 20)
     assert segment_frames((19.9, 20), 20.0, 10) == slice(9, 10)  # never empty
     assert segment_frames((0, 0.1), 20.0, 10) == slice(0, 1)
-    from eval.benchmarks.activitynet_foil import ActivityNetFoilData, FoilSegment, FoilVideo
+    from pacs.eval.benchmarks.activitynet_foil import ActivityNetFoilData, FoilSegment, FoilVideo
 
     data = ActivityNetFoilData([FoilVideo("a", 1.0, [FoilSegment((0, 1), "x", "y", ["r"])] * 2),
                                 FoilVideo("b", 1.0, [FoilSegment((0, 1), "x", "y", ["r"])])])

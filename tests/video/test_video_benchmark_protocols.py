@@ -4,22 +4,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.benchmarks import RunContext, get_benchmark
-from eval.benchmarks.activitynet_foil import (
+from pacs.eval.benchmarks import RunContext, get_benchmark
+from pacs.eval.benchmarks.activitynet_foil import (
     default_idf_corpus,
     foil_accuracy,
     load_activitynet_foil,
     video_paragraph_scores,
 )
-from eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
-from eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
-from eval.scoring import MetricSuite
-from metric.common.errors import InputError
-from metric.models.backbones import save_backbone
-from metric.scoring.model_options import ModelOptions
-from metric.video.frames import FrameSampling, find_videos
-from metric.video.options import VideoOptions
-from metric.video.scorer import VideoScorer
+from pacs.eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
+from pacs.eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
+from pacs.eval.scoring import MetricSuite
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import save_backbone
+from pacs.metric.scoring.model_options import ModelOptions
+from pacs.metric.video.frames import FrameSampling, find_videos
+from pacs.metric.video.options import VideoOptions
+from pacs.metric.video.scorer import VideoScorer
 
 from .video_support import (
     build_tiny_backbone,

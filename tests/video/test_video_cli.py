@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from metric.models.backbones import save_backbone
-from metric.video.frames import FrameSampling
-from metric.video.scorer import VideoScorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.models.backbones import save_backbone
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.scorer import VideoScorer
 
 from .video_support import build_tiny_backbone, frame_array, write_frame_folder, write_video
 

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from metric.common.errors import InputError
-from metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from metric.video.frames import FrameSampling
-from metric.video.scorer import VideoScorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.scorer import VideoScorer
 
 from .video_support import frame_array, write_frame_folder
 

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from eval.benchmarks.vatex_eval import load_vatex_eval
-from metric.models.backbones import save_backbone
-from metric.video.frames import FrameSampling
-from metric.video.scorer import VideoScorer
-from pacs_cli import main
+from pacs.cli import main
+from pacs.eval.benchmarks.vatex_eval import load_vatex_eval
+from pacs.metric.models.backbones import save_backbone
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.scorer import VideoScorer
 
 from .video_support import build_tiny_backbone, tau_b_by_pairs, write_activitynet_foil, write_vatex_eval
 

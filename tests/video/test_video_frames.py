@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from metric.common.errors import InputError
-from metric.video.frames import FrameSampling, ShortVideo, read_frames, source_digest, uniform_indices
-from metric.video.scorer import VideoScorer
+from pacs.metric.common.errors import InputError
+from pacs.metric.video.frames import FrameSampling, ShortVideo, read_frames, source_digest, uniform_indices
+from pacs.metric.video.scorer import VideoScorer
 
 from .video_support import frame_array, write_frame_folder, write_video
 
@@ -101,13 +101,13 @@ def test_video_with_fewer_frames_than_requested_is_reported(tiny_backbone, make_
     long = make_video("long.mp4", 6, fps=4, first=10)
     folder = write_frame_folder(tmp_path / "two", [frame_array(20), frame_array(21)])
     sampling = FrameSampling(fps=None, num_frames=5)
-    with caplog.at_level(logging.WARNING, logger="metric.video.frames"):
+    with caplog.at_level(logging.WARNING, logger="pacs.metric.video.frames"):
         frames = read_frames(short, sampling)
     # int(linspace(0, 2, 5)) = 0 0 1 1 2: five frames, three distinct
     assert [f.index for f in frames] == [0, 0, 1, 1, 2]
     assert f"{short} yields 3 distinct frame(s) of the 5 requested" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="metric.video.frames"):
+    with caplog.at_level(logging.WARNING, logger="pacs.metric.video.frames"):
         read_frames(long, sampling)  # 0 1 2 3 5: nothing to report
     assert caplog.text == ""
     scorer = VideoScorer(tiny_backbone, sampling, cache_dir=tmp_path / "cache", progress=False)

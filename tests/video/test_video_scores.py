@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from metric.common.errors import InputError
-from metric.video.frames import FrameSampling
-from metric.video.idf import IdfTable, cached_idf, idf_from_token_ids
-from metric.video.scorer import (
+from pacs.metric.common.errors import InputError
+from pacs.metric.video.frames import FrameSampling
+from pacs.metric.video.idf import IdfTable, cached_idf, idf_from_token_ids
+from pacs.metric.video.scorer import (
     VideoScorer,
     best_reference_parts,
     caption_token_embeddings,
@@ -155,7 +155,7 @@ def test_idf_cache_round_trip(tiny_backbone, tmp_path, monkeypatch):
     first = scorer.idf(corpus)
     files = list((tmp_path / "idf").glob("*.json"))
     assert len(files) == 1
-    import metric.video.idf as video_idf
+    import pacs.metric.video.idf as video_idf
 
     monkeypatch.setattr(video_idf, "compute_idf", lambda *a, **k: pytest.fail("cache not used"))
     second = cached_idf(corpus, scorer.tokenize_ids, *scorer.special_ids(), tmp_path, "ClipTokenizer-77")
@@ -254,7 +254,7 @@ def test_caption_ends_at_the_first_eos_like_the_text_tower(tiny_backbone):
 
 
 def test_lora_backbone_token_embeddings(tmp_path):
-    from metric.models.lora import attach_lora
+    from pacs.metric.models.lora import attach_lora
 
     from .video_support import build_tiny_backbone
 

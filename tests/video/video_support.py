@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 
 
 def build_tiny_backbone(family: str = "clip"):

@@ -7,21 +7,21 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from captioner.orchestration.launching import relaunch_cpu_processes
-from metric.common.errors import PacsError
-from metric.common.provenance import pacs_version
-from metric.common.terminal import escape_control, setup_terminal_logging
+from pacs.captioner.orchestration.launching import relaunch_cpu_processes
+from pacs.metric.common.errors import PacsError
+from pacs.metric.common.provenance import pacs_version
+from pacs.metric.common.terminal import escape_control, setup_terminal_logging
 
 # Modules that define sub-commands; each exposes `register(subparsers)` and sets `func` on its parsers.
 COMMAND_MODULES = (
-    "metric.commands.score",  # score
-    "metric.commands.train",  # train-metric, generate-positives
-    "metric.commands.score_video",  # score-video
-    "metric.commands.export",  # export
-    "eval.commands.correlate",  # correlate
-    "eval.commands.evaluate",  # evaluate
-    "eval.commands.report",  # report
-    "captioner.commands.caption_train",  # caption, train
+    "pacs.metric.commands.score",  # score
+    "pacs.metric.commands.train",  # train-metric, generate-positives
+    "pacs.metric.commands.score_video",  # score-video
+    "pacs.metric.commands.export",  # export
+    "pacs.eval.commands.correlate",  # correlate
+    "pacs.eval.commands.evaluate",  # evaluate
+    "pacs.eval.commands.report",  # report
+    "pacs.captioner.commands.caption_train",  # caption, train
 )
 # Sub-commands that run process groups: `accelerate launch --cpu --num_processes N` re-executes them as N processes.
 PROCESS_GROUP_COMMANDS = frozenset({"train", "train-metric"})
@@ -54,12 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             relaunch_cpu_processes()
         return int(args.func(args) or 0)
     except PacsError as error:
-        from metric.commands.flags import cli_message  # library errors name parameters; the CLI prints flags
+        from pacs.metric.commands.flags import cli_message  # library errors name parameters; the CLI prints flags
 
         print(f"pacs {args.command}: error: {escape_control(cli_message(error))}", file=sys.stderr)
         return 2
     except Exception as error:  # a full disk, a read-only or unwritable folder: the user's to fix, in one line
-        from metric.common.os_errors import describe_os_error, os_error_of
+        from pacs.metric.common.os_errors import describe_os_error, os_error_of
 
         os_error = error if isinstance(error, OSError) else os_error_of(error)  # also safetensors' full disk
         message = describe_os_error(os_error, resumable=args.command in STAGED_COMMANDS) if os_error else None
