@@ -8,17 +8,15 @@ and writes it with `--out`; `correlate` builds it from keyword arguments and ret
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pacs.metric.common.errors import InputError
-from pacs.metric.scoring.model_options import ModelOptions
+from pacs.metric.common.io import nonfinite_to_none
+from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
 #: where `data=None` points, under $PACS_SHARED, for the benchmarks whose data the shared folder holds
 SHARED_DATA = {
@@ -62,20 +60,6 @@ class CorrelationRun:
     table: dict[str, Any] = field(default_factory=dict)
 
 
-def json_safe(value: Any) -> Any:
-    """NaN/inf -> None, numpy scalars -> Python, recursively."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
 def images_folder(images: str | os.PathLike | None) -> Path | None:
     """The image folder (checked); None when not given."""
     if not images:
@@ -106,14 +90,6 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
             models[metric] = model_identity(scorer.backbone)
         return scorer
     return factory
-
-
-def scoring_conventions(model: ModelOptions) -> dict[str, str]:
-    """`{"score", "long_captions"}`: the canonical score convention and long-caption mode of the model options
-    (what every contrastive column of a table used; recorded in its provenance `config`)."""
-    from pacs.metric.scoring.conventions import check_long_captions, check_score_kind
-
-    return {"score": check_score_kind(model.score), "long_captions": check_long_captions(model.long_captions)}
 
 
 def run_correlation(request: CorrelationRequest) -> CorrelationRun:
@@ -151,7 +127,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
             "checkpoint": model.checkpoint, "backbone": model.backbone, **conventions},
             models=models),
     })
-    return CorrelationRun(benchmark, results, dict(context.notes), json_safe(table))
+    return CorrelationRun(benchmark, results, dict(context.notes), nonfinite_to_none(table))
 
 
 def _shared_data(benchmark: str) -> str:

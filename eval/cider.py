@@ -27,6 +27,9 @@ from pacs.eval.cider_tables import NGRAM_ORDER, DocumentFrequency, check_referen
 from pacs.eval.ngram_index import Vocabulary, VocabularyFull, max_words
 from pacs.metric.common.errors import InputError
 
+#: the key of the CiderD scorer that `cider_d` keeps with a table (statistics prepared once, not every call)
+KEPT_SCORER = "cider_d"
+
 log = logging.getLogger(__name__)
 
 SIGMA = 6.0
@@ -138,9 +141,10 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
         document_frequency = DocumentFrequency.load(document_frequency)
     if document_frequency is None:
         return CiderD()(candidates, references)
-    if document_frequency.scorer is None:
-        document_frequency.scorer = CiderD(document_frequency=document_frequency)
-    return document_frequency.scorer(candidates, references)
+    scorer = document_frequency.kept.get(KEPT_SCORER)
+    if scorer is None:
+        scorer = document_frequency.kept[KEPT_SCORER] = CiderD(document_frequency=document_frequency)
+    return scorer(candidates, references)
 
 
 def cider_corpus(scores: Iterable[float]) -> float:

@@ -16,7 +16,6 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,9 +33,6 @@ from pacs.eval.ngram_index import (
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import atomic_path
 from pacs.metric.common.spill import DiskArray
-
-if TYPE_CHECKING:
-    from pacs.eval.cider import CiderD
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +159,8 @@ class DocumentFrequency:
         self.num_documents = float(num_documents)
         self.n = n
         self.corpus_sha256 = sha
-        #: the CiderD scorer that `cider_d` keeps for this table (statistics prepared once, not every call)
-        self.scorer: CiderD | None = None
+        #: objects its users keep with this table (`cider_d` keeps its scorer), dropped with it
+        self.kept: dict[str, object] = {}
         self._table: KeyTable | None = None
         self._frequent: tuple[KeyTable, np.ndarray] | None = None
         self._word_ids: dict[str, int] | None = None

@@ -22,7 +22,8 @@ from pacs.eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_
 from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
 from pacs.eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
 from pacs.metric.common.errors import InputError
-from pacs.metric.scoring.model_options import ModelOptions
+from pacs.metric.common.io import nonfinite_to_none
+from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,6 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     `row_scores`, when given, receives every row's `RowScores` (table order: per-caption values, BLEU statistics)
     for a caller that adds its own columns or paired comparisons with `add_intervals`.
     """
-    from pacs.eval.api import json_safe, scoring_conventions
     from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
     from pacs.metric.common.provenance import provenance
     from pacs.metric.common.seeding import seed_everything
@@ -330,7 +330,7 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
             "skip_missing_images": request.scoring.skip_missing_images,
             "grammar_backend": request.scoring.grammar_backend, **conventions}, models=models),
     }
-    return json_safe(table)
+    return nonfinite_to_none(table)
 
 
 def column_records(shared: SharedScoring, metrics: list[str], metric_models: dict[str, Any], model: ModelOptions,

@@ -46,9 +46,12 @@ def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
-            targets = [f"{origin}.{alias.name}" for alias in node.names] + [origin]
+            # `from pkg import name`: the submodule `pkg.name` when there is one, else `pkg` itself (the parent
+            # packages that every import loads first are not edges: a package's __init__ is not its submodules)
+            targets = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in modules else origin
+                       for alias in node.names]
         for target in targets:
-            while target and target not in modules:  # `from pkg import name`: the module `pkg.name`, else `pkg`
+            while target and target not in modules:  # `import pkg.mod.name` or a third-party name
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)

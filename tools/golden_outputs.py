@@ -121,6 +121,14 @@ def _rename(text: str, renames: dict[str, str]) -> str:
     return text
 
 
+def _normalise_nonces(text: str) -> str:
+    """Replace each random shard name and output id by its order of first appearance (shard#1, id#1, ...)."""
+    for pattern, label in ((r"shard-[0-9a-f]{16}", "shard"), (r"\b[0-9a-f]{16}-[0-9a-f]{8}\b", "id")):
+        seen: dict[str, str] = {}
+        text = re.sub(pattern, lambda m: seen.setdefault(m.group(0), f"{label}#{len(seen) + 1}"), text)
+    return text
+
+
 def _walk(value, prefix: str, out: dict[str, object]) -> None:
     """Flatten a JSON value into dotted paths, dropping volatile keys."""
     if isinstance(value, dict):
@@ -162,8 +170,8 @@ def compare(before: Path, after: Path, renames: dict[str, str]) -> int:
     problems = [f"only before: {name}" for name in sorted(set(left) - set(right))]
     problems += [f"only after: {name}" for name in sorted(set(right) - set(left))]
     for name in sorted(set(left) & set(right)):
-        text_before = _rename(left[name].read_text(errors="replace"), renames)
-        problems += _differences(name, text_before, right[name].read_text(errors="replace"))
+        text_before = _normalise_nonces(_rename(left[name].read_text(errors="replace"), renames))
+        problems += _differences(name, text_before, _normalise_nonces(right[name].read_text(errors="replace")))
     for line in problems:
         print(line)
     print(f"{len(set(left) & set(right))} files compared, {len(problems)} differences")

@@ -16,11 +16,12 @@ from pacs.captioner.demo.correlation import per_caption_text_metrics
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_caption
 from pacs.captioner.demo.world import Scene, ptb_tokenize_world
+from pacs.captioner.demo.xe_settings import BIG, finish_xe, xe_trainer_config
 from pacs.captioner.modeling.features import FeatureCache, extract_features
 from pacs.captioner.modeling.model import CaptionerConfig
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
-from pacs.captioner.modeling.train_xe import XEConfig, generate_captions, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.train_xe import generate_captions, train_xe
+from pacs.captioner.modeling.training import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BIG = 10**9  # "never" for checkpoint intervals: the demo's stages are short and cached as a whole
 
 
 def reward_slug(spec: str) -> str:
@@ -74,30 +74,6 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
                       {item.image_id: item.references for item in val_items},
                       feature_source={"backbone": "", "checkpoint": str(Path(clip_checkpoint).resolve())})
     return finish_xe(result, folder, logs)
-
-
-def xe_trainer_config(config: DemoConfig, folder: Path, micro_batch_size: int, seed: int | None = None) -> XEConfig:
-    """The XE trainer's settings of the `xe` section (PAC-S++ schedule: warm-up, constant to 60%, decay to lr/10;
-    greedy validation CIDEr-D picks the best checkpoint), for pacs' captioner and a transformers one alike."""
-    stage = config.xe
-    return XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
-                    micro_batch_size=micro_batch_size,
-                    schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
-                                            decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
-                    eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
-                    save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
-                    tensorboard=False)
-
-
-def finish_xe(result: Any, folder: Path, logs: Path) -> dict:
-    """After an XE run: its log copied to `logs/xe.csv`, its resume checkpoints dropped (main process); the
-    stage's summary."""
-    if process_state().is_main_process:
-        shutil.copyfile(folder / "log.csv", logs / "xe.csv")
-        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    losses = result.losses
-    return {"steps": result.steps, "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:])),
-            "best_val_cider": finite_or_none(result.best_score), "best_step": result.best_step}  # null: none
 
 
 MONITOR_COLUMNS = ("Judge-acc", "C", "CLIP-S", "PAC-S++", "RefPAC-S++", "Length")

@@ -24,6 +24,7 @@ import torch
 
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.data import DemoData
+from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""
@@ -125,7 +126,6 @@ def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: P
            seed: int) -> dict:
     """Stage `xe` of a transformers captioner: `train_hf_xe` from the `init` folder on the train references,
     the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_images`) in `folder/best`."""
-    from pacs.captioner.demo.captioning import finish_xe, xe_trainer_config
     from pacs.captioner.modeling.hf_train_xe import train_hf_xe
     from pacs.captioner.modeling.training import process_state
 

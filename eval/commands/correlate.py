@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.eval import benchmarks as bench
-from pacs.eval.api import CorrelationRequest, image_map_table, images_folder, json_safe, run_correlation, scorer_factory
+from pacs.eval.api import CorrelationRequest, image_map_table, images_folder, run_correlation, scorer_factory
 from pacs.eval.commands.options import add_dataclass_options, dataclass_from_args
 from pacs.metric.commands.output_flag import add_out_option
 from pacs.metric.common.errors import InputError
@@ -38,9 +38,6 @@ def _image_map(args: argparse.Namespace) -> dict[str, str] | None:
 def _images_dir(args: argparse.Namespace) -> Path | None:
     """The `--images` folder (checked)."""
     return images_folder(getattr(args, "images", None))
-
-
-_json_safe = json_safe
 
 
 def correlation_request(args: argparse.Namespace) -> CorrelationRequest:

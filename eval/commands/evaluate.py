@@ -77,15 +77,14 @@ def _format(value: Any, scale: float = 1.0) -> str:
 def run_single(args: argparse.Namespace) -> int:
     """One candidate file: the metric lines and the JSON `{"metrics", "n", ...}` (the same scoring as a table row)."""
     from pacs.eval import columns
-    from pacs.eval.api import json_safe, scoring_conventions
     from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
     from pacs.eval.system_inputs import canonical_rows, parse_candidate_specs
     from pacs.eval.system_scoring import SharedScoring, score_rows
-    from pacs.metric.common.io import write_json_atomic
+    from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
     from pacs.metric.common.provenance import provenance
     from pacs.metric.common.seeding import seed_everything
     from pacs.metric.scoring.inputs import load_references
-    from pacs.metric.scoring.model_options import ModelOptions
+    from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
     seed_everything(args.seed)
     (spec,) = parse_candidate_specs(args.candidates)
@@ -123,7 +122,7 @@ def run_single(args: argparse.Namespace) -> int:
                       "backbone": getattr(args, "backbone", None), "grammar_backend": args.grammar_backend,
                       "metric_models": {m: spec.spec for m, spec in metric_models.items()}, **conventions},
                       models=models)}
-        write_json_atomic(args.json, json_safe(output))
+        write_json_atomic(args.json, nonfinite_to_none(output))
         print(f"-> {args.json}")
     return 0
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
 from pacs.metric.common.paths_inside import UserFolder
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -133,9 +134,7 @@ def coco_image_id(name: str) -> int:
 
 def read_id_map(path: str | os.PathLike) -> dict[str, Any]:
     """Read `{file name: image id}` (ids are strings or integers)."""
-    from pacs.metric.scoring.inputs import read_json
-
-    data = read_json(path, "image id map")
+    data = read_json_file(path, "image id map")
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: an image id map must be a non-empty JSON object {{file name: image id}}")
     for name, image_id in data.items():

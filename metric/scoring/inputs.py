@@ -25,12 +25,6 @@ class Candidate:
         return str(self.image_id)
 
 
-def read_json(path: str | os.PathLike, what: str, check_strings: bool = True) -> Any:
-    """Parse a JSON file; InputError naming the file (and line/column) when missing or malformed
-    (`pacs.metric.common.json_input.read_json_file`)."""
-    return read_json_file(path, what, check_strings=check_strings)
-
-
 def _caption_text(path: str | os.PathLike, text: str, what: str) -> str:
     """`text` when it is valid Unicode text; InputError `<path>: <what> is not valid Unicode text ...` otherwise."""
     return check_text(text, f"{path}: {what}")
@@ -46,7 +40,7 @@ def load_candidates(path: str | os.PathLike, data: Any = None) -> list[Candidate
     """Read `{"image_id": "caption"}` or a COCO-results list `[{"image_id", "caption"}]` (ids may repeat); with
     `data` (the same layout, in memory), check that instead, naming it `path` in messages."""
     if data is None:
-        data = read_json(path, "candidates", check_strings=False)  # captions are checked below, named by image id
+        data = read_json_file(path, "candidates", check_strings=False)  # captions are checked below, named by image id
     candidates: list[Candidate] = []
     if isinstance(data, dict):
         for image_id, caption in data.items():
@@ -80,7 +74,7 @@ def load_references(path: str | os.PathLike, data: Any = None) -> dict[str, list
     """Read `{"image_id": ["ref", ...]}` or COCO annotations `{"annotations": [{"image_id", "caption"}]}`; with
     `data` (the same layout, in memory), check that instead, naming it `path` in messages."""
     if data is None:
-        data = read_json(path, "references", check_strings=False)  # references are checked below, named by id
+        data = read_json_file(path, "references", check_strings=False)  # references are checked below, named by id
     references: dict[str, list[str]] = {}
     if isinstance(data, dict) and isinstance(data.get("annotations"), list):
         for index, item in enumerate(data["annotations"]):
@@ -123,7 +117,7 @@ def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
     """Read `{image_id: path}`; relative paths are relative to the map file's folder and stay inside it lexically
     (no `..`; symlinks inside it are followed: `pacs.metric.common.paths_inside.UserFolder`, the rule of `--images`),
     absolute paths are taken as given."""
-    data = read_json(path, "image map")
+    data = read_json_file(path, "image map")
     if not isinstance(data, dict):
         raise InputError(f"{path}: an image map must be a JSON object {{image_id: path}}")
     base = Path(path).resolve().parent

@@ -126,3 +126,11 @@ def model_provenance(scorer: Scorer) -> dict[str, Any]:
             "checkpoint_sha256": backbone.source.get("sha256"), "model_source": backbone.source,
             "open_clip_config": backbone.open_clip_config, "score": getattr(scorer, "score_kind", "cosine"),
             "long_captions": getattr(scorer, "long_captions", "truncate")}
+
+
+def scoring_conventions(model: ModelOptions) -> dict[str, str]:
+    """`{"score", "long_captions"}`: the canonical score convention and long-caption mode of the model options
+    (what every contrastive column of a table used; recorded in its provenance `config`)."""
+    from pacs.metric.scoring.conventions import check_long_captions, check_score_kind
+
+    return {"score": check_score_kind(model.score), "long_captions": check_long_captions(model.long_captions)}

@@ -4,12 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from pacs.metric.common.errors import InputError
-from pacs.metric.scoring.inputs import Candidate, load_candidates, load_references, read_json
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.scoring.inputs import Candidate, load_candidates, load_references
 
 
 def load_sentences(path: str | Path) -> list[str]:
     """An IDF corpus file: a JSON list of sentences, or any references file `pacs score` accepts."""
-    data = read_json(path, "IDF corpus")
+    data = read_json_file(path, "IDF corpus")
     if isinstance(data, list):
         for index, sentence in enumerate(data):
             if not isinstance(sentence, str):
@@ -20,7 +21,7 @@ def load_sentences(path: str | Path) -> list[str]:
 
 def load_video_candidates(path: str | Path) -> list[Candidate]:
     """The `pacs score` candidate formats, plus a results list keyed by `video_id` instead of `image_id`."""
-    data = read_json(path, "candidates")
+    data = read_json_file(path, "candidates")
     if not (isinstance(data, list) and data and all(isinstance(item, dict) and "video_id" in item
                                                     and "image_id" not in item for item in data)):
         return load_candidates(path)

@@ -8,7 +8,7 @@ import pytest
 from pycocoevalcap.cider.cider import Cider
 
 import pacs.eval as pacs_eval
-from pacs.eval.cider import CiderD, DocumentFrequency, cider_df
+from pacs.eval.cider import KEPT_SCORER, CiderD, DocumentFrequency, cider_df
 from pacs.metric.common.errors import InputError
 
 
@@ -81,10 +81,10 @@ def test_fixed_corpus_df_matches_when_corpus_is_the_references(pairs):
     table = pacs_eval.cider_df(references)
     assert table.num_documents == len(references)
     np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-12, rtol=0)
-    scorer = table.scorer  # kept on the table: the next call reuses its cached statistics
-    assert scorer is not None
+    scorer = table.kept[KEPT_SCORER]  # kept with the table: the next call reuses its cached statistics
+    assert isinstance(scorer, CiderD)
     np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-12, rtol=0)
-    assert table.scorer is scorer
+    assert table.kept[KEPT_SCORER] is scorer
 
 
 def test_fixed_corpus_df_uses_the_corpus_not_the_batch(pairs, flickr_captions):
