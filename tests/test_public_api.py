@@ -194,3 +194,14 @@ def test_correlate_options_are_the_cli_options(shared_data):
     with pytest.raises(InputError, match="pass metrics="):
         correlate("hat")
 
+
+
+def test_the_root_names_are_the_subpackages_own_objects():
+    """`pacs.score` is `pacs.metric.score`, `pacs.cider_d` is `pacs.eval.cider_d`, ... (one object, two spellings)."""
+    import pacs
+
+    homes = {"score": "pacs.metric", "load_backbone": "pacs.metric", "cider_d": "pacs.eval", "correlate": "pacs.eval",
+             "evaluate_systems": "pacs.eval", "build_reward": "pacs.rewards"}
+    assert sorted(homes) == pacs.__all__
+    for name, home in homes.items():
+        assert getattr(pacs, name) is getattr(importlib.import_module(home), name), name

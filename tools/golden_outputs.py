@@ -125,7 +125,9 @@ def _normalise_nonces(text: str) -> str:
     """Replace each random shard name and output id by its order of first appearance (shard#1, id#1, ...)."""
     for pattern, label in ((r"shard-[0-9a-f]{16}", "shard"), (r"\b[0-9a-f]{16}-[0-9a-f]{8}\b", "id")):
         seen: dict[str, str] = {}
-        text = re.sub(pattern, lambda m: seen.setdefault(m.group(0), f"{label}#{len(seen) + 1}"), text)
+        for found in re.findall(pattern, text):
+            seen.setdefault(found, f"{label}#{len(seen) + 1}")
+        text = re.sub(pattern, lambda match, names=seen: names[match.group(0)], text)
     return text
 
 

@@ -24,6 +24,17 @@ from typing import Any
 
 from pacs.captioner.modeling.train_scst import SCSTConfig
 from pacs.captioner.modeling.train_xe import XEConfig
+from pacs.captioner.orchestration.shared_stages import (
+    collect,
+    evaluation_rows,
+    open_run,
+    read_data,
+    run_scst_stages,
+    select_test_items,
+    trainer_config,
+    training_summary,
+    write_results,
+)
 from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -45,15 +56,14 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     from pacs.captioner.modeling.hf_policy import HFPolicy
     from pacs.captioner.modeling.hf_train_xe import train_hf_xe
     from pacs.captioner.modeling.train_scst import train_scst
-    from pacs.captioner.orchestration.pipeline import _open_run, _read_data, _scst_stages, _summary, _trainer_config
     from pacs.captioner.orchestration.recipe_stages import (
         data_inputs,
         settings_of,
         trainer_settings,
     )
 
-    run = _open_run(config, state)
-    train_store, images, val_references, test_items = _read_data(config, run)
+    run = open_run(config, state)
+    train_store, images, val_references, test_items = read_data(config, run)
     stages = run.stages
     section = config.captioner
     options = section.options()
@@ -66,13 +76,13 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
     if section.xe:
         xe_dir = run.dir / "xe"
-        xe_config = _trainer_config(XEConfig, config.xe, xe_dir, xe_micro, "xe")
+        xe_config = trainer_config(XEConfig, config.xe, xe_dir, xe_micro, "xe")
 
         def xe_body() -> dict[str, Any]:
             """Stage `xe` (every process)."""
             policy = HFPolicy.load(checkpoint, images, options, config.scst.max_length, device=state.device,
                                    seed=config.seed)
-            return _summary(train_hf_xe(xe_config, policy, train_store.pairs(), val_references))
+            return training_summary(train_hf_xe(xe_config, policy, train_store.pairs(), val_references))
 
         stages.run("xe", xe_body, {"xe": trainer_settings(config.xe), "captioner": captioner_settings,
                                    "data": data_settings, "seed": config.seed, "max_length": config.scst.max_length},
@@ -87,7 +97,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
         return train_scst(scst, init, None, train_store.reference_sets(), reward, validation=val_references,
                           policy=policy)
 
-    scst_stages = _scst_stages(run, scst_micro, train_store, images, train, init, {"captioner": captioner_settings},
+    scst_stages = run_scst_stages(run, scst_micro, train_store, images, train, init, {"captioner": captioner_settings},
                                init_inputs, model_stages[start_name])
     for spec, (name, selected) in scst_stages.items():
         models[spec], model_stages[spec] = selected, [name]
@@ -100,7 +110,6 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
     from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
     from pacs.captioner.orchestration.eval_intervals import add_intervals
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
-    from pacs.captioner.orchestration.pipeline import _collect, _test_set_items, evaluation_rows, write_results
     from pacs.captioner.orchestration.pipeline_config import reward_slug
     from pacs.captioner.orchestration.pipeline_rewards import reward_scorers
     from pacs.captioner.orchestration.preflight import evaluation_slots
@@ -116,7 +125,7 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
     scorers = None
     with TextMetricSession():
         for set_name, set_config in e.test_sets.items():
-            items = loaded[set_name] if set_name in loaded else _test_set_items(run.dataset(set_config), set_config,
+            items = loaded[set_name] if set_name in loaded else select_test_items(run.dataset(set_config), set_config,
                                                                                 e.max_images)
             paths = {i.image_id: i.image_path for i in items}
             for model_name, folder in models.items():
@@ -133,7 +142,7 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
                                       outputs=[out, out.with_name(f"{set_name}.results.json")])
                 if action == "skipped":
                     if stages.state.is_main_process:
-                        _collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
+                        collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
                     continue
                 if stages.state.is_main_process:
                     if scorers is None:
@@ -147,7 +156,7 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
                                                 "per_image": {row["test_set"]: v for row, v in detailed}})
                     write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
                     write_json_atomic(out, record)
-                    _collect(record, rows, per_image)
+                    collect(record, rows, per_image)
                 stages.finish(name)
     stages.state.wait_for_everyone()
     if not stages.state.is_main_process:

@@ -55,7 +55,8 @@ def build_inputs(data_root: Path, flickr8k: Path) -> tuple[dict, dict[str, Path]
 
 def evaluate(run_dir: Path, data_root: Path, names: list[str]) -> dict:
     """`evaluate_models` of the inputs of `build_inputs` on test sets `names`; the main process's result."""
-    from pacs.captioner.orchestration.pipeline import PipelineConfig, _Run, evaluate_models, prepare_test_sets
+    from pacs.captioner.orchestration.pipeline import PipelineConfig
+    from pacs.captioner.orchestration.shared_stages import RecipeRun, evaluate_models, prepare_test_sets
     from pacs.metric.common.config import from_dict
 
     inputs = json.loads((data_root / "inputs.json").read_text())
@@ -67,7 +68,7 @@ def evaluate(run_dir: Path, data_root: Path, names: list[str]) -> dict:
         "evaluation": {"test_sets": {name: inputs["sets"][name] for name in names}, "beam_size": 2,
                        "batch_size": 2, "text_metrics": ["bleu4", "cider"], "bootstrap": 200},
     }, "eval_driver")
-    run = _Run(config)
+    run = RecipeRun(config)
     models = {name: Path(folder) for name, folder in inputs["models"].items()}
     return evaluate_models(run, models, prepare_test_sets(run))
 

@@ -14,7 +14,7 @@ import pacs.captioner.data
 from pacs.captioner.data import CaptionItem, load_dataset
 from pacs.captioner.data.compact_captions import CaptionStore, ImagePaths
 from pacs.captioner.entry import run_from_config
-from pacs.captioner.orchestration import pipeline
+from pacs.captioner.orchestration import pipeline, shared_stages
 from pacs.captioner.orchestration.training_data import read_training_data
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.heap import FrozenCopy
@@ -67,7 +67,7 @@ def test_the_test_set_is_taken_from_the_loaded_data_set_with_the_same_outputs(tm
     torch.set_num_threads(1)
     loads, outputs = _run(tmp_path, "once", shared_data, monkeypatch)
     assert loads == 1  # the test set names the same folder (another spelling): not read again
-    monkeypatch.setattr(pipeline, "_same_file_test_sets", lambda config: {})  # as before: read it again
+    monkeypatch.setattr(shared_stages, "same_file_test_sets", lambda config: {})  # as before: read it again
     loads_again, outputs_again = _run(tmp_path, "twice", shared_data, monkeypatch)
     assert loads_again == 2
     assert set(outputs) == {"xe/flickr8k.json", "xe/flickr8k.results.json", "cider/flickr8k.json",
@@ -89,7 +89,7 @@ def test_test_items_come_from_the_loaded_file_only_when_it_is_the_same_one(share
         "bad_settings": {**same, "max_train_images": "many"},  # left to prepare_test_sets, which reports it
     }
     config = SimpleNamespace(data=data, evaluation=SimpleNamespace(test_sets=test_sets, max_images=4))
-    same_file = pipeline._same_file_test_sets(config)
+    same_file = shared_stages.same_file_test_sets(config)
     assert set(same_file) == {"same", "whole", "no_such_split"}
     read = read_training_data(config, tmp_path, same_file)
     assert set(read.test_items) == {"same", "whole"}
@@ -129,7 +129,7 @@ def test_a_karpathy_file_is_streamed_into_what_the_loaded_data_set_gives(tmp_pat
 
     monkeypatch.setattr(pacs.captioner.data.streaming, "load_dataset", no_full_load)
     config = _karpathy_config(path, max_train_images=20, max_val_images=0)
-    read = read_training_data(config, tmp_path, pipeline._same_file_test_sets(config))
+    read = read_training_data(config, tmp_path, shared_stages.same_file_test_sets(config))
     train, val = dataset.split("train").items[:20], dataset.split("val").items
     assert len(train) == 20 and {i.extra["karpathy_split"] for i in train} == {"train", "restval"}
     assert list(read.store.reference_sets()) == [(i.image_id, i.captions) for i in train]
