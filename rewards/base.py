@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from pacs.metric.common.errors import InputError
+from pacs.rewards.mix import mixed_rewards
 
 RewardFn = Callable[[list[str], list[list[str]], list[list[str]]], torch.Tensor]
 
@@ -78,7 +79,6 @@ class Reward:
                       references: list[list[str]]) -> torch.Tensor:
         """The rewards `[B, k]` to compute advantages from: the weighted sum, or with `mix_normalisation`
         `normalize_then_sum` each component normalised within the image's k captions first (`pacs.rewards.mix`)."""
-        from pacs.rewards.mix import mixed_rewards
 
         return mixed_rewards(self, self(image_ids, captions, references), self.mix_normalisation)
 

@@ -22,7 +22,11 @@ from typing import Any
 import torch
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.models.backbones import Backbone
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 from pacs.metric.scoring.registry import METRICS, MetricSpec, default_w
+from pacs.metric.scoring.scorer import Scorer, check_dtype
 from pacs.rewards.registry import register_reward
 from pacs.rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
 
@@ -78,9 +82,6 @@ def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any
                         device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None,
                         dtype: str = "fp32") -> Any:
     """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint` in `dtype`."""
-    from pacs.metric.models.backbones import Backbone
-    from pacs.metric.models.factory import load_backbone
-    from pacs.metric.scoring.scorer import Scorer, check_dtype
 
     if scorers and name in scorers:
         chosen = scorers[name]
@@ -117,7 +118,6 @@ def contrastive_factory(name: str):
                 image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
                 resources: RewardResources | None = None, dtype: str = "fp32", score: str = "cosine",
                 long_captions: str = "truncate", **_: Any) -> ContrastiveReward:
-        from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 
         score, long_captions = check_score_kind(score), check_long_captions(long_captions)
         resources = resources if resources is not None else RewardResources()

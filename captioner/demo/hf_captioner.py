@@ -25,6 +25,11 @@ import torch
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
+from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
+from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
+from pacs.captioner.modeling.hf_train_xe import train_hf_xe
+from pacs.captioner.modeling.training import process_state
+from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""
@@ -92,7 +97,6 @@ def build_model(config: DemoConfig, data: DemoData, folder: Path, seed: int) -> 
 
 def train_options(config: DemoConfig) -> Any:
     """The `HFPolicy` training options of the `captioner` section (no prompt: GIT captions from its start token)."""
-    from pacs.captioner.modeling.hf_policy import HFTrainOptions
 
     section = config.captioner
     return HFTrainOptions(finetune=section.finetune, lora_r=section.lora_r, lora_alpha=section.lora_alpha,
@@ -102,7 +106,6 @@ def train_options(config: DemoConfig) -> Any:
 def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, seed: int) -> Any:
     """The transformers folder `folder` as a trainable `HFPolicy` over the train and validation images (`seed`:
     the initial LoRA adapters of `captioner.finetune: lora`)."""
-    from pacs.captioner.modeling.hf_policy import HFPolicy
 
     return HFPolicy.load(folder, image_paths(data), train_options(config), config.xe.max_length, device=device,
                          seed=seed)
@@ -110,14 +113,12 @@ def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, s
 
 def captioner_settings(config: DemoConfig) -> dict[str, Any]:
     """What the `captioner` section adds to the settings of every transformers stage (its whole content)."""
-    from pacs.captioner.orchestration.recipe_stages import settings_of
 
     return {"captioner": settings_of(config.captioner)}
 
 
 def xe_settings(config: DemoConfig) -> dict[str, Any]:
     """The `xe` section as a transformers XE stage's settings (without the keys that size pacs' captioner)."""
-    from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
 
     return settings_of(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
 
@@ -126,8 +127,6 @@ def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: P
            seed: int) -> dict:
     """Stage `xe` of a transformers captioner: `train_hf_xe` from the `init` folder on the train references,
     the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_images`) in `folder/best`."""
-    from pacs.captioner.modeling.hf_train_xe import train_hf_xe
-    from pacs.captioner.modeling.training import process_state
 
     policy = load_policy(config, data, init, process_state().device, seed)
     pairs = [(item.image_id, caption) for item in data.splits["train"] for caption in item.references]
@@ -167,8 +166,6 @@ def greedy_captioner(policy: Any, batch_size: int = 100) -> Callable[[Any, list[
 def caption_test_set(folder: Path, data: DemoData, config: DemoConfig) -> dict[str, str]:
     """Captions of every test image by the transformers model in `folder`: its own `generate`, beam
     `evaluate.beam_size` (1: greedy), at most `xe.max_length` new tokens."""
-    from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
-    from pacs.captioner.modeling.training import process_state
 
     device = str(process_state().device)
     options = HFCaptionOptions(beam_size=config.evaluate.beam_size, max_new_tokens=config.xe.max_length,

@@ -15,12 +15,29 @@ from typing import Any
 
 import torch
 
+from pacs.captioner.demo import captioning, correlation, findings, metric_stages
+from pacs.captioner.demo.captioning import guarded_label, normalised_label, reward_slug
 from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.correlation import comparison_findings
+from pacs.captioner.demo.data import DemoData, write_images
+from pacs.captioner.demo.seeds import SeedEvidence, single_seed
+from pacs.captioner.modeling.training import micro_batch_for
+from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+from pacs.captioner.orchestration.stages import StageRunner, check_force
+from pacs.eval.report import write_report
+from pacs.eval.system_inputs import HUMAN_ROW
 from pacs.metric.common.config import deep_merge, dump_yaml, from_dict, load_yaml, parse_overrides, to_dict
+from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic, write_text_atomic
 from pacs.metric.common.provenance import provenance
+from pacs.metric.common.run_lock import hold_run_directory
 from pacs.metric.common.seeding import seed_everything
+from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring.registry import METRICS
+from pacs.metric.scoring.scorer import Scorer
+from pacs.rewards import build_reward
+from pacs.rewards.registry import parse_reward_spec
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +72,6 @@ def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] 
 
 
 def _scorers(run_dir: Path, device: str = "cpu") -> dict[str, Any]:
-    from pacs.metric.models.factory import load_backbone
-    from pacs.metric.scoring.scorer import Scorer
 
     return {family: Scorer(load_backbone(checkpoint=str(run_dir / stage / "checkpoint.safetensors"), device=device),
                            device=device, progress=False) for family, stage in (("clip", "clip"), ("pac-s++", "pacs"))}
@@ -64,7 +79,6 @@ def _scorers(run_dir: Path, device: str = "cpu") -> dict[str, Any]:
 
 def stage_names(config: DemoConfig) -> list[str]:
     """The demo's stages, in the order they run."""
-    from pacs.captioner.demo.captioning import normalised_label, reward_slug
 
     if not config.captioning:
         return ["data", "clip", "pacs", "correlation"]
@@ -95,7 +109,6 @@ def expand_force(config: DemoConfig) -> list[str]:
 
 def guarded_stage_names(config: DemoConfig) -> list[str]:
     """The guarded SCST stages: one per guarded reward and KL coefficient (`scst-<reward>-kl<coef>`)."""
-    from pacs.captioner.demo.captioning import guarded_label
 
     return [f"scst-{guarded_label(config.guarded.reward_spec(reward), coef)}"
             for reward in config.guarded.rewards for coef in config.guarded.kl_coefs]
@@ -108,10 +121,6 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     metric training, feature extraction, XE and SCST stages run on every process (each splits its work), the
     others (data, correlation, evaluation, report) on the main process while the rest wait.
     """
-    from pacs.captioner.modeling.training import micro_batch_for
-    from pacs.captioner.orchestration.stages import check_force
-    from pacs.metric.common.device import accelerator_state
-    from pacs.metric.common.run_lock import hold_run_directory
 
     state = accelerator_state(config.device)  # set up here (demo.device cpu: on the CPU); every stage runs on it
     world = state.num_processes
@@ -126,11 +135,6 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
 
 def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of the demo in `run_dir` (whose lock the caller holds), then the table and the report."""
-    from pacs.captioner.demo import captioning, correlation, metric_stages
-    from pacs.captioner.demo.data import DemoData, write_images
-    from pacs.captioner.orchestration.recipe_stages import settings_of
-    from pacs.captioner.orchestration.stages import StageRunner
-    from pacs.eval.report import write_report
 
     torch.set_num_threads(max(1, config.threads))
     seed_everything(config.seed)
@@ -163,7 +167,6 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         return _finish_metrics_only(run_dir, runner, state)
 
     def extract() -> dict:
-        from pacs.metric.models.factory import load_backbone
 
         backbone = load_backbone(checkpoint=str(runner.folder("clip") / "checkpoint.safetensors"),
                                  device=str(state.device))
@@ -211,7 +214,6 @@ SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
 def _features_opener(config: DemoConfig, folder: Path) -> Callable[[], Any]:
     """The grid features of a `features` stage's `folder`, opened on first use (None for a transformers captioner,
     which reads the images)."""
-    from pacs.captioner.demo import captioning
 
     lazy: dict[str, Any] = {}
 
@@ -228,7 +230,6 @@ def _features_opener(config: DemoConfig, folder: Path) -> Callable[[], Any]:
 def _test_captioner(config: DemoConfig, data: Any, features: Callable[[], Any]) -> Callable[[Path], dict[str, str]]:
     """model folder -> its captions of every test image (`evaluate.beam_size`): pacs' captioner over the grid
     features, or a transformers model's own `generate`."""
-    from pacs.captioner.demo import captioning
 
     if config.captioner.transformers:
         from pacs.captioner.demo import hf_captioner
@@ -273,8 +274,6 @@ def _run_seeds_in_processes(config: DemoConfig, seeds: list[int], runner: Any, x
 def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
                  scst_micro: int, threads: int) -> dict[str, Any]:
     """One seed's stages in a process of its own (`_run_seeds_in_processes`); what its runner did."""
-    from pacs.captioner.demo.data import DemoData
-    from pacs.captioner.orchestration.stages import StageRunner
 
     logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [seed {seed}] %(name)s: %(message)s")
     torch.set_num_threads(threads)
@@ -295,8 +294,6 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
 def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
               xe_micro: int, scst_micro: int) -> tuple[dict[str, Path], dict[str, Any]]:
     """One seed's XE, SCST and guarded SCST stages (`seed_prefix` folders); its models and guard choices."""
-    from pacs.captioner.demo import captioning
-    from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
 
     prefix = seed_prefix(config, seed)
     xe = f"{prefix}xe"
@@ -349,7 +346,6 @@ def correlation_markdown(run_dir: Path) -> str:
 
 def correlation_extras(run_dir: Path) -> list[str]:
     """The paired τb comparisons (PAC-S++ vs CLIP-S) and the long-caption table of a run's correlation stage."""
-    from pacs.captioner.demo.correlation import comparison_findings
 
     folder, parts = run_dir / "correlation", []
     comparisons = folder / "comparisons.json"
@@ -374,7 +370,6 @@ def _tau_cell(value: Any) -> str:
 
 def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, Any]:
     """End of a metric-only run: print the correlation tables and findings, write the report."""
-    from pacs.eval.report import write_report
 
     report = run_dir / "report.html"
     if state.is_main_process:
@@ -392,7 +387,6 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
                  scst_micro: int, settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
     """One seed's guarded SCST stages (`settings`: what every SCST stage of the seed records, its `scst` section
     first); adds each guarded reward's chosen run (best validation CIDEr-D) to `models`."""
-    from pacs.captioner.demo import captioning, findings
 
     choices: dict[str, Any] = {}
     for reward in config.guarded.rewards:
@@ -417,7 +411,6 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
 
 def guarded_stage_name(config: DemoConfig, seed: int, spec: str, coef: float) -> str:
     """The stage of one seed's guarded SCST run of reward `spec` at KL coefficient `coef`."""
-    from pacs.captioner.demo import captioning
 
     return f"{seed_prefix(config, seed)}scst-{captioning.guarded_label(spec, coef)}"
 
@@ -425,7 +418,6 @@ def guarded_stage_name(config: DemoConfig, seed: int, spec: str, coef: float) ->
 def guard_choice(spec: str, summaries: dict[float, dict[str, Any]]) -> dict[str, Any]:
     """The choice among one guarded reward's runs (`summaries[kl_coef]`: their stage summaries) by validation
     CIDEr-D, as the `evaluate` stage records it."""
-    from pacs.captioner.demo import captioning
 
     chosen = captioning.choose_guarded(summaries)
     return {"spec": spec, "chosen_kl_coef": chosen,
@@ -436,13 +428,9 @@ def guard_choice(spec: str, summaries: dict[float, dict[str, Any]]) -> dict[str,
 
 
 def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
-    from pacs.rewards import build_reward
 
     train = {item.image_id: item.references for item in data.splits["train"]}
     paths = {**data.image_paths("train"), **data.image_paths("val")}  # val: the guarded runs' hacking monitor
-    from pacs.metric.common.errors import InputError
-    from pacs.metric.scoring.registry import METRICS
-    from pacs.rewards.registry import parse_reward_spec
 
     for name, _ in parse_reward_spec(spec):  # each contrastive reward is scored by its own family's model
         if name in METRICS and METRICS[name].family not in scorers:
@@ -471,9 +459,6 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     `evaluate/seed-<s>/`), the judge's columns per row; then every row, difference against XE and against the
     human row and reward gain over seeds and images (`pacs.captioner.demo.seeds`), the findings from those intervals
     (`findings.finding_records`), and the gallery (the first seed's captions)."""
-    from pacs.captioner.demo import captioning, findings
-    from pacs.captioner.demo.seeds import SeedEvidence, single_seed
-    from pacs.eval.system_inputs import HUMAN_ROW
 
     seeds = list(models)
     resamples = config.evaluate.bootstrap_resamples
@@ -549,7 +534,6 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
 def _normalisation_comparisons(config: DemoConfig, evidence: Any) -> list[dict[str, Any]]:
     """Judge-acc of each `scst.normalised_rewards` run against the weighted-sum run of the same reward (when
     `scst.rewards` trains it too): the paired difference (normalised − weighted sum) over seeds and images."""
-    from pacs.captioner.demo import captioning, findings
 
     out = []
     for spec in config.scst.normalised_rewards:
@@ -600,7 +584,6 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
 def results_markdown(results: dict[str, Any]) -> str:
     """The printed results: the table (with the human row and its protocol), each reward's own gain, every
     column's change against XE and against the human row, the findings."""
-    from pacs.captioner.demo import findings
 
     parts = []
     human = results.get("human_baseline")

@@ -34,9 +34,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from pacs.metric.common.device import autocast_dtype, check_precision
 from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.common.io import atomic_path, write_json_atomic
+from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
+from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
+from pacs.metric.models.preprocess import open_image
 
 logger = logging.getLogger(__name__)
 
@@ -314,7 +318,6 @@ def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
 def iter_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str],
                 workers: int | str = "auto", ahead: int = 0) -> Iterator[torch.Tensor]:
     """The preprocessed pixels `[3, H, W]` of `ids`, in order, decoded by `workers` threads up to `ahead` early."""
-    from pacs.metric.common.parallel import ordered_map, resolve_workers
 
     return ordered_map(lambda image_id: backbone.preprocess(_read_image(images, image_id)), ids,
                        resolve_workers(workers), ahead)
@@ -323,7 +326,6 @@ def iter_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
 def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image.Image:
     """The image of `image_id`, read by `pacs score`'s rule (`pacs.metric.models.preprocess.open_image`): an unreadable
     file or a decompression bomb (a 30000×30000 PNG) is one InputError naming the id and the file."""
-    from pacs.metric.models.preprocess import open_image
 
     try:
         return open_image(images[image_id])
@@ -344,8 +346,6 @@ def extract_features(backbone: Any, images: Mapping[str, str | os.PathLike], cac
     """
     import contextlib
 
-    from pacs.metric.common.device import autocast_dtype, check_precision
-    from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 
     if dtype not in _DTYPES:
         raise InputError(f"feature dtype {dtype!r} unknown (known: {', '.join(_DTYPES)})")

@@ -33,7 +33,9 @@ import torch
 
 from pacs.captioner.modeling.decoding import decode_texts, greedy
 from pacs.captioner.modeling.features import FeatureCache
+from pacs.captioner.modeling.train_xe import cider_validator
 from pacs.eval.caption_drift import DriftThresholds, caption_stats, drift, drift_signatures, reward_rose
+from pacs.eval.grammar import grammar_error_rate
 from pacs.metric.common.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -126,7 +128,6 @@ class GrammarRate:
                 logger.warning("scst monitor: grammar_errors not measured (NaN): %s", error)
                 self.unavailable = True
                 return float("nan")
-        from pacs.eval.grammar import grammar_error_rate
 
         return float(grammar_error_rate(list(captions), self.checker).rate)
 
@@ -178,7 +179,6 @@ class HackingMonitor:
 
     def score(self, step: int, captions: Mapping[str, str]) -> dict[str, float]:
         """The row of `step` for the sample's captions."""
-        from pacs.captioner.modeling.train_xe import cider_validator
 
         ids = [i for i in self.ids if i in captions]
         texts = [captions[i] for i in ids]

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.models.preprocess import open_image, to_eight_bit
 from pacs.metric.models.weights_only import LOAD_ERRORS, torch_load_error
 
 logger = logging.getLogger(__name__)
@@ -95,7 +97,6 @@ def checkpoint_kind(folder: str | os.PathLike) -> str:
 
 def folder_model_type(folder: str | os.PathLike) -> str:
     """The `model_type` of a transformers folder's config.json (InputError naming the folder when absent)."""
-    from pacs.metric.common.json_input import read_json_file
 
     config = read_json_file(Path(folder) / "config.json", "transformers config")
     model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -248,7 +249,6 @@ def strip_prompt(captioner: HFCaptioner, output: torch.Tensor, input_ids: torch.
 
 def read_rgb(path: str | os.PathLike) -> Any:
     """An image as pacs reads it everywhere (16-bit scaled to 8 bits, alpha dropped, no EXIF rotation), RGB."""
-    from pacs.metric.models.preprocess import open_image, to_eight_bit
 
     return to_eight_bit(open_image(path)).convert("RGB")
 

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 import torch
 from annotated_types import Le
 
+from pacs.captioner.modeling.checkpoints import _atomic_dir_replace
 from pacs.captioner.modeling.example_rng import ExampleRNG
 from pacs.captioner.modeling.hf_captioning import (
     HFCaptioner,
@@ -48,6 +49,9 @@ from pacs.captioner.modeling.hf_captioning import (
 )
 from pacs.metric.common.config import PositiveFloat, PositiveInt
 from pacs.metric.common.errors import InputError, NonFiniteError
+from pacs.metric.common.io import chmod_like_umask, write_json_atomic
+from pacs.metric.common.provenance import provenance
+from pacs.metric.training.divergence import nonfinite_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -305,10 +309,6 @@ class HFPolicy:
 
     def save(self, folder: str | os.PathLike, module: Any, extra: dict[str, Any]) -> Path:
         """A transformers folder: merged weights + processor, `adapter/` (LoRA) and `pacs_training.json`."""
-        from pacs.captioner.modeling.checkpoints import _atomic_dir_replace
-        from pacs.metric.common.io import chmod_like_umask, write_json_atomic
-        from pacs.metric.common.provenance import provenance
-        from pacs.metric.training.divergence import nonfinite_parameter
 
         folder = Path(folder)
         bad = nonfinite_parameter(module.named_parameters())

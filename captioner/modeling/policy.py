@@ -17,7 +17,11 @@ from typing import Any, Protocol
 
 import torch
 
+from pacs.captioner.modeling.checkpoints import load_captioner, save_captioner
+from pacs.captioner.modeling.decoding import beam_search, decode_texts, greedy, sample
 from pacs.captioner.modeling.example_rng import ExampleRNG
+from pacs.captioner.modeling.model import shift_right, token_log_probs
+from pacs.captioner.modeling.reference_policy import ReferencePolicy
 
 
 class PolicyReference(Protocol):
@@ -74,7 +78,6 @@ class PacsPolicy:
     @classmethod
     def load(cls, folder: str | os.PathLike, features: Any) -> PacsPolicy:
         """The captioner folder `folder` (model.safetensors + captioner.json) over `features`."""
-        from pacs.captioner.modeling.checkpoints import load_captioner
 
         model, vocab, info = load_captioner(folder)
         return cls(model, vocab, info, features)
@@ -89,7 +92,6 @@ class PacsPolicy:
 
     def sample(self, module: Any, batch: torch.Tensor, config: Any, rng: ExampleRNG) -> torch.Tensor:
         """k beams or k multinomial samples (`pacs.captioner.modeling.decoding`)."""
-        from pacs.captioner.modeling.decoding import beam_search, sample
 
         if config.samples == "beam":
             return beam_search(module, batch, beam_size=config.k, max_length=config.max_length,
@@ -99,7 +101,6 @@ class PacsPolicy:
 
     def greedy(self, module: Any, batch: torch.Tensor, max_length: int) -> torch.Tensor:
         """Argmax decoding."""
-        from pacs.captioner.modeling.decoding import greedy
 
         return greedy(module, batch, max_length).tokens
 
@@ -108,7 +109,6 @@ class PacsPolicy:
         """Teacher forcing (`shift_right`), dropout masks from `dropout` (per example)."""
         import contextlib
 
-        from pacs.captioner.modeling.model import shift_right, token_log_probs
 
         with module.example_rng(dropout) if dropout is not None else contextlib.nullcontext():
             logits = model(batch, shift_right(tokens), repeats=repeats)
@@ -116,18 +116,15 @@ class PacsPolicy:
 
     def decode(self, tokens: torch.Tensor) -> list[list[str]]:
         """`vocab.decode` of every row."""
-        from pacs.captioner.modeling.decoding import decode_texts
 
         return decode_texts(self.vocab, tokens)
 
     def reference(self, folder: str | os.PathLike, device: torch.device | str) -> PolicyReference:
         """`pacs.captioner.modeling.reference_policy.ReferencePolicy` (same vocabulary required)."""
-        from pacs.captioner.modeling.reference_policy import ReferencePolicy
 
         return ReferencePolicy(folder, self.vocab, device)
 
     def save(self, folder: str | os.PathLike, module: Any, extra: dict[str, Any]) -> Path:
         """A pacs captioner folder (`save_captioner`)."""
-        from pacs.captioner.modeling.checkpoints import save_captioner
 
         return save_captioner(folder, module, self.vocab, self.info.get("features", {}), extra)

@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+from pacs.metric.scoring.registry import METRICS
+from pacs.rewards.registry import parse_reward_spec
+
 #: counters summed over the images of a step (and over processes)
 COUNTS = ("images", "zero_spread", "all_zero", "identical")
 
@@ -39,8 +42,6 @@ def spread_counts(rewards: torch.Tensor, captions: Sequence[Sequence[str]]) -> d
 
 def _contrastive(reward: str) -> bool:
     """Whether reward spec `reward` has a contrastive term (clip-s, pac-s++, ...: `w·max(cos, 0)`)."""
-    from pacs.metric.scoring.registry import METRICS
-    from pacs.rewards.registry import parse_reward_spec
 
     try:
         return any(name in METRICS for name, _ in parse_reward_spec(reward))

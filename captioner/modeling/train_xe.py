@@ -41,6 +41,7 @@ from pacs.captioner.modeling.training import (
     start_trackers,
 )
 from pacs.captioner.modeling.vocab import Vocab, ptb_tokenize_fast
+from pacs.eval.cider import cider_d
 from pacs.metric.common.config import (
     MAX_BATCH,
     MAX_BEAM,
@@ -111,7 +112,6 @@ class XEResult:
 
 def cider_validator(captions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> float:
     """Corpus CIDEr-D (×100) of `captions` against `references` (PTB-style tokens, df from the references)."""
-    from pacs.eval.cider import cider_d
 
     ids = list(captions)
     candidates = [" ".join(ptb_tokenize_fast(captions[i])) for i in ids]

@@ -19,7 +19,9 @@ from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
 from annotated_types import Le
 
-from pacs.metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pacs.metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat, check_batch_split
+from pacs.metric.common.device import build_accelerator
+from pacs.metric.common.device import process_state as device_process_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.links import open_no_follow
 
@@ -77,7 +79,6 @@ def process_state(device: str = "auto") -> PartialState:
     it). Two CPU processes: `accelerate launch --cpu --num_processes 2 ...` (the entry points re-execute themselves
     under torchrun, see `pacs.captioner.orchestration.launching`) or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ...`.
     """
-    from pacs.metric.common.device import process_state as device_process_state
 
     return device_process_state(device)
 
@@ -86,7 +87,6 @@ def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequ
                      mixed_precision: str = "no", tensorboard: bool = True, device: str = "auto") -> Accelerator:
     """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`), on the
     process state's device (`pacs.metric.common.device.build_accelerator`: `device` must agree with it)."""
-    from pacs.metric.common.device import build_accelerator
 
     trackers: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns)]
     if tensorboard and importlib.util.find_spec("tensorboard") is not None:
@@ -163,7 +163,6 @@ def micro_batch_for(batch_size: int, micro_batch_size: int | None, processes: in
 
     `micro_batch_size` 0 or None means "not fixed": the whole per-process share, `batch_size // processes`.
     """
-    from pacs.metric.common.config import check_batch_split
 
     if not micro_batch_size:
         if batch_size < 1 or batch_size % processes:

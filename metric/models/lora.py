@@ -42,8 +42,9 @@ import torch
 from torch import nn
 
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import chmod_like_umask
+from pacs.metric.common.io import chmod_like_umask, write_json_atomic
 from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.os_errors import writing_to
 from pacs.metric.common.provenance import sha256_file
 from pacs.metric.models.backbones import Backbone, model_fingerprint, save_backbone
 from pacs.metric.models.families import SOURCE_LORA, SOURCE_METADATA
@@ -224,7 +225,6 @@ def temperature_values(model: nn.Module) -> dict[str, list[float]]:
 def _save_peft_files(model: nn.Module, folder: Path) -> None:
     """peft's ``save_pretrained`` into a temporary folder inside `folder`, its files then renamed into place: a full
     disk leaves no partial adapter and is an OSError naming the weights file (`writing_to`), not a SafetensorError."""
-    from pacs.metric.common.os_errors import writing_to
 
     with tempfile.TemporaryDirectory(prefix=".adapter.", dir=folder) as tmp, \
             writing_to(folder / "adapter_model.safetensors"):
@@ -274,7 +274,6 @@ def save_adapter(backbone: Backbone, folder: str | os.PathLike, base: dict[str, 
         "context_length": backbone.context_length,
         **temperature_values(backbone.model),
     }
-    from pacs.metric.common.io import write_json_atomic
 
     write_json_atomic(folder / BASE_FILE, record)
     return folder

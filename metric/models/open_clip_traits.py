@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from pacs.metric.common.errors import MissingResourceError
+from pacs.metric.models.hf_tokenizer import HFTextTokenizer
 from pacs.metric.models.pruned_forward import supports_pruned_image
 from pacs.metric.models.tokenizer import ClipTokenizer
 from pacs.metric.models.traits import CLIP_TRAITS, OPEN_CLIP_CLIP, OPEN_CLIP_SIGLIP, BackboneTraits
@@ -21,7 +22,6 @@ def wrap_open_clip_tokenizer(tokenizer: Any) -> Any:
     """open_clip's `HFTokenizer` wrapped to report truncation (`HFTextTokenizer`), its CLIP BPE as `ClipTokenizer`."""
     from open_clip.tokenizer import HFTokenizer, SimpleTokenizer
 
-    from pacs.metric.models.hf_tokenizer import HFTextTokenizer
 
     if isinstance(tokenizer, HFTokenizer) and not getattr(tokenizer, "tokenizer_mode", ""):
         return HFTextTokenizer.from_open_clip(tokenizer)

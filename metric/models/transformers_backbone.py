@@ -24,6 +24,7 @@ from PIL import Image
 
 from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.provenance import sha256_file
 from pacs.metric.models.backbones import Backbone, model_fingerprint
 from pacs.metric.models.families import NOT_ESTABLISHED, SOURCE_USER, check_family_name
 from pacs.metric.models.hf_tokenizer import HFTextTokenizer
@@ -163,7 +164,6 @@ def load_transformers_backbone(folder: str | os.PathLike, device: str = "cpu", f
     user_family = check_family_name(family)
     own_family, own_source = (user_family, SOURCE_USER) if user_family else (None, NOT_ESTABLISHED)
     weights = folder / "model.safetensors"
-    from pacs.metric.common.provenance import sha256_file
 
     source = {"kind": "transformers", "path": str(folder), "model_type": model_type,
               "sha256": sha256_file(weights) if weights.is_file() else None, "family_source": own_source}

@@ -44,6 +44,7 @@ from pacs.metric.common.errors import InputError
 from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.models.backbones import Backbone
 from pacs.metric.models.pruned_forward import common_prefix_length, prefix_states
+from pacs.metric.models.tensor_decode import TensorDecoder, check_decode
 from pacs.metric.scoring import image_inputs
 from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 from pacs.metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
@@ -436,7 +437,6 @@ class Scorer:
 
 def _decoder(decode: str, backbone: Backbone, device: torch.device) -> tuple[str, Any]:
     """(`decode`, the GPU decoder or None): `gpu` is refused in one line without CUDA."""
-    from pacs.metric.models.tensor_decode import TensorDecoder, check_decode
 
     if check_decode(decode, device, "decode") == "gpu":
         return decode, TensorDecoder(backbone.preprocess, device)

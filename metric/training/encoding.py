@@ -20,6 +20,8 @@ from torch import nn
 from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
 from pacs.metric.common.errors import InputError, PacsError
+from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.factory import load_backbone
 from pacs.metric.training.batches import batch_loader
 from pacs.metric.training.config import FAMILY_OF_MODE, LOSS_KINDS, LossOptions, MetricTrainConfig
 from pacs.metric.training.data import (
@@ -89,8 +91,6 @@ class DualEncoder(nn.Module):
 
 def build_base_backbone(config: MetricTrainConfig) -> Backbone:
     """Load (or randomly build) the backbone the config names."""
-    from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
-    from pacs.metric.models.factory import load_backbone
 
     if config.random_init:
         if config.arch:

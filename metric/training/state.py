@@ -16,7 +16,12 @@ from torch import nn
 from pacs.metric.common.config import dump_yaml, to_dict
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import chmod_like_umask, finite_or_none, write_json_atomic
+from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.links import check_no_links
+from pacs.metric.common.os_errors import writing_to
 from pacs.metric.common.provenance import provenance
+from pacs.metric.models.backbones import model_fingerprint, save_backbone
+from pacs.metric.models.lora import base_from_source, merge_lora, save_adapter
 from pacs.metric.training.config import FAMILY_OF_MODE, MetricTrainConfig
 
 if TYPE_CHECKING:
@@ -48,7 +53,6 @@ class TrainerState:
         """Write `trainer_state.json` (counters, history) and `best_weights.safetensors` into `folder` (no pickle)."""
         from safetensors.torch import save_file
 
-        from pacs.metric.common.os_errors import writing_to
 
         with writing_to(folder / BEST_WEIGHTS_FILE):  # a full disk: one line naming the file
             save_file({name: tensor.contiguous() for name, tensor in self.best_weights.items()},
@@ -62,7 +66,6 @@ class TrainerState:
         """Restore from `save`'s files; InputError naming the file when one is unreadable or lacks a field."""
         from safetensors.torch import load_file
 
-        from pacs.metric.common.json_input import read_json_file
 
         path = folder / TRAINER_STATE_FILE
         state = read_json_file(path, "trainer state")
@@ -117,7 +120,6 @@ def check_state_complete(path: Path) -> None:
 def check_output_folders(output_dir: Path) -> None:
     """InputError (on every process, before any work) when `state/` or `adapter/` of the run is a symbolic link:
     pacs never writes through a link planted in its output folder."""
-    from pacs.metric.common.links import check_no_links
 
     for name in (STATE_DIR, ADAPTER_DIR):
         check_no_links(output_dir, output_dir / name)
@@ -168,8 +170,6 @@ def restore_best(model: nn.Module, best: dict[str, torch.Tensor]) -> None:
 
 def save_outputs(config: MetricTrainConfig, trained: Backbone, model: nn.Module, state: TrainerState,
                   output_dir: Path, seconds: float, loss_kind: str | None = None) -> None:
-    from pacs.metric.models.backbones import model_fingerprint, save_backbone
-    from pacs.metric.models.lora import base_from_source, merge_lora, save_adapter
 
     model.eval()
     backbone = dataclasses.replace(trained, model=model)

@@ -27,6 +27,7 @@ from accelerate.logging import get_logger
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from pacs.metric.common.device import allow_new_precision, build_accelerator
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import finite_or_none
 from pacs.metric.common.optim import make_adam
@@ -41,8 +42,10 @@ from pacs.metric.training.config import (
     MetricTrainConfig,
 )
 from pacs.metric.training.data import (
+    ManifestDataset,
     ShardedEpochBatches,
     collate_positives,
+    read_manifest,
     split_micro_batches,
 )
 from pacs.metric.training.divergence import any_process, check_loss, check_weights, diverged
@@ -94,7 +97,6 @@ CorrelationFn = Callable[["Backbone"], dict[str, float]]
 
 
 def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tuple[Dataset, Dataset]:
-    from pacs.metric.training.data import ManifestDataset, read_manifest
 
     data = config.data
     if not data.manifest:
@@ -132,7 +134,6 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         correlation_hook = correlation_hook or correlation_fn
     from accelerate.utils import set_seed
 
-    from pacs.metric.common.device import build_accelerator
 
     config.validate()
     output_dir = Path(config.output_dir)
@@ -294,7 +295,6 @@ def micro_batch_size(config: MetricTrainConfig, processes: int) -> int:
 
 def _allow_new_precision(mixed_precision: str) -> None:
     """Let a single-process caller run several trainings with different precisions (`pacs.metric.common.device`)."""
-    from pacs.metric.common.device import allow_new_precision
 
     allow_new_precision(mixed_precision)
 
