@@ -83,10 +83,25 @@ def _pretrained_problem(name: str, tag: str) -> str | None:
             f"HF_HUB_OFFLINE=1)")
 
 
+def two_origins_problem(source: BackboneSource, key: str) -> str | None:
+    """A model source given two origins (`random_config` and a `checkpoint` or `backbone`): which one would be
+    built is not what a reader of the config expects, so both are named and neither is chosen."""
+    if not source.random_config:
+        return None
+    others = [f"{key}.checkpoint={source.checkpoint}"] if source.checkpoint else []
+    if source.backbone and source.backbone != BackboneSource.backbone:  # the class default is no choice of the user's
+        others.append(f"{key}.backbone={source.backbone}")
+    if not others:
+        return None
+    return (f"{key}: two origins for one model: {key}.random_config (a random model) and {' and '.join(others)}; "
+            f"keep one (to load the file, remove {key}.random_config: {key}.random_config={{}})")
+
+
 def source_problem(source: BackboneSource, key: str) -> str | None:
     """Why the model a `BackboneSource` describes cannot be built (None when it can, as far as files tell)."""
-    if source.random_config:
-        return None
+    problem = two_origins_problem(source, key)
+    if problem or source.random_config:
+        return problem
     if source.checkpoint:
         path = Path(source.checkpoint).expanduser()
         if not path.exists():

@@ -139,3 +139,26 @@ def test_the_vitb32_recipe_names_the_three_files_to_set_and_accepts_them_once_se
         f"run_dir={tmp_path / 'run'}", f"features.source.backbone={spec}", f"reward_models.clip.backbone={spec}",
         f"reward_models.pac.checkpoint={tmp_path / 'w' / 'PAC++_clip_ViT-B-32.pth'}"])
     assert preflight_problems(config) == []
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("reward_models.pac", "checkpoint", "PAC++_clip_ViT-B-32.pth"),
+    ("features.source", "checkpoint", "clip_ViT-B-32.pth"),
+    ("features.source", "backbone", "ViT-L-14/openai"),
+])
+def test_a_model_source_with_two_origins_is_refused_naming_both(section, key, value, tmp_path, capsys):
+    """The Flickr8k recipe copied and pointed at a real file: random_config would win without a word, so a user
+    would publish numbers of a model they never loaded; the run refuses before anything exists instead."""
+    from pacs.cli import main
+
+    given = tmp_path / value
+    if key == "checkpoint":
+        given.write_bytes(b"weights")
+    code = main(["train", "--config", "flickr8k_tiny", f"run_dir={tmp_path / 'run'}",
+                 f"{section}.{key}={given if key == 'checkpoint' else value}"])
+    err = capsys.readouterr().err
+    shown = given if key == "checkpoint" else value
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (f"{section}: two origins for one model: {section}.random_config (a random model) and "
+            f"{section}.{key}={shown}; keep one") in err
+    assert not (tmp_path / "run").exists()
