@@ -30,6 +30,7 @@ from pacs.captioner.orchestration.seed_runs import run_seeds
 from pacs.metric.common.config import load_config
 from pacs.metric.common.os_errors import user_error_line
 from pacs.metric.common.terminal import setup_terminal_logging
+from pacs.rewards.registry import check_reward_list
 
 DEFAULT_REWARDS = ("cider", "clip-s", "ref-clip-s", "pac-s++", "ref-pac-s++")
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         relaunch_cpu_processes()
         config = load_config(PipelineConfig, args.config, args.overrides)
         config.rewards = args.rewards or list(DEFAULT_REWARDS)
+        check_reward_list(config.rewards, "--reward", flag="--reward")
         config.force = [*config.force, *args.force]
         if args.seeds is not None:
             config.seeds = list(args.seeds)

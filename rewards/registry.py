@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pacs.metric.common.errors import InputError
@@ -74,6 +74,39 @@ def reward_names() -> list[str]:
     ['cider', 'clip-s', ..., 'ref-pac-s++', 'rep-penalty']
     """
     return sorted(load_builtin_rewards())
+
+
+def check_reward_list(specs: Sequence[str], key: str, flag: str | None = None) -> None:
+    """InputError in one line when an item of the reward list `key` is a single weighted term (`pac-s++:0.5`).
+
+    Such an item is a fragment of a mix that a list parser split at its commas (`rewards=[cider:1,pac-s++:0.5]`
+    on the command line is two items), or a weight on a reward alone, which SCST's normalised advantages ignore:
+    either way not the experiment asked for. The message shows the spelling that gives the mix (`flag`: a
+    command-line option that takes one reward per use, e.g. `--reward`, instead of a `key=[...]` override).
+
+    >>> from pacs.rewards.registry import check_reward_list
+    >>> check_reward_list(["cider", "cider:1,pac-s++:0.5"], "rewards")  # names and mixes are fine
+    >>> check_reward_list(["cider:1", "pac-s++:0.5"], "rewards")
+    Traceback (most recent call last):
+    ...
+    pacs.metric.common.errors.InputError: rewards: 'cider:1', 'pac-s++:0.5' are single weighted terms, not rewards: \
+a mix is one item, its terms joined by commas inside quotes: on the command line "rewards=['cider:1,pac-s++:0.5']", \
+in YAML rewards: ["cider:1,pac-s++:0.5"]
+    """
+    fragments = [spec for spec in specs if isinstance(spec, str) and ":" in spec and "," not in spec]
+    if len(fragments) > 1:
+        mix = ",".join(part.strip() for part in fragments)
+        spelling = f"{flag} '{mix}'" if flag else f"\"{key}=['{mix}']\", in YAML {key}: [\"{mix}\"]"
+        raise InputError(f"{key}: {', '.join(repr(part) for part in fragments)} are single weighted terms, not "
+                         f"rewards: a mix is one item, its terms joined by commas inside quotes: on the command "
+                         f"line {spelling}")
+    if fragments:
+        name = fragments[0].partition(":")[0].strip()
+        example = f"cider:1,{fragments[0].strip()}"
+        spelling = f"{flag} '{example}'" if flag else f"\"{key}=['{example}']\""
+        raise InputError(f"{key}: {fragments[0]!r} is a single weighted term, not a reward: a reward alone is its "
+                         f"name ({name!r}); a mix is one item, its terms joined by commas inside quotes "
+                         f"(on the command line {spelling})")
 
 
 def parse_reward_spec(spec: str) -> list[tuple[str, float]]:

@@ -156,8 +156,10 @@ class ScstStageConfig:
         """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
         from pacs.captioner.modeling.train_scst import BASELINES, SAMPLINGS
         from pacs.metric.scoring.registry import METRICS
-        from pacs.rewards.registry import parse_reward_spec
+        from pacs.rewards.registry import check_reward_list, parse_reward_spec
 
+        check_reward_list(self.rewards, "scst.rewards")
+        check_reward_list(self.normalised_rewards, "scst.normalised_rewards")
         for spec in [*self.rewards, *self.normalised_rewards]:
             try:
                 terms = parse_reward_spec(spec)

@@ -239,6 +239,9 @@ class PipelineConfig:
             raise InputError(f"xe.betas={betas}: expected two floats >= 0 and < 1")
         if len(set(self.seeds)) != len(self.seeds):
             raise InputError(f"seeds={self.seeds}: a seed is listed twice")
+        from pacs.rewards.registry import check_reward_list  # the registry imports torch; configs load without it
+
+        check_reward_list(self.rewards, "rewards")
 
 
 def default_config_path() -> Path:
