@@ -21,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="captioner folder (model.safetensors + captioner.json), or a transformers image-to-text "
                               "folder (config.json with a model_type; loaded offline)")
     caption.add_argument("--images", required=True, help="folder of .jpg/.jpeg/.png images (extensions in any case)")
-    caption.add_argument("--ids", default="stem", metavar="stem|coco|FILE.json",
-                         help="image ids of the results: the file stem (default), the integer of a COCO file name "
+    caption.add_argument("--ids", default="stem", metavar="stem|name|coco|FILE.json",
+                         help="image ids of the results: the file stem (default), the file name (Flickr8k's ids: "
+                              "1000268201_693b08cb0e.jpg), the integer of a COCO file name "
                               "(COCO_val2014_000000391895.jpg -> 391895), or a JSON file {file name: id}")
     caption.add_argument("--out", required=True, help="results JSON (COCO results format)")
     caption.add_argument("--beam-size", type=int, default=5, help="beam size (transformers: num_beams; default 5)")
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
-    """{image id: path} of the images in `folder` (`pacs.metric.scoring.images`): ids by `stem`, `coco` or a JSON file.
+    """{image id: path} of the images in `folder` (`pacs.metric.scoring.images`): ids by `stem`, `name`, `coco` or a JSON file.
 
     InputError when there is no image, two images get one id, or an image has no id.
     """

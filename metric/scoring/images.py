@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from pacs.metric.common.paths_inside import UserFolder
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 COCO_NAME = re.compile(r"^COCO_[A-Za-z0-9]+_(\d{12})$")
-ID_MODES = ("stem", "coco")
+ID_MODES = ("stem", "name", "coco")
 
 
 def is_image_file(path: Path) -> bool:
@@ -144,13 +144,16 @@ def read_id_map(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def ids_for_files(files: list[Path], mode: str) -> dict[Any, Path]:
-    """{image id: file} with ids from the file names: `stem`, `coco` or a JSON file {file name: id}.
+    """{image id: file} with ids from the file names: `stem`, `name` (with its extension, Flickr8k's ids), `coco`
+    or a JSON file {file name: id}.
 
     Every file needs an id and every id one file: a file missing from the JSON map, a map entry naming no file,
     or two files with one id is an InputError naming them.
     """
     if mode == "stem":
         ids: list[Any] = [path.stem for path in files]
+    elif mode == "name":
+        ids = [path.name for path in files]
     elif mode == "coco":
         ids = [coco_image_id(path.name) for path in files]
     else:
@@ -171,12 +174,54 @@ def ids_for_files(files: list[Path], mode: str) -> dict[Any, Path]:
     return result
 
 
+def id_rule_hint(missing: list[str], reference_ids: Iterable[str]) -> str:
+    """Which id rule would make candidate ids that match no reference meet them ('' when none would).
+
+    `pacs caption --ids` writes ids by a rule (the file stem by default); reference files of each data set use
+    their own (Flickr8k file names, COCO integers): the usual mismatch is one rule against another.
+    """
+    keys = set(reference_ids)
+    if not missing or not keys:
+        return ""
+    sample = missing[:50]
+    by_stem: dict[str, str] = {}
+    for key in keys:
+        by_stem.setdefault(Path(key).stem, key)
+    numeric = {int(key): key for key in keys if key.isdigit()}
+
+    def share(rule: Callable[[str], str | None]) -> str | None:
+        """An example (candidate -> reference) when the rule maps most of the sample onto references."""
+        hits = [(cid, rule(cid)) for cid in sample if rule(cid) in keys]
+        return f"{hits[0][0]!r} -> {hits[0][1]!r}" if hits and 2 * len(hits) >= len(sample) else None
+
+    rules = (
+        (lambda cid: by_stem.get(cid) if Path(cid).suffix == "" else None,
+         ("the references name images by file name, the candidates by file stem: caption with `pacs caption --ids "
+         "name`")),
+        (lambda cid: Path(cid).stem if Path(cid).suffix.lower() in IMAGE_SUFFIXES else None,
+         ("the references name images by file stem, the candidates by file name: caption with `pacs caption --ids "
+         "stem`")),
+        (lambda cid: numeric.get(int(COCO_NAME.match(Path(cid).stem).group(1)))
+         if COCO_NAME.match(Path(cid).stem) else None,
+         ("the references use COCO's integer ids, the candidates COCO file names: caption with `pacs caption --ids "
+         "coco`")),
+        (lambda cid: numeric.get(int(cid)) if cid.isdigit() else None,
+         ("the ids differ in their zero padding (integers against zero-padded strings): write the candidates' ids "
+         "as the references do (`pacs caption --ids coco` gives integers)")),
+    )
+    for rule, advice in rules:
+        example = share(rule)
+        if example:
+            return f"; {advice} (e.g. {example})"
+    return ""
+
+
 def id_mode(value: str) -> str:
-    """Check a `--ids` value: `stem`, `coco` or an existing JSON file."""
+    """Check a `--ids` value: `stem`, `name`, `coco` or an existing JSON file."""
     if value in ID_MODES:
         return value
     if not value.lower().endswith(".json"):
-        raise InputError(f"ids= must be stem, coco or a JSON file mapping file names to ids, got {value!r}",
+        raise InputError(f"ids= must be stem, name, coco or a JSON file mapping file names to ids, got {value!r}",
                          parameter="ids")
     if not Path(value).is_file():
         raise InputError(f"ids= file not found: {value}", parameter="ids")

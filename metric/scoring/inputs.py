@@ -9,7 +9,7 @@ from typing import Any
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import check_text, read_json_file
 from pacs.metric.common.paths_inside import UserFolder
-from pacs.metric.scoring.images import IMAGE_SUFFIXES, ImageFinder  # noqa: F401 (re-exported)
+from pacs.metric.scoring.images import IMAGE_SUFFIXES, ImageFinder, id_rule_hint  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -109,7 +109,8 @@ def references_for(candidates: list[Candidate], references: dict[str, list[str]]
     missing = list(dict.fromkeys(c.key for c in candidates if c.key not in references))
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
-        raise InputError(f"{path}: no references for candidate image id(s) {', '.join(map(repr, missing[:3]))}{more}")
+        raise InputError(f"{path}: no references for candidate image id(s) {', '.join(map(repr, missing[:3]))}{more}"
+                         f"{id_rule_hint(missing, references)}")
     return [references[c.key] for c in candidates]
 
 
