@@ -28,6 +28,7 @@ from pacs.captioner.modeling.model import Captioner, CaptionerConfig, captioner_
 from pacs.captioner.modeling.vocab import Vocab, vocab_from_dict
 from pacs.metric.common.config import from_dict
 from pacs.metric.common.errors import InputError, MissingResourceError, NonFiniteError, PacsError
+from pacs.metric.common.file_kinds import refuse_special
 from pacs.metric.common.io import chmod_like_umask, write_json_atomic
 from pacs.metric.common.json_input import read_json_file
 from pacs.metric.common.os_errors import writing_to
@@ -218,6 +219,7 @@ def load_captioner(folder: str | os.PathLike, device: str | torch.device = "cpu"
     if not isinstance(info, dict) or info.get("format") != "pacs-captioner":
         found = info.get("format") if isinstance(info, dict) else type(info).__name__
         raise InputError(f"{info_path}: not a pacs captioner description (format={found!r})")
+    check_feature_source(info.get("features", {}), info_path)
     model = Captioner(from_dict(CaptionerConfig, info["model"], f"{info_path}:model"))
     try:
         state = load_file(str(weights))
@@ -227,3 +229,24 @@ def load_captioner(folder: str | os.PathLike, device: str | torch.device = "cpu"
     if missing or unexpected:
         raise InputError(f"{weights} does not match captioner.json: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return model.to(device).eval(), vocab_from_dict(info["vocab"], str(info_path)), info
+
+
+#: the `features` fields of captioner.json that name where features come from, and the types they must have
+FEATURE_SOURCE_TYPES = {"backbone": str, "checkpoint": str, "arch": str, "family": str, "fingerprint": str,
+                        "random_config": dict, "random_seed": int}
+
+
+def check_feature_source(features: Any, info_path: Path) -> None:
+    """InputError naming captioner.json and the key when its `features` record has a field of the wrong type, or
+    names a checkpoint / arch file that is a FIFO, socket or device (reading one would block or never end)."""
+    if not isinstance(features, dict):
+        raise InputError(f"{info_path}: features must be an object (the feature source), not "
+                         f"{type(features).__name__}")
+    for key, kind in FEATURE_SOURCE_TYPES.items():
+        value = features.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            expected = {str: "a string", dict: "an object", int: "an integer"}[kind]
+            raise InputError(f"{info_path}: features.{key} must be {expected}, not {value!r:.60}")
+    for key in ("checkpoint", "arch"):
+        if features.get(key):
+            refuse_special(features[key], f"{info_path}: features.{key}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import struct
 import uuid
 from collections import OrderedDict
@@ -35,7 +36,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from pacs.metric.common.device import autocast_dtype, check_precision
-from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.errors import InputError, MissingResourceError, NonFiniteError
 from pacs.metric.common.io import atomic_path, write_json_atomic
 from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
@@ -54,8 +55,10 @@ class _Shard:
     """One open shard: its file descriptor and, per tensor name, (dtype, shape, absolute byte range)."""
 
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO planted as a shard: refused, not waited on
         try:
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                raise ValueError("not a regular file (a FIFO or a device?)")
             (length,) = struct.unpack("<Q", os.pread(self.fd, 8, 0))
             if length > 100_000_000:
                 raise ValueError(f"header of {length} bytes")
@@ -151,19 +154,26 @@ class FeatureCache:
             handles.popitem()[1].close()
 
     def get(self, image_ids: Sequence[str]) -> torch.Tensor:
-        """Stack the features of `image_ids` as float32 `[B, R, D]` (InputError naming an uncached id)."""
+        """Stack the features of `image_ids` as float32 `[B, R, D]` (InputError naming an uncached id, NonFiniteError
+        naming the cache, the image id and its shard for features holding NaN / inf)."""
         tensors = []
         for image_id in image_ids:
             shard = self.index.get(str(image_id))
             if shard is None:
                 raise InputError(f"image id {image_id!r} is not in the feature cache {self.folder}")
             try:
-                tensors.append(self._handle(shard).read(str(image_id)))
+                tensor = self._handle(shard).read(str(image_id))
             except InputError:
                 raise
             except Exception as error:  # noqa: BLE001 - a shard truncated or rewritten after it was opened
                 raise InputError(f"feature shard {self.folder / 'shards' / shard} is unreadable at image id "
                                  f"{image_id!r} ({error}); delete it and re-extract") from None
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                # named here, not later as a "diverged" training whose learning rate is blamed
+                raise NonFiniteError(f"feature cache {self.folder}: the features of image id {image_id!r} (shard "
+                                     f"{self.folder / 'shards' / shard}) hold NaN or infinite values; delete the "
+                                     "shard and re-extract")
+            tensors.append(tensor)
         return torch.stack(tensors).float()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from pacs.captioner.modeling.hf_folder_checks import check_folder_files, check_tokenizer
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
 from pacs.metric.models.preprocess import open_image, to_eight_bit
@@ -124,9 +125,11 @@ def model_loader(folder: str | os.PathLike, model_type: str) -> str:
 
 
 def check_folder(folder: str | os.PathLike, prompt: str | None) -> tuple[str, str]:
-    """(model_type, auto class) of a transformers folder, refused before loading when unknown or missing a prompt."""
+    """(model_type, auto class) of a transformers folder, refused before loading when unknown, missing a prompt or
+    failing a check of `pacs.captioner.modeling.hf_folder_checks` (sizes, token ids, weights, tokenizer, files)."""
     model_type = folder_model_type(folder)
     loader = model_loader(folder, model_type)
+    check_folder_files(folder)
     check_prompt(folder, model_type, prompt)
     return model_type, loader
 
@@ -138,16 +141,23 @@ def load_hf_captioner(folder: str | os.PathLike, device: str = "cpu") -> HFCapti
     folder = Path(folder)
     model_type = folder_model_type(folder)
     loader = model_loader(folder, model_type)
+    check_folder_files(folder)  # sizes, token ids, weights, tokenizer and files, before anything is built
     try:
         processor = transformers.AutoProcessor.from_pretrained(folder, local_files_only=True,
                                                                trust_remote_code=False)
+        if getattr(processor, "tokenizer", None) is not None:
+            check_tokenizer(folder, processor.tokenizer)
         model = getattr(transformers, loader).from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except InputError:
+        raise
     except LOAD_ERRORS as error:  # a pytorch_model.bin that torch.load(weights_only=True) refused: nothing ran
         bins = sorted(folder.glob("pytorch_model*.bin"))
         raise torch_load_error(bins[0] if len(bins) == 1 else folder, error, parameter="checkpoint") from None
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, ImportError, AttributeError, TypeError) as error:
+        # ImportError: a quantization method's package; AttributeError / TypeError: a file of the wrong JSON shape
         raise InputError(f"checkpoint={folder}: transformers cannot load this {model_type} folder: "
-                         f"{str(error).splitlines()[0]}", parameter="checkpoint") from None
+                         f"{(str(error).strip() or type(error).__name__).splitlines()[0]}",
+                         parameter="checkpoint") from None
     if getattr(processor, "tokenizer", None) is None:
         raise InputError(f"checkpoint={folder}: its processor ({type(processor).__name__}) has no tokenizer to "
                          "decode captions with", parameter="checkpoint")
@@ -210,6 +220,11 @@ def encode_image(captioner: HFCaptioner, image: Any, text: str | None) -> dict[s
     except (ValueError, TypeError) as error:
         raise InputError(f"checkpoint={captioner.folder}: its processor refused the prompt {text!r}: "
                          f"{str(error).splitlines()[0]}", parameter=("checkpoint", "prompt")) from None
+    except BaseException as error:  # a panic of the Rust tokenizer (a BaseException) on this prompt
+        if type(error).__name__ != "PanicException":
+            raise
+        raise InputError(f"checkpoint={captioner.folder}: its tokenizer failed on the prompt {text!r} (a panic in "
+                         f"the tokenizers library): {str(error).splitlines()[0]}", parameter="checkpoint") from None
     accepted = model_inputs(captioner.model)
     inputs = {key: value for key, value in inputs.items() if key in accepted}
     return _drop_appended_end(captioner, inputs, text) if text is not None else inputs

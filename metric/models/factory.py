@@ -17,6 +17,7 @@ from typing import Any
 
 from pacs.metric.common.device import resolve_device
 from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.file_kinds import refuse_special
 from pacs.metric.common.provenance import sha256_file
 from pacs.metric.models.backbones import (
     EXPORT_CONFIG_FILE,
@@ -66,6 +67,10 @@ def load_backbone(backbone: str | None = None, checkpoint: str | None = None, ar
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and not path.exists():
         raise MissingResourceError(f"checkpoint not found: {path}")
+    if path is not None:  # a FIFO would block the loader forever, a device never ends
+        refuse_special(path, "checkpoint", parameter="checkpoint")
+    if arch is not None:
+        refuse_special(arch, "arch", parameter="arch")
     request = LoadRequest(backbone=backbone, checkpoint=path, arch=arch, lora_mode=lora_mode, family=family)
     loader = select_loader(request, FAMILY_LOADERS)
     if loader is None:  # only a folder is left unclaimed: the last loader takes every file, the CLIP one every name
