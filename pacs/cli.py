@@ -50,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from pacs.metric.commands.flags import check_flag_bounds
+
+        check_flag_bounds(args)  # the configs' bounds, before any work (one table: flags.FLAG_BOUNDS)
         if args.command in PROCESS_GROUP_COMMANDS:
             relaunch_cpu_processes()
         return int(args.func(args) or 0)

@@ -34,7 +34,7 @@ from pacs.metric.common.json_input import read_json_file
 from pacs.metric.common.os_errors import writing_to
 from pacs.metric.common.provenance import provenance, sha256_file
 from pacs.metric.training.divergence import nonfinite_parameter
-from pacs.metric.training.resume_files import check_state_folder, load_weights_only
+from pacs.metric.training.resume_files import check_resume_step, check_state_folder, load_weights_only
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +155,13 @@ class CheckpointManager:
                                   f"run has {num_processes}: RNG states cannot be restored exactly")
         return state
 
-    def restore(self, checkpoint: str | os.PathLike | None = None) -> dict[str, Any] | None:
-        """Restore `checkpoint` (default: the latest) into the accelerator; return its trainer state or None."""
+    def restore(self, checkpoint: str | os.PathLike | None = None,
+                max_steps: int | None = None) -> dict[str, Any] | None:
+        """Restore `checkpoint` (default: the latest) into the accelerator; return its trainer state or None.
+
+        Its step must be an integer in `0..max_steps` (the run's step count, when given): a state claiming step
+        10**12 (or -5) is refused naming its trainer_state.json instead of ending (or restarting) the stage.
+        """
         if checkpoint is None:
             found = self.checkpoints()
             if not found:
@@ -166,6 +171,7 @@ class CheckpointManager:
         if not checkpoint.is_dir():
             raise CheckpointError(f"checkpoint folder not found: {checkpoint}")
         state = self.verify(checkpoint)
+        check_resume_step(state.get("step"), checkpoint / TRAINER_STATE, max_steps)
         check_state_folder(checkpoint)  # weights only: a pickle holding anything else is one error naming it
         self.accelerator.load_state(str(checkpoint))
         self.restored = checkpoint

@@ -14,6 +14,7 @@ import torch
 from pacs.captioner.modeling.example_rng import ExampleRNG
 from pacs.captioner.modeling.model import Captioner
 from pacs.captioner.modeling.vocab import BOS_ID, EOS_ID, PAD_ID
+from pacs.metric.common.config import MIN_TEMPERATURE
 from pacs.metric.common.errors import InputError
 
 
@@ -65,8 +66,8 @@ def sample(model: Captioner, features: torch.Tensor, k: int = 5, temperature: fl
         raise InputError(f"sample: {len(rng.generators)} generators for {features.shape[0]} images")
     if k < 1:
         raise InputError(f"number of samples k must be >= 1, got {k}")
-    if temperature <= 0 and not greedy_choice:
-        raise InputError(f"temperature must be > 0, got {temperature}")
+    if not temperature >= MIN_TEMPERATURE and not greedy_choice:  # 1e-300 is 0 in float32: a division by zero
+        raise InputError(f"temperature must be >= {MIN_TEMPERATURE:g}, got {temperature}")
     batch = features.shape[0]
     state = model.start(features)
     if k > 1:

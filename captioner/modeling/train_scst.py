@@ -56,6 +56,7 @@ from pacs.metric.common.config import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Temperature,
     check_batch_split,
     to_dict,
 )
@@ -105,7 +106,7 @@ class SCSTConfig(TrainerConfig):
     max_steps: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0
     samples: str = "beam"
     k: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
-    temperature: PositiveFloat = 1.0
+    temperature: Temperature = 1.0  # >= MIN_TEMPERATURE: 1e-300 would be 0 in float32
     top_k: Annotated[NonNegativeInt, Le(1_000_000)] = 0
     length_penalty: float = 0.0
     max_length: Annotated[PositiveInt, Le(MAX_LENGTH)] = 20
@@ -322,7 +323,7 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
     checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(resume_target(config.resume))
+    state = checkpoints.restore(resume_target(config.resume), total_steps)
     resumed = state is not None
     state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
     state.setdefault("best_score", None)  # checkpoints written before the guards lack them

@@ -257,7 +257,7 @@ class XELoop:
         scheduler = pacs_scheduler(optimizer, config.schedule)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
         self.checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-        self.state: dict[str, Any] = self.checkpoints.restore(resume_target(config.resume)) or {
+        self.state: dict[str, Any] = self.checkpoints.restore(resume_target(config.resume), config.max_steps) or {
             "step": 0, "epoch": 0, "position": 0, "best_score": None, "best_step": -1}
         self.state["best_score"] = finite_or_none(self.state.get("best_score"))  # None: nothing validated yet
         self.hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"

@@ -32,8 +32,9 @@ import pydantic
 import yaml
 from annotated_types import Ge, Gt, Interval, Le, Lt
 
-from pacs.metric.common.config_files import resolve_config
+from pacs.metric.common.config_files import SUFFIXES, resolve_config
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.file_kinds import refuse_special
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -72,6 +73,21 @@ MAX_IMAGES = 10_000_000
 """Image and pair counts of real data sets (COCO: 123287 images)."""
 MAX_LENGTH = 512
 """Caption lengths in tokens."""
+MIN_TEMPERATURE = 1e-4
+"""The lowest sampling temperature: log-probabilities divided by it stay finite in float32 (and in bf16), while
+1e-300 is 0 there (a division by zero at the first sampling step); below it sampling is greedy in all but name."""
+Temperature = Annotated[float, Ge(MIN_TEMPERATURE)]
+"""A sampling temperature: a float >= MIN_TEMPERATURE."""
+
+# Bounds of the YAML a config is read from (issue 41): a recipe is a few hundred values, so these only refuse bombs.
+MAX_YAML_DEPTH = 100
+"""Nesting levels of one YAML document (100,000 would end in a RecursionError)."""
+MAX_YAML_VALUES = 100_000
+"""Values one YAML document holds once its aliases are expanded (a 1 KB 'billion laughs' file expands to 10**10)."""
+MAX_YAML_BYTES = 10 * 1024 * 1024
+"""Size of one YAML config file."""
+MAX_BASE_FILES = 100
+"""`_base_` files one config loads, counted over the whole chain (a base named twice counts twice)."""
 
 _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT_RE = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
@@ -80,8 +96,51 @@ _FLOAT_RE = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0
 _CORE_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
+class YAMLBoundError(yaml.YAMLError):
+    """A YAML document nested too deeply, expanding to too many values, or with an alias inside its own anchor."""
+
+
 class _ConfigLoader(yaml.SafeLoader):
-    """SafeLoader with the YAML 1.2 core schema for bool, int and float scalars."""
+    """SafeLoader with the YAML 1.2 core schema for bool, int and float scalars, and bounded documents.
+
+    While composing, every node's size once its aliases are expanded is counted (each node once, so counting costs
+    what the file holds, not what it expands to) and its depth checked: a 'billion laughs' document or one nested
+    `MAX_YAML_DEPTH` levels deep is a `YAMLBoundError` at once, before anything walks it as a tree.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        """Start a loader over `stream` with no node composed yet."""
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> how many values it expands to (the nodes live as long)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Compose one node as SafeLoader does, refusing it when too deep or too large once expanded."""
+        mark = self.peek_event().start_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        if self._depth >= MAX_YAML_DEPTH:
+            raise YAMLBoundError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep")
+        alias = self.check_event(yaml.AliasEvent)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if alias:
+            if id(node) not in self._sizes:
+                raise YAMLBoundError(f"{where}: an alias refers to the node that contains it (a recursive anchor)")
+            return node
+        if isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes[id(child)] for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._sizes[id(key)] + self._sizes[id(value)] for key, value in node.value)
+        else:
+            size = 1
+        if size > MAX_YAML_VALUES:
+            raise YAMLBoundError(f"{where}: its aliases expand to more than {MAX_YAML_VALUES} values (a 'billion "
+                                 "laughs' document?): write the values out, or use fewer aliases")
+        self._sizes[id(node)] = size
+        return node
 
 
 _ConfigLoader.yaml_implicit_resolvers = {
@@ -100,8 +159,56 @@ _ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("
 
 
 def yaml_value(text: str) -> Any:
-    """Parse one YAML value with the config schema (YAML 1.2 core: `1e-6` is a float, `no` a string)."""
+    """Parse one YAML value with the config schema (YAML 1.2 core: `1e-6` is a float, `no` a string).
+
+    A document nested deeper than `MAX_YAML_DEPTH` or expanding to more than `MAX_YAML_VALUES` values is a
+    `YAMLBoundError`.
+    """
     return yaml.load(text, Loader=_ConfigLoader)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """The one-line reason of a YAML error, with its line and column but never the text of the line."""
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    mark = error.problem_mark or error.context_mark
+    parts = [part for part in (error.context, error.problem) if part]
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return ": ".join(" ".join(part.split()) for part in parts) + where
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _base_names(bases: Any, path: Path) -> list[str]:
+    """The `_base_` value of `path` as a list of file names; InputError naming `_base_` when it is not one."""
+    if bases is None or bases == "" or bases == []:
+        return []
+    names = [bases] if isinstance(bases, str) else bases
+    if not isinstance(names, list) or not all(isinstance(name, str) and name.strip() for name in names):
+        raise InputError(f"{path}: _base_ must be a YAML file name or a list of them, got {_short(bases)}")
+    return names
+
+
+def _read_config_text(path: Path, base_of: Path | None) -> str:
+    """The text of the config file `path` (a `_base_` of `base_of`): a regular, UTF-8 YAML file of bounded size."""
+    what = f"{base_of}: _base_" if base_of is not None else "config file"
+    refuse_special(path, what)
+    if not path.is_file():
+        raise InputError(f"config file not found: {path}" if base_of is None else
+                         f"{base_of}: _base_ file not found: {path}")
+    if base_of is not None and path.suffix.lower() not in SUFFIXES:  # after links: /etc/shadow is not a config
+        raise InputError(f"{what} {path} is not a YAML file (a _base_ names a {' or '.join(SUFFIXES)} file)")
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise InputError(f"{path}: {size} bytes: a config file holds at most {MAX_YAML_BYTES} bytes")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text (byte {error.start} cannot be decoded): save the config as "
+                         "UTF-8") from None
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,31 +223,39 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
 
 
 def load_yaml(path: str | os.PathLike, _seen: tuple[Path, ...] = (),
-              normalize: Callable[[dict[str, Any], str], dict[str, Any]] | None = None) -> dict[str, Any]:
+              normalize: Callable[[dict[str, Any], str], dict[str, Any]] | None = None,
+              _loaded: list[int] | None = None) -> dict[str, Any]:
     """Load a YAML config, resolving `_base_` files recursively (cycles are an error).
 
     `path` may also name a packaged config (`demo_smoke`; see `pacs.metric.common.config_files.resolve_config`).
     `normalize(data, file)` rewrites each file's own keys before the merge (`load_config`: deprecated names).
+    Every file is a regular UTF-8 file of at most `MAX_YAML_BYTES` bytes whose YAML is bounded (`yaml_value`);
+    a `_base_` names `.yaml` / `.yml` files (links followed), at most `MAX_BASE_FILES` over the chain. Errors
+    name the file, the line and the column, never a line of its text.
     """
     if not _seen:
         path = resolve_config(path)
+    loaded = _loaded if _loaded is not None else [0]
     path = Path(path).resolve()
     if path in _seen:
         raise InputError(f"{path}: _base_ cycle through {' -> '.join(map(str, _seen))}")
-    if not path.is_file():
-        raise InputError(f"config file not found: {path}")
+    text = _read_config_text(path, _seen[-1] if _seen else None)
     try:
-        data = yaml_value(path.read_text(encoding="utf-8")) or {}
+        data = yaml_value(text) or {}
+    except YAMLBoundError as error:
+        raise InputError(f"{path}: refused: {error}") from None
     except yaml.YAMLError as error:
-        raise InputError(f"{path}: invalid YAML: {error}") from None
+        raise InputError(f"{path}: invalid YAML: {_yaml_problem(error)}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: a config must be a mapping at the top level")
-    bases = data.pop("_base_", None) or []
-    if isinstance(bases, str):
-        bases = [bases]
+    bases = _base_names(data.pop("_base_", None), path)
     merged: dict[str, Any] = {}
     for base in bases:
-        merged = deep_merge(merged, load_yaml(path.parent / base, _seen + (path,), normalize))
+        loaded[0] += 1
+        if loaded[0] > MAX_BASE_FILES:
+            raise InputError(f"{path}: _base_: more than {MAX_BASE_FILES} base files over the chain (a base "
+                             "named many times at every level?)")
+        merged = deep_merge(merged, load_yaml(path.parent / base, _seen + (path,), normalize, loaded))
     return deep_merge(merged, normalize(data, str(path)) if normalize else data)
 
 
@@ -153,6 +268,8 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
         key, raw = item.split("=", 1)
         try:
             value = yaml_value(raw) if raw != "" else ""
+        except YAMLBoundError as error:
+            raise InputError(f"override {key.strip()}=...: refused: {error}") from None
         except yaml.YAMLError:
             value = raw
         node = result
@@ -276,6 +393,27 @@ def _describe(tp: Any) -> str:
     if bounds:
         name += " " + " and ".join(bounds)
     return f"{name} or null" if optional else name
+
+
+def describe_type(tp: Any) -> str:
+    """A short human name of an annotated type with its bounds, as config errors write it ('int >= 1 and <= 64')."""
+    return _describe(tp)
+
+
+@functools.cache
+def _adapter(tp: Any) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(tp)
+
+
+def fits_type(tp: Any, value: Any) -> bool:
+    """Whether `value` is of the annotated type `tp` and within its bounds (no coercion: '5' is not an int)."""
+    if isinstance(value, bool) and _strip(tp)[0] in (int, float):
+        return False
+    try:
+        _adapter(tp).validate_python(value, strict=True)
+    except pydantic.ValidationError:
+        return False
+    return True
 
 
 def _type_at(cls: type, loc: Sequence[Any]) -> Any:

@@ -32,6 +32,17 @@ RNG_KEYS = ("random_state", "numpy_random_seed", "torch_manual_seed")
 CUSTOM_CHECKPOINT_PREFIX = "custom_checkpoint_"
 
 
+def check_resume_step(step: Any, path: str | os.PathLike, max_steps: int | None = None) -> int:
+    """`step` read from the resume state file `path`; InputError naming the file unless it is an integer in
+    `0..max_steps` (the run's step count; `0..` when None): a state claiming step 10**12 would end the stage with
+    the weights of an early step, and step -5 would train from -5."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or (max_steps is not None and step > max_steps):
+        top, limit = ("", "a count of steps") if max_steps is None else (max_steps, f"this run's {max_steps} steps")
+        raise InputError(f"{os.fspath(path)}: step {step!r} is outside 0..{top} ({limit}): the resume state was "
+                         "altered, or written by a run with more steps; remove it, or resume from another one")
+    return step
+
+
 @contextmanager
 def _numpy_rng_globals() -> Iterator[None]:
     """Allow numpy's RNG-state arrays (accelerate's own allow-list) for the length of the block."""

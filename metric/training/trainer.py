@@ -66,11 +66,12 @@ from pacs.metric.training.encoding import (
 )
 from pacs.metric.training.grad_cache import grad_cache_step
 from pacs.metric.training.losses import positives_needed
-from pacs.metric.training.resume_files import check_state_folder
+from pacs.metric.training.resume_files import check_resume_step, check_state_folder
 from pacs.metric.training.state import (
     ADAPTER_DIR,
     CHECKPOINT_FILE,
     STATE_DIR,
+    TRAINER_STATE_FILE,
     TrainerState,
     check_output_folders,
     check_state_complete,
@@ -115,6 +116,11 @@ def _datasets_from_config(config: MetricTrainConfig, backbone: Backbone) -> tupl
             logger.warning("%s set: %d manifest line(s) skipped for missing files", name, len(manifest.skipped))
     return (ManifestDataset(train.records, backbone.preprocess),
             ManifestDataset(val.records[: data.max_val_pairs], backbone.preprocess))
+
+
+def planned_steps(config: MetricTrainConfig, pairs: int) -> int:
+    """The optimizer steps a run over `pairs` training pairs makes: `max_steps`, else `max_epochs` full epochs."""
+    return config.max_steps or (pairs // config.batch_size) * config.max_epochs
 
 
 def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None, val_dataset: Dataset | None = None,
@@ -179,6 +185,7 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
             raise InputError(f"resume state {resume_dir} does not fit this model/config "
                              f"({str(error).splitlines()[0]})") from None
         state.load(resume_dir)
+        check_resume_step(state.step, resume_dir / TRAINER_STATE_FILE, planned_steps(config, len(train_dataset)))
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", resume_dir, state.step, state.epoch,
                     state.batch_in_epoch)
     correlate = correlation_hook
@@ -213,11 +220,10 @@ def train_metric(config: MetricTrainConfig, train_dataset: Dataset | None = None
         state.history.append(evaluate(0))
         remember_if_best(state.history[-1])
         logger.info("step 0: %s", _fmt(state.history[-1]))
-    steps_per_epoch = len(train_dataset) // config.batch_size
     if len(train_dataset) % config.batch_size:
         logger.info("each epoch leaves out %d of %d training pairs (a different random remainder each epoch)",
                     len(train_dataset) % config.batch_size, len(train_dataset))
-    total_steps = config.max_steps or steps_per_epoch * config.max_epochs
+    total_steps = planned_steps(config, len(train_dataset))
     progress = tqdm(total=total_steps, initial=state.step, desc="train-metric", disable=not accelerator.is_main_process)
     stop = state.step >= total_steps or state.step - state.best_step >= config.patience
     started, running = time.time(), []
