@@ -319,8 +319,8 @@ def test_a_transformers_folder_without_weights_is_one_clear_error(blip_folder, i
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (["--beam-size", "0"], "--beam-size 0: must be an integer >= 1"),
-    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be an integer >= 1"),
+    (["--beam-size", "0"], "--beam-size 0: expected int >= 1 and <= 64"),
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: expected int >= 1 and <= 512"),
     (["--min-length", "9"], "--min-length 9 is above --max-new-tokens 8"),
     (["--prompt", " "], "--prompt is empty"),
 ])
