@@ -22,7 +22,7 @@ from pacs.eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_
 from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
 from pacs.eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import nonfinite_to_none
+from pacs.metric.common.io import csv_cells, nonfinite_to_none
 from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
 log = logging.getLogger(__name__)
@@ -415,14 +415,15 @@ def table_text(table: dict[str, Any]) -> str:
 
 
 def table_csv(table: dict[str, Any]) -> str:
-    """One CSV row per system: n, then per metric its value, interval, difference, its interval and p-value."""
+    """One CSV row per system: n, then per metric its value, interval, difference, its interval and p-value (text
+    cells neutralised against formula injection: `pacs.metric.common.io.csv_cell`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     columns = ["system", "kind", "n"]
     for m in table["metrics"]:
         columns += [m, f"{m}_ci_low", f"{m}_ci_high", f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high",
                     f"{m}_p_value"]
-    writer.writerow(columns)
+    writer.writerow(csv_cells(columns))  # names are the user's: a leading = + - @ cannot become a formula
 
     def text(value: Any) -> str:
         return "" if value is None else repr(float(value))
@@ -434,7 +435,7 @@ def table_csv(table: dict[str, Any]) -> str:
             dci = (row.get("delta_ci") or {}).get(m) or [None, None]
             cells += [text(row["values"].get(m)), text(ci[0]), text(ci[1]), text((row.get("delta") or {}).get(m)),
                       text(dci[0]), text(dci[1]), text((row.get("p_value") or {}).get(m))]
-        writer.writerow(cells)
+        writer.writerow(csv_cells(cells))
     return buffer.getvalue()
 
 

@@ -13,6 +13,7 @@ from pacs.eval.commands.options import add_dataclass_options, dataclass_from_arg
 from pacs.metric.commands.output_flag import add_out_option
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs, path_inputs
 from pacs.metric.common.terminal import escape_control
 from pacs.metric.scoring.model_options import ModelOptions
 
@@ -75,8 +76,21 @@ def print_table(results: dict[str, Any]) -> None:
         print(escape_control(name.ljust(width) + cells + note))  # metric names may be the user's
 
 
+def check_correlate_outputs(args: argparse.Namespace) -> None:
+    """Refuse (InputError, before any work) an `--out` that is an input of `pacs correlate`: the `--data` file or a
+    file of its folder, the `--image-map`, an image of `--images`, a model file or folder."""
+    from pacs.metric.scoring.images import IMAGE_SUFFIXES
+
+    data_files, data_folders = path_inputs("--data", args.data)
+    model_files, model_folders = model_inputs(args)
+    check_outputs([("--out", args.json)], [*data_files, ("--image-map", args.image_map), *model_files],
+                  [*data_folders, Folder("--images", args.images, IMAGE_SUFFIXES), *model_folders,
+                   *path_inputs("--spice-corenlp", args.spice_corenlp)[1]])
+
+
 def run_correlate(args: argparse.Namespace) -> int:
     """`pacs correlate`: run a benchmark for every metric and print (and optionally save) the table."""
+    check_correlate_outputs(args)
     run = run_correlation(correlation_request(args))  # the library's implementation (pacs.eval.correlate's table)
     print(f"{run.benchmark.name}: {run.benchmark.description}")
     print_table(run.results)

@@ -65,6 +65,56 @@ def _is_table(args: argparse.Namespace) -> bool:
                              or args.bootstrap_recompute_corpus or args.latex or args.markdown)
 
 
+def _candidate_files(specs: list[str]) -> list[tuple[str, str]]:
+    """(`--candidates NAME`, FILE) of each `NAME=FILE` or plain FILE (the rule of `parse_candidate_specs`)."""
+    files = []
+    for text in specs:
+        if "=" in text and not Path(text).is_file():
+            name, _, file = text.partition("=")
+            files.append((f"--candidates {name.strip()}", file))
+        else:
+            files.append(("--candidates", text))
+    return files
+
+
+def _derived_csv(args: argparse.Namespace) -> str | None:
+    """The table's CSV path: `--csv`, else (with `--out`) the CSV next to it, refused when a file is there already
+    (an existing file that was not named as an output is never overwritten)."""
+    from pacs.metric.common.output_paths import check_unnamed_output
+
+    if args.csv or not args.json:
+        return args.csv
+    path = str(Path(args.json).with_suffix(".csv"))
+    check_unnamed_output(path, f"the CSV written next to --out {args.json}",
+                         f"name the CSV with --csv FILE (--csv {path} replaces it)")
+    return path
+
+
+def check_evaluate_outputs(args: argparse.Namespace, table: bool) -> str | None:
+    """Refuse (InputError, before any work) an output of `pacs evaluate` that is one of its inputs or another output,
+    and a derived CSV that would overwrite an existing file; the table's CSV path (None for one file)."""
+    from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs, path_inputs
+    from pacs.metric.scoring.images import IMAGE_SUFFIXES
+
+    outputs = [("--out", args.json)]
+    if table:
+        outputs += [("--csv", args.csv), ("--plot", args.plot), ("--html", args.html), ("--latex", args.latex),
+                    ("--markdown", args.markdown)]
+    model_files, model_folders = model_inputs(args)
+    folders = [Folder("--images", args.images, IMAGE_SUFFIXES), *model_folders]
+    for flag in ("spice_corenlp", "languagetool_jar_dir"):
+        folders += path_inputs("--" + flag.replace("_", "-"), getattr(args, flag, None))[1]
+    inputs = [*_candidate_files(list(args.candidates)), ("--references", args.references),
+              ("--image-map", args.image_map), *model_files]
+    check_outputs(outputs, inputs, folders)
+    if not table:
+        return None
+    csv_path = _derived_csv(args)
+    if csv_path != args.csv:
+        check_outputs([*outputs, ("the CSV next to --out", csv_path)], inputs, folders)
+    return csv_path
+
+
 def _format(value: Any, scale: float = 1.0) -> str:
     """A table cell (times its printed scale: text metrics ×100)."""
     from pacs.eval.system_table import printed_value
@@ -86,6 +136,7 @@ def run_single(args: argparse.Namespace) -> int:
     from pacs.metric.scoring.inputs import load_references
     from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
+    check_evaluate_outputs(args, table=False)
     seed_everything(args.seed)
     (spec,) = parse_candidate_specs(args.candidates)
     references = load_references(args.references)
@@ -133,6 +184,7 @@ def run_table(args: argparse.Namespace) -> int:
     from pacs.metric.common.terminal import escape_control
     from pacs.metric.scoring.model_options import ModelOptions
 
+    csv_path = check_evaluate_outputs(args, table=True)
     metrics = _java_checked(args, _metrics(args))
     request = TableRequest(
         candidates=list(args.candidates), references=args.references, metrics=metrics,
@@ -142,7 +194,7 @@ def run_table(args: argparse.Namespace) -> int:
         recompute_corpus=args.bootstrap_recompute_corpus, metric_models=args.metric_model)
     table = build_system_table(request)
     print(escape_control(table_text(table), newlines=False))  # system names are the user's text
-    for path in write_table(table, args.json, args.csv, args.plot, args.html, args.latex, args.markdown):
+    for path in write_table(table, args.json, csv_path, args.plot, args.html, args.latex, args.markdown):
         print(f"-> {path}")
     return 0
 
@@ -189,7 +241,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="recompute CIDEr-D (document frequencies included) and METEOR's corpus aggregate on "
                             "every resample (costly: a CIDEr-D run and a METEOR jar aggregation per resample; "
                             "default: their per-caption values are resampled)")
-    table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --out)")
+    table.add_argument("--csv", metavar="FILE", help="write the table as CSV (default: next to --out, where no file is there yet; an "
+                            "existing one is replaced only when named here)")
     table.add_argument("--plot", metavar="FILE.png", help="write a heat map (rows x metrics, normalised per metric)")
     table.add_argument("--html", metavar="FILE", help="write an HTML page with the table, intervals and heat map")
     table.add_argument("--latex", metavar="FILE.tex",

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from pacs.metric.common.errors import InputError
 from pacs.metric.common.terminal import escape_control
 
 
@@ -16,10 +18,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_report)
 
 
+def check_report_output(run_dir: str, out: str | None) -> None:
+    """Refuse (InputError, before any work) an `--out` that is one of the files the report is built from (the
+    results, logs, records, gallery images of RUN_DIR) or RUN_DIR itself."""
+    from pacs.eval.report_inputs import has_results, report_inputs
+    from pacs.metric.common.output_paths import check_outputs, same_file
+
+    if out is None or not Path(run_dir).is_dir():
+        return  # the default RUN_DIR/report.html is no input; a missing RUN_DIR is write_report's one line
+    if same_file(out, run_dir):
+        raise InputError(f"--out {out} is the run directory {run_dir}: an output never replaces an input; nothing "
+                         "was written: choose another path")
+    if has_results(Path(run_dir)):
+        check_outputs([("--out", out)], [(f"the report of {run_dir}", path) for path in report_inputs(run_dir)])
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Build the report and print where it was written."""
     from pacs.eval.report import write_report
 
+    check_report_output(args.run_dir, args.out)
     path = write_report(args.run_dir, args.out)
     print(escape_control(f"report written to {path}"))
     return 0

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 from pacs.metric.common.device import DEVICE_HELP
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs
 from pacs.metric.common.parallel import DECODE_HELP, DECODES, WORKERS_HELP, workers_option
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.terminal import escape_control
 from pacs.metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
 from pacs.metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
-from pacs.metric.scoring.images import ImageFinder
+from pacs.metric.scoring.images import IMAGE_SUFFIXES, ImageFinder
 from pacs.metric.scoring.inputs import (
     load_candidates,
     load_image_map,
@@ -104,6 +105,11 @@ def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Sco
 
 def run_score(args: argparse.Namespace) -> int:
     """`pacs score`: score candidates, write the per-instance JSON (atomically) and print a summary line."""
+    outputs = [("--out", args.out)]
+    model_files, model_folders = model_inputs(args)
+    check_outputs(outputs, [("--candidates", args.candidates), ("--references", args.references),
+                            ("--image-map", args.image_map), *model_files],
+                  [Folder("--images", args.images, IMAGE_SUFFIXES), *model_folders])  # before any work
     seed_everything(args.seed)
     spec = metric_spec(args.metric)
     candidates = load_candidates(args.candidates)
@@ -125,6 +131,7 @@ def run_score(args: argparse.Namespace) -> int:
     for candidate in candidates:
         if candidate.key not in paths:
             paths[candidate.key] = finder.resolve(candidate.key)
+    check_outputs(outputs, [(f"image {key!r}", path) for key, path in paths.items()])  # --image-map's files too
     scorer = scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
     result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
                           references, names=[c.key for c in candidates])  # keyed by path: each file encoded once

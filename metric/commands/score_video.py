@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from pacs.metric.commands.score import add_model_options
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs, path_inputs
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.terminal import escape_control
 from pacs.metric.scoring.inputs import load_image_map, load_references, references_for
 from pacs.metric.scoring.model_options import ModelOptions, model_provenance
 from pacs.metric.scoring.registry import metric_spec
-from pacs.metric.video.frames import FrameSampling, find_videos
+from pacs.metric.video.frames import FRAME_EXTENSIONS, VIDEO_EXTENSIONS, FrameSampling, find_videos
 from pacs.metric.video.inputs import load_sentences, load_video_candidates
 from pacs.metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
 
@@ -73,6 +74,12 @@ def idf_corpus_from_args(args: argparse.Namespace, default: list[str] | None) ->
 
 def run_score_video(args: argparse.Namespace) -> int:
     """`pacs score-video`: score candidates against their videos, write the JSON atomically, print a summary."""
+    outputs = [("--out", args.out)]
+    model_files, model_folders = model_inputs(args)
+    check_outputs(outputs, [("--candidates", args.candidates), ("--references", args.references),
+                            ("--video-map", args.video_map), ("--idf-corpus", getattr(args, "idf_corpus", None)),
+                            *model_files],
+                  [Folder("--videos", args.videos, VIDEO_EXTENSIONS + FRAME_EXTENSIONS), *model_folders])
     seed_everything(args.seed)
     spec = metric_spec(args.metric)
     candidates = load_video_candidates(args.candidates)
@@ -93,6 +100,9 @@ def run_score_video(args: argparse.Namespace) -> int:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         raise InputError(f"no video file or frame folder for video id(s) {', '.join(map(repr, missing[:3]))}{more} "
                          f"in {videos_dir or args.video_map}")
+    for key, path in paths.items():  # a video file, or a frame folder whose frames are inputs (--video-map's too)
+        files, folders = path_inputs(f"video {key!r}", path, FRAME_EXTENSIONS)
+        check_outputs(outputs, files, folders)
     if reference_table is not None:
         default_corpus = [s for group in reference_table.values() for s in group]
         default_name = f"references ({args.references})"

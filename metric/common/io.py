@@ -155,3 +155,27 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` into `path` atomically."""
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
+
+
+#: first characters that make a spreadsheet read a cell as a formula (the OWASP CSV-injection rule)
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """`value` for a CSV cell pacs writes: a string starting with ``= + - @``, a tab or a carriage return that is
+    not a number (``-0.5`` stays a number) gets a leading ``'``, so a spreadsheet shows it as text, never as a
+    formula (`+HYPERLINK(...)` in a system name); anything else is returned as it is."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def csv_cells(row: Any) -> Any:
+    """A CSV row (a sequence of cells or a DictWriter mapping) with every cell passed through `csv_cell`."""
+    if isinstance(row, Mapping):
+        return {key: csv_cell(value) for key, value in row.items()}
+    return [csv_cell(value) for value in row]

@@ -5,7 +5,9 @@
 numbers too long to convert into `InputError`s. It also refuses any string (value or key) holding a lone
 surrogate (JSON `"\\ud800"`): such a string cannot be written as UTF-8 or tokenized, so it is refused when
 read, naming where it is (`images[3].sentences[0].raw`). Readers that name the item better themselves (a
-caption by its image id) pass `check_strings=False` and call `check_text` per item.
+caption by its image id) pass `check_strings=False` and call `check_text` per item. An object that repeats a key
+(`{"ID": "first", "ID": "second"}`, which `json.loads` would settle silently by keeping the last) is refused,
+naming the key and the file (`unique_keys`, the `object_pairs_hook` of every parse here).
 """
 from __future__ import annotations
 
@@ -36,6 +38,32 @@ def check_text(text: str, what: str) -> str:
     if position is not None:
         raise InputError(f"{what} is not valid Unicode text (lone surrogate at position {position})")
     return text
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object repeats a key (`key`); `parse_json_text` turns it into an InputError naming the file."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` for `json.loads`: the object as a dict; DuplicateKeyError when a key is repeated."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return data
+
+
+def shown_key(key: str, limit: int = 80) -> str:
+    """`key` as a JSON string for a message (escaped, ASCII-safe), its middle cut beyond `limit` characters."""
+    text = json.dumps(key)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 2:]}"
 
 
 def _child(where: str, key: Any) -> str:
@@ -74,9 +102,13 @@ def first_invalid_text(data: Any) -> tuple[str, int] | None:
 
 
 def parse_json_text(text: str, source: str, what: str = "JSON", check_strings: bool = True) -> Any:
-    """Parse JSON `text` read from `source` (a file name for messages); the errors of `read_json_file`."""
+    """Parse JSON `text` read from `source` (a file name for messages); the errors of `read_json_file` (a key
+    repeated in one object included)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as error:
+        raise InputError(f"{source}: the key {shown_key(error.key)} appears twice in one object of the {what} file "
+                         "(JSON keys must be unique: which value is meant?)") from None
     except json.JSONDecodeError as error:
         raise InputError(f"{source}: line {error.lineno} column {error.colno}: invalid JSON: {error.msg} "
                          f"(malformed JSON in the {what} file)") from None
@@ -96,7 +128,7 @@ def parse_json_text(text: str, source: str, what: str = "JSON", check_strings: b
 def read_json_file(path: str | os.PathLike, what: str = "JSON", check_strings: bool = True) -> Any:
     """Parse the JSON file `path` (`what` names it in messages: "candidates", "gallery"); one InputError naming
     the file for a missing or unreadable file, non-UTF-8 bytes, malformed JSON (line and column), nesting too
-    deep, and (unless `check_strings` is False) a string or key holding a lone surrogate."""
+    deep, a key repeated in one object, and (unless `check_strings` is False) a string or key holding a lone surrogate."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{what} file not found: {path}")

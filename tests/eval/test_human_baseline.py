@@ -46,7 +46,8 @@ def _table(folder, *argv):
     out = folder / "human.json"
     assert pacs_cli.main(["evaluate", "--candidates", f"sys={folder / 'sys.json'}", "--references",
                           str(folder / "refs.json"), "--metrics", "bleu1,bleu4,rouge,cider,length",
-                          "--human-baseline", "--bootstrap", "0", "--out", str(out), *argv]) == 0
+                          "--human-baseline", "--bootstrap", "0", "--out", str(out),
+                          "--csv", str(out.with_suffix(".csv")), *argv]) == 0  # named: each call replaces it
     return json.loads(out.read_text())
 
 
