@@ -11,8 +11,7 @@ stays cheap): `from pacs.eval import cider_d`.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pacs.lazy import lazy_names
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
@@ -29,15 +28,4 @@ __all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_m
            "evaluate_systems"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first access."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Module attributes plus the lazily imported public names."""
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())

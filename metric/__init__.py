@@ -10,8 +10,7 @@ The public API, in one import (each name is imported on first access, PEP 562, s
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pacs.lazy import lazy_names
 
 #: the public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
@@ -31,15 +30,4 @@ __all__ = ["CLIPScore", "MetricScores", "PACScore", "PACScorePlusPlus", "Scorer"
            "ref_score", "reference_term", "score"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first access (the torchmetrics classes need the `torchmetrics` extra)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Module attributes plus the lazily imported public names."""
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())

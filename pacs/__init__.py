@@ -14,8 +14,7 @@ The short public API is importable from here; each name is imported on first acc
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pacs.lazy import lazy_names
 
 #: the short public API: name -> module defining it (each has a docstring example, run by tests/test_public_api.py)
 _PUBLIC = {
@@ -30,15 +29,4 @@ _PUBLIC = {
 __all__ = ["build_reward", "cider_d", "correlate", "evaluate_systems", "load_backbone", "score"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first access."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Module attributes plus the lazily imported public names."""
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())

@@ -14,7 +14,7 @@ from pacs.captioner.demo.candidates import LONG_KINDS, candidates_for, long_cand
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.judge import judge_caption
-from pacs.metric.common.io import atomic_path, finite_or_none, write_json_atomic
+from pacs.metric.common.io import atomic_path, csv_cells, finite_or_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def run_correlation(config: DemoConfig, data: DemoData, scorers: Mapping[str, An
     with atomic_path(folder / "scores.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(csv_cells(row) for row in rows)  # captions are never live spreadsheet formulas
     write_json_atomic(folder / "correlation.json", summary)
     if long_rows.any():
         write_json_atomic(folder / "long_captions.json", long_caption_summary(metrics, judge, long_rows, truncated))

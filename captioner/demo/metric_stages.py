@@ -14,7 +14,7 @@ from PIL import Image
 from pacs.captioner.demo.config import ClipStageConfig, DemoConfig
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.modeling.training import process_state
-from pacs.metric.common.io import atomic_path
+from pacs.metric.common.io import atomic_path, csv_cells
 from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
 from pacs.metric.models.factory import load_backbone
 from pacs.metric.training.data import TensorPositivesDataset
@@ -62,7 +62,7 @@ def history_to_csv(train_log: Path, out: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for record in history:
-            writer.writerow({k: record.get(k, "") for k in columns})
+            writer.writerow(csv_cells({k: record.get(k, "") for k in columns}))
 
 
 def _trainer_config(mode: str, folder: Path, seed: int, steps: int, batch_size: int, lr: float, weight_decay: float,

@@ -30,7 +30,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
 from pacs.captioner.orchestration.stages import StageRunner
 from pacs.metric.common.config import dump_yaml, from_dict, to_dict
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import nonfinite_to_none, write_json_atomic, write_text_atomic
+from pacs.metric.common.io import csv_cells, nonfinite_to_none, write_json_atomic, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) 
         flat = dict(row)
         for column, (low, high) in row.get("ci", {}).items():
             flat[f"Δ{column} low"], flat[f"Δ{column} high"] = low, high
-        writer.writerow(flat)
+        writer.writerow(csv_cells(flat))  # a model or test-set name is never a live spreadsheet formula
     write_text_atomic(folder / "results.csv", buffer.getvalue())
     text = markdown_table(rows, columns)
     if ci_columns:

@@ -58,3 +58,4 @@ def test_the_demo_and_compare_rewards_follow_it_too(capsys) -> None:
     err = capsys.readouterr().err
     assert "--reward: 'cider:1', 'pac-s++:0.5' are single weighted terms" in err
     assert "--reward 'cider:1,pac-s++:0.5'" in err
+
