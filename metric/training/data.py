@@ -20,6 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.json_input import DuplicateKeyError, unique_keys
 from pacs.metric.common.paths_inside import user_path
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def read_manifest(path: str | os.PathLike, image_root: str | os.PathLike | None 
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as error:
+                row = json.loads(raw, object_pairs_hook=unique_keys)
+            except (json.JSONDecodeError, DuplicateKeyError) as error:
                 raise InputError(f"{path} line {number}: invalid JSON: {error}") from None
             if not isinstance(row, dict):
                 raise InputError(f"{path} line {number}: expected a JSON object")

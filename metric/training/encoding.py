@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,6 +19,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
 from pacs.metric.common.errors import InputError, PacsError
+from pacs.metric.common.json_input import read_json_file
 from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
 from pacs.metric.models.factory import load_backbone
 from pacs.metric.training.batches import batch_loader
@@ -94,9 +94,7 @@ def build_base_backbone(config: MetricTrainConfig) -> Backbone:
 
     if config.random_init:
         if config.arch:
-            import json
-
-            arch = json.loads(Path(config.arch).read_text(encoding="utf-8"))
+            arch = read_json_file(config.arch, "architecture file")
             arch = arch.get("open_clip_equivalent", arch)
         else:
             arch = tiny_clip_config()

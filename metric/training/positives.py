@@ -33,6 +33,7 @@ from pacs.metric.common.config import (
 )
 from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.common.io import atomic_path, write_json_atomic
+from pacs.metric.common.json_input import DuplicateKeyError, read_json_file, unique_keys
 from pacs.metric.common.links import open_no_follow
 from pacs.metric.common.paths_inside import user_path
 from pacs.metric.common.provenance import provenance
@@ -93,10 +94,7 @@ def read_caption_dataset(path: str | os.PathLike, image_root: str | os.PathLike 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"dataset file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: invalid JSON: {error}") from None
+    data = read_json_file(path, "dataset")  # one line for malformed JSON or a repeated key
     root = (Path(image_root) if image_root else path.parent).resolve()
     if isinstance(data, dict) and "annotations" in data:
         images = _read_coco(data, path, root)
@@ -252,8 +250,8 @@ def _read_done(part: Path) -> dict[str, list[dict[str, Any]]]:
         return done
     for line in part.read_text(encoding="utf-8").splitlines():
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = json.loads(line, object_pairs_hook=unique_keys)
+        except (json.JSONDecodeError, DuplicateKeyError):  # a part line cut by a kill (or tampered): redone
             continue
         done.setdefault(str(row["image_id"]), []).append(row)
     return done

@@ -9,7 +9,6 @@ SOT and EOT included, before the EOT entry is replaced), so the EOS embedding `t
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections import Counter
@@ -22,6 +21,7 @@ from tqdm import tqdm
 
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
+from pacs.metric.common.json_input import read_json_file
 
 IDF_FORMAT = "pacs-video-idf/1"
 
@@ -76,11 +76,7 @@ class IdfTable:
     @classmethod
     def load(cls, path: str | os.PathLike) -> IdfTable:
         """Read a table written by `save`."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as error:
-            raise InputError(f"{path}: cannot read IDF table ({error})") from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(read_json_file(path, "IDF table"), str(path))  # one line for any bad file
 
 
 def idf_from_token_ids(documents: Iterable[Sequence[int]], sot_id: int, eot_id: int) -> IdfTable:

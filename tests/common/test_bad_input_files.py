@@ -224,3 +224,19 @@ def test_adapter_folder_with_a_refused_pickle_is_one_line(tmp_path, images, caps
     assert pacs_cli.main(["score", "--metric", "pac-s++", "--checkpoint", str(folder), "--images", str(images),
                           "--candidates", str(cands)]) == 2
     _assert_refused(_one_error_line(capsys, "score"), weights)
+
+
+def test_a_repeated_key_in_the_metric_training_and_video_inputs_is_one_line(tmp_path):
+    """The IDF table, the architecture file, the positives dataset and manifest lines read through the one JSON
+    reader (or its duplicate-key hook): a repeated key is an InputError naming the file, not a silent drop."""
+    from pacs.metric.training.data import read_manifest
+    from pacs.metric.video.idf import IdfTable
+
+    idf = tmp_path / "idf.json"
+    idf.write_text('{"format": "x", "format": "y"}')
+    with pytest.raises(InputError, match=f"{idf}.*the key \"format\" appears twice"):
+        IdfTable.load(idf)
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text('{"image": "a.jpg", "image": "b.jpg", "caption": "c"}\n')
+    with pytest.raises(InputError, match=f"{manifest} line 1: invalid JSON: duplicate key 'image'"):
+        read_manifest(manifest)
