@@ -32,7 +32,7 @@ VOLATILE_KEY = re.compile(
 )
 # Keys that hold a run's random nonces (output ids, and the fingerprints and keys built from upstream ids) or
 # the bytes of files that name the scratch folder: their content is compared through the tensors and the rest.
-NONCE_KEY = re.compile(r"^(output_id|upstream|keys|fingerprint|digest|sha256|checkpoint_sha256|mtime_ns)$|shard-")
+NONCE_KEY = re.compile(r"^(output_id|upstream|keys|fingerprint|digest|sha256|checkpoint_sha256|mtime_ns|size)$|shard-")
 SCRATCH_MARK = "<scratch>"
 
 
@@ -88,6 +88,7 @@ def _record_tensors(runs_dir: Path, scratch: Path, target: Path) -> None:
 
     found: dict[str, object] = {}
     shards: list[str] = []
+    shard_names: dict[str, str] = {}
     for path in sorted(runs_dir.rglob("*.safetensors")) if runs_dir.is_dir() else []:
         digest = hashlib.sha256()
         with safe_open(str(path), framework="pt") as handle:
@@ -100,9 +101,11 @@ def _record_tensors(runs_dir: Path, scratch: Path, target: Path) -> None:
         name = str(path.relative_to(runs_dir))
         if re.search(r"shard-[0-9a-f]+\.safetensors$", name):
             shards.append(f"{Path(name).parent}/{digest.hexdigest()}")
+            shard_names[Path(name).stem] = digest.hexdigest()[:16]
         else:
             found[name] = {"tensors": digest.hexdigest(), "metadata": metadata}
     found["shards"] = sorted(shards)
+    found["shard_names"] = shard_names  # random name -> its tensors' digest, to compare the files naming shards
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(found, indent=1, sort_keys=True))
 
@@ -121,8 +124,9 @@ def _rename(text: str, renames: dict[str, str]) -> str:
     return text
 
 
-def _normalise_nonces(text: str) -> str:
-    """Replace each random shard name and output id by its order of first appearance (shard#1, id#1, ...)."""
+def _normalise_nonces(text: str, shard_names: dict[str, str]) -> str:
+    """Replace each random shard name by its tensors' digest and each output id by its order of first appearance."""
+    text = re.sub(r"shard-[0-9a-f]{16}", lambda m: f"shard@{shard_names.get(m.group(0), m.group(0))}", text)
     for pattern, label in ((r"shard-[0-9a-f]{16}", "shard"), (r"\b[0-9a-f]{16}-[0-9a-f]{8}\b", "id")):
         seen: dict[str, str] = {}
         for found in re.findall(pattern, text):
@@ -165,15 +169,25 @@ def _differences(name: str, before: str, after: str) -> list[str]:
         [f"{name}: {len(lines_before)} lines -> {len(lines_after)}"] if len(lines_before) != len(lines_after) else [])
 
 
+def _shard_names(recording: Path) -> dict[str, str]:
+    """Random shard name -> tensors' digest, over every run of a recording."""
+    names: dict[str, str] = {}
+    for path in recording.glob("runs/*.tensors.json"):
+        names.update(json.loads(path.read_text()).get("shard_names", {}))
+    return names
+
+
 def compare(before: Path, after: Path, renames: dict[str, str]) -> int:
     """Print every difference between two recordings after the declared renames; 1 if any."""
     left = {_rename(str(p.relative_to(before)), renames): p for p in before.rglob("*") if p.is_file()}
     right = {str(p.relative_to(after)): p for p in after.rglob("*") if p.is_file()}
+    names_before, names_after = _shard_names(before), _shard_names(after)
     problems = [f"only before: {name}" for name in sorted(set(left) - set(right))]
     problems += [f"only after: {name}" for name in sorted(set(right) - set(left))]
     for name in sorted(set(left) & set(right)):
-        text_before = _normalise_nonces(_rename(left[name].read_text(errors="replace"), renames))
-        problems += _differences(name, text_before, _normalise_nonces(right[name].read_text(errors="replace")))
+        text_before = _normalise_nonces(_rename(left[name].read_text(errors="replace"), renames), names_before)
+        problems += _differences(name, text_before,
+                                 _normalise_nonces(right[name].read_text(errors="replace"), names_after))
     for line in problems:
         print(line)
     print(f"{len(set(left) & set(right))} files compared, {len(problems)} differences")
