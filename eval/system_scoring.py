@@ -184,7 +184,7 @@ def _text_scores(shared: SharedScoring, captions: list[str], references: list[li
         out.unavailable["spice"] = shared.spice_unavailable
     if others:
         for name, value in compute_text_metrics(tokenized_captions, tokenized_refs, others, tokenized=True,
-                                                spice_corenlp=shared.options.spice_corenlp).items():
+                                                spice_corenlp=shared.options.spice_corenlp, ids=ids).items():
             out.values[name] = value.corpus if value.available else None
             out.per_row[name] = np.asarray(value.per_caption, dtype=np.float64)
             if not value.available:

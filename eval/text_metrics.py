@@ -10,7 +10,9 @@ Java starts once per JVM program a call needs (METEOR; SPICE; the PTB tokenizer 
 Inside a `TextMetricSession` (`with TextMetricSession(): ...`, e.g. around every evaluation of a training run) the
 calls share one METEOR process and a memo of PTB tokenisations (a caption's tokens do not depend on the other captions of the batch),
 so a second call on the same references, or a subset of captions already scored, starts no Java at all for
-them; values are unchanged.
+them; values are unchanged. METEOR runs pycocoevalcap's jar through `pacs.eval.meteor_stats.MeteorStats` (the
+same requests, the same values): a jar that dies is one error naming the caption, never a hang, and captions
+too long for it are refused before it starts.
 """
 from __future__ import annotations
 
@@ -24,11 +26,11 @@ from typing import Self
 
 import numpy as np
 from pycocoevalcap.bleu.bleu import Bleu
-from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 
 from pacs.eval.cider import CiderD
 from pacs.eval.java import require_java
+from pacs.eval.meteor_stats import MeteorStats, caption_label, check_meteor_lengths
 from pacs.eval.registry import get_metric
 from pacs.eval.spice import SpiceUnavailable, compute_spice
 from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize
@@ -89,7 +91,7 @@ class TextMetricSession:
         self.tokenizer = check_ptb_tokenizer(tokenizer)
         self.java_starts = 0
         self._tokens: dict[str, str] = {}
-        self._meteor: Meteor | None = None
+        self._meteor: MeteorStats | None = None
         self._token: Token | None = None
 
     def tokenize(self, captions: Sequence[str]) -> list[str]:
@@ -102,17 +104,24 @@ class TextMetricSession:
             self.java_starts += self.tokenizer == "java"
         return [self._tokens[c] for c in captions]
 
-    def meteor(self, gts: dict, res: dict) -> tuple[float, list[float]]:
-        """pycocoevalcap METEOR (`compute_score`) through the session's one METEOR process."""
+    def meteor(self, gts: dict, res: dict, labels: dict | None = None) -> tuple[float, list[float]]:
+        """pycocoevalcap METEOR (`compute_score`) through the session's one METEOR process (`labels[key]` names a
+        caption if the jar dies on it: the error is one line, and the next call starts a new jar)."""
         if self._meteor is None:
-            self._meteor = Meteor()
+            self._meteor = MeteorStats()
             self.java_starts += 1
-        return self._meteor.compute_score(gts, res)
+        try:
+            return self._meteor.compute_score(gts, res, labels)
+        except BaseException:  # a dead (or interrupted) jar is never asked again
+            meteor, self._meteor = self._meteor, None
+            meteor.close()
+            raise
 
     def close(self) -> None:
         """Stop the METEOR process and forget the memo."""
         meteor, self._meteor = self._meteor, None
-        del meteor  # pycocoevalcap's Meteor stops its process when collected
+        if meteor is not None:
+            meteor.close()
         self._tokens.clear()
 
     def __enter__(self) -> Self:
@@ -157,8 +166,8 @@ def _scatter(values: Sequence[float], inverse: np.ndarray) -> np.ndarray:
 def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequence[str]],
                          metrics: Sequence[str], tokenized: bool = False,
                          spice_corenlp: str | os.PathLike | None = None,
-                         session: TextMetricSession | None = None,
-                         tokenizer: str | None = None) -> dict[str, MetricValues]:
+                         session: TextMetricSession | None = None, tokenizer: str | None = None,
+                         ids: Sequence[object] | None = None) -> dict[str, MetricValues]:
     """Corpus and per-caption values of the text `metrics` (bleu1-4, meteor, rouge, cider, spice).
 
     Inputs are raw captions (PTB-tokenized here) unless `tokenized`. Corpus values are pycocoevalcap's
@@ -167,7 +176,9 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
     Java is needed by METEOR and SPICE only (jars), and by the PTB tokenization when `tokenizer="java"`; the
     default PTB tokenizer is the Python one (`pacs.eval.ptb`, equal to Java's on the shared data sets). `session`
     (default: the active `TextMetricSession`, else one for this call with `tokenizer`, default "python") shares
-    METEOR's process and PTB tokens between calls; a session's own tokenizer is used for its calls.
+    METEOR's process and PTB tokens between calls; a session's own tokenizer is used for its calls. `ids` (one per
+    row) name captions in errors (default: `candidate ROW`); with METEOR, a caption or reference of more than
+    `pacs.eval.meteor_stats.MAX_METEOR_WORDS` words is refused before anything is scored.
 
     >>> from pacs.eval import compute_text_metrics
     >>> refs = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"]]
@@ -195,15 +206,18 @@ def compute_text_metrics(candidates: Sequence[str], references: Sequence[Sequenc
         require_java([n for n in names if get_metric(n).needs_java] or ["the Java PTB tokenizer"])
     if session is None:
         with TextMetricSession(tokenizer=tokenizer or "python") as own:
-            return _compute(candidates, references, names, tokenized, spice_corenlp, own)
-    return _compute(candidates, references, names, tokenized, spice_corenlp, session)
+            return _compute(candidates, references, names, tokenized, spice_corenlp, own, ids)
+    return _compute(candidates, references, names, tokenized, spice_corenlp, session, ids)
 
 
 def _compute(candidates: Sequence[str], references: Sequence[Sequence[str]], names: list[str], tokenized: bool,
-             spice_corenlp: str | os.PathLike | None, session: TextMetricSession) -> dict[str, MetricValues]:
+             spice_corenlp: str | os.PathLike | None, session: TextMetricSession,
+             ids: Sequence[object] | None = None) -> dict[str, MetricValues]:
     """`compute_text_metrics` of checked, non-empty inputs, with `session`'s Java processes."""
     if not tokenized:
         candidates, references = tokenize_pairs(candidates, references, session)
+    if "meteor" in names:  # what the jar would align, before any metric runs
+        check_meteor_lengths(candidates, references, ids)
     rows = [(c, tuple(r)) for c, r in zip(candidates, references)]
     distinct = list(dict.fromkeys(rows))
     position = {pair: i for i, pair in enumerate(distinct)}
@@ -218,7 +232,9 @@ def _compute(candidates: Sequence[str], references: Sequence[Sequence[str]], nam
         for k in bleu_orders:
             out[f"bleu{k}"] = MetricValues(float(corpus[k - 1]), _scatter(per[k - 1], inverse))
     if "meteor" in names:
-        corpus, per = session.meteor(gts, res)
+        first_row = {pair: row for row, pair in reversed(list(enumerate(rows)))}
+        labels = {i: caption_label(ids, first_row[pair]) for i, pair in enumerate(distinct)}
+        corpus, per = session.meteor(gts, res, labels)
         out["meteor"] = MetricValues(float(corpus), _scatter(per, inverse))
     if "rouge" in names:
         corpus, per = Rouge().compute_score(gts, res)

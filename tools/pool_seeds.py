@@ -10,9 +10,11 @@ E.g. seeds 0-2 trained in runs/demo and seeds 3-5 in runs/demo_s345 (a copy of r
 
 The runs must be the same experiment: equal settings apart from name, runs_dir, seeds, threads, parallel_seeds,
 force and device; bit-identical `clip` and `pacs` checkpoints and grid features; each seed taken once; every seed
-stage finished with the files it recorded (`pacs.captioner.demo.pooling`). FOLDER must not exist; it gets results.json,
+stage finished with the files it recorded, its record the one of its folder, and no two seeds' models the same
+bytes (`pacs.captioner.demo.pooling`). FOLDER must not exist; it gets results.json,
 results.md, pooled.json (each seed's run) and the evaluate stage's files, all at once. Prints results.md; exit 0,
-or 2 with one line naming the run, setting or file that stops it.
+or 2 with one line naming the run, setting, record or file that stops it (a bad --out and a full disk
+included: nothing is left behind).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import sys
 from pathlib import Path
 
 from pacs.captioner.demo.pooling import parse_source, pool_seed_runs
-from pacs.metric.common.errors import InputError
+from pacs.metric.common.errors import PacsError
+from pacs.metric.common.terminal import escape_control
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         pool_seed_runs([parse_source(text) for text in args.runs], args.out)
-    except InputError as error:
-        print(f"pool_seeds: error: {error}", file=sys.stderr)
+    except PacsError as error:  # every refusal, a full disk or a bad --out included: one line
+        print(f"pool_seeds: error: {escape_control(str(error))}", file=sys.stderr)
         return 2
     print((args.out / "results.md").read_text(encoding="utf-8"))
     return 0

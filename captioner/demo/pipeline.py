@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from pacs.captioner.demo import captioning, correlation, findings, metric_stages
+from pacs.captioner.demo import captioning, correlation, findings, metric_stages, run_records
 from pacs.captioner.demo.captioning import guarded_label, normalised_label, reward_slug
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import comparison_findings
@@ -401,11 +401,12 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
                            runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef, seed=seed),
                        {"seed": seed, **settings, "reward": spec, "guard": guard},
                        upstream=[xe, "pacs"], distributed=True)
-            summaries[coef] = (runner.record(name) or {}).get("summary", {})
+            summaries[coef] = run_records.section(runner.record(name), "summary", runner.record_path(name))
         choices[reward] = guard_choice(spec, summaries)
         name = guarded_stage_name(config, seed, spec, choices[reward]["chosen_kl_coef"])
-        models[findings.guarded_model_name(reward)] = (runner.folder(name)
-                                                       / summaries[choices[reward]["chosen_kl_coef"]]["model"])
+        # the record's `summary.model` is data: inside the stage's folder, and the model that stage wrote
+        models[findings.guarded_model_name(reward)] = run_records.recorded_model(
+            runner.run_dir, name, runner.record(name), runner.record_path(name))
     return choices
 
 

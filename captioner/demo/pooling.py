@@ -7,11 +7,16 @@ and findings as a run of those seeds would write them.
 
 Pooling is refused unless it is the same experiment: every run's settings equal apart from where and how it ran
 (`RUN_SETTINGS`), the metric stages the rewards and the table's columns come from bit-identical (the `clip` and
-`pacs` checkpoints, and the grid `features` of every image), each seed in one run only, and every seed stage
-finished with the files its record lists. Nothing is written until all of that holds and the evaluation is done.
+`pacs` checkpoints, and the grid `features` of every image), each seed in one run only, every seed stage
+finished with the files its record lists, every record the one of its folder (`run_records.consistent_record`:
+its stage name, output folder, fingerprint, output id and upstream ids; a model a record names is inside the
+stage and one it recorded), and no model of one seed the same bytes as a model of another (a copied seed folder
+is one training). Nothing is written until all of that holds and the evaluation is done; `--out` is checked
+(and its temporary folder made) before any work, and a failure while writing (a full disk) leaves nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -20,9 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pacs.captioner.demo import run_records
 from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
-from pacs.metric.common.errors import InputError
+from pacs.metric.common.errors import InputError, PacsError
 from pacs.metric.common.io import write_json_atomic, write_text_atomic
 from pacs.metric.common.run_lock import hold_run_directory
 
@@ -128,16 +135,9 @@ def _existing(path: Path) -> Path:
 
 
 def _finished_record(run_dir: Path, stage: str) -> dict[str, Any]:
-    """A seed stage's record, verified: finished, and its outputs as it recorded them."""
-    from pacs.captioner.orchestration.stage_outputs import manifest_problems
-
-    path = run_dir / "stages" / f"{stage}.json"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InputError(f"{path}: stage {stage} has no readable record (not trained in {run_dir}?)") from None
-    if not isinstance(record, dict) or record.get("status") != "finished":
-        raise InputError(f"{path}: stage {stage} did not finish")
+    """A seed stage's record, verified: the record of that folder (`run_records.consistent_record`), finished,
+    and its outputs as it recorded them."""
+    record = run_records.consistent_record(run_dir, stage)
     problems = manifest_problems(record.get("outputs") or {}, [run_dir / stage], run_dir)
     if problems:
         raise InputError(f"{run_dir / stage}: changed since its stage finished ({'; '.join(problems)})")
@@ -146,7 +146,13 @@ def _finished_record(run_dir: Path, stage: str) -> dict[str, Any]:
 
 def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str, Path], dict[str, Any]]:
     """One seed's finished models in `run_dir` (the table's row names -> model folders) and its guard choices,
-    every stage verified (`_finished_record`)."""
+    every stage verified (`_finished_record`); `seed_model_identities` tells what each model's bytes are."""
+    return _seed_models(config, run_dir, seed)[:2]
+
+
+def _seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str, Path], dict[str, Any],
+                                                                          dict[str, tuple]]:
+    """`seed_models` and, per row, the model's identity (`run_records.model_identity`: its weights' digests)."""
     from pacs.captioner.demo import captioning, findings, pipeline
 
     prefix = pipeline.seed_prefix(config, seed)
@@ -155,42 +161,125 @@ def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str,
                    for spec in config.scst.rewards})
     stages.update({captioning.normalised_model_name(spec): (f"{prefix}scst-{captioning.normalised_label(spec)}",
                                                            "final") for spec in config.scst.normalised_rewards})
-    models = {}
+    models, identities = {}, {}
     for model, (stage, subfolder) in stages.items():
-        record = _finished_record(run_dir, stage)
-        if record.get("settings", {}).get("seed") != seed:
-            raise InputError(f"{run_dir / 'stages' / stage}.json: trained with seed "
-                             f"{record.get('settings', {}).get('seed')}, not {seed}")
-        models[model] = run_dir / stage / subfolder
+        record = _checked_seed(_finished_record(run_dir, stage), run_dir, stage, seed)
+        path = run_records.record_path(run_dir, stage)
+        models[model] = run_records.verified_model(run_dir, stage, subfolder, record, path, "outputs")
+        identities[model] = run_records.model_identity(record, stage, subfolder, path)
     choices: dict[str, Any] = {}
     for reward in config.guarded.rewards:
         spec = config.guarded.reward_spec(reward)
-        summaries = {coef: _finished_record(run_dir, pipeline.guarded_stage_name(config, seed, spec, coef))
-                     .get("summary", {}) for coef in config.guarded.kl_coefs}
+        records = {coef: _checked_seed(_finished_record(run_dir, name), run_dir, name, seed)
+                   for coef in config.guarded.kl_coefs
+                   for name in [pipeline.guarded_stage_name(config, seed, spec, coef)]}
+        summaries = {coef: run_records.section(record, "summary", run_records.record_path(
+                         run_dir, pipeline.guarded_stage_name(config, seed, spec, coef)))
+                     for coef, record in records.items()}
         choices[reward] = pipeline.guard_choice(spec, summaries)
         coef = choices[reward]["chosen_kl_coef"]
-        models[findings.guarded_model_name(reward)] = (run_dir / pipeline.guarded_stage_name(config, seed, spec, coef)
-                                                       / summaries[coef]["model"])
-    return models, choices
+        stage = pipeline.guarded_stage_name(config, seed, spec, coef)
+        path = run_records.record_path(run_dir, stage)
+        folder = run_records.recorded_model(run_dir, stage, records[coef], path)
+        models[findings.guarded_model_name(reward)] = folder
+        identities[findings.guarded_model_name(reward)] = run_records.model_identity(
+            records[coef], stage, folder.relative_to(run_dir / stage).as_posix(), path)
+    return models, choices, identities
+
+
+def _checked_seed(record: dict[str, Any], run_dir: Path, stage: str, seed: int) -> dict[str, Any]:
+    """`record` when its settings say it trained `seed`; InputError naming the record otherwise."""
+    recorded = run_records.section(record, "settings", run_records.record_path(run_dir, stage)).get("seed")
+    if recorded != seed or isinstance(recorded, bool):
+        raise InputError(f"{run_records.record_path(run_dir, stage)}: trained with seed {recorded!r}, not {seed}")
+    return record
+
+
+def check_distinct_models(identities: dict[int, dict[str, tuple]], folders: dict[int, dict[str, Path]]) -> None:
+    """InputError naming both folders when a model of one seed is the same bytes as a model of another seed (a
+    copied seed folder is one training, not two)."""
+    seen: dict[tuple, tuple[int, str]] = {}
+    for seed, rows in identities.items():
+        for row, identity in rows.items():
+            other = seen.get(identity)
+            if other is not None and other[0] != seed:
+                raise InputError(f"{folders[seed][row]}: seed {seed}'s {row} model is the same bytes as seed "
+                                 f"{other[0]}'s {other[1]} model ({folders[other[0]][other[1]]}): a copied seed, not "
+                                 "another training; pool seeds that were trained")
+            seen.setdefault(identity, (seed, row))
 
 
 def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
     """Evaluate the seeds of `sources` as one run into the new folder `out` (results.json, results.md, pooled.json
-    naming each seed's run, and the evaluate stage's files), holding every source run's lock; its results."""
+    naming each seed's run, and the evaluate stage's files), holding every source run's lock; its results.
+
+    `out` is checked (and its temporary folder made next to it) before any work; nothing is left there when
+    pooling stops, whatever stops it (a refusal, a full disk)."""
     if not sources:
         raise InputError("no runs to pool")
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise InputError(f"{out}: exists; pooling writes a new folder (remove it or choose another)")
     if len({source.run_dir.resolve() for source in sources}) != len(sources):
         raise InputError("a run is named twice; take several seeds from it as RUN:S,S,...")
     configs = {source.run_dir: run_config(source.run_dir) for source in sources}
-    with ExitStack() as locks:  # no run trains in a source while its seeds are read
-        for run_dir in configs:
-            locks.enter_context(hold_run_directory(run_dir))
-        return _pool_locked(sources, configs, out)
+    created, work = _work_folder(out)
+    try:
+        with ExitStack() as locks:  # no run trains in a source while its seeds are read
+            for run_dir in configs:
+                locks.enter_context(hold_run_directory(run_dir))
+            return _pool_locked(sources, configs, out, work)
+    except OSError as error:  # a full disk, an unwritable folder: one line naming `out` and the file
+        if isinstance(error, PacsError):  # MissingResourceError is one too, with its own line
+            raise
+        raise InputError(f"{out}: not written, pooling stopped: {_os_error_line(error)}") from None
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+        for folder in reversed(created):  # the parents made for `out`, when pooling left nothing in them
+            if not out.exists():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
-def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out: Path) -> dict[str, Any]:
+def _os_error_line(error: OSError, where: Path | None = None) -> str:
+    """One line of an operating-system failure: the file (else `where`), what failed and its fix if any."""
+    from pacs.metric.common.os_errors import describe_os_error
+
+    if error.filename is None and where is not None and error.errno is not None:
+        error = OSError(error.errno, error.strerror or str(error), str(where))
+    line = describe_os_error(error)
+    if line:
+        return line
+    where = " and ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+    what = error.strerror or str(error) or type(error).__name__
+    return f"{where}: {what}" if where else what
+
+
+def _work_folder(out: Path) -> tuple[list[Path], Path]:
+    """The folders made for `out`'s parent (to remove if pooling fails) and the temporary folder the pooled files
+    are written to (renamed to `out` when done); InputError naming `out` when it cannot be written there."""
+    created: list[Path] = []
+    parent = out.parent
+    missing = []
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{out}: cannot be written: {parent} is not a folder")
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+        return created, Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as error:
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise InputError(f"{out}: cannot be written: {_os_error_line(error, out.parent)}") from None
+
+
+def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out: Path,
+                 work: Path) -> dict[str, Any]:
     from pacs.captioner.demo import pipeline
     from pacs.captioner.demo.data import DemoData
 
@@ -208,21 +297,16 @@ def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out
     config = configs[first]
     check_shared_metric_stages(list(configs), config.captioner.transformers)
     seeds = sorted(owner)
-    models, guarded = {}, {}
+    models, guarded, identities = {}, {}, {}
     for seed in seeds:
-        models[seed], guarded[seed] = seed_models(configs[owner[seed]], owner[seed], seed)
+        models[seed], guarded[seed], identities[seed] = _seed_models(configs[owner[seed]], owner[seed], seed)
+    check_distinct_models(identities, models)
     pooled = from_dict(DemoConfig, {**to_dict(config), "seeds": seeds}, "pooled config")
     data = DemoData.build(pooled.world, first / "data" / "images")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        pipeline.evaluate_seed_models(pooled, data, models, guarded, first, work)
-        results = json.loads((work / "results.json").read_text(encoding="utf-8"))
-        write_text_atomic(work / "results.md", pipeline.results_markdown(results))
-        write_json_atomic(work / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds},
-                                                 "metric_stages": str(first)})
-        work.rename(out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    pipeline.evaluate_seed_models(pooled, data, models, guarded, first, work)
+    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    write_text_atomic(work / "results.md", pipeline.results_markdown(results))
+    write_json_atomic(work / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds},
+                                             "metric_stages": str(first)})
+    work.rename(out)
     return results
