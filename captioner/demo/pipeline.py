@@ -29,7 +29,7 @@ from pacs.eval.system_inputs import HUMAN_ROW
 from pacs.metric.common.config import deep_merge, dump_yaml, from_dict, load_yaml, parse_overrides, to_dict
 from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import write_json_atomic, write_text_atomic
+from pacs.metric.common.io import csv_cells, write_json_atomic, write_text_atomic
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.run_lock import hold_run_directory
 from pacs.metric.common.seeding import seed_everything
@@ -573,7 +573,7 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["model", *TABLE_COLUMNS], extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(csv_cells(row) for row in rows)  # a system name is never a live spreadsheet formula
     write_text_atomic(run_dir / "results.csv", buffer.getvalue())
     write_text_atomic(run_dir / "results.md", results_markdown(results))
     write_json_atomic(run_dir / "stages.json", {"ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped,
