@@ -74,7 +74,7 @@ def test_a_leaking_test_errors_and_the_next_one_starts_clean(pytester: pytest.Py
         "*test_a_sets_an_environment_variable left global state changed*environment variables*PACS_LEAK*",
         "*test_c_replaces_a_module_attribute left global state changed*attribute pacs.metric.common.errors.InputError*",
         "*test_e_changes_torch_threads left global state changed*torch thread count*",
-        "*test_f_adds_a_logging_handler left global state changed*logger 'metric.leak'*",
+        "*test_f_adds_a_logging_handler left global state changed*logger 'pacs.metric.leak'*",
         "*test_g_registers_a_reward left global state changed*registry pacs.rewards.registry.REWARDS entries*leak*",
         "*test_i_changes_directory left global state changed*working directory*",
         "*test_j_sets_the_default_dtype left global state changed*torch default dtype torch.float64*",
