@@ -44,7 +44,10 @@ def test_two_processes_match_one(tmp_path):
     # all-reduce of two halves, and matrix products over 4 vs 2 rows); fp32 rounding of O(1e-7) relative, the
     # 1e-5 of the pacs captioner's equivalence tests leaves a wide margin yet catches any different sample.
     for a, b in zip(one["scst"], two["scst"], strict=True):
-        assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6), (one["scst"], two["scst"])
+        # relative to the run's loss scale, not to each loss: an SCST loss is a sum of advantage-weighted terms
+        # that nearly cancel (0.036 out of terms of ~0.7), so its own relative rounding is larger (seen: 1.3e-5 and
+        # 6.6e-5 on a 2-core x86 machine, on 0.6's tree as on this one); a different sample moves it by ~1e-1
+        assert abs(a - b) <= 1e-5 * max(max(map(abs, one["scst"])), 1e-6), (one["scst"], two["scst"])
     first = load_file(str(tmp_path / "one" / "final" / "model.safetensors"))
     second = load_file(str(tmp_path / "two" / "final" / "model.safetensors"))
     init = load_file(str(tmp_path / "data" / "git" / "model.safetensors"))
@@ -82,7 +85,10 @@ def test_lora_on_two_processes_matches_one(tmp_path):
     _, two = _driver(["scst", str(tmp_path / "two"), "2", "3", "0", "lora"], LAUNCH_2)
     assert one["world"] == [1.0] and two["world"] == [2.0]
     for a, b in zip(one["scst"], two["scst"], strict=True):  # the tolerance of test_two_processes_match_one
-        assert abs(a - b) <= 1e-5 * max(abs(a), 1e-6), (one["scst"], two["scst"])
+        # relative to the run's loss scale, not to each loss: an SCST loss is a sum of advantage-weighted terms
+        # that nearly cancel (0.036 out of terms of ~0.7), so its own relative rounding is larger (seen: 1.3e-5 and
+        # 6.6e-5 on a 2-core x86 machine, on 0.6's tree as on this one); a different sample moves it by ~1e-1
+        assert abs(a - b) <= 1e-5 * max(max(map(abs, one["scst"])), 1e-6), (one["scst"], two["scst"])
     init = load_file(str(tmp_path / "data" / "git" / "model.safetensors"))
     adapters = [load_file(str(tmp_path / run / "final" / "adapter" / "adapter_model.safetensors"))
                 for run in ("one", "two")]
