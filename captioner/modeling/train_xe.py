@@ -116,7 +116,7 @@ def cider_validator(captions: Mapping[str, str], references: Mapping[str, Sequen
     ids = list(captions)
     candidates = [" ".join(ptb_tokenize_fast(captions[i])) for i in ids]
     refs = [[" ".join(ptb_tokenize_fast(r)) for r in references[i]] for i in ids]
-    return float(100.0 * cider_d(candidates, refs).mean())
+    return float(100.0 * cider_d(candidates, refs, tokenized=True).mean())
 
 
 def encode_captions(vocab: Vocab, captions: Sequence[str]) -> torch.Tensor:

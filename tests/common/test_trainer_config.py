@@ -1,8 +1,7 @@
-"""The trainers' shared base configuration (issue 14 item 4): one set of names, deprecated aliases for a release."""
+"""The trainers' shared base configuration (issue 14 item 4): one set of names; the 0.3 names are gone (issue 40)."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import typing
 import warnings
 from pathlib import Path
@@ -51,71 +50,35 @@ def test_defaults_each_trainer_keeps() -> None:
     assert (XEConfig().resume, SCSTConfig().output_dir, metric.output_dir) == (None, "runs/scst", "runs/metric")
 
 
-def test_yaml_with_old_names_loads_as_the_new_names_and_warns(tmp_path: Path, caplog) -> None:
+def test_the_names_before_0_3_are_unknown_keys_in_yaml_and_overrides(tmp_path: Path) -> None:
+    # resume_from / checkpoint_every / val_every were aliases until 0.4: now each is an unknown key, one line
+    # naming the file (or the override), the section and the key
     old = tmp_path / "old.yaml"
-    old.write_text("xe:\n  val_every: 7\n  checkpoint_every: 3\n  resume_from: ckpt/step-5\n"
-                   "scst:\n  checkpoint_every: 9\n")
-    new = tmp_path / "new.yaml"
-    new.write_text("xe:\n  eval_every: 7\n  save_every: 3\n  resume: ckpt/step-5\nscst:\n  save_every: 9\n")
-    with caplog.at_level(logging.WARNING, logger="pacs.metric.common.config"), pytest.warns(DeprecationWarning) as record:
-        loaded = load_config(Run, old)
-    assert loaded == load_config(Run, new)
-    assert (loaded.xe.eval_every, loaded.xe.save_every, loaded.xe.resume) == (7, 3, "ckpt/step-5")
-    assert loaded.scst.save_every == 9
-    messages = [str(w.message) for w in record if issubclass(w.category, DeprecationWarning)]
-    expected = f"{old}: xe.val_every is deprecated (removed in pacs 0.4): use xe.eval_every"
-    assert expected in messages
-    assert f"{old}: scst.checkpoint_every is deprecated (removed in pacs 0.4): use scst.save_every" in messages
-    assert expected in caplog.messages
-    assert len(caplog.messages) == 4  # one per old key
-
-
-def test_old_and_new_name_together_is_an_error_naming_both(tmp_path: Path) -> None:
-    path = tmp_path / "both.yaml"
-    path.write_text("xe:\n  val_every: 7\n  eval_every: 8\n")
+    old.write_text("xe:\n  val_every: 7\n")
     with pytest.raises(InputError) as error, warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        load_config(Run, path)
-    assert str(path) in str(error.value)
-    assert "xe.val_every and xe.eval_every" in str(error.value)
-    with pytest.raises(InputError, match="checkpoint_every and save_every"):
-        from_dict(SCSTConfig, {"checkpoint_every": 1, "save_every": 2})
-    with pytest.raises(InputError, match="resume_from and resume"):
-        XEConfig(resume_from="a", resume="b")
+        warnings.simplefilter("error", DeprecationWarning)
+        load_config(Run, old)
+    message = str(error.value)
+    assert message.startswith(f"{old}: xe: unknown key 'val_every' (known: ") and "eval_every" in message
+    assert "\n" not in message
+    with pytest.raises(InputError, match=r"scst: unknown key 'resume_from' \(known: .*\bresume\b"):
+        load_config(Run, None, ["scst.resume_from=latest"])
+    with pytest.raises(InputError, match="unknown key 'checkpoint_every'"):
+        from_dict(SCSTConfig, {"checkpoint_every": 1})
+    (tmp_path / "base.yaml").write_text("xe:\n  eval_every: 1000\n  save_every: 1000\n  max_steps: 40\n")
+    (tmp_path / "mine.yaml").write_text("_base_: base.yaml\nxe:\n  checkpoint_every: 20\n")
+    with pytest.raises(InputError, match="mine.yaml: xe: unknown key 'checkpoint_every'"):
+        load_config(Run, tmp_path / "mine.yaml")
 
 
-def test_overrides_take_old_names_with_a_warning(tmp_path: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="pacs.metric.common.config"), pytest.warns(DeprecationWarning) as record:
-        config = load_config(Run, None, ["xe.val_every=5", "scst.resume_from=latest"])
-    assert (config.xe.eval_every, config.scst.resume) == (5, "latest")
-    assert "override: xe.val_every is deprecated (removed in pacs 0.4): use xe.eval_every" in [
-        str(w.message) for w in record]
-    assert any("override: scst.resume_from" in message for message in caplog.messages)
-    # a file in the old names and an override in the new name: the override wins, no conflict
-    path = tmp_path / "old.yaml"
-    path.write_text("xe:\n  val_every: 7\n")
-    with pytest.warns(DeprecationWarning):
-        config = load_config(Run, path, ["xe.eval_every=11"])
-    assert config.xe.eval_every == 11
-    with pytest.raises(InputError, match="xe.val_every and xe.eval_every"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        load_config(Run, None, ["xe.val_every=5", "xe.eval_every=6"])
-
-
-def test_attribute_and_keyword_access_by_old_names() -> None:
+def test_the_names_before_0_3_are_neither_keywords_nor_attributes() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'resume_from'"):
+        XEConfig(resume_from="a")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'checkpoint_every'"):
+        SCSTConfig(checkpoint_every=6)
     config = XEConfig(eval_every=12, save_every=4, resume="r")
-    with pytest.warns(DeprecationWarning, match="XEConfig.val_every is deprecated"):
-        assert config.val_every == 12
-    with pytest.warns(DeprecationWarning, match="checkpoint_every"):
-        assert config.checkpoint_every == 4
-    with pytest.warns(DeprecationWarning, match="resume_from"):
-        assert config.resume_from == "r"
-    with pytest.warns(DeprecationWarning, match="SCSTConfig.checkpoint_every"):
-        scst = SCSTConfig(checkpoint_every=6)
-    assert scst.save_every == 6
-    with pytest.warns(DeprecationWarning):
-        scst.checkpoint_every = 8
-    assert scst.save_every == 8 and "checkpoint_every" not in vars(scst)
+    for old in ("val_every", "checkpoint_every", "resume_from"):
+        assert not hasattr(config, old), old
     with pytest.raises(AttributeError):
         config.no_such_setting  # noqa: B018
 
@@ -158,12 +121,3 @@ def test_xe_and_scst_fingerprints_keep_their_former_setting_names() -> None:
     scst = trainer_settings(SCSTConfig())
     assert not {"eval_every", "val_every", "save_every", "resume"} & set(scst)
     assert scst["seed"] == 42 and scst["mixed_precision"] == "no"
-
-
-def test_a_file_in_old_names_over_a_base_in_new_names(tmp_path: Path) -> None:
-    # each file is renamed on its own, so a user's config in the old names still derives from the updated recipes
-    (tmp_path / "base.yaml").write_text("xe:\n  eval_every: 1000\n  save_every: 1000\n  max_steps: 40\n")
-    (tmp_path / "mine.yaml").write_text("_base_: base.yaml\nxe:\n  checkpoint_every: 20\n")
-    with pytest.warns(DeprecationWarning, match="mine.yaml: xe.checkpoint_every is deprecated"):
-        config = load_config(Run, tmp_path / "mine.yaml")
-    assert (config.xe.save_every, config.xe.eval_every, config.xe.max_steps) == (20, 1000, 40)
