@@ -109,7 +109,7 @@ def measure_size(count: int, args: argparse.Namespace) -> list[tuple[str, float,
 
     cached_scorer = CiderD()
     cached_scorer(candidates, references)
-    table = cider_df(references)
+    table = cider_df(references, tokenized=True)
     fixed_scorer = CiderD(document_frequency=table)
     fixed_scorer(candidates, references)
     rows = [("pycocoevalcap Cider", t_coco, c_coco, peak_coco, 0.0)]
@@ -128,8 +128,8 @@ def reward_row(count: int, args: argparse.Namespace) -> tuple[float, float, floa
     """cider_df seconds, table MB, peak MB (table + scorer + first call) and median ms of a reward-sized call
     for `count` training images."""
     candidates, references = build_inputs(count, seed=1, data=args.data)
-    t_df, _, table = timed(lambda: cider_df(references), 1)
-    peak = traced_peak(lambda: CiderD(document_frequency=cider_df(references))(candidates[:160], references[:160]))
+    t_df, _, table = timed(lambda: cider_df(references, tokenized=True), 1)
+    peak = traced_peak(lambda: CiderD(document_frequency=cider_df(references, tokenized=True))(candidates[:160], references[:160]))
     scorer = CiderD(document_frequency=table)
     rng = np.random.default_rng(0)
     times = []

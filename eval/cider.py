@@ -1,6 +1,8 @@
 """Fast CIDEr-D: pycocoevalcap's `Cider` (per-caption values equal to 1e-12), in NumPy with compact tables.
 
-Inputs are tokenized, space-joined strings (run `pacs.eval.tokenize.ptb_tokenize` first for the COCO protocol).
+`cider_d` and `cider_df` PTB-tokenize their inputs first (the COCO protocol: lower-cased, punctuation removed,
+pycocoevalcap's tokenizer; `tokenized=True` takes space-joined tokens as given); a `CiderD` scorer takes
+tokenized, space-joined strings (`pacs.eval.tokenize.ptb_tokenize`), as the SCST reward passes them.
 Document frequencies come either from the evaluated references (exactly what pycocoevalcap computes: one
 document per entry of `references`) or from a fixed corpus (`cider_df`, the SCST convention: the training
 references), which can be cached on disk. The statistics of the references of the last call are kept inside
@@ -25,6 +27,7 @@ import numpy as np
 from pacs.eval.cider_state import RefState, prepare_references, score_candidates
 from pacs.eval.cider_tables import NGRAM_ORDER, DocumentFrequency, check_reference_sets, cider_df
 from pacs.eval.ngram_index import Vocabulary, VocabularyFull, max_words
+from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize_pairs
 from pacs.metric.common.errors import InputError
 
 #: the key of the CiderD scorer that `cider_d` keeps with a table (statistics prepared once, not every call)
@@ -104,27 +107,35 @@ class CiderD:
         return state, set_index
 
     def __call__(self, candidates: Sequence[str], references: Sequence[Sequence[str]]) -> np.ndarray:
-        """Per-caption CIDEr-D of `candidates[i]` against `references[i]` (pycocoevalcap scale, ×10)."""
-        if isinstance(candidates, str):
-            raise InputError("candidates must be a list of strings, not a single string")
-        if len(candidates) != len(references):
-            raise InputError(f"{len(candidates)} candidates but {len(references)} reference sets")
-        check_reference_sets(references, "references")
-        for index, candidate in enumerate(candidates):
-            if not isinstance(candidate, str):
-                raise InputError(f"candidates[{index}] is {type(candidate).__name__}, expected a string")
+        """Per-caption CIDEr-D of tokenized `candidates[i]` against tokenized `references[i]` (pycocoevalcap scale, ×10)."""
+        check_inputs(candidates, references)
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float64)
         state, set_index = self._prepared(references)
         return score_candidates(state, list(candidates), set_index, self._vocabulary, self.sigma)
 
 
-def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
-            document_frequency: DocumentFrequency | str | os.PathLike | None = None) -> np.ndarray:
-    """Per-caption CIDEr-D (pycocoevalcap scale) of tokenized `candidates[i]` against `references[i]`.
+def check_inputs(candidates: Sequence[str], references: Sequence[Sequence[str]]) -> None:
+    """InputError naming the first bad item unless `candidates` is a list of strings, one reference set each."""
+    if isinstance(candidates, str):
+        raise InputError("candidates must be a list of strings, not a single string")
+    if len(candidates) != len(references):
+        raise InputError(f"{len(candidates)} candidates but {len(references)} reference sets")
+    check_reference_sets(references, "references")
+    for index, candidate in enumerate(candidates):
+        if not isinstance(candidate, str):
+            raise InputError(f"candidates[{index}] is {type(candidate).__name__}, expected a string")
 
-    With a `DocumentFrequency`, one `CiderD` is kept on that table across calls (reference statistics cached);
-    for other repeated uses keep a `CiderD` object yourself.
+
+def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
+            document_frequency: DocumentFrequency | str | os.PathLike | None = None,
+            tokenized: bool = False, tokenizer: str = "python") -> np.ndarray:
+    """Per-caption CIDEr-D (pycocoevalcap scale) of `candidates[i]` against `references[i]`.
+
+    Captions are PTB-tokenized first as pycocoevalcap's evaluation does (`tokenizer`: "python", no Java, or "java",
+    the jar), so "A dog, running." scores as "a dog running"; `tokenized=True` takes space-joined tokens as given.
+    With a `DocumentFrequency` (built by `cider_df` with the same tokenization), one `CiderD` is kept on that
+    table across calls (reference statistics cached); for other repeated uses keep a `CiderD` object yourself.
 
     >>> from pacs.eval import cider_d
     >>> cands = ["a dog runs on the grass", "a man rides a horse"]
@@ -136,7 +147,15 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]],
     >>> _, official = Cider().compute_score(dict(enumerate(refs)), {i: [c] for i, c in enumerate(cands)})
     >>> bool(abs(scores - official).max() < 1e-12)
     True
+    >>> cider_d(["A dog runs on the grass!", "A man rides a horse."], refs).round(4).tolist()  # PTB: the same tokens
+    [1.5464, 2.0065]
+    >>> cider_d(["A dog runs on the grass!", "A man rides a horse."], refs, tokenized=True).round(4).tolist()
+    [0.8183, 0.4419]
     """
+    check_inputs(candidates, references)
+    check_ptb_tokenizer(tokenizer)
+    if not tokenized:
+        candidates, references = ptb_tokenize_pairs(candidates, references, tokenizer)
     if isinstance(document_frequency, (str, os.PathLike)):
         document_frequency = DocumentFrequency.load(document_frequency)
     if document_frequency is None:

@@ -30,6 +30,7 @@ from pacs.eval.ngram_index import (
     ngram_levels,
     run_starts,
 )
+from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import atomic_path
 from pacs.metric.common.spill import DiskArray
@@ -299,11 +300,13 @@ class DocumentFrequency:
 
 
 def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
-             cache_path: str | os.PathLike | None = None) -> DocumentFrequency:
+             cache_path: str | os.PathLike | None = None, tokenized: bool = False,
+             tokenizer: str = "python") -> DocumentFrequency:
     """Document frequencies over `reference_corpus` (one document = one image's list of references).
 
     With `cache_path`, a table previously saved for the same corpus (sha256 match) is loaded instead of
-    recomputed, and a freshly computed table is saved there. Inputs are tokenized, space-joined strings.
+    recomputed, and a freshly computed table is saved there. References are PTB-tokenized first, as `cider_d`
+    tokenizes them (`tokenizer`: "python" or "java"); `tokenized=True` takes space-joined tokens as given.
 
     >>> from pacs.eval import cider_d, cider_df
     >>> train = [["a dog running on grass", "the dog is in a field"], ["a man on a horse", "a rider and his horse"],
@@ -315,8 +318,23 @@ def cider_df(reference_corpus: Sequence[Sequence[str]], n: int = NGRAM_ORDER,
     ...         document_frequency=df).round(4).tolist()  # fixed frequencies (the SCST reward's)
     [2.0873]
     """
-    blocks = (reference_corpus[start:start + CORPUS_BLOCK] for start in range(0, len(reference_corpus), CORPUS_BLOCK))
+    check_ptb_tokenizer(tokenizer)
+    starts = range(0, len(reference_corpus), CORPUS_BLOCK)
+    blocks = (reference_corpus[start:start + CORPUS_BLOCK] for start in starts)
+    if not tokenized:
+        blocks = (_tokenized_block(reference_corpus[start:start + CORPUS_BLOCK], start, tokenizer) for start in starts)
     return cider_df_blocks(blocks, n, cache_path)
+
+
+def _tokenized_block(block: Sequence[Sequence[str]], first: int, tokenizer: str) -> list[list[str]]:
+    """The reference sets of `block` (corpus index `first` on) PTB-tokenized in one tokenizer call."""
+    check_reference_sets(block, "reference_corpus", first)
+    flat = ptb_tokenize([ref for refs in block for ref in refs], tokenizer)
+    out, start = [], 0
+    for refs in block:
+        out.append(flat[start:start + len(refs)])
+        start += len(refs)
+    return out
 
 
 def cider_df_blocks(blocks: Iterable[Sequence[Sequence[str]]], n: int = NGRAM_ORDER,

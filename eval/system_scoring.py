@@ -39,6 +39,7 @@ class ScoringOptions:
     languagetool_jar_dir: str | None = None
     languagetool_url: str | None = None
     ptb_tokenizer: str = "python"  # the text metrics' PTB tokenizer: "python" (no Java) or "java" (pycocoevalcap's)
+    tokenized: bool = False  # the captions and references are space-joined tokens already: no PTB tokenization
 
 
 @dataclass
@@ -132,7 +133,12 @@ class SharedScoring:
 
         todo = list(dict.fromkeys(s for s in strings if s not in self._tokens))
         if todo:
-            tokens = self.tokenizer(todo) if self.tokenizer else ptb_tokenize(todo, self.options.ptb_tokenizer)
+            if self.options.tokenized:
+                tokens = todo
+            elif self.tokenizer:
+                tokens = self.tokenizer(todo)
+            else:
+                tokens = ptb_tokenize(todo, self.options.ptb_tokenizer)
             self._tokens.update(zip(todo, tokens))
 
     def tokens(self, strings: Sequence[str]) -> list[str]:

@@ -33,7 +33,7 @@ from pacs.eval.java import require_java
 from pacs.eval.meteor_stats import MeteorStats, caption_label, check_meteor_lengths
 from pacs.eval.registry import get_metric
 from pacs.eval.spice import SpiceUnavailable, compute_spice
-from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize
+from pacs.eval.tokenize import check_ptb_tokenizer, ptb_tokenize, ptb_tokenize_pairs
 from pacs.metric.common.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -148,13 +148,10 @@ def tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]
                    session: TextMetricSession | None = None) -> tuple[list[str], list[list[str]]]:
     """PTB-tokenize candidates and references with a single tokenizer call (distinct strings only; none for the
     strings `session` has tokenized before; the Python tokenizer without a session)."""
+    if session is None:
+        return ptb_tokenize_pairs(candidates, references)
     flat = [*candidates, *(ref for refs in references for ref in refs)]
-    if session is not None:
-        tokens = session.tokenize(flat)
-        tokenized = dict(zip(flat, tokens))
-    else:
-        distinct = list(dict.fromkeys(flat))
-        tokenized = dict(zip(distinct, ptb_tokenize(distinct)))
+    tokenized = dict(zip(flat, session.tokenize(flat)))
     return [tokenized[c] for c in candidates], [[tokenized[r] for r in refs] for refs in references]
 
 

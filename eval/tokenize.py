@@ -42,6 +42,15 @@ def ptb_tokenize(captions: Sequence[str], tokenizer: str = "python") -> list[str
     return java_ptb_tokenize(captions)
 
 
+def ptb_tokenize_pairs(candidates: Sequence[str], references: Sequence[Sequence[str]],
+                       tokenizer: str = "python") -> tuple[list[str], list[list[str]]]:
+    """PTB-tokenize candidates and their reference lists with one tokenizer call over the distinct strings."""
+    flat = [*candidates, *(ref for refs in references for ref in refs)]
+    distinct = list(dict.fromkeys(flat))
+    tokens = dict(zip(distinct, ptb_tokenize(distinct, tokenizer)))
+    return [tokens[c] for c in candidates], [[tokens[r] for r in refs] for refs in references]
+
+
 def java_ptb_tokenize(captions: Sequence[str]) -> list[str]:
     """Tokenize captions with pycocoevalcap's Java PTBTokenizer (lower-cased, punctuation removed).
 

@@ -33,7 +33,8 @@ def per_caption_text_metrics(candidates: Sequence[str], references: Sequence[Seq
     gts = {i: refs[i] for i in range(len(cands))}
     res = {i: [cands[i] if cands[i] else "."] for i in range(len(cands))}
     _, per_caption = Bleu(4).compute_score(gts, res, verbose=0)
-    return {"bleu4": np.asarray(per_caption[3], dtype=float), "cider": np.asarray(cider_d(cands, refs, tokenized=True), dtype=float)}
+    cider = cider_d(cands, refs, tokenized=True)  # already lower-cased and split: scored as given
+    return {"bleu4": np.asarray(per_caption[3], dtype=float), "cider": np.asarray(cider, dtype=float)}
 
 
 def contrastive_metrics(scorers: Mapping[str, Any], images: Sequence[str], candidates: Sequence[str],

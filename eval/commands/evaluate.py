@@ -54,7 +54,8 @@ def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
     return ScoringOptions(metrics=metrics, images=images_folder(args.images), image_map=image_map_table(args.image_map),
                           skip_missing_images=args.skip_missing_images, spice_corenlp=args.spice_corenlp,
                           grammar_backend=args.grammar_backend, languagetool_jar_dir=args.languagetool_jar_dir,
-                          languagetool_url=args.languagetool_url, ptb_tokenizer=args.ptb_tokenizer)
+                          languagetool_url=args.languagetool_url, ptb_tokenizer=args.ptb_tokenizer,
+                          tokenized=args.tokenized)
 
 
 def _is_table(args: argparse.Namespace) -> bool:
@@ -222,6 +223,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--ptb-tokenizer", choices=("python", "java"), default="python",
                           help="the PTB tokenization of the text metrics: python (default, no Java; equal to "
                                "pycocoevalcap's on the shared data sets) or java (pycocoevalcap's jar)")
+    evaluate.add_argument("--tokenized", action="store_true",
+                          help="captions and references are tokenized already (space-joined tokens, scored as "
+                               "given); default: PTB-tokenized first, lower-cased and without punctuation")
     evaluate.add_argument("--grammar-backend", default="harper", help="harper (offline, default) or languagetool")
     evaluate.add_argument("--languagetool-jar-dir", metavar="DIR", help="local LanguageTool folder")
     evaluate.add_argument("--languagetool-url", metavar="URL", help="LanguageTool server URL")
