@@ -3,12 +3,14 @@ XE captioner → SCST per reward → evaluation → results table and report.htm
 `pacs.captioner.orchestration.stages` stage of the run dir."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,9 +32,11 @@ from pacs.metric.common.config import deep_merge, dump_yaml, from_dict, load_yam
 from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import csv_cells, write_json_atomic, write_text_atomic
+from pacs.metric.common.progress import set_progress_tag
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.run_lock import hold_run_directory
 from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.terminal import run_log, setup_terminal_logging
 from pacs.metric.models.factory import load_backbone
 from pacs.metric.scoring.registry import METRICS
 from pacs.metric.scoring.scorer import Scorer
@@ -130,12 +134,19 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     check_force(config.force, stage_names(config))
     run_dir = Path(config.runs_dir) / config.name
     with hold_run_directory(run_dir, state):  # one run at a time: a second one stops here, naming this one
-        return _run_stages(config, state, run_dir, xe_micro, scst_micro)
+        log = run_log(run_dir / "logs" / RUN_LOG) if state.is_main_process else contextlib.nullcontext()
+        with log:  # what the terminal leaves out (checkpoint chatter, repeated warnings) is kept there
+            return _run_stages(config, state, run_dir, xe_micro, scst_micro)
+
+
+RUN_LOG = "run.log"
+"""The run's log file in `logs/` (every record at INFO and above; a seed process's own: `seed-<s>.log`)."""
 
 
 def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of the demo in `run_dir` (whose lock the caller holds), then the table and the report."""
 
+    started = time.monotonic()
     torch.set_num_threads(max(1, config.threads))
     seed_everything(config.seed)
     logs = run_dir / "logs"
@@ -185,8 +196,10 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         seed_logs = _seed_logs(run_dir, seeds, seed)
         if state.is_main_process:
             seed_logs.mkdir(parents=True, exist_ok=True)
+        set_progress_tag(f"seed {seed}" if len(seeds) > 1 else "")
         models[seed], guard_choices[seed] = _run_seed(config, seed, data, runner, features, scorers, seed_logs,
                                                       xe_micro, scst_micro)
+    set_progress_tag("")
     per_seed = [name for name in stage_names(config) if name not in SHARED_STAGES]
     runner.run("evaluate", lambda: _evaluate(config, data, models, _test_captioner(config, data, features),
                                              scorers(), run_dir, runner.folder("evaluate"), guard_choices),
@@ -198,8 +211,7 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         rows = _publish(run_dir, runner, config)
         report = write_report(run_dir, reuse=True)  # rebuilt only when its inputs changed
         print(results_markdown(json.loads((run_dir / "results.json").read_text(encoding="utf-8"))))
-        print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
-              f"cached: {', '.join(runner.skipped) or 'none'}")
+        print(stages_summary(runner, time.monotonic() - started))
         print(f"report: {report}")
     state.wait_for_everyone()
     rows = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["rows"]
@@ -275,9 +287,17 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
                  scst_micro: int, threads: int) -> dict[str, Any]:
     """One seed's stages in a process of its own (`_run_seeds_in_processes`); what its runner did."""
 
-    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [seed {seed}] %(name)s: %(message)s")
+    setup_terminal_logging(tag=f"seed {seed}")
+    set_progress_tag(f"seed {seed}", position=seeds.index(seed))  # each seed's bars on a line of their own
     torch.set_num_threads(threads)
     run_dir = Path(config.runs_dir) / config.name
+    with run_log(run_dir / "logs" / f"seed-{seed}.log"):
+        return _seed_worker_stages(config, seeds, seed, shared, xe_micro, scst_micro, run_dir)
+
+
+def _seed_worker_stages(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
+                        scst_micro: int, run_dir: Path) -> dict[str, Any]:
+    """The stages of `_seed_worker`'s seed, in its process (logging and bars set up); what its runner did."""
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force)
     runner.ids.update(shared)
@@ -289,6 +309,25 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
     return {"models": {name: str(folder) for name, folder in models.items()}, "choices": choices,
             "ids": {name: value for name, value in runner.ids.items() if name not in shared},
             "ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped, "seconds": runner.seconds}
+
+
+def stages_summary(runner: Any, seconds: float | None = None) -> str:
+    """The run's closing line: the stages that ran (named when a few did: a re-run), resumed and were reused,
+    and the wall time; every stage's own line is in `logs/run.log`."""
+    ran, resumed, reused = runner.ran, runner.resumed, runner.skipped
+    named = f" ({', '.join(ran)})" if 0 < len(ran) <= SUMMARY_NAMES else ""
+    parts = [f"stages: {len(ran)} run{named}", *([f"{len(resumed)} resumed"] if resumed else []),
+             f"{len(reused)} reused"]
+    return ", ".join(parts) + ("" if seconds is None else f" in {_duration(seconds)}")
+
+
+SUMMARY_NAMES = 6
+"""Up to this many stages run, `stages_summary` names them (a re-run after a change); more: a count."""
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
 def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
@@ -375,8 +414,7 @@ def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, An
     if state.is_main_process:
         report = write_report(run_dir, reuse=True)
         print(correlation_markdown(run_dir))
-        print(f"stages run: {', '.join(runner.ran + runner.resumed) or 'none'}; "
-              f"cached: {', '.join(runner.skipped) or 'none'}")
+        print(stages_summary(runner))
         print(f"report: {report}")
     state.wait_for_everyone()
     return {"run_dir": str(run_dir), "rows": [], "ran": runner.ran + runner.resumed, "skipped": runner.skipped,

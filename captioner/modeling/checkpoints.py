@@ -104,7 +104,7 @@ class CheckpointManager:
             _atomic_dir_replace(tmp, target)
             for old in self.checkpoints()[:-self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
-            logger.info("checkpoint saved: %s", target)
+            logger.info("checkpoint saved: %s", target, extra={"terminal": False})  # the run log only
         acc.wait_for_everyone()
         return target
 

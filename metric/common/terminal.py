@@ -7,8 +7,12 @@ handler (`TerminalFormatter`) and the tables the commands print.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 # C0 controls but tab and newline, DEL, C1 controls (CSI 0x9b ...), the line and paragraph separators and the
 # bidirectional overrides and isolates (text that reads in another order than it is stored)
@@ -38,10 +42,89 @@ class TerminalFormatter(logging.Formatter):
         return escape_control(super().formatMessage(record), newlines=False)
 
 
-def setup_terminal_logging(level: int = logging.INFO) -> None:
+class BarSafeHandler(logging.StreamHandler):
+    """A stream handler that writes through tqdm when tqdm is loaded, so a log line never breaks a progress bar
+    (the bar is cleared, the line written, the bar redrawn)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write `record` above this process's progress bars."""
+        bars = sys.modules.get("tqdm")  # not loaded: no bar can be on the screen, and importing it costs start-up
+        if bars is None:
+            super().emit(record)
+            return
+        try:
+            bars.tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging's contract: a failing handler reports, never raises
+            self.handleError(record)
+
+
+class TerminalFilter(logging.Filter):
+    """What reaches the terminal: not the per-checkpoint chatter, and each repeated warning once.
+
+    Records of `QUIET_LOGGERS` below WARNING (accelerate's five lines per saved checkpoint) and records logged
+    with ``extra={"terminal": False}`` go to the run's log file only (`run_log`). A warning whose message
+    template was already shown by this process is counted, not shown again; `repeats` holds the counts; `run_log`
+    names them in one line each when its block ends.
+    """
+
+    QUIET_LOGGERS = ("accelerate",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.repeats: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True when `record` is shown on the terminal."""
+        if getattr(record, "terminal", True) is False:
+            return False
+        if record.levelno < logging.WARNING:
+            return not any(record.name == name or record.name.startswith(name + ".") for name in self.QUIET_LOGGERS)
+        key = (record.name, str(record.msg))
+        if key in self.repeats:
+            self.repeats[key] += 1
+            return False
+        self.repeats[key] = 0
+        return True
+
+
+TERMINAL_FILTER = TerminalFilter()
+"""The one filter of the terminal handler (`setup_terminal_logging`), shared so `run_log` can read its counts."""
+
+
+def setup_terminal_logging(level: int = logging.INFO, tag: str = "") -> None:
     """Log to stderr through `TerminalFormatter`, Python warnings (`warnings.warn`, pacs' and the libraries') too:
-    a warning that echoes user text (a config path, a key) cannot drive the terminal either."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(TerminalFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
+    a warning that echoes user text (a config path, a key) cannot drive the terminal either.
+
+    Lines go above the progress bars (`BarSafeHandler`) and through `TERMINAL_FILTER`. `tag` (e.g. ``seed 1``,
+    in a seed's own process) is written in brackets after the level. Calling it again replaces the handler.
+    """
+    handler = BarSafeHandler()
+    prefix = f"[{escape_control(tag)}] " if tag else ""
+    handler.setFormatter(TerminalFormatter(f"%(levelname)s {prefix}%(name)s: %(message)s"))
+    handler.addFilter(TERMINAL_FILTER)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.captureWarnings(True)
+
+
+@contextlib.contextmanager
+def run_log(path: Path) -> Iterator[Path]:
+    """Every log record of the block, at INFO and above, appended to the file `path` (the run's log): what the
+    terminal leaves out (`TerminalFilter`) is kept there. At the end, the warnings the terminal showed once but
+    that repeated are named with their counts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    before = dict(TERMINAL_FILTER.repeats)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for (name, message), count in TERMINAL_FILTER.repeats.items():
+            if count > before.get((name, message), 0):
+                logging.getLogger(name).info("a warning was repeated %d more time(s), all in %s: %s",
+                                             count - before.get((name, message), 0), path,
+                                             escape_control(message)[:100])

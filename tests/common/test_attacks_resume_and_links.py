@@ -232,7 +232,7 @@ def test_a_demo_rerun_reads_no_pickle_and_remakes_a_planted_output(tmp_path, cap
     plant(planted, marker)
     capsys.readouterr()
     assert pacs_cli.main(command) == 0
-    ran = capsys.readouterr().out.split("stages run: ", 1)[1].split(";")[0]
+    ran = capsys.readouterr().out.split("stages: ", 1)[1].split(")")[0]
     assert "scst-judge" in ran  # made again
     assert not marker.exists() and not _is_pickle(planted)
 
