@@ -96,13 +96,13 @@ def setup_terminal_logging(level: int = logging.INFO, tag: str = "") -> None:
     a warning that echoes user text (a config path, a key) cannot drive the terminal either.
 
     Lines go above the progress bars (`BarSafeHandler`) and through `TERMINAL_FILTER`. `tag` (e.g. ``seed 1``,
-    in a seed's own process) is written in brackets after the level. Calling it again replaces the handler.
+    in a seed's own process) is written in brackets after the level.
     """
     handler = BarSafeHandler()
     prefix = f"[{escape_control(tag)}] " if tag else ""
     handler.setFormatter(TerminalFormatter(f"%(levelname)s {prefix}%(name)s: %(message)s"))
     handler.addFilter(TERMINAL_FILTER)
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.basicConfig(level=level, handlers=[handler])  # a no-op where the root has handlers (pytest, an app)
     logging.captureWarnings(True)
 
 
