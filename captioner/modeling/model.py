@@ -166,10 +166,20 @@ class DecoderState:
         self.position = position
 
     def select(self, index: torch.Tensor) -> DecoderState:
-        """Keep (and reorder/repeat) the rows `index` of every cached tensor (beam search bookkeeping)."""
+        """Keep (and reorder/repeat) the rows `index` of every cached tensor (e.g. k rows per image)."""
         memory_kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv]
-        caches = [{name: t.index_select(0, index) for name, t in cache.items()} for cache in self.caches]
-        return DecoderState(memory_kv, caches, self.position)
+        return DecoderState(memory_kv, self._caches(index), self.position)
+
+    def reorder_within_images(self, index: torch.Tensor) -> DecoderState:
+        """`select(index)` for an `index` that sends every row to a row of the same image (a beam search step).
+
+        The rows of one image hold the same cross-attention keys/values, so those are kept as they are
+        (the same values `select` would gather); only the self-attention caches are gathered.
+        """
+        return DecoderState(self.memory_kv, self._caches(index), self.position)
+
+    def _caches(self, index: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        return [{name: t.index_select(0, index) for name, t in cache.items()} for cache in self.caches]
 
 
 class Captioner(nn.Module):
@@ -215,14 +225,26 @@ class Captioner(nn.Module):
                 module.rng = None
 
     # -- encoder ---------------------------------------------------------------------------------------
-    def encode(self, features: torch.Tensor) -> torch.Tensor:
-        """Encode grid features `[B, R, Dv]` into memory `[B, R, d_model]`."""
+    def encode(self, features: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Encode grid features `[B, R, Dv]` into memory `[B, R, d_model]` (`[N, R, d_model]`: image `rows[n]`).
+
+        With `rows` the projection before the first dropout runs once per image; every later layer runs
+        per row, so each row draws its own dropout masks exactly as an encode of `features[rows]` would.
+        """
         if features.dim() != 3 or features.shape[-1] != self.config.feature_dim:
             raise InputError(f"expected features [B, R, {self.config.feature_dim}], got {tuple(features.shape)}")
-        x = self.visual_projection(features.to(self.embedding.weight.dtype))
+        linear, activation, dropout, norm = self.visual_projection
+        x = activation(linear(features.to(self.embedding.weight.dtype)))
+        if rows is not None:
+            x = x.index_select(0, rows)
+        x = norm(dropout(x))
         for layer in self.encoder:
             x = layer(x)
         return self.encoder_norm(x)
+
+    def draws_dropout(self) -> bool:
+        """Whether a forward pass draws dropout masks (training mode with `dropout > 0`)."""
+        return self.training and self.config.dropout > 0
 
     def _memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [layer.cross_attention.keys_values(memory) for layer in self.decoder]
@@ -237,16 +259,29 @@ class Captioner(nn.Module):
             x = layer(x, memory_kv[index], None if caches is None else caches[index])
         return self.head(self.decoder_norm(x))
 
-    def forward(self, features: torch.Tensor, input_tokens: torch.Tensor, repeats: int = 1) -> torch.Tensor:
-        """Teacher forcing: logits `[B·repeats, T, V]` for `input_tokens` `[B·repeats, T]` (starting with <bos>).
+    def forward(self, features: torch.Tensor, input_tokens: torch.Tensor, repeats: int = 1,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher forcing: logits `[N, T, V]` for `input_tokens` `[N, T]` (starting with <bos>).
 
-        With `repeats > 1` each image is encoded once and its memory shared by its `repeats` consecutive
-        sequences (SCST scores k captions per image).
+        With `repeats > 1` (N = B·repeats) each image is encoded once and its memory, projected to the
+        cross-attention keys/values, shared by its `repeats` consecutive sequences (SCST scores k captions
+        per image); the dropout masks of the encoder are then the image's. With `rows` (`[N]`, image row of
+        each sequence; XE's captions of one image) the result is that of `features[rows]`, dropout masks
+        included: the image is encoded once when no dropout is drawn, else only the projection is shared.
         """
-        memory = self.encode(features)
-        if repeats > 1:
-            memory = memory.repeat_interleave(repeats, dim=0)
-        return self._decode(input_tokens, self._memory_kv(memory), None, 0)
+        if rows is None:
+            memory_kv = self._memory_kv(self.encode(features))
+            if repeats > 1:  # project first, then repeat: the key/value projections run on B rows, not B·repeats
+                memory_kv = [(k.repeat_interleave(repeats, dim=0), v.repeat_interleave(repeats, dim=0))
+                             for k, v in memory_kv]
+        elif repeats != 1:
+            raise InputError("forward: give either repeats or rows, not both")
+        elif self.draws_dropout():  # every row draws its own encoder masks (its example's stream)
+            memory_kv = self._memory_kv(self.encode(features, rows))
+        else:
+            memory_kv = [(k.index_select(0, rows), v.index_select(0, rows))
+                         for k, v in self._memory_kv(self.encode(features))]
+        return self._decode(input_tokens, memory_kv, None, 0)
 
     def log_probs(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Per-token log-probabilities `[B, T]` of `tokens` `[B, T]` (no <bos>; <bos> is prepended here).

@@ -136,6 +136,17 @@ def caption_images(train: Sequence[tuple[str, str]]) -> tuple[Sequence[str], Any
     return list(position), index
 
 
+def image_rows(features: FeatureCache, image_ids: Sequence[str], image_of_caption: Any, captions: Sequence[int],
+               device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The features of the distinct images of `captions` (first-seen order) and each caption's row among them:
+    an image with several captions in the micro-batch is fetched once (and encoded once where
+    `Captioner.forward(rows=...)` can)."""
+    position: dict[int, int] = {}
+    rows = [position.setdefault(int(image_of_caption[int(i)]), len(position)) for i in captions]
+    feats = features.get([image_ids[image] for image in position]).to(device)
+    return feats, torch.tensor(rows, dtype=torch.long, device=device)
+
+
 def xe_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Per-caption mean token NLL `[B]` (tokens up to the first <eos>)."""
     mask = sequence_mask(targets)
@@ -198,9 +209,9 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
                 dropout = ExampleRNG(example_generators(config.seed, loop.state["step"], micro, DROPOUT,
                                                         accelerator.device))
                 with contextlib.nullcontext() if sync else accelerator.no_sync(model), policy.example_rng(dropout):
-                    feats = features.get([distinct_ids[int(image_of_caption[int(i)])] for i in micro]).to(accelerator.device)
+                    feats, rows = image_rows(features, distinct_ids, image_of_caption, micro, accelerator.device)
                     batch_targets = targets.targets(micro).to(accelerator.device)
-                    per_caption = xe_loss(model(feats, shift_right(batch_targets)), batch_targets,
+                    per_caption = xe_loss(model(feats, shift_right(batch_targets), rows=rows), batch_targets,
                                           config.label_smoothing)
                     accelerator.backward(per_caption.mean() / len(micro_batches))
                 local_loss += float(per_caption.detach().mean()) / len(micro_batches)

@@ -9,7 +9,7 @@ hashed) and the output ids of the stages it reads from. On a re-run:
   truncated, rewritten or added file re-runs it (and everything below it) with a log line naming the file;
 - an unreadable record (not JSON, not an object, not UTF-8) re-runs its stage;
 - a finished stage with another fingerprint re-runs from scratch, with one log line naming what changed
-  (`stage scst-pac-spp: re-running: scst.lr 5e-06 -> 1e-06`); every stage below it re-runs too, because a
+  (`stage scst-pac-s++: re-running: scst.lr 5e-06 -> 1e-06`); every stage below it re-runs too, because a
   stage that ran gets a new output id, which is part of its dependants' fingerprints;
 - an unfinished (interrupted) resumable stage (features, XE, SCST) resumes from its checkpoints when its
   fingerprint matches; when it does not, it is refused with an `InputError` naming the changes and the
