@@ -1,5 +1,5 @@
 """One CLI: `pacs --version`, `--out` on every command that writes a file (`--json` a deprecated alias), the default
-w stated next to the official scripts' value, and the README's ✓ `score-video` example run as written."""
+w stated next to the official scripts' value, and docs/cli.md's ✓ `score-video` example run as written."""
 from __future__ import annotations
 
 import json
@@ -91,14 +91,14 @@ def test_w_help_states_each_default_with_the_official_scripts_value():
     metric_doc = _flat((ROOT / "docs" / "metric.md").read_text(encoding="utf-8"))
     assert (f"the official PAC-S / PAC-S++ evaluation scripts use {OFFICIAL_SCRIPTS_W} for both, so `--w "
             f"{OFFICIAL_SCRIPTS_W}` reproduces their numbers") in metric_doc
-    readme = _flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    cli_page = _flat((ROOT / "docs" / "cli.md").read_text(encoding="utf-8"))
     assert (f"while the official PAC-S / PAC-S++ evaluation scripts use {OFFICIAL_SCRIPTS_W} for both (`--w "
-            f"{OFFICIAL_SCRIPTS_W}` reproduces their numbers)") in readme
+            f"{OFFICIAL_SCRIPTS_W}` reproduces their numbers)") in cli_page
 
 
 def _readme_command(marker: str) -> list[str]:
-    """The README's command line (backslash continuations joined) that ends with the comment `marker`."""
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    """The command line of docs/cli.md (backslash continuations joined) that ends with the comment `marker`."""
+    lines = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").splitlines()
     (end,) = [i for i, line in enumerate(lines) if line.rstrip().endswith(marker)]
     start = end
     while lines[start - 1].rstrip().endswith("\\"):

@@ -69,7 +69,7 @@ def run_block(code: str, where: str, shared: Path, folder: Path) -> None:
 
 def test_the_extraction_finds_every_python_fence():
     text = README.read_text(encoding="utf-8")
-    assert len(BLOCKS) == text.count("```python") >= 6
+    assert len(BLOCKS) == text.count("```python") >= 1
     assert python_blocks("x\n```python\na = 1\n```\n```bash\nls\n```\n```python\nb = 2\n```\n") == [
         (2, "a = 1\n"), (8, "b = 2\n")]
     assert len(DOC_BLOCKS) == sum(page.read_text(encoding="utf-8").count("```python") for page in DOCS) >= 10

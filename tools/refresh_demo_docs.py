@@ -1,4 +1,4 @@
-"""Rewrite the demo's printed results in README.md and docs/demo.md from the files of a finished run.
+"""Rewrite the demo's printed results in docs/demo.md from the files of a finished run.
 
     python tools/refresh_demo_docs.py [RUN_DIR]      # default runs/demo
 
@@ -7,7 +7,8 @@ reward's gain, the changes against XE and against the human row with their inter
 the run printed them: `pacs.captioner.demo.pipeline.results_markdown`; a results.json written before the human row
 existed still renders), RUN_DIR/correlation/correlation.json and
 RUN_DIR/stages/**/*.json (several seeds: `stages/seed-<s>/`), and replaces the text between
-`<!-- demo-results:begin -->` and `<!-- demo-results:end -->` in both files. It also writes docs/demo_findings.json:
+`<!-- demo-results:begin -->` and `<!-- demo-results:end -->` in docs/demo.md (the one copy: the README links
+it). It also writes docs/demo_findings.json:
 the run's findings as records (`{subject, claim, holds, interval, seeds, text}`), its seeds and its bootstrap, so
 two runs' findings can be compared as sets of (subject, claim, holds).
 """
@@ -83,7 +84,7 @@ def replace_block(text: str, content: str, name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Refresh both files; exit 2 on a missing run or markers."""
+    """Refresh docs/demo.md and docs/demo_findings.json; exit 2 on a missing run or markers."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", default=str(ROOT / "runs" / "demo"))
     args = parser.parse_args(argv)
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (run_dir / "results.json").is_file():
             raise InputError(f"{run_dir}: no results.json (run `accelerate launch recipes/scst_pacs.py` first)")
         content = block(run_dir)
-        for path in (ROOT / "README.md", ROOT / "docs" / "demo.md"):
-            write_text_atomic(path, replace_block(path.read_text(encoding="utf-8"), content, str(path)))
-            print(f"refreshed {path}")
+        path = ROOT / "docs" / "demo.md"
+        write_text_atomic(path, replace_block(path.read_text(encoding="utf-8"), content, str(path)))
+        print(f"refreshed {path}")
         target = ROOT / "docs" / "demo_findings.json"
         write_text_atomic(target, json.dumps(findings_json(run_dir), indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {target}")

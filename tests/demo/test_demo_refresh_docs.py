@@ -80,3 +80,21 @@ def test_demo_refresh_writes_the_findings_records_and_every_seeds_stage_seconds(
     assert written["findings"] == records and written["seeds"] == [0, 1] and written["bootstrap"]["seeds"] == 2
     assert written["claims"] == [["scst cider", "its own reward rises beyond noise", True],
                                  ["scst cider", "judge accuracy falls beyond noise", "seed-dependent"]]
+
+
+def test_demo_refresh_writes_the_block_into_docs_demo_only(tool, tmp_path: Path, monkeypatch) -> None:
+    """The generated block has one home, docs/demo.md: the README is not touched."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)],
+                                                  "bootstrap_resamples": 10}))
+    tree = tmp_path / "tree"
+    (tree / "docs").mkdir(parents=True)
+    readme = "# front\n<!-- demo-results:begin -->\nold\n<!-- demo-results:end -->\n"
+    (tree / "README.md").write_text(readme)
+    (tree / "docs" / "demo.md").write_text("head\n<!-- demo-results:begin -->\nold\n<!-- demo-results:end -->\n")
+    monkeypatch.setattr(tool, "ROOT", tree)
+    assert tool.main([str(run)]) == 0
+    assert (tree / "README.md").read_text() == readme
+    assert (tree / "docs" / "demo.md").read_text() == (
+        f"head\n<!-- demo-results:begin -->\n{tool.block(run)}\n<!-- demo-results:end -->\n")
