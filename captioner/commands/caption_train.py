@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "recipes/configs/; default: demo, the embedded demo)")
     train.add_argument("--force", action="append", default=[], metavar="STAGE",
                        help="re-run STAGE (and every stage below it) from scratch; repeatable "
-                            "(e.g. xe, scst-pac-spp, features/train, eval for every evaluation)")
+                            "(e.g. xe, scst-pac-s++, features/train, eval for every evaluation)")
     train.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
     train.set_defaults(func=run_train)
 

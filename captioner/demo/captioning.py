@@ -24,17 +24,12 @@ from pacs.captioner.modeling.train_xe import generate_captions, train_xe
 from pacs.captioner.modeling.training import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
+from pacs.rewards.slug import reward_slug
 
 if TYPE_CHECKING:
     from pacs.eval.system_scoring import RowScores
 
 logger = logging.getLogger(__name__)
-
-
-
-def reward_slug(spec: str) -> str:
-    """Folder/log name of a reward ('pac-s++' stays readable; only path-unsafe characters are replaced)."""
-    return "".join(ch if ch.isalnum() or ch in "-+_." else "_" for ch in spec.lower())
 
 
 def extract_all_features(data: DemoData, backbone: Any, folder: Path, accelerator: Any = None) -> dict:

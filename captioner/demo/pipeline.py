@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from pacs.captioner.demo import captioning, correlation, findings, metric_stages, run_records
-from pacs.captioner.demo.captioning import guarded_label, normalised_label, reward_slug
+from pacs.captioner.demo.captioning import guarded_label, normalised_label
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
@@ -42,6 +42,7 @@ from pacs.metric.scoring.registry import METRICS
 from pacs.metric.scoring.scorer import Scorer
 from pacs.rewards import build_reward
 from pacs.rewards.registry import parse_reward_spec
+from pacs.rewards.slug import reward_slug
 
 logger = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
     models = {"xe": runner.folder(xe) / "best"}
     scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     for spec in config.scst.rewards:
-        name = f"{prefix}scst-{captioning.reward_slug(spec)}"
+        name = f"{prefix}scst-{reward_slug(spec)}"
         runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
                        config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                        runner.folder(name), logs, scst_micro, fresh(), seed=seed),

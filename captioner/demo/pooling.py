@@ -32,6 +32,7 @@ from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.errors import InputError, PacsError
 from pacs.metric.common.io import write_json_atomic, write_text_atomic
 from pacs.metric.common.run_lock import hold_run_directory
+from pacs.rewards.slug import reward_slug
 
 RUN_SETTINGS = ("name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
 """The settings that may differ between pooled runs: where and how a run ran, not what it trained."""
@@ -157,7 +158,7 @@ def _seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str
 
     prefix = pipeline.seed_prefix(config, seed)
     stages = {"xe": (f"{prefix}xe", "best")}
-    stages.update({findings.scst_model_name(spec): (f"{prefix}scst-{captioning.reward_slug(spec)}", "final")
+    stages.update({findings.scst_model_name(spec): (f"{prefix}scst-{reward_slug(spec)}", "final")
                    for spec in config.scst.rewards})
     stages.update({captioning.normalised_model_name(spec): (f"{prefix}scst-{captioning.normalised_label(spec)}",
                                                            "final") for spec in config.scst.normalised_rewards})

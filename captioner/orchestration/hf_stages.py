@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 def hf_stage_names(config: Any) -> list[str]:
     """The stages of a transformers run, in order."""
-    from pacs.captioner.orchestration.pipeline_config import reward_slug
+    from pacs.rewards.slug import reward_slug
 
     start = "xe" if config.captioner.xe else "init"
     trained = ["xe"] if config.captioner.xe else []
@@ -110,11 +110,11 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
     from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
     from pacs.captioner.orchestration.eval_intervals import add_intervals
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
-    from pacs.captioner.orchestration.pipeline_config import reward_slug
     from pacs.captioner.orchestration.pipeline_rewards import reward_scorers
     from pacs.captioner.orchestration.preflight import evaluation_slots
     from pacs.captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, reward_model_settings
     from pacs.eval.text_metrics import TextMetricSession
+    from pacs.rewards.slug import reward_slug
 
     config, stages = run.config, run.stages
     e = config.evaluation

@@ -22,7 +22,6 @@ from pacs.captioner.orchestration.pipeline_config import (
     RewardModelConfig,
     VocabConfig,
     default_config_path,
-    reward_slug,
 )
 from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
@@ -43,12 +42,13 @@ from pacs.captioner.orchestration.shared_stages import (
 )
 from pacs.captioner.orchestration.stages import check_force
 from pacs.metric.common.errors import InputError
+from pacs.rewards.slug import reward_slug
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["REWARD_MODEL_SLOTS", "DataConfig", "EvalConfig", "FeaturesConfig", "PipelineConfig", "RewardModelConfig",
            "VocabConfig", "build_pipeline_reward", "check_reward_models", "default_config_path", "evaluate_models",
-           "evaluation_rows", "prepare_test_sets", "reward_context", "reward_scorers", "reward_slug", "run_pipeline",
+           "evaluation_rows", "prepare_test_sets", "reward_context", "reward_scorers", "run_pipeline",
            "stage_names", "write_results"]
 
 

@@ -5,7 +5,6 @@ is `pacs.captioner.orchestration.pipeline`.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -247,8 +246,3 @@ class PipelineConfig:
 def default_config_path() -> Path:
     """The packaged config `demo` (recipes/configs/demo.yaml; the embedded default, installed or not)."""
     return packaged_config("demo")
-
-
-def reward_slug(spec: str) -> str:
-    """A folder-safe name for a reward spec ('pac-s++' -> 'pac-spp', 'cider:1,clip-s:0.5' -> 'cider1_clip-s0.5')."""
-    return re.sub(r"[^a-z0-9.\-_]", "", spec.lower().replace("++", "pp").replace(",", "_").replace(":", ""))

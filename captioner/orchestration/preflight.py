@@ -173,10 +173,10 @@ def _run_dir_problem(run_dir: str) -> str | None:
 
 def preflight_problems(config: PipelineConfig) -> list[str]:
     """One line per thing the run's stages need and do not have (empty: ready to start)."""
-    from pacs.captioner.orchestration.pipeline_config import reward_slug
     from pacs.eval.java_tools import missing_java_problems
     from pacs.metric.scoring.registry import METRICS
     from pacs.rewards.registry import parse_reward_spec
+    from pacs.rewards.slug import reward_slug
 
     problems: list[str] = []
     problem = _run_dir_problem(config.run_dir)

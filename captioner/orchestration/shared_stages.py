@@ -20,7 +20,6 @@ from pacs.captioner.orchestration.backbone_source import load_source_backbone, r
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
     PipelineConfig,
-    reward_slug,
 )
 from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
@@ -31,6 +30,7 @@ from pacs.captioner.orchestration.stages import StageRunner
 from pacs.metric.common.config import dump_yaml, from_dict, to_dict
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import csv_cells, nonfinite_to_none, write_json_atomic, write_text_atomic
+from pacs.rewards.slug import legacy_folders_problem, reward_slug
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,9 @@ def open_run(config: PipelineConfig, state: Any) -> RecipeRun:
     """The run directory (every process, once all are here); the main process writes its `config.yaml`."""
     state.wait_for_everyone()
     run = RecipeRun(config)
+    legacy = legacy_folders_problem(run.dir, config.rewards)  # a 0.6 run folder: refused before anything is written
+    if legacy:
+        raise InputError(legacy)
     if state.is_main_process:
         dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
     return run

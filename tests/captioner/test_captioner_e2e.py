@@ -55,7 +55,7 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
     losses = [float(line.split(",")[1]) for line in xe_log[1:]]
     assert len(losses) == 6 and losses[-1] < losses[0]
     for spec in REWARDS:
-        from pacs.captioner.orchestration.pipeline import reward_slug
+        from pacs.rewards.slug import reward_slug
 
         folder = run / f"scst-{reward_slug(spec)}"
         _, _, info = load_captioner(folder / "final")
@@ -91,13 +91,13 @@ def test_flickr8k_xe_then_scst_for_every_reward_then_caption(tmp_path, shared_da
 
     # `pacs caption` re-creates the features from the checkpoint's recorded source: the evaluation's captions
     evaluated = {str(r["image_id"]): r["caption"]
-                 for r in json.loads((run / "eval" / "pac-spp" / "flickr8k.results.json").read_text())}
+                 for r in json.loads((run / "eval" / "pac-s++" / "flickr8k.results.json").read_text())}
     images = tmp_path / "images"
     images.mkdir()
     for image_id in evaluated:
         (images / f"{image_id}.jpg").symlink_to(shared_data / "flickr8k" / "images" / f"{image_id}.jpg")
     out = tmp_path / "results.json"
-    assert main(["caption", "--checkpoint", str(run / "scst-pac-spp" / "final"), "--images", str(images),
+    assert main(["caption", "--checkpoint", str(run / "scst-pac-s++" / "final"), "--images", str(images),
                  "--out", str(out), "--beam-size", "2"]) == 0
     results = json.loads(out.read_text())
     assert [r["image_id"] for r in results] == sorted(evaluated)
@@ -115,10 +115,10 @@ def _expected_columns(run: Path, model: str, shared_data: Path) -> dict[str, flo
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    from pacs.captioner.orchestration.pipeline import reward_slug
     from pacs.eval.fluency import INCORRECT_END_WORDS
     from pacs.metric.models.backbones import build_backbone_from_config
     from pacs.metric.models.preprocess import open_image
+    from pacs.rewards.slug import reward_slug
 
     written = json.loads((run / "eval" / reward_slug(model) / "flickr8k.results.json").read_text())
     captions = {str(r["image_id"]): r["caption"] for r in written}

@@ -76,7 +76,7 @@ def test_two_processes_evaluate_exactly_as_one(inputs, tmp_path):
     # batches on any process count, pacs.captioner.orchestration.eval_processes), so the floats are the same computation
     assert one == two
     assert any("ci" in row for row in one["rows"]) and len(one["rows"]) == 2 * (1 + 1 + 3)  # coco, nocaps + 3 domains
-    for model in ("xe", "pac-spp"):
+    for model in ("xe", "pac-s++"):
         for test_set in ("coco", "nocaps"):
             a, b = (json.loads((tmp_path / n / "eval" / model / f"{test_set}.results.json").read_text())
                     for n in ("one", "two"))

@@ -47,14 +47,13 @@ def test_flickr8k_tiny_recipe_trains_evaluates_prints_and_reports(tmp_path, shar
     assert out.rstrip().endswith(f"{(run / 'eval' / 'results.md').read_text(encoding='utf-8').rstrip()}\n"
                                  f"results: {run / 'eval' / 'results.json'}\nreport: {run / 'report.html'}")
     for row in table["rows"]:
-        slug = "pac-spp" if row["model"] == "pac-s++" else row["model"]
-        written = json.loads((run / "eval" / slug / "flickr8k.results.json").read_text(encoding="utf-8"))
+        written = json.loads((run / "eval" / row["model"] / "flickr8k.results.json").read_text(encoding="utf-8"))
         captions = {str(r["image_id"]): r["caption"] for r in written}
         assert len(captions) == 40
         assert row["C"] == pytest.approx(_cider(captions, shared_data / "flickr8k" / "Flickr8k.token.txt"), abs=1e-4)
     # each SCST stage records whether its reward varied within the k samples (the mean of the logged steps: every
     # step scores the same number of images)
-    for slug in ("cider", "pac-spp"):
+    for slug in ("cider", "pac-s++"):
         summary = json.loads((run / "stages" / f"scst-{slug}.json").read_text(encoding="utf-8"))["summary"]
         with open(run / f"scst-{slug}" / "log.csv", newline="", encoding="utf-8") as handle:
             fractions = [float(r["zero_spread"]) for r in csv.DictReader(handle)]

@@ -22,8 +22,8 @@ from captioner_testkit import tiny_pipeline_sections
 from rehearsal_data import build_rehearsal_sets
 
 from pacs.captioner.data import load_dataset
-from pacs.captioner.orchestration.pipeline import reward_slug
 from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
+from pacs.rewards.slug import reward_slug
 
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = ["pac-s", "ref-pac-s++"]

@@ -347,7 +347,7 @@ def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, sha
     path.write_text(yaml.safe_dump(recipe))
     run_from_config(str(path), [])
     run = tmp_path / "run"
-    folder = run / "scst-cider1_rep-penalty0.5_length-penalty0.25"
+    folder = run / "scst-cider_1_rep-penalty_0.5_length-penalty_0.25"
     record = json.loads((run / "stages" / f"{folder.name}.json").read_text())
     summary = record["summary"]
     monitor = _log_rows(folder / "monitor.csv")
