@@ -1,11 +1,11 @@
-"""Correlation statistics: Kendall τb/τc (scipy), pairwise accuracy (ties = half), AUROC, bootstrap CIs."""
+"""Correlation statistics: Kendall τb/τc (scipy), pairwise accuracy (ties = half), AUROC (their bootstrap
+intervals and paired p-values: `pacs.eval.intervals`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +38,3 @@ def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float:
         return float("nan")
     ranks = stats.rankdata(s)  # average ranks handle ties as half
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def bootstrap(statistic: Callable[[np.ndarray], Mapping[str, float]], n_items: int, n_resamples: int,
-              seed: int = 0, description: str = "bootstrap") -> dict[str, np.ndarray]:
-    """Values of `statistic(indices)` (a dict metric -> value) over `n_resamples` resamples with replacement."""
-    rng = np.random.default_rng(seed)
-    collected: dict[str, list[float]] = {}
-    for _ in tqdm(range(n_resamples), desc=description, leave=False, disable=n_resamples < 20):
-        indices = rng.integers(0, n_items, size=n_items)
-        for key, value in statistic(indices).items():
-            collected.setdefault(key, []).append(value)
-    return {key: np.asarray(values) for key, values in collected.items()}
-
-
-def confidence_interval(samples: np.ndarray, level: float = 0.95) -> list[float]:
-    """Percentile interval of bootstrap samples."""
-    tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.nanpercentile(samples, [tail, 100.0 - tail])
-    return [float(low), float(high)]
-
-
-def paired_p_value(best: np.ndarray, other: np.ndarray) -> float:
-    """One-sided paired bootstrap p-value that `other` is not worse than `best` ((#{other >= best} + 1)/(N + 1))."""
-    return float((np.sum(other >= best) + 1) / (len(best) + 1))

@@ -13,6 +13,14 @@ from typing import Any
 from pacs.metric.common.errors import InputError
 
 HUMAN_ROW = "human"
+HUMAN_LABEL = "Humans"
+"""The human row's label in every printed form of a table (its JSON `system` stays `HUMAN_ROW`)."""
+
+
+def row_label(row: Mapping[str, Any]) -> str:
+    """A table row's label in every printed form of the table (stdout, LaTeX, Markdown, HTML, PNG): the system's
+    name, `HUMAN_LABEL` for the human row."""
+    return HUMAN_LABEL if row.get("kind") == HUMAN_ROW else str(row["system"])
 
 
 IN_MEMORY = "in memory"

@@ -2,9 +2,10 @@
 
 `build_system_table(request)` loads every system (`pacs.eval.system_inputs`), scores them with shared state
 (`pacs.eval.system_scoring`: each image encoded once, one CIDEr-D scorer per reference configuration), adds the
-human row (`pacs.eval.human_baseline`), per-row bootstrap 95% intervals over images and a paired bootstrap against
-the baseline row (`pacs.eval.correlation.bootstrap`: every row is resampled with the same image indices), and
-returns the JSON table; `table_text`, `table_csv` render it, `write_table` writes JSON / CSV / PNG / HTML.
+human row (`pacs.eval.human_baseline`), per-row bootstrap 95% intervals over images, a paired bootstrap against
+the baseline row and, per column, whether the best row is separated from the runner-up (`pacs.eval.intervals`: every
+row is resampled with the same image indices), and returns the JSON table; `table_text`, `table_csv` render it,
+`write_table` writes JSON / CSV / PNG / HTML / LaTeX / Markdown, every one with the same row labels (`pacs.eval.system_inputs.row_label`).
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from pacs.eval import columns as col
 from pacs.eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_out_references
-from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs
+from pacs.eval.intervals import LEVEL, best_rows, bootstrap, confidence_interval, two_sided_p_value
+from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs, row_label
 from pacs.eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import csv_cells, nonfinite_to_none
@@ -30,7 +33,6 @@ log = logging.getLogger(__name__)
 DEFAULT_EVALUATE_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge", "cider", "spice",
                             "rep1", "rep2", "rep3", "rep4", "incorrect", "grammar")
 DEFAULT_BOOTSTRAP = 1000
-LEVEL = 0.95
 #: how each metric's interval is obtained (the JSON's bootstrap.methods)
 METHODS = {
     "bleu": "corpus BLEU recomputed on every resample (pycocoevalcap's formula over the resampled captions' "
@@ -110,11 +112,10 @@ def _mean(values: np.ndarray) -> float:
 
 def bootstrap_samples(scores: RowScores, metrics: list[str], n_resamples: int, seed: int,
                       recompute_corpus: bool = False) -> dict[str, np.ndarray]:
-    """The row's statistic for every metric on `n_resamples` image resamples (`pacs.eval.correlation.bootstrap`);
+    """The row's statistic for every metric on `n_resamples` image resamples (`pacs.eval.intervals.bootstrap`);
     with `recompute_corpus`, corpus CIDEr-D (document frequencies included) and corpus METEOR (the jar's
     aggregate) are recomputed on each resample."""
     from pacs.eval.cider import CiderD
-    from pacs.eval.correlation import bootstrap
     from pacs.eval.meteor_stats import MeteorStats
 
     usable = [m for m in metrics if scores.values.get(m) is not None
@@ -140,15 +141,6 @@ def bootstrap_samples(scores: RowScores, metrics: list[str], n_resamples: int, s
     with MeteorStats() as jar:
         meteor_stats = jar.stats(captions, references)
         return bootstrap(statistic, scores.n_rows, n_resamples, seed, description="bootstrap")
-
-
-def _p_value(delta: np.ndarray) -> float:
-    """Two-sided paired bootstrap p-value of a difference: 2 min(P(delta <= 0), P(delta >= 0)), +1 smoothed."""
-    finite = delta[np.isfinite(delta)]
-    if not len(finite):
-        return float("nan")
-    below, above = np.sum(finite <= 0), np.sum(finite >= 0)
-    return float(min(1.0, 2 * (min(below, above) + 1) / (len(finite) + 1)))
 
 
 def _row(name: str, kind: str, file: str | None, scores: RowScores, ids: list[str]) -> dict[str, Any]:
@@ -209,18 +201,27 @@ def _check_baseline(baseline: str | None, names: list[str]) -> str | None:
     return baseline
 
 
-def add_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: list[str], baseline: str | None,
-                  n_resamples: int, seed: int, recompute_corpus: bool = False) -> None:
-    """Per-row 95% intervals, and the paired difference against the baseline row with its interval."""
-    from pacs.eval.correlation import confidence_interval
-
+def add_table_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: list[str],
+                        baseline: str | None, n_resamples: int, seed: int, recompute_corpus: bool = False
+                        ) -> dict[str, dict[str, Any]]:
+    """Per-row 95% intervals, the paired difference against the baseline row with its interval; returns, per ranked
+    column, the best row and whether it is separated from the runner-up (`pacs.eval.intervals.best_rows`: the human
+    row is not ranked)."""
     samples = [bootstrap_samples(s, metrics, n_resamples, seed, recompute_corpus) for s in scores]
     for row, own in zip(rows, samples):
         if row["kind"] == HUMAN_ROW:
             own.pop("bleu4", None)
         row["ci"] = {m: confidence_interval(values, LEVEL) for m, values in own.items()}
+    best = {}
+    for metric in metrics:
+        ranked = [(row, own) for row, own in zip(rows, samples) if row["kind"] != HUMAN_ROW and metric in own]
+        found = None if col.direction(metric) == col.NEITHER else best_rows(
+            {row["system"]: row["values"].get(metric) for row, _ in ranked},
+            {row["system"]: own[metric] for row, own in ranked}, col.direction(metric), LEVEL)
+        if found is not None:
+            best[metric] = found
     if baseline is None:
-        return
+        return best
     index = [row["system"] for row in rows].index(baseline)
     base_values, base_samples = rows[index]["values"], samples[index]
     for row, own in zip(rows, samples):
@@ -230,14 +231,15 @@ def add_intervals(rows: list[dict[str, Any]], scores: list[RowScores], metrics: 
         row["delta"] = {m: row["values"][m] - base_values[m] for m in metrics
                         if row["values"].get(m) is not None and base_values.get(m) is not None}
         row["delta_ci"] = {m: confidence_interval(own[m] - base_samples[m], LEVEL) for m in both}
-        row["p_value"] = {m: _p_value(own[m] - base_samples[m]) for m in both}
+        row["p_value"] = {m: two_sided_p_value(own[m] - base_samples[m]) for m in both}
+    return best
 
 
 def build_system_table(request: TableRequest, row_scores: list[RowScores] | None = None) -> dict[str, Any]:
     """Score every system (and the human baseline) on the same images; the JSON table `pacs evaluate` writes.
 
     `row_scores`, when given, receives every row's `RowScores` (table order: per-caption values, BLEU statistics)
-    for a caller that adds its own columns or paired comparisons with `add_intervals`.
+    for a caller that adds its own columns or paired comparisons with `add_table_intervals`.
     """
     from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
     from pacs.metric.common.provenance import provenance
@@ -300,8 +302,8 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
         row_scores.extend(scores)
     names = [row["system"] for row in rows]
     baseline = _check_baseline(request.baseline, names)
-    add_intervals(rows, scores, list(request.metrics), baseline, request.bootstrap, request.seed,
-                  request.recompute_corpus)
+    best = add_table_intervals(rows, scores, list(request.metrics), baseline, request.bootstrap, request.seed,
+                               request.recompute_corpus)
     backends = {row["grammar_backend"] for row in rows if row["grammar_backend"]}
     header = _header(len(common), systems, skipped_refs, protocol, baseline, request.bootstrap)
     note = truncation_note(rows, conventions["long_captions"])
@@ -320,6 +322,9 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
         "bootstrap": {"n": request.bootstrap, "seed": request.seed, "level": LEVEL,
                       "methods": {m: METHODS[bootstrap_method(m, request.recompute_corpus)]
                                   for m in request.metrics}},
+        #: per ranked column with resamples: the best row, the runner-up, the paired interval of their difference
+        #: (by the column's direction), whether it excludes 0, and the rows the paper tables print in bold
+        "best": best,
         "grammar_backend": next(iter(backends)) if len(backends) == 1 else sorted(backends) or None,
         "provenance": provenance(seed=request.seed, w=request.model.w, config={
             "candidates": [f"{s.name}={s.source}" for s in specs], "references": "in memory" if in_memory else str(request.references),
@@ -385,11 +390,18 @@ def _delta(row: dict[str, Any], metric: str, scale: float) -> str:
     return f"{row['delta'][metric] * scale:+.{digits}f} " + _interval(row.get("delta_ci", {}).get(metric), scale)
 
 
+def labelled(table: dict[str, Any]) -> dict[str, Any]:
+    """The table with every row's `system` replaced by its `row_label` (what the HTML page and the plot draw)."""
+    return {**table, "rows": [{**row, "system": row_label(row)} for row in table["rows"]],
+            "baseline": next((row_label(r) for r in table["rows"] if r["system"] == table.get("baseline")),
+                             table.get("baseline"))}
+
+
 def table_text(table: dict[str, Any]) -> str:
     """The printed table: the header, the values, the intervals and the differences against the baseline (text
-    metrics ×100; every column at least two spaces from the next)."""
+    metrics ×100; every column at least two spaces from the next; rows by `row_label`)."""
     metrics, rows = table["metrics"], table["rows"]
-    width = max(len("system"), *(len(r["system"]) for r in rows)) + 2
+    width = max(len("system"), *(len(row_label(r)) for r in rows)) + 2
     scales = {m: printed_scale(table, m) for m in metrics}
     lines = [table["header"]]
 
@@ -400,13 +412,13 @@ def table_text(table: dict[str, Any]) -> str:
         lines.append(title)
         lines.append("system".ljust(width) + "".join(m.rjust(sizes[m]) for m in metrics))
         for index, row in enumerate(shown):
-            lines.append(row["system"].ljust(width) + "".join(cells[m][index].rjust(sizes[m]) for m in metrics))
+            lines.append(row_label(row).ljust(width) + "".join(cells[m][index].rjust(sizes[m]) for m in metrics))
 
     block("values", lambda r, m: printed_value(r["values"].get(m), scales[m]))
     if any(r.get("ci") for r in rows):
         block("95% intervals", lambda r, m: _interval(r.get("ci", {}).get(m), scales[m]))
     if table.get("baseline"):
-        block(f"difference against {table['baseline']} [paired 95% interval]",
+        block(f"difference against {labelled(table)['baseline']} [paired 95% interval]",
               lambda r, m: _delta(r, m, scales[m]), skip=table["baseline"])
     scaled = [m for m in metrics if scales[m] != 1.0]
     if scaled:
@@ -441,10 +453,10 @@ def table_csv(table: dict[str, Any]) -> str:
 
 def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: str | None = None,
                 png_path: str | None = None, html_path: str | None = None, latex_path: str | None = None,
-                markdown_path: str | None = None) -> list[Path]:
+                markdown_path: str | None = None, paper_intervals: bool = False) -> list[Path]:
     """Write the table as JSON, CSV (next to the JSON when no CSV path is given), PNG plot, HTML page, LaTeX and
-    Markdown (`pacs.eval.table_export`; each atomically, all rendered before the first is written); the paths
-    written."""
+    Markdown (`pacs.eval.table_export`, with `paper_intervals` each cell's 95% interval; each file atomically, all
+    rendered before the first is written); the paths written."""
     from pacs.metric.common.io import atomic_path, write_json_atomic, write_text_atomic
 
     if json_path and not csv_path:
@@ -455,14 +467,15 @@ def write_table(table: dict[str, Any], json_path: str | None = None, csv_path: s
     if latex_path or markdown_path:
         from pacs.eval.table_export import table_latex, table_markdown
 
-        rendered["latex"], rendered["markdown"] = table_latex(table), table_markdown(table)
+        rendered["latex"] = table_latex(table, paper_intervals)
+        rendered["markdown"] = table_markdown(table, paper_intervals)
     if png_path or html_path:
         from pacs.eval.report import plot_system_table, system_table_html
 
-        png = plot_system_table(table)
+        png = plot_system_table(labelled(table))
         rendered["png"] = png
         if html_path:
-            rendered["html"] = system_table_html(table, png)
+            rendered["html"] = system_table_html(labelled(table), png)
     written = []
     if json_path:
         write_json_atomic(json_path, table)

@@ -7,7 +7,7 @@ PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rew
 Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
 Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the test images for C, S and the
-contrastive columns (`eval`'s bootstrap, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):
+contrastive columns (`pacs.eval.intervals`, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):
 `ci` in results.json, `Δ<column> low/high` in results.csv, a second table in results.md.
 With `--seeds` (two or more) XE and every reward are trained once per seed (`<run_dir>/seed-<s>/`, the features
 extracted once; `pacs.captioner.orchestration.seed_runs`): each row is the mean over seeds (IQM from 5) and its interval
@@ -45,7 +45,7 @@ def comparison_rows(rows: list[dict], rewards: list[str]) -> list[dict]:
 
 def add_seed_rows(path: Path, seed_rows: list[dict], config: PipelineConfig) -> None:
     """Keep every seed's row, the seeds and the pooling method in the comparison's results.json."""
-    from pacs.eval.stratified_bootstrap import METHOD, point_name
+    from pacs.eval.intervals import METHOD, point_name
     from pacs.metric.common.io import write_json_atomic
 
     results = json.loads(path.read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ from pacs.captioner.demo.candidates import LONG_KINDS, candidates_for, long_cand
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.judge import judge_caption
+from pacs.eval.intervals import bootstrap, group_rows, percentile_interval
 from pacs.metric.common.io import atomic_path, csv_cells, finite_or_none, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -146,23 +147,24 @@ def compare_taus(metrics: Mapping[str, np.ndarray], judge: np.ndarray, image_ids
     for index, image_id in enumerate(image_ids):
         groups.setdefault(image_id, []).append(index)
     members = list(groups.values())
-    rng = np.random.default_rng([seed, 11])
-    draws = [np.concatenate([members[i] for i in rng.integers(len(members), size=len(members))])
-             for _ in range(n_resamples)]
+    present = [(metric, baseline) for metric, baseline in pairs if metric in metrics and baseline in metrics]
 
     def tau(values: np.ndarray, rows: np.ndarray | slice) -> float:
         return 100 * float(stats.kendalltau(values[rows], judge[rows], variant="b").statistic)
 
+    def statistic(drawn: np.ndarray) -> dict[str, float]:
+        rows = group_rows(members, drawn)
+        return {f"{m} vs {b}": tau(metrics[m], rows) - tau(metrics[b], rows) for m, b in present}
+
+    samples = bootstrap(statistic, len(members), n_resamples, [seed, 11], description="tau bootstrap")
     out: dict[str, Any] = {"n_resamples": n_resamples, "n_images": len(members)}
-    for metric, baseline in pairs:
-        if metric not in metrics or baseline not in metrics:
-            continue
+    for metric, baseline in present:
+        key = f"{metric} vs {baseline}"
         delta = tau(metrics[metric], slice(None)) - tau(metrics[baseline], slice(None))
-        deltas = np.asarray([tau(metrics[metric], rows) - tau(metrics[baseline], rows) for rows in draws])
+        deltas = np.asarray(samples.get(key, []), dtype=np.float64)
         deltas = deltas[np.isfinite(deltas)]  # a resample where a metric is constant has no tau
-        low, high = np.percentile(deltas, [2.5, 97.5]) if deltas.size else (float("nan"), float("nan"))
-        out[f"{metric} vs {baseline}"] = {"delta_tau_b": finite_or_none(delta),
-                                          "ci": [finite_or_none(float(low)), finite_or_none(float(high))]}
+        low, high = percentile_interval(deltas, (2.5, 97.5))
+        out[key] = {"delta_tau_b": finite_or_none(delta), "ci": [finite_or_none(low), finite_or_none(high)]}
     return out
 
 

@@ -1,5 +1,5 @@
 """The demo's numbers over training seeds: every row, difference and reward gain as a paired, stratified bootstrap
-over seeds and, within each seed, the test images (`pacs.eval.stratified_bootstrap`), point estimates aggregated over
+over seeds and, within each seed, the test images (`pacs.eval.intervals.StratifiedBootstrap`), point estimates aggregated over
 seeds (the mean; the IQM from 5 seeds). `SeedEvidence.view()` gives one "view" of the evidence (the pooled one, or
 one seed's alone), the input of the findings' rules (`pacs.captioner.demo.findings.finding_records`)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.demo.findings import BASELINE, reward_values
-from pacs.eval.stratified_bootstrap import Estimate, StratifiedBootstrap
+from pacs.eval.intervals import Estimate, StratifiedBootstrap
 from pacs.eval.system_scoring import corpus_bleu
 
 ORACLE = "judge"
@@ -83,16 +83,7 @@ class SeedEvidence:
         mine, best, base = (self.samples(n, column) for n in (model, oracle, BASELINE))
         if mine is None or best is None or base is None:
             return None
-        from pacs.eval.correlation import confidence_interval
-        from pacs.eval.stratified_bootstrap import LEVEL, aggregate
-
-        own, top = mine[0] - base[0], best[0] - base[0]
-        if float(aggregate(top)) == 0.0:
-            return None
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios = np.asarray(aggregate(mine[1] - base[1], axis=1)) / np.asarray(aggregate(best[1] - base[1], axis=1))
-        return Estimate(float(aggregate(own) / aggregate(top)), confidence_interval(ratios[np.isfinite(ratios)], LEVEL),
-                        [float(a / b) if b else float("nan") for a, b in zip(own, top)])
+        return self.boot.ratio((mine[0] - base[0], mine[1] - base[1]), (best[0] - base[0], best[1] - base[1]))
 
     def view(self, rewards: Sequence[tuple[str, str]], human: str | None) -> dict[str, Any]:
         """One view of the evidence: every row's value and interval, every captioner's difference with XE and

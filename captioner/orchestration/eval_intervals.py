@@ -1,48 +1,24 @@
-"""Paired bootstrap 95% intervals of (model − baseline) for the table columns that are means of per-image values.
+"""Paired bootstrap 95% intervals of (row − baseline row) for the pipeline's table rows, on the columns that are means
+of per-image values.
 
-The images of a test set are resampled with replacement (`pacs.eval.correlation.bootstrap`, the same resampler as
-`pacs correlate --bootstrap`); each resample gives mean(model[idx]) − mean(baseline[idx]) for every column in
-`pacs.captioner.orchestration.evaluation.PER_IMAGE_COLUMNS` (C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++), and the interval is
-the 2.5–97.5 percentile of those differences (`pacs.eval.correlation.confidence_interval`). B-4, M, Rep-n and
-%Incorrect are corpus statistics, not means of per-image values, and get no interval.
+Each row is paired with the baseline row of its test set over the same images; the interval is
+`pacs.eval.intervals.paired_interval` (the images resampled with replacement by `pacs.eval.intervals.bootstrap`, the
+same resampler as `pacs correlate --bootstrap`; mean(model[idx]) − mean(baseline[idx]) for every column in
+`pacs.captioner.orchestration.evaluation.PER_IMAGE_COLUMNS`: C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++; the
+2.5–97.5 percentile). B-4, M, Rep-n and %Incorrect are corpus statistics, not means of per-image values, and get no
+interval.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+from pacs.eval.intervals import paired_interval
 
 logger = logging.getLogger(__name__)
 
 PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-image values]}}
-
-
-def paired_interval(model: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]],
-                    n_resamples: int, seed: int = 0, level: float = 0.95) -> dict[str, list[float]]:
-    """`{column: [low, high]}` of mean(model − baseline) over paired image resamples, for the columns both have."""
-    from pacs.eval.correlation import bootstrap, confidence_interval
-
-    columns = [c for c in model if c in baseline]
-    a = {c: np.asarray(model[c], dtype=np.float64) for c in columns}
-    b = {c: np.asarray(baseline[c], dtype=np.float64) for c in columns}
-    usable = []
-    for column in columns:
-        if len(a[column]) != len(b[column]):
-            raise ValueError(f"{column}: {len(a[column])} model values but {len(b[column])} baseline values")
-        if not (np.isfinite(a[column]).all() and np.isfinite(b[column]).all()):
-            logger.warning("no interval for %s: some per-image values are missing (NaN)", column)
-            continue
-        usable.append(column)
-    if not usable or n_resamples < 1 or not len(a[usable[0]]):
-        return {}
-
-    def statistic(indices: np.ndarray) -> dict[str, float]:
-        return {c: float(a[c][indices].mean() - b[c][indices].mean()) for c in usable}
-
-    samples = bootstrap(statistic, len(a[usable[0]]), n_resamples, seed, description="paired bootstrap")
-    return {column: confidence_interval(samples[column], level) for column in usable}
 
 
 def add_intervals(rows: list[dict[str, Any]], per_image: Mapping[tuple[str, str], PerImage],

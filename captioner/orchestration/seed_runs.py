@@ -2,7 +2,7 @@
 seed into `<run_dir>/seed-<s>/`, the features extracted once (every later seed reads the first seed's through
 `features.cache_dir`, unless the recipe already names one), then every row pooled over the seeds into
 `<run_dir>/seeds/results.{json,csv,md}`: each column's mean over seeds (the interquartile mean from 5 seeds) and,
-for every row but XE, the paired stratified bootstrap over seeds and images (`pacs.eval.stratified_bootstrap`) of
+for every row but XE, the paired stratified bootstrap over seeds and images (`pacs.eval.intervals.StratifiedBootstrap`) of
 (row − XE) on the columns that are means of per-image values (C, S and the contrastive ones)."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.eval.intervals import LEVEL, METHOD, StratifiedBootstrap, aggregate, point_name
 from pacs.metric.common.io import write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -74,10 +75,8 @@ def pool_rows(rows_by_seed: Mapping[int, Sequence[Mapping[str, Any]]],
               per_image: Mapping[int, Mapping[tuple[str, str], Mapping[str, Any]]], n_resamples: int,
               seed: int) -> list[dict[str, Any]]:
     """One row per (model, test set) of the first seed found in every seed: each numeric column aggregated over the
-    seeds (`pacs.eval.stratified_bootstrap.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
+    seeds (`pacs.eval.intervals.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
     `delta_per_seed` of its per-image columns against the XE row of the same test set."""
-    from pacs.eval.stratified_bootstrap import StratifiedBootstrap, aggregate
-
     seeds = list(rows_by_seed)
     keyed = {s: {(r["model"], r["test_set"]): r for r in rows} for s, rows in rows_by_seed.items()}
     pooled = []
@@ -130,12 +129,11 @@ def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list
     """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
     from pacs.captioner.orchestration.pipeline import write_results
-    from pacs.eval.stratified_bootstrap import METHOD, point_name
 
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(folder, rows, columns)
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
     results.update(seeds=seeds, seed_rows=seed_rows,
                    bootstrap={"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
-                              "point": point_name(len(seeds)), "level": 0.95})
+                              "point": point_name(len(seeds)), "level": LEVEL})
     write_json_atomic(folder / "results.json", results)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.eval import correlation
+from pacs.eval import correlation, intervals
 from pacs.eval.scoring import MetricSuite
 from pacs.metric.common.errors import InputError
 from pacs.metric.scoring.images import ImageFinder
@@ -256,13 +256,13 @@ def kendall_table(context: RunContext, scores: dict[str, np.ndarray], human: np.
                 out[f"{name}/b"] = correlation.kendall(scores[name][indices], human[indices], "b")
                 out[f"{name}/c"] = correlation.kendall(scores[name][indices], human[indices], "c")
             return out
-        samples = correlation.bootstrap(statistic, len(human), context.bootstrap, context.seed)
+        samples = intervals.bootstrap(statistic, len(human), context.bootstrap, context.seed)
         best = max(available, key=lambda name: table[name]["tau_b"])
         for name in available:
-            table[name]["tau_b_ci"] = correlation.confidence_interval(samples[f"{name}/b"])
-            table[name]["tau_c_ci"] = correlation.confidence_interval(samples[f"{name}/c"])
+            table[name]["tau_b_ci"] = intervals.confidence_interval(samples[f"{name}/b"])
+            table[name]["tau_c_ci"] = intervals.confidence_interval(samples[f"{name}/c"])
             table[name]["p_value_vs_best"] = (None if name == best else
-                                              correlation.paired_p_value(samples[f"{best}/b"], samples[f"{name}/b"]))
+                                              intervals.paired_p_value(samples[f"{best}/b"], samples[f"{name}/b"]))
             table[name]["best"] = best
     return table
 
@@ -297,12 +297,12 @@ def accuracy_table(context: RunContext, score_a: dict[str, np.ndarray], score_b:
         def statistic(indices: np.ndarray) -> dict[str, float]:
             return {name: correlation.pairwise_accuracy(score_a[name][indices], score_b[name][indices],
                                                         a_preferred[indices]) for name in available}
-        samples = correlation.bootstrap(statistic, len(a_preferred), context.bootstrap, context.seed)
+        samples = intervals.bootstrap(statistic, len(a_preferred), context.bootstrap, context.seed)
         best = max(available, key=lambda name: table[name]["mean"]) if available else None
         for name in available:
-            table[name]["mean_ci"] = correlation.confidence_interval(samples[name])
+            table[name]["mean_ci"] = intervals.confidence_interval(samples[name])
             table[name]["p_value_vs_best"] = (None if name == best else
-                                              correlation.paired_p_value(samples[best], samples[name]))
+                                              intervals.paired_p_value(samples[best], samples[name]))
     return table
 
 
@@ -316,9 +316,9 @@ def auroc_table(context: RunContext, scores: dict[str, np.ndarray], positive: np
         table[name] = {"auroc": correlation.auroc(values, positive), "n": len(positive)}
     if context.bootstrap:
         available = [name for name in scores if name not in context.suite.unavailable]
-        samples = correlation.bootstrap(
+        samples = intervals.bootstrap(
             lambda idx: {name: correlation.auroc(scores[name][idx], positive[idx]) for name in available},
             len(positive), context.bootstrap, context.seed)
         for name in available:
-            table[name]["auroc_ci"] = correlation.confidence_interval(samples[name])
+            table[name]["auroc_ci"] = intervals.confidence_interval(samples[name])
     return table

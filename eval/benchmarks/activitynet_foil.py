@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.eval import correlation
+from pacs.eval import intervals
 from pacs.eval.benchmarks import Benchmark, register_benchmark
 from pacs.eval.benchmarks.vatex_eval import count_short_videos, locate_videos, text_scores, video_scorers
 from pacs.eval.registry import get_metric
@@ -285,12 +285,12 @@ class ActivityNetFoil(Benchmark):
             table[name] = {CATEGORY: accuracy, "mean": accuracy, "n": len(data)}
         available = [name for name in right if name not in context.suite.unavailable]
         if context.bootstrap and available:
-            samples = correlation.bootstrap(
+            samples = intervals.bootstrap(
                 lambda idx: {n: foil_accuracy(right[n][idx], foil[n][idx]) for n in available},
                 len(data), context.bootstrap, context.seed)
             best = max(available, key=lambda n: table[n]["mean"])
             for name in available:
-                table[name]["mean_ci"] = correlation.confidence_interval(samples[name])
+                table[name]["mean_ci"] = intervals.confidence_interval(samples[name])
                 table[name]["p_value_vs_best"] = (None if name == best else
-                                                  correlation.paired_p_value(samples[best], samples[name]))
+                                                  intervals.paired_p_value(samples[best], samples[name]))
         return table

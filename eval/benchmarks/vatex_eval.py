@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.eval import correlation
+from pacs.eval import intervals
 from pacs.eval.benchmarks import Benchmark, register_benchmark
 from pacs.eval.registry import get_metric
 from pacs.eval.scoring import MetricSuite
@@ -261,12 +261,12 @@ def _bootstrap(context: Any, table: dict[str, Any], scores: dict[str, np.ndarray
     def statistic(indices: np.ndarray) -> dict[str, float]:
         return {name: correlations(scores[name][indices], human[indices])["tau_b"] for name in names}
 
-    samples = correlation.bootstrap(statistic, len(human), context.bootstrap, context.seed)
+    samples = intervals.bootstrap(statistic, len(human), context.bootstrap, context.seed)
     best = max(names, key=lambda name: table[name]["tau_b"])
     for name in names:
-        table[name]["tau_b_ci"] = correlation.confidence_interval(samples[name])
+        table[name]["tau_b_ci"] = intervals.confidence_interval(samples[name])
         table[name]["p_value_vs_best"] = (None if name == best else
-                                          correlation.paired_p_value(samples[best], samples[name]))
+                                          intervals.paired_p_value(samples[best], samples[name]))
         table[name]["best"] = best
 
 

@@ -195,7 +195,9 @@ def run_table(args: argparse.Namespace) -> int:
         recompute_corpus=args.bootstrap_recompute_corpus, metric_models=args.metric_model)
     table = build_system_table(request)
     print(escape_control(table_text(table), newlines=False))  # system names are the user's text
-    for path in write_table(table, args.json, csv_path, args.plot, args.html, args.latex, args.markdown):
+    intervals = bool(args.baseline) if args.paper_intervals is None else args.paper_intervals
+    for path in write_table(table, args.json, csv_path, args.plot, args.html, args.latex, args.markdown,
+                            paper_intervals=intervals):
         print(f"-> {path}")
     return 0
 
@@ -251,9 +253,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     table.add_argument("--html", metavar="FILE", help="write an HTML page with the table, intervals and heat map")
     table.add_argument("--latex", metavar="FILE.tex",
                        help="write the table as a LaTeX tabular (booktabs): reference-based / reference-free / "
-                            "fluency column groups as in the papers, the best value per column in bold")
+                            "fluency column groups as in the papers; bold: the best per column when its paired "
+                            "interval against the runner-up excludes 0, else every row not separated from it")
     table.add_argument("--markdown", metavar="FILE.md",
-                       help="write the table as Markdown (the same groups, the best value per column in bold)")
+                       help="write the table as Markdown (the same groups and bold rule)")
+    table.add_argument("--paper-intervals", action=argparse.BooleanOptionalAction, default=None,
+                       help="each --latex / --markdown cell followed by its 95%% bootstrap interval (default: on "
+                            "with --baseline, off without)")
     evaluate.add_argument("--metric-model", action="append", metavar="METRIC=SPEC",
                           help="the model of one contrastive column, repeatable: METRIC=SOURCE[,arch=FILE]"
                                "[,family=NAME][,w=NUMBER]; SOURCE is a checkpoint when it is an existing file or "

@@ -14,7 +14,7 @@ from captioner_testkit import tiny_pipeline_recipe
 
 from pacs.captioner.entry import run_from_config
 from pacs.captioner.orchestration.seed_runs import pool_rows
-from pacs.eval.stratified_bootstrap import StratifiedBootstrap
+from pacs.eval.intervals import StratifiedBootstrap
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from pacs.captioner.demo.findings import (
     signed,
 )
 from pacs.captioner.demo.seeds import SeedEvidence
-from pacs.eval.stratified_bootstrap import StratifiedBootstrap, aggregate
+from pacs.eval.intervals import StratifiedBootstrap, aggregate
 from pacs.metric.common.errors import InputError
 
 # a tiny table: 2 seeds x 3 images of one column, for a model and the XE baseline

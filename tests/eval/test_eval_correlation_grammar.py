@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pacs.eval import correlation
+from pacs.eval import correlation, intervals
 from pacs.eval.grammar import build_grammar_checker, grammar_error_rate
 from pacs.metric.common.errors import InputError, MissingResourceError
 
@@ -32,11 +32,11 @@ def test_bootstrap_interval_and_p_value():
     rng = np.random.default_rng(0)
     human = rng.normal(size=300)
     good, bad = human + rng.normal(scale=0.3, size=300), human + rng.normal(scale=3, size=300)
-    samples = correlation.bootstrap(lambda i: {"good": correlation.kendall(good[i], human[i]),
-                                               "bad": correlation.kendall(bad[i], human[i])}, 300, 200, seed=1)
-    low, high = correlation.confidence_interval(samples["good"])
+    samples = intervals.bootstrap(lambda i: {"good": correlation.kendall(good[i], human[i]),
+                                             "bad": correlation.kendall(bad[i], human[i])}, 300, 200, seed=1)
+    low, high = intervals.confidence_interval(samples["good"])
     assert low < correlation.kendall(good, human) < high
-    assert correlation.paired_p_value(samples["good"], samples["bad"]) < 0.01
+    assert intervals.paired_p_value(samples["good"], samples["bad"]) < 0.01
 
 
 def test_grammar_error_rate_harper_hand_checked():
