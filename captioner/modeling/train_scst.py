@@ -280,6 +280,21 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
     `policy` (`pacs.captioner.modeling.policy`): the captioner loaded from `init_checkpoint` (default: pacs' own
     captioner over `features`; a `pacs.captioner.modeling.hf_policy.HFPolicy` for a transformers folder).
     """
+    loop = SCSTLoop(config, init_checkpoint, features, train, reward, validation, policy, on_step)
+    loop.begin()
+    try:  # the bar is closed before an error (e.g. a diverged loss) is printed
+        while loop.running():
+            if loop.step():
+                loop.checkpoint()
+    finally:
+        loop.progress.close()
+    return loop.result()
+
+
+def check_scst_inputs(config: SCSTConfig, features: FeatureCache | None, train: Sequence[tuple[str, Sequence[str]]],
+                      reward: RewardFn, validation: Mapping[str, Sequence[str]] | None,
+                      policy: CaptionPolicy | None) -> dict[str, list[str]]:
+    """Check the config, the reward's aggregation and the images before any work; the monitor's validation sample."""
     if config.samples not in SAMPLINGS:
         raise InputError(f"unknown SCST sampling {config.samples!r} (known: {', '.join(SAMPLINGS)})")
     if config.baseline not in BASELINES:
@@ -297,64 +312,165 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         missing = policy.missing_images(str(image_id) for image_id, _ in train)
         if missing:
             raise InputError(f"{len(missing)} image id(s) have no image, e.g. {missing[:3]}")
-    monitored = _monitor_sample(config, validation, features, policy)
-    out = Path(config.output_dir)
-    policy = policy or PacsPolicy.load(init_checkpoint, features)
-    model = policy.module
-    bad = nonfinite_parameter(model.named_parameters())
-    if bad is not None:
-        raise NonFiniteError(f"init_checkpoint {init_checkpoint}: weight {bad!r} is not finite (NaN/inf): the "
-                             "model it was trained into diverged; retrain it with a lower learning rate",
-                             parameter="init_checkpoint")
-    config.max_length = min(config.max_length, policy.max_length)
-    accelerator = make_accelerator(out, "log.csv", SCST_COLUMNS, config.mixed_precision, config.tensorboard)
-    reference = None
-    if config.kl_coef > 0:
-        reference = policy.reference(config.kl_reference or init_checkpoint, accelerator.device)
-        logger.info("scst: KL guard, beta=%g, reference policy %s", config.kl_coef, reference.folder)
-    seed_everything(config.seed)
-    plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
-                     config.seed, "scst")
-    total_steps = plan.steps_per_epoch * config.epochs
-    if config.max_steps:
-        total_steps = min(total_steps, config.max_steps)
-    if plan.dropped_per_epoch:
-        logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", plan.dropped_per_epoch)
-    optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    checkpoints = CheckpointManager(accelerator, out / "checkpoints", config.keep_checkpoints)
-    state = checkpoints.restore(resume_target(config.resume), total_steps)
-    resumed = state is not None
-    state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
-    state.setdefault("best_score", None)  # checkpoints written before the guards lack them
-    state.setdefault("best_step", 0)
-    spread = SpreadWatch(config.reward, config.k, config.degenerate_window, config.degenerate_fraction, total_steps,
-                         state.get("reward_spread"))
-    if not resumed and accelerator.is_main_process:
-        for stale in (out / "best", out / MONITOR_FILE):  # left by an earlier run in this folder
-            if stale.is_dir():
-                shutil.rmtree(stale)
-            elif stale.exists():
-                stale.unlink()
-    accelerator.wait_for_everyone()
-    restored = checkpoints.restored_extra()
-    if restored is not None and "reward" in restored and hasattr(reward, "load_state_dict"):
-        reward.load_state_dict(restored["reward"])  # the caches of the run it continues: the same batches
-    start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
-                   state["step"] if state["step"] else None)
-    losses: list[float] = []
-    stage, hint = f"scst[{config.reward}]", f"lr={config.lr:g}"
-    progress = tqdm(total=total_steps, initial=state["step"], desc=stage,
-                    disable=not accelerator.is_main_process)
-    monitor = None
-    if monitored:
-        monitor = HackingMonitor(out / MONITOR_FILE, monitored, features, getattr(policy, "vocab", None), reward,
-                                 gaming_thresholds(config), config.max_length, config.monitor_every, total_steps,
-                                 resume_step=state["step"] if resumed else None, policy=policy)
+    return _monitor_sample(config, validation, features, policy)
 
-    def monitor_step(step: int) -> None:
+
+class SCSTLoop:
+    """Stage 2's loop: a set-up (`__init__`, `begin`), a step (`step`), a check-point (`checkpoint`) and a
+    result (`result`); the resumable state is `state` (`step`, `epoch`, `position`, the non-finite counters,
+    `best_score`, `best_step`, the reward-spread window)."""
+
+    def __init__(self, config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache | None,
+                 train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
+                 validation: Mapping[str, Sequence[str]] | None = None, policy: CaptionPolicy | None = None,
+                 on_step: Callable[[int, Any], None] | None = None) -> None:
+        """Check the inputs, load the policy (and the KL reference), prepare the optimizer, restore the latest
+        checkpoint, start the trackers, the progress bar and the hacking monitor."""
+        monitored = check_scst_inputs(config, features, train, reward, validation, policy)
+        self.config, self.train, self.reward, self.on_step = config, train, reward, on_step
+        self.init_checkpoint, self.out = init_checkpoint, Path(config.output_dir)
+        self.policy = policy or PacsPolicy.load(init_checkpoint, features)
+        model = self.policy.module
+        bad = nonfinite_parameter(model.named_parameters())
+        if bad is not None:
+            raise NonFiniteError(f"init_checkpoint {init_checkpoint}: weight {bad!r} is not finite (NaN/inf): the "
+                                 "model it was trained into diverged; retrain it with a lower learning rate",
+                                 parameter="init_checkpoint")
+        config.max_length = min(config.max_length, self.policy.max_length)
+        self.accelerator = accelerator = make_accelerator(self.out, "log.csv", SCST_COLUMNS, config.mixed_precision,
+                                                          config.tensorboard)
+        self.reference = None
+        if config.kl_coef > 0:
+            self.reference = self.policy.reference(config.kl_reference or init_checkpoint, accelerator.device)
+            logger.info("scst: KL guard, beta=%g, reference policy %s", config.kl_coef, self.reference.folder)
+        seed_everything(config.seed)
+        self.plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
+                              config.seed, "scst")
+        self.total_steps = self.plan.steps_per_epoch * config.epochs
+        if config.max_steps:
+            self.total_steps = min(self.total_steps, config.max_steps)
+        if self.plan.dropped_per_epoch:
+            logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", self.plan.dropped_per_epoch)
+        optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.checkpoints = CheckpointManager(accelerator, self.out / "checkpoints", config.keep_checkpoints)
+        self._restore()
+        start_trackers(accelerator, "scst", dict(to_dict(config), init_checkpoint=str(init_checkpoint)),
+                       self.state["step"] if self.state["step"] else None)
+        self.losses: list[float] = []
+        self.stage, self.hint = f"scst[{config.reward}]", f"lr={config.lr:g}"
+        self.progress = tqdm(total=self.total_steps, initial=self.state["step"], desc=self.stage,
+                             disable=not accelerator.is_main_process)
+        self.monitor = None
+        if monitored:
+            self.monitor = HackingMonitor(self.out / MONITOR_FILE, monitored, features,
+                                          getattr(self.policy, "vocab", None), reward, gaming_thresholds(config),
+                                          config.max_length, config.monitor_every, self.total_steps,
+                                          resume_step=self.state["step"] if self.resumed else None,
+                                          policy=self.policy)
+
+    def _restore(self) -> None:
+        """The state of the latest checkpoint (or a fresh one), the reward's caches; stale outputs of a fresh run
+        removed."""
+        config, accelerator = self.config, self.accelerator
+        state = self.checkpoints.restore(resume_target(config.resume), self.total_steps)
+        self.resumed = state is not None
+        state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
+        state.setdefault("best_score", None)  # checkpoints written before the guards lack them
+        state.setdefault("best_step", 0)
+        self.state = state
+        self.spread = SpreadWatch(config.reward, config.k, config.degenerate_window, config.degenerate_fraction,
+                                  self.total_steps, state.get("reward_spread"))
+        if not self.resumed and accelerator.is_main_process:
+            for stale in (self.out / "best", self.out / MONITOR_FILE):  # left by an earlier run in this folder
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                elif stale.exists():
+                    stale.unlink()
+        accelerator.wait_for_everyone()
+        restored = self.checkpoints.restored_extra()
+        if restored is not None and "reward" in restored and hasattr(self.reward, "load_state_dict"):
+            self.reward.load_state_dict(restored["reward"])  # the caches of the run it continues: the same batches
+
+    def begin(self) -> None:
+        """Monitor the init (or resumed) model when due and call `on_step` on it, before the first update."""
+        if self.monitor is not None and self.monitor.due(self.state["step"]):
+            self.monitor_step(self.state["step"])
+        if self.on_step is not None:
+            self.on_step(self.state["step"], self.accelerator.unwrap_model(self.model))
+
+    def running(self) -> bool:
+        """Whether steps remain."""
+        return self.state["step"] < self.total_steps
+
+    def step(self) -> bool:
+        """One optimizer step over a global batch, its checks, monitor row and log row; whether a check-point is
+        due."""
+        accelerator, config, state = self.accelerator, self.config, self.state
+        stats = self._gradients()
+        loss = reduce_mean(accelerator, stats["loss"])  # every micro-batch's loss, all processes: one verdict
+        check_loss(accelerator, loss, self.stage, state["step"] + 1, self.hint)
+        if config.grad_clip > 0:
+            accelerator.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["epoch"], state["position"] = self.plan.advance(state["epoch"], state["position"])
+        step = state["step"]
+        nonfinite = self._count_rewards(stats, step)
+        self.losses.append(loss)
+        self.progress.update(1)
+        saving = is_due(step, config.save_every) or step == self.total_steps
+        monitoring = self.monitor is not None and self.monitor.due(step)
+        if self.on_step is not None or saving or monitoring:  # never monitor, select, checkpoint or save a model
+            check_weights(accelerator, self.model, self.stage, step, self.hint)  # with non-finite weights
+        if monitoring:
+            self.monitor_step(step)
+        if self.on_step is not None:
+            self.on_step(step, accelerator.unwrap_model(self.model))
+        if is_due(step, config.log_every) or step == self.total_steps:
+            accelerator.log({**_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]),
+                             "zero_spread": self.spread.fractions[-1]}, step=step)
+        if nonfinite:
+            logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
+        if state["nonfinite_streak"] >= config.nonfinite_patience:
+            raise NonFiniteRewardError(
+                f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
+                f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
+        return saving
+
+    def _gradients(self) -> dict[str, Any]:
+        """This process's micro-batches of the next step, their gradients accumulated; the step's statistics."""
+        micro_batches = self.plan.local_micro_batches(self.state["epoch"], self.state["position"],
+                                                      self.accelerator.process_index)
+        stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": [],
+                 "spread": dict.fromkeys(SPREAD_COUNTS, 0)}
+        for index, micro in enumerate(micro_batches):
+            _scst_micro_step(self.accelerator, self.model, self.policy, [self.train[i] for i in micro], self.reward,
+                             self.config, stats, len(micro_batches), sync=index == len(micro_batches) - 1,
+                             step=self.state["step"], indices=micro, reference=self.reference)
+        return stats
+
+    def _count_rewards(self, stats: dict[str, Any], step: int) -> int:
+        """Sum the non-finite rewards and the reward-spread counts over processes into the state; the step's
+        non-finite count (the degenerate-reward warning logged when it is raised)."""
+        accelerator, state = self.accelerator, self.state
+        nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
+                                           reduction="sum").item())
+        state["nonfinite_total"] += nonfinite
+        counts = accelerator.reduce(torch.tensor([stats["spread"][key] for key in SPREAD_COUNTS],
+                                                 device=accelerator.device), reduction="sum").tolist()
+        degenerate = self.spread.update(step, dict(zip(SPREAD_COUNTS, map(int, counts))))
+        state["reward_spread"] = self.spread.state()
+        if degenerate and accelerator.is_main_process:
+            logger.warning("scst step %d: %s", step, degenerate)
+        state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
+        return nonfinite
+
+    def monitor_step(self, step: int) -> None:
         """Monitor row of `step`; with `select_by`, keep the model in `best/` when its score is the best so far."""
-        row = monitor(accelerator, accelerator.unwrap_model(model), step, spread.since_last_monitor())
+        accelerator, config, state = self.accelerator, self.config, self.state
+        row = self.monitor(accelerator, accelerator.unwrap_model(self.model), step, self.spread.since_last_monitor())
         column = SELECT_BY[config.select_by]
         if column is None or step == 0:  # step 0 is the init model: the monitor's baseline, never a candidate
             return
@@ -362,90 +478,44 @@ def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: Featur
         if is_better(score, state["best_score"]):
             state["best_score"], state["best_step"] = score, step
             if accelerator.is_main_process:
-                policy.save(out / "best", accelerator.unwrap_model(model),
-                            {"stage": "scst", "reward": config.reward, "step": step,
-                             "init_checkpoint": str(init_checkpoint), "select_by": config.select_by,
-                             f"val_{column}": score})
+                self.policy.save(self.out / "best", accelerator.unwrap_model(self.model),
+                                 {"stage": "scst", "reward": config.reward, "step": step,
+                                  "init_checkpoint": str(self.init_checkpoint), "select_by": config.select_by,
+                                  f"val_{column}": score})
         elif not math.isfinite(score):
             logger.warning("scst step %d: validation %s is %s: never the best model", step, column, score)
 
-    if monitor is not None and monitor.due(state["step"]):
-        monitor_step(state["step"])
-    if on_step is not None:
-        on_step(state["step"], accelerator.unwrap_model(model))
-    try:  # the bar is closed before an error (e.g. a diverged loss) is printed
-        while state["step"] < total_steps:
-            micro_batches = plan.local_micro_batches(state["epoch"], state["position"], accelerator.process_index)
-            stats = {"loss": 0.0, "rewards": [], "advantages": [], "captions": [], "nonfinite": 0, "kl": [],
-                     "spread": dict.fromkeys(SPREAD_COUNTS, 0)}
-            for index, micro in enumerate(micro_batches):
-                _scst_micro_step(accelerator, model, policy, [train[i] for i in micro], reward, config,
-                                 stats, len(micro_batches), sync=index == len(micro_batches) - 1,
-                                 step=state["step"], indices=micro, reference=reference)
-            loss = reduce_mean(accelerator, stats["loss"])  # every micro-batch's loss, all processes: one verdict
-            check_loss(accelerator, loss, stage, state["step"] + 1, hint)
-            if config.grad_clip > 0:
-                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state["step"] += 1
-            state["epoch"], state["position"] = plan.advance(state["epoch"], state["position"])
-            step = state["step"]
-            nonfinite = int(accelerator.reduce(torch.tensor([stats["nonfinite"]], device=accelerator.device),
-                                               reduction="sum").item())
-            state["nonfinite_total"] += nonfinite
-            counts = accelerator.reduce(torch.tensor([stats["spread"][key] for key in SPREAD_COUNTS],
-                                                     device=accelerator.device), reduction="sum").tolist()
-            degenerate = spread.update(step, dict(zip(SPREAD_COUNTS, map(int, counts))))
-            state["reward_spread"] = spread.state()
-            if degenerate and accelerator.is_main_process:
-                logger.warning("scst step %d: %s", step, degenerate)
-            state["nonfinite_streak"] = state["nonfinite_streak"] + 1 if nonfinite else 0
-            losses.append(loss)
-            progress.update(1)
-            saving = is_due(step, config.save_every) or step == total_steps
-            monitoring = monitor is not None and monitor.due(step)
-            if on_step is not None or saving or monitoring:  # never monitor, select, checkpoint or save a model
-                check_weights(accelerator, model, stage, step, hint)  # with non-finite weights
-            if monitoring:
-                monitor_step(step)
-            if on_step is not None:
-                on_step(step, accelerator.unwrap_model(model))
-            if is_due(step, config.log_every) or step == total_steps:
-                accelerator.log({**_log_row(accelerator, stats, loss, config.lr, nonfinite, state["epoch"]),
-                                 "zero_spread": spread.fractions[-1]}, step=step)
-            if nonfinite:
-                logger.warning("scst step %d: %d non-finite reward(s) replaced by the baseline", step, nonfinite)
-            if state["nonfinite_streak"] >= config.nonfinite_patience:
-                raise NonFiniteRewardError(
-                    f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
-                    f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
-            if saving:
-                box = [state]
-                broadcast_object_list(box, from_process=0)
-                checkpoints.save(box[0], extra={"reward": reward.state_dict()} if hasattr(reward, "state_dict")
-                                 else None)
-    finally:
-        progress.close()
-    check_weights(accelerator, model, stage, state["step"], hint)
-    final = out / "final"
-    if accelerator.is_main_process:
-        policy.save(final, accelerator.unwrap_model(model),
-                    {"stage": "scst", "reward": config.reward, "step": state["step"],
-                     "init_checkpoint": str(init_checkpoint), "nonfinite_rewards": state["nonfinite_total"]})
-    accelerator.wait_for_everyone()
-    finish_trackers(accelerator)
-    best_dir = None
-    if SELECT_BY[config.select_by] is not None:
-        if state["best_score"] is None:
-            raise NonFiniteError(f"scst select_by={config.select_by}: no monitored step had a finite validation "
-                                 f"{config.select_by} score, so no checkpoint can be selected",
-                                 parameter="scst.select_by")
-        best_dir = out / "best"
-        logger.info("scst: selected step %d by validation %s (%.4g); the last step is in %s", state["best_step"],
-                    config.select_by, state["best_score"], final)
-    return SCSTResult(final, int(state["step"]), losses, int(state["nonfinite_total"]), best_dir,
-                      int(state["best_step"]), state["best_score"], config.select_by, spread.fraction, spread.warning)
+    def checkpoint(self) -> None:
+        """Save a resumable checkpoint: the main process's state, the model, the optimizer, the reward's caches."""
+        box = [self.state]
+        broadcast_object_list(box, from_process=0)
+        self.checkpoints.save(box[0], extra={"reward": self.reward.state_dict()} if hasattr(self.reward, "state_dict")
+                              else None)
+
+    def result(self) -> SCSTResult:
+        """Check the last weights, save `<output_dir>/final`, finish the trackers; what stage 2 produced."""
+        accelerator, config, state = self.accelerator, self.config, self.state
+        check_weights(accelerator, self.model, self.stage, state["step"], self.hint)
+        final = self.out / "final"
+        if accelerator.is_main_process:
+            self.policy.save(final, accelerator.unwrap_model(self.model),
+                             {"stage": "scst", "reward": config.reward, "step": state["step"],
+                              "init_checkpoint": str(self.init_checkpoint),
+                              "nonfinite_rewards": state["nonfinite_total"]})
+        accelerator.wait_for_everyone()
+        finish_trackers(accelerator)
+        best_dir = None
+        if SELECT_BY[config.select_by] is not None:
+            if state["best_score"] is None:
+                raise NonFiniteError(f"scst select_by={config.select_by}: no monitored step had a finite validation "
+                                     f"{config.select_by} score, so no checkpoint can be selected",
+                                     parameter="scst.select_by")
+            best_dir = self.out / "best"
+            logger.info("scst: selected step %d by validation %s (%.4g); the last step is in %s", state["best_step"],
+                        config.select_by, state["best_score"], final)
+        return SCSTResult(final, int(state["step"]), self.losses, int(state["nonfinite_total"]), best_dir,
+                          int(state["best_step"]), state["best_score"], config.select_by, self.spread.fraction,
+                          self.spread.warning)
 
 
 def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] | None,
