@@ -16,6 +16,7 @@ from typing import Any
 
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import nonfinite_to_none
+from pacs.metric.common.suggest import known_hint
 from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
 
 #: where `data=None` points, under $PACS_SHARED, for the benchmarks whose data the shared folder holds
@@ -157,7 +158,7 @@ def correlation_options(benchmark: str, data: str | os.PathLike, metrics: str | 
     values = {key: os.fspath(value) if isinstance(value, os.PathLike) else value for key, value in options.items()}
     for key in values:
         if key not in known:
-            raise InputError(f"unknown correlate option {key!r} (known: {', '.join(known)})", parameter=key)
+            raise InputError(f"unknown correlate option {key!r} {known_hint(key, known)}", parameter=key)
     names = [metrics] if isinstance(metrics, str) else list(metrics)
     return CorrelationRequest(
         benchmark=str(benchmark), data=Path(os.fspath(data)), metrics=names,
@@ -230,8 +231,8 @@ def evaluate_systems(candidates: Sequence[str] | Mapping[str, Any], references: 
     model_fields = {f.name for f in dataclasses.fields(ModelOptions)}
     for key in options:
         if key not in table_fields | scoring_fields | model_fields:
-            known = ", ".join(sorted(table_fields | scoring_fields | model_fields))
-            raise InputError(f"unknown evaluate option {key!r} (known: {known})", parameter=key)
+            known = sorted(table_fields | scoring_fields | model_fields)
+            raise InputError(f"unknown evaluate option {key!r} {known_hint(key, known)}", parameter=key)
     scoring = {k: v for k, v in options.items() if k in scoring_fields}
     scoring["images"] = images_folder(scoring.get("images"))
     scoring["image_map"] = image_map_table(scoring.get("image_map"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.suggest import known_hint
 from pacs.metric.scoring.registry import METRICS as CONTRASTIVE_METRICS
 
 
@@ -64,7 +65,7 @@ def get_metric(name: str) -> EvalMetric:
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
     if key not in METRICS:
-        raise InputError(f"unknown metric {name!r} (known: {' '.join(METRICS)})")
+        raise InputError(f"unknown metric {name!r} {known_hint(key, [*METRICS, *ALIASES], sep=' ')}")
     return METRICS[key]
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.suggest import known_hint
 from pacs.rewards.base import Reward, RewardFn, WeightedReward
 from pacs.rewards.mix import check_mix_normalisation
 from pacs.rewards.resources import RewardResources
@@ -144,7 +145,7 @@ def parse_reward_spec(spec: str) -> list[tuple[str, float]]:
 def _known_name(name: str, spec: str) -> str:
     key = name.strip().lower()
     if key not in load_builtin_rewards():
-        raise InputError(f"unknown reward {name.strip()!r} in spec {spec!r} (known: {', '.join(reward_names())})")
+        raise InputError(f"unknown reward {name.strip()!r} in spec {spec!r} {known_hint(name, reward_names())}")
     return key
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.suggest import known_hint
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def get_dataset_loader(name: str) -> DatasetLoader:
     try:
         return DATASETS[name.lower()]
     except KeyError:
-        raise InputError(f"unknown dataset {name!r} (known: {', '.join(sorted(DATASETS))})") from None
+        raise InputError(f"unknown dataset {name!r} {known_hint(name, sorted(DATASETS))}") from None
 
 
 @dataclass

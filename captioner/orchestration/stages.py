@@ -42,6 +42,7 @@ from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
 from pacs.metric.common.links import check_no_links
 from pacs.metric.common.provenance import sha256_file
+from pacs.metric.common.suggest import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -162,8 +163,9 @@ def check_force(force: Iterable[str], stages: Sequence[str]) -> None:
     """InputError when a `force` name (`--force`) selects none of `stages` (the message lists them)."""
     for name in force:
         if not any(matches(name, stage) for stage in stages):
-            raise InputError(f"force= {name}: no such stage; the stages of this run are: {', '.join(stages)}",
-                             parameter="force")
+            hint = did_you_mean(name, stages)
+            raise InputError(f"force= {name}: no such stage{'; ' + hint if hint else ''}; the stages of this run "
+                             f"are: {', '.join(stages)}", parameter="force")
 
 
 class _Single:

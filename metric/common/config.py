@@ -35,6 +35,7 @@ from annotated_types import Ge, Gt, Interval, Le, Lt
 from pacs.metric.common.config_files import SUFFIXES, resolve_config
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.file_kinds import refuse_special
+from pacs.metric.common.suggest import known_hint
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -355,7 +356,7 @@ def _prepare(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> dic
     for key, value in data.items():
         if key not in fields:
             place = f"{where}: {prefix.rstrip('.')}" if prefix else where
-            raise InputError(f"{place}: unknown key {key!r} (known: {', '.join(sorted(fields))})")
+            raise InputError(f"{place}: unknown key {key!r} {known_hint(key, sorted(fields))}")
         dotted = prefix + key
         field_type, optional, _ = _strip(hints[key])
         if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from pacs.metric.common.errors import InputError, MissingResourceError
+from pacs.metric.common.suggest import known_hint
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def packaged_config(name: str) -> Path:
         if path.is_file():
             return path
     raise InputError(f"unknown config {name!r}: not a file, and no packaged config has that name "
-                     f"(available: {', '.join(available_configs())})")
+                     f"{known_hint(name, available_configs(), label='available', max_listed=1000)}")
 
 
 def is_config_name(value: str) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.common.suggest import known_hint
 from pacs.metric.models.families import FamilyMismatchError
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def metric_spec(name: str) -> MetricSpec:
     """Look a metric up by name (case-insensitive); InputError listing the known names otherwise."""
     key = str(name).strip().lower()
     if key not in METRICS:
-        raise InputError(f"unknown metric {name!r} (known: {', '.join(METRICS)})")
+        raise InputError(f"unknown metric {name!r} {known_hint(key, METRICS)}")
     return METRICS[key]
 
 
