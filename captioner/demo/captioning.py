@@ -23,6 +23,7 @@ from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import generate_captions, train_xe
 from pacs.captioner.modeling.training import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
+from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 from pacs.rewards.slug import reward_slug
 
@@ -153,6 +154,8 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
     if mix_normalisation != "weighted_sum":
         label = normalised_label(spec)
+    shown = f"scst-{label}" if seed is None else f"scst-{label} (seed {seed})"
+    exact = announce_reward(shown, spec, mix_normalisation, kl_coef, process_state().is_main_process)
     policy, captioner = None, None
     if config.captioner.transformers:
         from pacs.captioner.demo import hf_captioner
@@ -181,7 +184,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
                # did the reward vary within the k samples? (pacs.captioner.modeling.reward_spread; read by the findings)
                "zero_spread_fraction": result.zero_spread_fraction,
                "degenerate_reward": result.degenerate_warning is not None,
-               "degenerate_warning": result.degenerate_warning}
+               "degenerate_warning": result.degenerate_warning, "reward": exact}
     if guarded:
         summary.update(kl_coef=kl_coef, best_step=result.best_step, best_val_cider=finite_or_none(result.best_score),
                        model=str(result.selected_dir.relative_to(folder)))

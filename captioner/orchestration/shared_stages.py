@@ -26,6 +26,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     guard_reward_settings,
     reward_scorers,
 )
+from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.captioner.orchestration.stages import StageRunner
 from pacs.metric.common.config import dump_yaml, from_dict, to_dict
 from pacs.metric.common.errors import InputError
@@ -151,11 +152,12 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
         out = run.dir / name
         scst = trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
 
-        def body(scst: SCSTConfig = scst, spec: str = spec) -> dict[str, Any]:
+        def body(scst: SCSTConfig = scst, spec: str = spec, name: str = name) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
+            exact = announce_reward(name, spec, scst.mix_normalisation, scst.kl_coef, stages.state.is_main_process)
             reward = build_pipeline_reward(spec, config, dataset_references=train_store.reference_map(),
                                            image_paths=images)
-            return training_summary(train(scst, reward))
+            return {**training_summary(train(scst, reward)), "reward": exact}
 
         stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
                                 "reward_models": reward_settings, "data": settings_of(config.data),
