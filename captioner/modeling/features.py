@@ -42,6 +42,7 @@ from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.common.spill import DiskArray, DiskStrings, IdLookup, id_hash
 from pacs.metric.models.grid import grid_feature_dim, visual_grid_features
 from pacs.metric.models.preprocess import open_image
+from pacs.metric.scoring import decode_pool
 
 logger = logging.getLogger(__name__)
 
@@ -327,10 +328,17 @@ def load_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Seq
 
 def iter_pixels(backbone: Any, images: Mapping[str, str | os.PathLike], ids: Sequence[str],
                 workers: int | str = "auto", ahead: int = 0) -> Iterator[torch.Tensor]:
-    """The preprocessed pixels `[3, H, W]` of `ids`, in order, decoded by `workers` threads up to `ahead` early."""
+    """The preprocessed pixels `[3, H, W]` of `ids`, in order, decoded up to `ahead` early: by `workers` processes
+    for many ids (`pacs.metric.scoring.decode_pool`), by threads for a few; the same pixels, bit for bit."""
 
-    return ordered_map(lambda image_id: backbone.preprocess(_read_image(images, image_id)), ids,
-                       resolve_workers(workers), ahead)
+    def decode(image_id: str) -> torch.Tensor:
+        return backbone.preprocess(_read_image(images, image_id))
+
+    count = resolve_workers(workers)
+    batch = max(1, ahead // 2) if ahead else 64
+    return decode_pool.ordered_pixels(decode, list(ids), count,
+                                      lambda: tuple(backbone.preprocess(Image.new("RGB", (8, 8))).shape),
+                                      batch_size=batch, fallback=lambda: ordered_map(decode, ids, count, ahead))
 
 
 def _read_image(images: Mapping[str, str | os.PathLike], image_id: str) -> Image.Image:

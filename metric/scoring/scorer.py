@@ -27,12 +27,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -45,7 +47,7 @@ from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.models.backbones import Backbone
 from pacs.metric.models.pruned_forward import common_prefix_length, prefix_states
 from pacs.metric.models.tensor_decode import TensorDecoder, check_decode
-from pacs.metric.scoring import image_inputs
+from pacs.metric.scoring import decode_pool, image_inputs
 from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 from pacs.metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
 from pacs.metric.scoring.finite import check_embeddings, check_scores, image_label
@@ -78,6 +80,18 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
 
 def _stack_or_empty(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(tensors) if tensors else torch.zeros(0, 0)
+
+
+@dataclass
+class _ImagePlan:
+    """The images of one call: every key in order, their labels, what to encode and its pixels as they decode."""
+
+    keys: list[str]
+    labels: dict[str, str]
+    pending: list[tuple[str, Any]]
+    file_hashes: dict[str, str]
+    pixels: Iterator[torch.Tensor]
+
 
 class Scorer:
     """Embeds and scores with one backbone; owns the image-embedding caches.
@@ -132,6 +146,7 @@ class Scorer:
         self._text_cache: OrderedDict[str, tuple[torch.Tensor, bool]] = OrderedDict()
         self._text_cache_size = int(text_cache_size)
         self._prefix_cache: dict[tuple[int, ...], list] = {}
+        self._pool: decode_pool.DecodePool | None = None
         self.images_encoded = 0
         self.texts_encoded = 0
         self.truncated_captions: set[str] = set()  # distinct candidates truncated so far (for run summaries)
@@ -184,12 +199,19 @@ class Scorer:
         try:
             return self._load_pixels(image)
         except InputError as error:
-            name = names.get(key, key)
-            if isinstance(image, (Image.Image, torch.Tensor)) or name == str(image):
-                if key in names:
-                    raise InputError(f"image id {name}: {error}") from None
-                raise
-            raise InputError(f"image id {name}: {error}") from None
+            self._raise_labelled(key, image, names, error)
+
+    @staticmethod
+    def _raise_labelled(key: str, image: Any, names: dict[str, str], error: BaseException) -> NoReturn:
+        """Raise an image's decoding error, naming its ids where the message does not already."""
+        if not isinstance(error, InputError):
+            raise error
+        name = names.get(key, key)
+        if isinstance(image, (Image.Image, torch.Tensor)) or name == str(image):
+            if key in names:
+                raise InputError(f"image id {name}: {error}") from None
+            raise error
+        raise InputError(f"image id {name}: {error}") from None
 
     @torch.no_grad()
     def embed_images(self, images: Sequence[Any], keys: Sequence[str] | None = None,
@@ -201,6 +223,11 @@ class Scorer:
         images in error messages; `keys` is accepted for compatibility and used as `names` when none are given
         — it no longer decides the cache entry.
         """
+        return self._encode_images(self._plan_images(images, keys, names))
+
+    def _plan_images(self, images: Sequence[Any], keys: Sequence[str] | None,
+                     names: Sequence[str] | None) -> _ImagePlan:
+        """Key the images, take what the caches hold and start decoding the rest (in the pool: already running)."""
         images = list(images)
         if keys is not None:
             keys = [str(k) for k in keys]
@@ -231,28 +258,79 @@ class Scorer:
                     self._image_cache[key] = torch.from_numpy(cached)
                     del todo[key]
         pending = list(todo.items())
-        batches = range(0, len(pending), self.batch_size)
-        # decoded by the worker threads, in order, up to two batches ahead of the model
+        return _ImagePlan(keys, labels, pending, file_hashes, self._pixel_batches(pending, labels))
+
+    def _pixel_batches(self, pending: list[tuple[str, Any]], labels: dict[str, str]) -> Iterator[torch.Tensor]:
+        """The pixels of `pending`, batch by batch on the CPU: from the decoding processes for a large input (their
+        first batches already submitted), else from threads of this process, in order, two batches ahead."""
+        if self._decoder is None and decode_pool.use_pool(len(pending), self.workers):
+            pool = self._decode_pool()
+            batches = pool.batches([image for _, image in pending], self.batch_size, ahead=2)
+
+            def relabelled() -> Iterator[torch.Tensor]:
+                try:
+                    yield from batches
+                except decode_pool.BatchError as failure:
+                    key, image = pending[failure.index]
+                    self._raise_labelled(key, image, labels, failure.error)
+            return relabelled()
         loaded = ordered_map(lambda item: self._load_pixels_for(item[0], item[1], labels), pending, self.workers,
                              ahead=2 * self.batch_size)
-        for start in tqdm(batches, desc="images", unit="batch", leave=False,
-                          disable=not self.progress or len(batches) < 2):
-            chunk = pending[start:start + self.batch_size]
-            items = [next(loaded) for _ in chunk]
-            pixels = torch.stack(items).to(self.device) if self._decoder is None else \
-                torch.stack([item.to(self.device) for item in items])
-            with self._precision():
-                raw = self.backbone.encode_image(pixels)
-            embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
-            check_embeddings(embeddings, lambda i, chunk=chunk: image_label(*chunk[i], labels), self.backbone)
-            self.images_encoded += len(chunk)
-            for (key, _), embedding in zip(chunk, embeddings):
-                self._image_cache[key] = embedding.clone()
-                if key in file_hashes:
-                    self.disk_cache.put(file_hashes[key], embedding.numpy())
-        if not keys:
+
+        def stacked() -> Iterator[torch.Tensor]:
+            try:
+                for start in range(0, len(pending), self.batch_size):
+                    items = [next(loaded) for _ in pending[start:start + self.batch_size]]
+                    yield torch.stack(items) if self._decoder is None else torch.stack([item.to(self.device)
+                                                                                        for item in items])
+            finally:
+                loaded.close()
+        return stacked()
+
+    def _decode_pool(self) -> decode_pool.DecodePool:
+        """The scorer's decoding processes, started at the first large input and kept for the next calls."""
+        if self._pool is None:
+            # the function holds the preprocessing and the fixed shape, not the scorer (the pool would keep it alive)
+            shape = self._expected_pixel_shape()
+            function = functools.partial(image_inputs.load_pixels, preprocess=self.backbone.preprocess,
+                                         expected_shape=functools.partial(tuple, shape))
+            self._pool = decode_pool.DecodePool(function, self.workers, shape)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the decoding processes, if any were started (they also stop when the scorer is collected)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _to_device(self, pixels: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda" and not pixels.is_cuda:  # pinned: the copy overlaps the host's next work
+            return pixels.pin_memory().to(self.device, non_blocking=True)
+        return pixels.to(self.device)
+
+    def _encode_images(self, plan: _ImagePlan) -> torch.Tensor:
+        """Run the towers on the planned batches as they are decoded; the embeddings of every key, in order."""
+        pending, labels, file_hashes = plan.pending, plan.labels, plan.file_hashes
+        batches = range(0, len(pending), self.batch_size)
+        try:
+            for start in tqdm(batches, desc="images", unit="batch", leave=False,
+                              disable=not self.progress or len(batches) < 2):
+                chunk = pending[start:start + self.batch_size]
+                pixels = self._to_device(next(plan.pixels))
+                with self._precision():
+                    raw = self.backbone.encode_image(pixels)
+                embeddings = torch.nn.functional.normalize(raw.float(), dim=-1).cpu()
+                check_embeddings(embeddings, lambda i, chunk=chunk: image_label(*chunk[i], labels), self.backbone)
+                self.images_encoded += len(chunk)
+                for (key, _), embedding in zip(chunk, embeddings):
+                    self._image_cache[key] = embedding.clone()
+                    if key in file_hashes:
+                        self.disk_cache.put(file_hashes[key], embedding.numpy())
+        finally:
+            plan.pixels.close()
+        if not plan.keys:
             return torch.zeros(0, 0)
-        return torch.stack([self._image_cache[key] for key in keys])
+        return torch.stack([self._image_cache[key] for key in plan.keys])
 
     # ------------------------------------------------------------------ texts
     def _text_batches(self, lengths: list[int]) -> list[list[int]]:
@@ -430,9 +508,31 @@ class Scorer:
         if len(images) != len(candidates):
             raise InputError(f"{len(images)} images but {len(candidates)} candidates")
         _check_texts(list(candidates), "candidate")
-        image_embs = self.embed_images(images, keys=keys, names=names)
+        plan = self._plan_images(images, keys, names)
+        if len(plan.pending) >= decode_pool.MIN_IMAGES:  # the towers embed the texts while the images decode
+            try:
+                self._embed_texts_early(list(candidates), references, long_captions)
+            except BaseException:
+                plan.pixels.close()
+                raise
+        image_embs = self._encode_images(plan)
         return self.score_embeddings(image_embs, candidates, references, w, score=score,
                                      long_captions=long_captions)
+
+    def _embed_texts_early(self, candidates: list[str], references: Sequence[Sequence[str]] | None,
+                           long_captions: str | None) -> None:
+        """Fill the text cache with what `score_embeddings` will ask for, in the same calls and order (so the same
+        batches and floats); references that `score_embeddings` would refuse are left to refuse there."""
+        mode = check_long_captions(long_captions or self.long_captions)
+        texts = [candidates]
+        if references is not None:
+            refs = [list(r) for r in references]
+            if len(refs) == len(candidates) and all(r and all(isinstance(t, str) for t in r) for r in refs):
+                texts.append(list(dict.fromkeys(ref for r in refs for ref in r)))
+        if 2 * sum(len(set(group)) for group in texts) > self._text_cache_size:
+            return  # a cache that would evict some of them: embedded once, where they are used
+        for group in texts:
+            self.embed_texts_detailed(group, long_captions=mode)
 
 
 def _decoder(decode: str, backbone: Backbone, device: torch.device) -> tuple[str, Any]:

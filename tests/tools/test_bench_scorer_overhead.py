@@ -40,3 +40,34 @@ def test_the_table_and_the_stage_split_at_toy_sizes(tmp_path: Path) -> None:
     whole = split[-2]["ms"]
     assert sum(row["ms"] for row in split[:-2]) == pytest.approx(whole)  # the stages and the rest add up
     assert "| input | dtype | pairs |" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_simulated_device_mode_at_toy_size(tmp_path: Path) -> None:
+    out = tmp_path / "sim.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_scorer_overhead.py"), "--before", str(REPO),
+                           "--images", "6", "--batch", "4", "--workers", "2", "--repeats", "1", "--sim-device", "3",
+                           "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["tree"] for row in rows] == ["this tree", "before", "this tree / before: Scorer time"]
+    for row in rows[:2]:  # 6 images in 2 batches + 30 distinct captions in 8 batches; ratios of the printed times
+        assert row["pairs"] == 30 and row["tower batches"] == 10 and row["ms per batch"] == 3
+        assert row["towers s"] >= 10 * 0.003  # ten sleeps of 3 ms at least
+        assert row["Scorer / max(decode, towers)"] == pytest.approx(
+            row["scorer s"] / max(row["decode s"], row["towers s"]))
+    assert rows[2]["scorer s"] == pytest.approx(rows[0]["scorer s"] / rows[1]["scorer s"])
+    assert "| tree | pairs | tower batches |" in done.stdout
+
+
+@pytest.mark.parametrize("flags, named", [(["--sim-device", "0"], "--sim-device '0'"),
+                                          (["--sim-device", "-2"], "--sim-device '-2'"),
+                                          (["--workers", "two"], "--workers 'two'"),
+                                          (["--workers", "-1"], "--workers -1")])
+def test_bad_flags_are_one_line_and_exit_2(flags: list[str], named: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_scorer_overhead.py"), *flags],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and named in done.stderr and not done.stdout
