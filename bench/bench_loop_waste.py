@@ -9,7 +9,8 @@ Three workloads on the same random captioner (seed 0) and the same random featur
   number of distinct tokens of a caption, mean baseline), `forward(repeats=5)` with dropout, backward, Adam.
 - Beam search: 5 beams, `--images` images, evaluation mode.
 
-The trees run in turn (interleaved, `--rounds` times each, medians), each with `--threads` torch threads.
+The trees run in turn (interleaved, `--rounds` times each, medians of wall and of CPU time), each with
+`--threads` torch threads.
 The first step of each workload starts from the same weights in both trees: its tokens, loss and gradients
 are compared (largest gradient difference relative to the tensor's largest gradient).
 
@@ -39,6 +40,16 @@ SHAPES = {  # coco: the COCO recipe (recipes/configs/coco_base.yaml) over ViT-B/
 }
 CAPTIONS_PER_IMAGE = 5
 WORKLOADS = ("xe", "scst", "beam")
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(start: tuple[float, float]) -> list[float]:
+    """(wall, CPU) seconds since `start`."""
+    wall, cpu = _clock()
+    return [wall - start[0], cpu - start[1]]
 
 
 class Child:
@@ -119,7 +130,7 @@ class Child:
         features, tokens = self.state["data"]
         rows = torch.arange(features.shape[0]).repeat_interleave(CAPTIONS_PER_IMAGE)
         grouped = "rows" in inspect.signature(Captioner.forward).parameters
-        start = time.perf_counter()
+        start = _clock()
         model.train()
         rng = ExampleRNG(example_generators(42, 0, range(len(rows)), DROPOUT))
         with model.example_rng(rng):
@@ -132,7 +143,7 @@ class Child:
         saved = {"loss": loss.detach(), "grads": {n: p.grad.clone() for n, p in model.named_parameters()}}
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return {"seconds": time.perf_counter() - start, "saved": saved}
+        return {"seconds": _since(start), "saved": saved}
 
     def scst_step(self) -> dict[str, Any]:
         """One SCST step: 5 beams per image, stand-in reward, `forward(repeats=5)` with dropout, Adam."""
@@ -148,7 +159,7 @@ class Child:
         model, optimizer = self.state["model"], self.state["optimizer"]
         features = self.state["data"][0]
         b, k = features.shape[0], CAPTIONS_PER_IMAGE
-        start = time.perf_counter()
+        start = _clock()
         model.eval()
         sampled = beam_search(model, features, beam_size=k).tokens
         tokens = sampled.reshape(b * k, -1)
@@ -163,7 +174,7 @@ class Child:
                  "grads": {n: p.grad.clone() for n, p in model.named_parameters()}}
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return {"seconds": time.perf_counter() - start, "saved": saved}
+        return {"seconds": _since(start), "saved": saved}
 
     def beam(self) -> dict[str, Any]:
         """Beam search (5 beams) of the images, evaluation mode."""
@@ -172,9 +183,9 @@ class Child:
         if "model" not in self.state:
             self.state["model"] = self.model(0.1)[0].eval()
             self.state["data"] = self.data(self.args.images)
-        start = time.perf_counter()
+        start = _clock()
         decoded = beam_search(self.state["model"], self.state["data"][0], beam_size=CAPTIONS_PER_IMAGE)
-        return {"seconds": time.perf_counter() - start, "saved": {"tokens": decoded.tokens,
+        return {"seconds": _since(start), "saved": {"tokens": decoded.tokens,
                                                                    "log_probs": decoded.log_probs}}
 
 
@@ -208,11 +219,11 @@ class Tree:
             raise SystemExit(f"bench_loop_waste: the measurement of {self.name} died (exit {self.process.wait()})")
         return json.loads(line)
 
-    def run(self, workload: str) -> float:
-        """Seconds of one step of `workload`."""
+    def run(self, workload: str) -> list[float]:
+        """(wall, CPU) seconds of one step of `workload`."""
         self.process.stdin.write(json.dumps({"workload": workload, "tag": self.tag}) + "\n")
         self.process.stdin.flush()
-        return float(self.read()["seconds"])
+        return [float(x) for x in self.read()["seconds"]]
 
     def close(self) -> None:
         """End the child."""
@@ -270,7 +281,7 @@ def main() -> None:
         trees = [Tree("this tree", REPO, args)]
         if args.before:
             trees.insert(0, Tree("before", Path(args.before).resolve(), args))
-        times: dict[tuple[str, str], list[float]] = {}
+        times: dict[tuple[str, str], list[list[float]]] = {}
         try:
             for workload in workloads:
                 for tree in trees:  # untimed first step: the compared one (also the warm-up)
@@ -289,13 +300,16 @@ def main() -> None:
           f"XE dropout {args.xe_dropout:g}, {args.threads} thread(s), median of {args.rounds} interleaved rounds")
     units = {"xe": ("XE steps/s", 1.0), "scst": ("SCST steps/s", 1.0), "beam": ("beam-5 images/s", args.images)}
     names = [tree.name for tree in trees]
-    print(f"{'workload':<18}" + "".join(f"{name:>14}" for name in names)
-          + (f"{'this / before':>15}" if args.before else ""))
-    for workload in workloads:
-        label, scale = units[workload]
-        rates = [scale / statistics.median(times[(name, workload)]) for name in names]
-        print(f"{label:<18}" + "".join(f"{rate:>14.3f}" for rate in rates)
-              + (f"{rates[1] / rates[0]:>14.2f}×" if args.before else ""))
+    # CPU time too: with one thread it is the step's compute, and it moves less than wall time when other jobs
+    # share the cores.
+    for clock, label_clock in ((0, "wall"), (1, "CPU")):
+        print(f"{'by ' + label_clock + ' time':<18}" + "".join(f"{name:>14}" for name in names)
+              + (f"{'this / before':>15}" if args.before else ""))
+        for workload in workloads:
+            label, scale = units[workload]
+            rates = [scale / statistics.median(t[clock] for t in times[(name, workload)]) for name in names]
+            print(f"{label:<18}" + "".join(f"{rate:>14.4f}" for rate in rates)
+                  + (f"{rates[1] / rates[0]:>14.2f}×" if args.before else ""))
     for workload, text in comparisons.items():
         print(f"{units[workload][0].split()[0]} first step, this tree vs before: {text}")
 
