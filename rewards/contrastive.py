@@ -23,10 +23,10 @@ import torch
 
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import Backbone
-from pacs.metric.models.factory import load_backbone
 from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
+from pacs.metric.scoring.model_options import LIBRARY_DEFAULTS, build_scorer, library_options
 from pacs.metric.scoring.registry import METRICS, MetricSpec, default_w
-from pacs.metric.scoring.scorer import Scorer, check_dtype
+from pacs.metric.scoring.scorer import check_dtype
 from pacs.rewards.registry import register_reward
 from pacs.rewards.resources import ImageEmbeddingCache, ImageLoader, RewardResources
 
@@ -79,8 +79,8 @@ class ContrastiveReward:
 
 def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any] | None = None,
                         backbone: Any = None, checkpoint: str | None = None, arch: str | None = None,
-                        device: str = "cpu", batch_size: int = 64, resources: RewardResources | None = None,
-                        dtype: str = "fp32") -> Any:
+                        device: str = LIBRARY_DEFAULTS["device"], batch_size: int = 64,
+                        resources: RewardResources | None = None, dtype: str = "fp32") -> Any:
     """The scorer of reward `name`: `scorers[name]`, `scorer`, or one built from `backbone`/`checkpoint` in `dtype`."""
 
     if scorers and name in scorers:
@@ -98,9 +98,11 @@ def scorer_from_context(name: str, scorer: Any = None, scorers: Mapping[str, Any
         else:
             key = ("spec", backbone, checkpoint, arch, device, dtype)
         if key not in resources.scorers:
-            model = backbone if isinstance(backbone, Backbone) else load_backbone(
-                backbone=backbone, checkpoint=checkpoint, arch=arch, device=device)
-            resources.scorers[key] = Scorer(model, batch_size=batch_size, device=device, progress=False, dtype=dtype)
+            # no metric: a family the reward's metric contradicts is logged by the factory, not refused
+            options, model = library_options("build_reward", {"backbone": backbone, "checkpoint": checkpoint,
+                                                              "arch": arch, "device": device,
+                                                              "batch_size": batch_size, "dtype": dtype})
+            resources.scorers[key] = build_scorer(None, options, model, progress=False)
         chosen = resources.scorers[key]
     model = chosen.backbone.model
     model.eval()
@@ -113,7 +115,8 @@ def contrastive_factory(name: str):
     spec = METRICS[name]
 
     def factory(scorer: Any = None, scorers: Mapping[str, Any] | None = None, backbone: Any = None,
-                checkpoint: str | None = None, arch: str | None = None, device: str = "cpu", batch_size: int = 64,
+                checkpoint: str | None = None, arch: str | None = None, device: str = LIBRARY_DEFAULTS["device"],
+                batch_size: int = 64,
                 w: float | None = None, image_loader: ImageLoader | None = None,
                 image_paths: Mapping[str, Any] | None = None, image_embeddings: Mapping[str, torch.Tensor] | None = None,
                 resources: RewardResources | None = None, dtype: str = "fp32", score: str = "cosine",

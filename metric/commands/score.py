@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pacs.metric.common.device import DEVICE_HELP
 from pacs.metric.common.errors import InputError
@@ -23,24 +22,12 @@ from pacs.metric.scoring.inputs import (
     load_references,
     references_for,
 )
-from pacs.metric.scoring.model_options import (
-    DEFAULT_CLIP_BACKBONE,
-    ModelOptions,
-    build_scorer,
-    load_model,
-    model_identity,
-    model_provenance,
-)
+from pacs.metric.scoring.model_options import DEFAULT_CLIP_BACKBONE, ModelOptions, build_scorer, model_provenance
 from pacs.metric.scoring.registry import metric_spec
-
-if TYPE_CHECKING:  # torch and open_clip load only when a command builds a model
-    from pacs.metric.models.backbones import Backbone
-    from pacs.metric.scoring.scorer import Scorer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_CLIP_BACKBONE", "add_model_options", "backbone_from_args", "model_identity",
-           "model_provenance", "register", "run_score", "scorer_from_args"]
+__all__ = ["add_model_options", "register", "run_score"]
 
 
 #: `--w`'s help: each default with the value the official code uses (the official PAC-S / PAC-S++ evaluation scripts
@@ -92,17 +79,6 @@ def add_model_options(parser: argparse.ArgumentParser, w_help: str = W_HELP) -> 
     group.add_argument("--decode", choices=DECODES, default="cpu", help=DECODE_HELP)
 
 
-def backbone_from_args(args: argparse.Namespace, metric: str | None = None) -> Backbone:
-    """Load the backbone named by the model options (`pacs.metric.scoring.model_options.load_model`)."""
-    return load_model(ModelOptions.from_mapping(args), metric)
-
-
-def scorer_from_args(args: argparse.Namespace, metric: str | None = None) -> Scorer:
-    """Build a Scorer from the model options (`pacs.metric.scoring.model_options.build_scorer`)."""
-    metric = metric or (getattr(args, "metric", None) if isinstance(getattr(args, "metric", None), str) else None)
-    return build_scorer(ModelOptions.from_mapping(args), metric)
-
-
 def run_score(args: argparse.Namespace) -> int:
     """`pacs score`: score candidates, write the per-instance JSON (atomically) and print a summary line."""
     outputs = [("--out", args.out)]
@@ -132,7 +108,7 @@ def run_score(args: argparse.Namespace) -> int:
         if candidate.key not in paths:
             paths[candidate.key] = finder.resolve(candidate.key)
     check_outputs(outputs, [(f"image {key!r}", path) for key, path in paths.items()])  # --image-map's files too
-    scorer = scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
+    scorer = build_scorer(spec.name, ModelOptions.from_mapping(args))  # a family mismatch exits 2 there (unless allowed)
     result = scorer.score([str(paths[c.key]) for c in candidates], [c.caption for c in candidates],
                           references, names=[c.key for c in candidates])  # keyed by path: each file encoded once
     if result.n_truncated:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pacs.metric.commands.score import add_model_options
 from pacs.metric.common.errors import InputError
@@ -16,17 +16,13 @@ from pacs.metric.common.terminal import escape_control
 from pacs.metric.scoring.inputs import load_image_map, load_references, references_for
 from pacs.metric.scoring.model_options import ModelOptions, model_provenance
 from pacs.metric.scoring.registry import metric_spec
-from pacs.metric.video.frames import FRAME_EXTENSIONS, VIDEO_EXTENSIONS, FrameSampling, find_videos
-from pacs.metric.video.inputs import load_sentences, load_video_candidates
+from pacs.metric.video.frames import FRAME_EXTENSIONS, VIDEO_EXTENSIONS, find_videos
+from pacs.metric.video.inputs import load_video_candidates
 from pacs.metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus
-
-if TYPE_CHECKING:  # torch loads only when a command reads videos
-    from pacs.metric.video.scorer import VideoScorer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["add_sampling_options", "idf_corpus_from_args", "load_sentences", "load_video_candidates", "register",
-           "run_score_video", "sampling_from_args", "video_options_from_args", "video_scorer_from_args"]
+__all__ = ["add_sampling_options", "register", "run_score_video", "video_options_from_args"]
 
 
 def _add_video_arguments(container: Any, fps_default: float | None) -> None:
@@ -53,23 +49,6 @@ def video_options_from_args(args: argparse.Namespace) -> VideoOptions:
     values = {name: getattr(args, name) for name in ("videos", "fps", "num_frames", "max_frames", "idf_corpus",
                                                      "no_idf", "prompt") if getattr(args, name, None) is not None}
     return VideoOptions(**values)
-
-
-def sampling_from_args(args: argparse.Namespace, default: FrameSampling | None = None) -> FrameSampling:
-    """The frame sampling named by `--fps --num-frames --max-frames` (`default` when neither rule is given)."""
-    return frame_sampling(video_options_from_args(args), default)
-
-
-def video_scorer_from_args(args: argparse.Namespace, metric: str, sampling: FrameSampling | None = None,
-                           progress: bool = True) -> VideoScorer:
-    """Build a VideoScorer from the model and video options (`pacs.metric.video.options.build_video_scorer`)."""
-    return build_video_scorer(ModelOptions.from_mapping(args), metric, sampling or sampling_from_args(args),
-                              prompt=getattr(args, "prompt", "") or "", progress=progress)
-
-
-def idf_corpus_from_args(args: argparse.Namespace, default: list[str] | None) -> tuple[list[str] | None, str]:
-    """The IDF corpus chosen by `--no-idf` / `--idf-corpus` (else `default`), and a name for provenance."""
-    return idf_corpus(video_options_from_args(args), default)
 
 
 def run_score_video(args: argparse.Namespace) -> int:
@@ -108,9 +87,11 @@ def run_score_video(args: argparse.Namespace) -> int:
         default_name = f"references ({args.references})"
     else:
         default_corpus, default_name = [c.caption for c in candidates], "candidates"
-    corpus, corpus_name = idf_corpus_from_args(args, default_corpus)
+    video = video_options_from_args(args)
+    corpus, corpus_name = idf_corpus(video, default_corpus)
     corpus_name = default_name if corpus_name == "default" else corpus_name
-    scorer = video_scorer_from_args(args, spec.name)  # a family mismatch exits 2 there (unless allowed)
+    scorer = build_video_scorer(ModelOptions.from_mapping(args), spec.name, frame_sampling(video),
+                                prompt=args.prompt or "")  # a family mismatch exits 2 there (unless allowed)
     idf = scorer.idf(corpus)
     result = scorer.score([paths[c.key] for c in candidates], [c.caption for c in candidates], references,
                           idf=idf)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pacs.metric.common.errors import InputError
+from pacs.metric.scoring.model_options import build_scorer, library_options
 from pacs.metric.scoring.registry import default_w, metric_spec
 
 logger = logging.getLogger(__name__)
@@ -71,61 +72,9 @@ def _check_inputs(images: Sequence[Any], captions: Sequence[str],
                 raise InputError(f"references of caption #{index} must be a list of strings, not a string")
 
 
-def build_scorer(metric: str, backbone: Any = None, checkpoint: str | os.PathLike | None = None,
-                 arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
-                 w: float | None = None, device: str = "cpu", batch_size: int = 64,
-                 cache_dir: str | os.PathLike | None = None, lora_mode: str = "official",
-                 dtype: str = "fp32", score: str | None = None, long_captions: str | None = None) -> Any:
-    """The `pacs.metric.scoring.scorer.Scorer` of `metric` from the CLI's model options (`pacs.metric.scoring.model_options.build_scorer`).
-
-    `backbone` may also be an already-loaded `Backbone` (wrapped in a new Scorer) or a `Scorer` (returned as it
-    is, keeping its caches and its own `score` / `long_captions` unless given here, per call in `score()`); either way the metric's
-    family is checked against the model's. `score="sigmoid"` on a model without a logit bias is an InputError.
-    """
-    from pacs.metric.models.backbones import Backbone
-    from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
-    from pacs.metric.scoring.registry import check_metric_family
-    from pacs.metric.scoring.scorer import Scorer
-
-    spec = metric_spec(metric)
-    if int(batch_size) < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    if isinstance(backbone, (Backbone, Scorer)):
-        if checkpoint is not None or arch is not None or family is not None:
-            raise InputError("checkpoint=, arch= and family= load a model: they cannot be combined with an "
-                             f"already-loaded {type(backbone).__name__} given as backbone=")
-        loaded = backbone.backbone if isinstance(backbone, Scorer) else backbone
-        check_metric_family(spec.name, loaded, allow_family_mismatch, option="allow_family_mismatch=True")
-        if isinstance(backbone, Scorer):
-            check_long_captions(long_captions)
-            if check_score_kind(score) == "sigmoid":
-                calibration(backbone.backbone)
-            return backbone
-        return Scorer(loaded, w=w if w is not None else default_w(spec.name, loaded), batch_size=batch_size,
-                      device=device, cache_dir=cache_dir, progress=False, dtype=dtype, score=score,
-                      long_captions=long_captions)
-    if backbone is not None and not isinstance(backbone, str):
-        raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
-                         f"got {type(backbone).__name__}")
-    # the CLI's rules for names and files: default CLIP backbone, family checks, w
-    from pacs.metric.scoring.model_options import ModelOptions, build_scorer
-
-    options = ModelOptions(checkpoint=None if checkpoint is None else os.fspath(checkpoint),
-                           backbone=backbone, arch=arch, family=family,
-                           allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                           batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
-                           score=check_score_kind(score), long_captions=check_long_captions(long_captions))
-    scorer = build_scorer(options, spec.name)
-    scorer.progress = False
-    return scorer
-
-
 def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[Sequence[str]] | None = None,
           metric: str = "ref-pac-s++", checkpoint: str | os.PathLike | None = None, backbone: Any = None, *,
-          arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
-          w: float | None = None, device: str = "cpu", batch_size: int = 64, lora_mode: str = "official",
-          cache_dir: str | os.PathLike | None = None, dtype: str = "fp32", score: str | None = None,
-          long_captions: str | None = None) -> MetricScores:
+          score: str | None = None, long_captions: str | None = None, **options: Any) -> MetricScores:
     """Score caption i against image i and its references: per-caption scores + mean.
 
     Images are paths, PIL images, uint8 tensors `[C, H, W]` (raw 0..255 pixels, preprocessed here) or float
@@ -137,12 +86,13 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
     records both and marks each truncated caption (`truncated`).
 
     `metric` is one of clip-s, ref-clip-s, pac-s, ref-pac-s, pac-s++, ref-pac-s++; the model options are the
-    CLI's (`pacs score --help`): `checkpoint` (an official PAC-S / PAC-S++ file, an open_clip state dict, a pacs
-    checkpoint or adapter folder), `backbone` (an open_clip `NAME[/PRETRAINED]`, or an already-loaded
-    `Backbone` / `Scorer`), `arch`, `family`, `allow_family_mismatch`, `w` (default: the metric's),
-    `device`, `batch_size`, `lora_mode`, `cache_dir`, `dtype` (fp32, bf16, fp16). Reference-based metrics
-    need `references` (a list of strings per caption); reference-free ones ignore them. Bad input raises
-    `pacs.metric.common.errors.InputError`.
+    fields of `pacs.metric.scoring.model_options.ModelOptions` (the CLI's, `pacs score --help`) as keywords:
+    `checkpoint` (an official PAC-S / PAC-S++ file, an open_clip state dict, a pacs checkpoint or adapter
+    folder), `backbone` (an open_clip `NAME[/PRETRAINED]`, or an already-loaded `Backbone` / `Scorer`), `arch`,
+    `family`, `allow_family_mismatch`, `w` (default: the metric's), `device` (default here: cpu), `batch_size`,
+    `lora_mode`, `cache_dir`, `dtype` (fp32, bf16, fp16), `workers`, `decode`; a keyword that is none of them is a
+    TypeError naming the known ones. Reference-based metrics need `references` (a list of strings per caption);
+    reference-free ones ignore them. Bad input raises `pacs.metric.common.errors.InputError`.
 
     A tiny random model (built in code) standing in for a real PAC-S++ checkpoint:
 
@@ -169,6 +119,8 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
     >>> round(result.mean, 4)  # the official code gives 0.81278 (fixture A's expected.json)
     0.8128
     """
+    model_options, model = library_options("score", {"checkpoint": checkpoint, "backbone": backbone, "score": score,
+                                                     "long_captions": long_captions, **options})
     spec = metric_spec(metric)
     images, captions = list(images), list(captions) if not isinstance(captions, str) else captions
     if spec.reference_based and references is None:
@@ -177,10 +129,8 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
         logger.info("references ignored: %s is reference-free", spec.name)
         references = None
     _check_inputs(images, captions, references)
-    scorer = build_scorer(spec.name, backbone=backbone, checkpoint=checkpoint, arch=arch, family=family,
-                          allow_family_mismatch=allow_family_mismatch, w=w, device=device, batch_size=batch_size,
-                          cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype, score=score,
-                          long_captions=long_captions)
+    scorer = build_scorer(spec.name, model_options, model, progress=False)
+    w = model_options.w
     chosen_w = float(w) if w is not None else default_w(spec.name, scorer.backbone)
     result = scorer.score(images, captions, references, w=chosen_w, score=score, long_captions=long_captions)
     if result.n_truncated:

@@ -1,10 +1,12 @@
 """The model options of every scoring entry point (checkpoint, backbone, w, device, ...) as one dataclass."""
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from pacs.metric.common.errors import MissingResourceError
+from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.scoring.registry import check_metric_family, default_w, metric_spec
 
 if TYPE_CHECKING:  # torch and open_clip load only when a model is built
@@ -12,6 +14,12 @@ if TYPE_CHECKING:  # torch and open_clip load only when a model is built
     from pacs.metric.scoring.scorer import Scorer
 
 DEFAULT_CLIP_BACKBONE = "ViT-B-32/openai"
+
+#: Where the defaults live. `ModelOptions`' own are the command line's and the tables' (`pacs score`, `correlate`,
+#: `evaluate`, `pacs.eval.correlate`); the library entry points (`pacs.metric.score`, the torchmetrics classes and
+#: the contrastive rewards) differ only in these (`library_options`). `score()` also defaults `score` and
+#: `long_captions` to None: a given Scorer keeps its own per call.
+LIBRARY_DEFAULTS: dict[str, Any] = {"device": "cpu"}
 
 
 @dataclass
@@ -84,22 +92,80 @@ def load_model(options: ModelOptions, metric: str | None = None) -> Backbone:
     return loaded
 
 
-def build_scorer(options: ModelOptions, metric: str | None = None) -> Scorer:
-    """A Scorer for `metric` from the options; w = `options.w`, else the metric's default for this backbone."""
-    from pacs.metric.scoring.conventions import check_long_captions, check_score_kind
+def build_scorer(metric: str | None, options: ModelOptions | None = None, model: Backbone | Scorer | None = None,
+                 progress: bool = True) -> Scorer:
+    """The Scorer of `metric` from the model options: the one builder behind every scoring entry point.
+
+    `model` is an already-loaded `Backbone` (wrapped in a new Scorer) or `Scorer` (returned as it is, its caches,
+    `score` and `long_captions` kept; the options' `score` / `long_captions` are only checked) given as
+    `backbone=` to a library entry point (`library_options`). Either way the metric's family is checked against the
+    model's (a `metric` of None checks nothing); w = `options.w`, else the metric's default for this model, else the
+    model family's. Every option is checked before a model is loaded.
+    """
+    # deferred: torch and open_clip load only when a model is built
+    from pacs.metric.models.backbones import Backbone
+    from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
     from pacs.metric.scoring.scorer import Scorer
 
-    if metric is not None:
-        metric_spec(metric)  # unknown names fail before any model is loaded
-    check_score_kind(options.score)
-    check_long_captions(options.long_captions)
-    check_input_pipeline(options)  # before the model is loaded
-    backbone = load_model(options, metric)
-    w = options.w if options.w is not None else (default_w(metric, backbone) if metric else None)
-    return Scorer(backbone, w=w, batch_size=options.batch_size or 64, device=options.device or "auto",
-                  cache_dir=options.cache_dir, dtype=options.dtype or "fp32", score=options.score or "cosine",
+    if isinstance(metric, ModelOptions):  # eval/api.py and eval/metric_models.py pass (options, metric)
+        metric, options = options, metric
+    options = options if options is not None else ModelOptions()
+    name = metric_spec(metric).name if metric is not None else None  # unknown names fail before any model loads
+    batch_size = 64 if options.batch_size is None else options.batch_size
+    if int(batch_size) < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if model is None and options.backbone is not None and not isinstance(options.backbone, str):
+        model = options.backbone
+    if model is not None:
+        if not isinstance(model, (Backbone, Scorer)):
+            raise InputError(f"backbone= must be an open_clip NAME[/PRETRAINED], a Backbone or a Scorer, "
+                             f"got {type(model).__name__}")
+        if options.checkpoint is not None or options.arch is not None or options.family is not None:
+            kind = type(model).__name__
+            raise InputError(f"pass either a loaded {kind} or checkpoint= / arch= / family=, not both: they load a "
+                             f"model, which cannot be combined with an already-loaded {kind} given as backbone=")
+        loaded = model.backbone if isinstance(model, Scorer) else model
+        if name is not None:
+            check_metric_family(name, loaded, bool(options.allow_family_mismatch), option="allow_family_mismatch=True")
+        if isinstance(model, Scorer):
+            check_long_captions(options.long_captions)
+            if check_score_kind(options.score) == "sigmoid":
+                calibration(model.backbone)
+            return model
+    else:
+        check_score_kind(options.score)
+        check_long_captions(options.long_captions)
+        check_input_pipeline(options)  # before the model is loaded
+        loaded = load_model(options, name)
+    w = options.w if options.w is not None else (default_w(name, loaded) if name else None)
+    return Scorer(loaded, w=w, batch_size=batch_size, device=options.device or "auto", cache_dir=options.cache_dir,
+                  dtype=options.dtype or "fp32", score=options.score or "cosine",
                   long_captions=options.long_captions or "truncate", workers=options.workers,
-                  decode=options.decode or "cpu")
+                  decode=options.decode or "cpu", progress=progress)
+
+
+def library_options(where: str, values: Mapping[str, Any],
+                    defaults: Mapping[str, Any] = LIBRARY_DEFAULTS) -> tuple[ModelOptions, Any]:
+    """(ModelOptions, loaded model or None) from a library entry point's keywords over its `defaults`.
+
+    A `backbone=` that is not a name (a loaded `Backbone` or `Scorer`) comes back apart, for `build_scorer`'s
+    `model`; a path-like `checkpoint` becomes a string. A keyword that is no `ModelOptions` field is a TypeError
+    naming it and the known ones (`where` names the entry point).
+    """
+    known = [option.name for option in fields(ModelOptions)]
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(model options: {', '.join(known)})")
+    chosen = {**defaults, **values}
+    model = chosen.get("backbone")
+    if model is not None and not isinstance(model, str):
+        chosen["backbone"] = None
+    else:
+        model = None
+    if chosen.get("checkpoint") is not None:
+        chosen["checkpoint"] = os.fspath(chosen["checkpoint"])
+    return ModelOptions(**chosen), model
 
 
 def check_input_pipeline(options: ModelOptions) -> None:

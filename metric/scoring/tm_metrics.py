@@ -3,10 +3,11 @@
 Optional extra: `pip install "pacs-captioning[torchmetrics]"`. Each metric is a `torchmetrics.Metric` that
 scores with `pacs.metric.scoring.scorer.Scorer` (the numbers of `pacs score`, nothing re-implemented):
 
-- construction takes the CLI's model options (`checkpoint`, `backbone`, `arch`, `family`,
-  `allow_family_mismatch`, `w`, `device`, `batch_size`, `cache_dir`, `lora_mode`, `dtype`, `score` ("cosine" or
-  "sigmoid") and `long_captions` ("truncate" or "chunk"); see
-  `pacs.metric.commands.score.add_model_options`) or an already loaded `Backbone` as `backbone=`;
+- construction takes the CLI's model options as keywords (the fields of
+  `pacs.metric.scoring.model_options.ModelOptions`: `checkpoint`, `backbone`, `arch`, `family`,
+  `allow_family_mismatch`, `w`, `device` (default here: cpu), `batch_size`, `cache_dir`, `lora_mode`, `dtype`,
+  `score` ("cosine" or "sigmoid"), `long_captions` ("truncate" or "chunk"), `workers`, `decode`), or an already
+  loaded `Backbone` (or `Scorer`) as `backbone=`; every other keyword goes to `torchmetrics.Metric`;
 - `reference_based=True` makes the metric the Ref- variant (RefCLIP-S, RefPAC-S, RefPAC-S++): `update` then
   needs `references` (one list of strings per caption); a reference-free metric refuses them, so one metric
   object never mixes the two kinds of number;
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,7 +49,7 @@ from PIL import Image
 
 from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.models.backbones import Backbone
-from pacs.metric.scoring.registry import check_metric_family, default_w, metric_spec
+from pacs.metric.scoring.model_options import ModelOptions, build_scorer, library_options
 from pacs.metric.scoring.scorer import Scorer
 
 try:
@@ -59,33 +61,11 @@ except ImportError as _error:  # the optional extra is not installed
 
 ImageInput = str | os.PathLike | Image.Image | torch.Tensor
 
-__all__ = ["CLIPScore", "PACScore", "PACScorePlusPlus", "build_scorer", "clip_score", "pac_score",
-           "pac_score_plus_plus", "to_image_inputs"]
+__all__ = ["CLIPScore", "PACScore", "PACScorePlusPlus", "clip_score", "pac_score", "pac_score_plus_plus",
+           "to_image_inputs"]
 
-
-def build_scorer(metric: str, backbone: Backbone | str | None = None, checkpoint: str | None = None,
-                 arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
-                 w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
-                 lora_mode: str = "official", dtype: str = "fp32", score: str = "cosine",
-                 long_captions: str = "truncate") -> Scorer:
-    """The Scorer of `metric` from the CLI's model options (`pacs.metric.scoring.model_options.build_scorer`) or a loaded Backbone."""
-    spec = metric_spec(metric)
-    if isinstance(backbone, Backbone):
-        if checkpoint is not None or arch is not None or family is not None:
-            raise InputError("pass either a loaded Backbone or checkpoint= / arch= / family=, not both")
-        check_metric_family(spec.name, backbone, allow_family_mismatch, option="allow_family_mismatch=True")
-        scorer = Scorer(backbone, w=w if w is not None else default_w(spec.name, backbone), batch_size=batch_size,
-                        device=device, cache_dir=cache_dir, dtype=dtype, score=score, long_captions=long_captions)
-    else:
-        from pacs.metric.scoring.model_options import ModelOptions, build_scorer
-
-        options = ModelOptions(checkpoint=checkpoint, backbone=backbone, arch=arch, family=family,
-                               allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                               batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
-                               score=score, long_captions=long_captions)
-        scorer = build_scorer(options, spec.name)
-    scorer.progress = False
-    return scorer
+#: the keywords a metric's constructor hands to `build_scorer` (the rest go to `torchmetrics.Metric`)
+MODEL_OPTION_NAMES = frozenset(option.name for option in fields(ModelOptions))
 
 
 def _tensor_to_pil(image: torch.Tensor, index: int) -> Image.Image:
@@ -164,20 +144,17 @@ class _ContrastiveMetric(Metric):
     full_state_update: ClassVar[bool] = False
     plot_lower_bound: float = 0.0
 
-    def __init__(self, checkpoint: str | None = None, backbone: Backbone | str | None = None,
-                 arch: str | None = None, family: str | None = None, allow_family_mismatch: bool = False,
-                 w: float | None = None, device: str = "cpu", batch_size: int = 64, cache_dir: str | None = None,
-                 lora_mode: str = "official", dtype: str = "fp32", reference_based: bool = False,
-                 return_per_sample: bool = False, score: str = "cosine", long_captions: str = "truncate",
-                 **kwargs: Any) -> None:
+    def __init__(self, checkpoint: str | None = None, backbone: Backbone | Scorer | str | None = None, *,
+                 reference_based: bool = False, return_per_sample: bool = False, **kwargs: Any) -> None:
+        """Model options: the fields of `ModelOptions` as keywords (device cpu unless given); others: Metric's."""
+        model_keywords = {key: kwargs.pop(key) for key in list(kwargs) if key in MODEL_OPTION_NAMES}
         super().__init__(**kwargs)
         self.reference_based = bool(reference_based)
         self.metric_name = ("ref-" if self.reference_based else "") + self.base_metric
         self.return_per_sample = bool(return_per_sample)
-        self.scorer = build_scorer(self.metric_name, backbone=backbone, checkpoint=checkpoint, arch=arch,
-                                   family=family, allow_family_mismatch=allow_family_mismatch, w=w, device=device,
-                                   batch_size=batch_size, cache_dir=cache_dir, lora_mode=lora_mode, dtype=dtype,
-                                   score=score, long_captions=long_captions)
+        options, model = library_options(type(self).__name__,
+                                         {"checkpoint": checkpoint, "backbone": backbone, **model_keywords})
+        self.scorer = build_scorer(self.metric_name, options, model, progress=False)
         self.add_state("scores", default=[], dist_reduce_fx="cat")
         self.add_state("truncated", default=[], dist_reduce_fx="cat")
 

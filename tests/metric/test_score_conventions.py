@@ -13,8 +13,8 @@ from pacs import cli as pacs_cli
 from pacs.metric import load_backbone, score
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import build_backbone_from_config, save_backbone, tiny_clip_config
-from pacs.metric.scoring.api import build_scorer
 from pacs.metric.scoring.conventions import calibration
+from pacs.metric.scoring.model_options import ModelOptions, build_scorer
 from pacs.metric.scoring.scorer import DEFAULT_PROMPT, Scorer
 
 SCALE, BIAS = 7.0, -1.5
@@ -96,7 +96,7 @@ def test_sigmoid_is_refused_on_clip_with_one_clear_error(clip_backbone):
     with pytest.raises(InputError, match="sigmoid"):
         score(IMAGES, CAPTIONS, metric="clip-s", backbone=clip_backbone, score="sigmoid")
     with pytest.raises(InputError, match="sigmoid"):
-        build_scorer("clip-s", backbone=Scorer(clip_backbone), score="sigmoid")
+        build_scorer("clip-s", ModelOptions(device="cpu", score="sigmoid"), Scorer(clip_backbone))
     with pytest.raises(InputError, match="sigmoid"):
         Scorer(clip_backbone).score(IMAGES, CAPTIONS, score="sigmoid")
     from pacs.rewards import build_reward
@@ -115,7 +115,7 @@ def test_score_api_and_build_scorer_record_the_convention(sigmoid_backbone):
     assert result.score_kind == "sigmoid" and result.details.score_kind == "sigmoid"
     free = [sigmoid(SCALE * float(c) + BIAS) for c in result.details.cosines]
     np.testing.assert_allclose(result.details.clip_scores, free, atol=1e-6)
-    scorer = build_scorer("clip-s", backbone=sigmoid_backbone, score="sigmoid")
+    scorer = build_scorer("clip-s", ModelOptions(device="cpu", score="sigmoid"), sigmoid_backbone)
     assert scorer.score_kind == "sigmoid"
     # a Scorer keeps its own convention unless the call names one
     assert score(IMAGES, CAPTIONS, metric="clip-s", backbone=scorer).score_kind == "sigmoid"
