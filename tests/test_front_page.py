@@ -106,3 +106,16 @@ def test_the_api_page_renders_every_public_name(hooks):
 def test_doctest_lines_are_fenced(hooks):
     text = "Intro.\n\n>>> x = 1\n>>> x\n1\n\nAfter."
     assert hooks.fence_doctests(text) == "Intro.\n\n```pycon\n>>> x = 1\n>>> x\n1\n```\n\nAfter."
+
+
+def test_links_out_of_docs_become_paths_and_a_missing_one_warns(hooks, caplog):
+    docs = ROOT / "docs"
+    page = "see [CHANGELOG.md](../CHANGELOG.md), [x](demo.md#seeds) and [r](../README.md#install-extras)\n"
+    assert hooks.rewrite_links(page, docs / "install.md", "install.md", docs) == (
+        "see `CHANGELOG.md`, [x](demo.md#seeds) and [r](index.md#install-extras)\n")
+    home = "[d](docs/demo.md) [c](CHANGELOG.md)\n```\n[not a link](nowhere.md)\n```\n"
+    assert hooks.rewrite_links(home, ROOT / "README.md", "index.md", docs) == (
+        "[d](demo.md) c (`CHANGELOG.md`)\n```\n[not a link](nowhere.md)\n```\n")
+    with caplog.at_level("WARNING", logger="mkdocs.hooks.pacs"):
+        hooks.rewrite_links("[gone](../gone.md)\n", docs / "cli.md", "cli.md", docs)
+    assert "docs/cli.md: link to ../gone.md, which does not exist" in caplog.text

@@ -102,7 +102,7 @@ def rewrite_links(markdown: str, source: Path, page_uri: str, docs_dir: Path) ->
                     inside = os.path.relpath(resolved, docs_dir).replace(os.sep, "/")
                     return f"{label}({posixpath.relpath(inside, page_dir)}{suffix})"
                 outside, text = os.path.relpath(resolved, ROOT), label[1:-1]
-                return text if text.strip("`") == outside else f"{text} (`{outside}`)"
+                return f"`{outside}`" if text.strip("`") == outside else f"{text} (`{outside}`)"
             line = _LINK.sub(replace, line)
         lines.append(line)
     return "\n".join(lines)
