@@ -43,6 +43,7 @@ from pacs.captioner.modeling.model import token_log_probs
 from pacs.captioner.modeling.policy import CaptionPolicy, PacsPolicy
 from pacs.captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
 from pacs.captioner.modeling.reward_spread import SpreadWatch, spread_counts
+from pacs.captioner.modeling.scst_guards import GamingStop, check_anchor, length_band_mask, mask_advantages
 from pacs.captioner.modeling.train_xe import is_better
 from pacs.captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
 from pacs.metric.common.config import (
@@ -76,10 +77,12 @@ BASELINES = ("mean", "loo", "greedy")
 SAMPLINGS = ("beam", "multinomial")
 #: `select_by` -> the monitor column that picks the best checkpoint (`last`: the last step, no selection)
 SELECT_BY = {"last": None, "cider": "cider", "reward": "reward"}
+KEPT_DIR = "kept"  # stop_on_gaming: the last monitored model before a gaming signature
 #: the guard settings (issue 24): left out of stage fingerprints while at their defaults (off), so runs finished
 #: before they existed stay done; the monitor's warning thresholds never determine an output
 GUARD_FIELDS = ("kl_coef", "kl_reference", "select_by", "monitor_every", "monitor_images",
-                "mix_normalisation")  # mix_normalisation (issue 34): how a mixed reward's components aggregate
+                "mix_normalisation",  # mix_normalisation (issue 34): how a mixed reward's components aggregate
+                "length_mask", "length_mask_slack", "cider_anchor", "stop_on_gaming")  # issue 44 (scst_guards)
 MONITOR_THRESHOLD_FIELDS = ("monitor_reward_rise", "monitor_rep_rise", "monitor_length_rise",
                             "monitor_distinct_drop", "monitor_incorrect_rise", "monitor_cider_drop",
                             "degenerate_window", "degenerate_fraction")
@@ -137,6 +140,14 @@ class SCSTConfig(TrainerConfig):
     # a mixed reward's components: summed with their weights, or each normalised within the image's k samples
     # first (GDPO; TRL's multi_objective_aggregation="normalize_then_sum"; pacs.rewards.mix, docs/rewards.md)
     mix_normalisation: str = "weighted_sum"
+    # issue 44 (pacs.captioner.modeling.scst_guards): a sample whose length in words leaves its image's reference
+    # band [min - slack, max + slack] gets advantage 0; a CIDEr-D term of this weight in the reward (the spec is
+    # built with anchored_reward_spec); stop at the first monitored step with a gaming signature, keeping the last
+    # monitored model before it in <output_dir>/kept
+    length_mask: bool = False
+    length_mask_slack: Annotated[NonNegativeInt, Le(MAX_LENGTH)] = 2
+    cider_anchor: NonNegativeFloat = 0.0
+    stop_on_gaming: bool = False
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
@@ -163,6 +174,11 @@ class SCSTConfig(TrainerConfig):
                              "selects the checkpoint is computed by the hacking monitor")
         if self.kl_reference and not self.kl_coef:
             raise InputError(f"kl_reference={self.kl_reference!r} has no effect with kl_coef=0: set kl_coef > 0")
+        if self.stop_on_gaming and not self.monitor_every:
+            raise InputError("stop_on_gaming needs monitor_every > 0: the gaming signature is the hacking monitor's")
+        if self.length_mask_slack != 2 and not self.length_mask:
+            raise InputError(f"length_mask_slack={self.length_mask_slack} has no effect with length_mask off: set "
+                             "length_mask: true")
         if check_mix_normalisation(self.mix_normalisation) == "normalize_then_sum" and self.baseline == "greedy":
             raise InputError("mix_normalisation=normalize_then_sum needs a baseline over the k samples (mean or "
                              "loo): the greedy caption is not among the samples each component is normalised over")
@@ -182,11 +198,17 @@ class SCSTResult:
     select_by: str = "last"
     zero_spread_fraction: float | None = None  # images whose k rewards were all equal, over every step
     degenerate_warning: str | None = None  # the degenerate-reward warning, when it was raised
+    kept_dir: Path | None = None  # stop_on_gaming: the last monitored model before a gaming signature
+    kept_step: int = 0
+    stopped_step: int = 0  # stop_on_gaming: the monitored step whose gaming signature stopped the run (0: none)
 
     @property
     def selected_dir(self) -> Path:
-        """The model to report: `best_dir` when a validation signal selected one, else `final_dir`."""
-        return self.best_dir if self.best_dir is not None else self.final_dir
+        """The model to report: `best_dir` when a validation signal selected one, else `kept_dir` (stop_on_gaming),
+        else `final_dir`."""
+        if self.best_dir is not None:
+            return self.best_dir
+        return self.kept_dir if self.kept_dir is not None else self.final_dir
 
 
 def gaming_thresholds(config: SCSTConfig) -> GamingThresholds:
@@ -312,6 +334,7 @@ def check_scst_inputs(config: SCSTConfig, features: FeatureCache | None, train: 
         missing = policy.missing_images(str(image_id) for image_id, _ in train)
         if missing:
             raise InputError(f"{len(missing)} image id(s) have no image, e.g. {missing[:3]}")
+    check_anchor(reward, config.cider_anchor)
     return _monitor_sample(config, validation, features, policy)
 
 
@@ -378,11 +401,16 @@ class SCSTLoop:
         state = state or {"step": 0, "epoch": 0, "position": 0, "nonfinite_streak": 0, "nonfinite_total": 0}
         state.setdefault("best_score", None)  # checkpoints written before the guards lack them
         state.setdefault("best_step", 0)
+        if config.stop_on_gaming:  # only then: the checkpoints of unguarded runs stay as they were
+            state.setdefault("kept_step", 0)
+            state.setdefault("stopped_step", 0)
         self.state = state
+        self.stop = GamingStop(gaming_thresholds(config), state["kept_step"], state["stopped_step"]) \
+            if config.stop_on_gaming else None
         self.spread = SpreadWatch(config.reward, config.k, config.degenerate_window, config.degenerate_fraction,
                                   self.total_steps, state.get("reward_spread"))
         if not self.resumed and accelerator.is_main_process:
-            for stale in (self.out / "best", self.out / MONITOR_FILE):  # left by an earlier run in this folder
+            for stale in (self.out / "best", self.out / KEPT_DIR, self.out / MONITOR_FILE):  # left by an earlier run
                 if stale.is_dir():
                     shutil.rmtree(stale)
                 elif stale.exists():
@@ -400,8 +428,8 @@ class SCSTLoop:
             self.on_step(self.state["step"], self.accelerator.unwrap_model(self.model))
 
     def running(self) -> bool:
-        """Whether steps remain."""
-        return self.state["step"] < self.total_steps
+        """Whether steps remain (none after a gaming signature stopped the run)."""
+        return self.state["step"] < self.total_steps and not (self.stop is not None and self.stop.stopped_step)
 
     def step(self) -> bool:
         """One optimizer step over a global batch, its checks, monitor row and log row; whether a check-point is
@@ -437,7 +465,7 @@ class SCSTLoop:
             raise NonFiniteRewardError(
                 f"reward {config.reward!r} returned NaN/inf values in {state['nonfinite_streak']} consecutive steps "
                 f"(last at step {step}, {state['nonfinite_total']} in total): check the reward model and inputs")
-        return saving
+        return saving or (self.stop is not None and bool(self.stop.stopped_step))  # a stopped run is resumable
 
     def _gradients(self) -> dict[str, Any]:
         """This process's micro-batches of the next step, their gradients accumulated; the step's statistics."""
@@ -471,6 +499,8 @@ class SCSTLoop:
         """Monitor row of `step`; with `select_by`, keep the model in `best/` when its score is the best so far."""
         accelerator, config, state = self.accelerator, self.config, self.state
         row = self.monitor(accelerator, accelerator.unwrap_model(self.model), step, self.spread.since_last_monitor())
+        if self.stop is not None and not self._keep(row):
+            return  # a gamed model is never a candidate
         column = SELECT_BY[config.select_by]
         if column is None or step == 0:  # step 0 is the init model: the monitor's baseline, never a candidate
             return
@@ -484,6 +514,22 @@ class SCSTLoop:
                                   f"val_{column}": score})
         elif not math.isfinite(score):
             logger.warning("scst step %d: validation %s is %s: never the best model", step, column, score)
+
+    def _keep(self, row: dict[str, float]) -> bool:
+        """stop_on_gaming: keep the model of `row`'s step in `kept/` unless the row has a gaming signature (then the
+        run stops after this step); whether it was kept."""
+        step = int(row["step"])
+        kept = self.stop.update(self.monitor.rows[0], row)
+        self.state["kept_step"], self.state["stopped_step"] = self.stop.kept_step, self.stop.stopped_step
+        if kept and self.accelerator.is_main_process:
+            self.policy.save(self.out / KEPT_DIR, self.accelerator.unwrap_model(self.model),
+                             {"stage": "scst", "reward": self.config.reward, "step": step,
+                              "init_checkpoint": str(self.init_checkpoint), "stop_on_gaming": True})
+        elif not kept:
+            logger.warning("scst step %d: gaming signature %s on validation: training stops; the model kept is "
+                           "step %d's (%s)", step, ", ".join(name for name, _ in self.stop.signatures),
+                           self.stop.kept_step, self.out / KEPT_DIR)
+        return kept
 
     def checkpoint(self) -> None:
         """Save a resumable checkpoint: the main process's state, the model, the optimizer, the reward's caches."""
@@ -513,9 +559,11 @@ class SCSTLoop:
             best_dir = self.out / "best"
             logger.info("scst: selected step %d by validation %s (%.4g); the last step is in %s", state["best_step"],
                         config.select_by, state["best_score"], final)
+        kept = None if self.stop is None else self.out / KEPT_DIR
         return SCSTResult(final, int(state["step"]), self.losses, int(state["nonfinite_total"]), best_dir,
                           int(state["best_step"]), state["best_score"], config.select_by, self.spread.fraction,
-                          self.spread.warning)
+                          self.spread.warning, kept, int(state.get("kept_step", 0)),
+                          int(state.get("stopped_step", 0)))
 
 
 def _monitor_sample(config: SCSTConfig, validation: Mapping[str, Sequence[str]] | None,
@@ -576,6 +624,8 @@ def _scst_micro_step(accelerator: Any, model: Any, captioner: CaptionPolicy,
         shaped_greedy = None if greedy_rewards is None else greedy_rewards - config.kl_coef * greedy_kl
         _, advantages, _ = compute_advantages(learnt - config.kl_coef * kl, config.baseline, shaped_greedy)
         stats["kl"].append(kl)
+    if config.length_mask:  # out-of-band samples: reward := baseline, advantage 0 (scst_guards)
+        advantages = mask_advantages(advantages, length_band_mask(captions, references, config.length_mask_slack))
     model.train()
     dropout = ExampleRNG(example_generators(config.seed, step, indices, DROPOUT, accelerator.device))
     with contextlib.nullcontext() if sync else accelerator.no_sync(model):

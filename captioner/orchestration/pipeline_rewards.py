@@ -5,6 +5,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from pacs.captioner.modeling.scst_guards import anchored_reward_spec
 from pacs.captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
 from pacs.captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
 from pacs.metric.common.errors import InputError
@@ -72,9 +73,10 @@ def guard_reward_settings(config: PipelineConfig, spec: str) -> dict[str, Any]:
 
 def build_pipeline_reward(spec: str, config: PipelineConfig, dataset_references: dict[str, list[str]],
                           image_paths: dict[str, Any]) -> Any:
-    """`pacs.rewards.build_reward(spec, **reward_context(...))`."""
+    """`pacs.rewards.build_reward(spec, **reward_context(...))`, with `scst.cider_anchor`'s CIDEr-D term added."""
     from pacs.rewards import build_reward
 
+    spec = anchored_reward_spec(spec, config.scst.cider_anchor)
     return build_reward(spec, **reward_context(config, dataset_references, image_paths, spec))
 
 
