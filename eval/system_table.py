@@ -22,7 +22,7 @@ import numpy as np
 from pacs.eval import columns as col
 from pacs.eval.human_baseline import PROTOCOL_EQUAL_REFS, PROTOCOL_PAPERS, hold_out_references
 from pacs.eval.intervals import LEVEL, best_rows, bootstrap, confidence_interval, two_sided_p_value
-from pacs.eval.system_inputs import HUMAN_ROW, load_systems, parse_candidate_specs, row_label
+from pacs.eval.system_inputs import HUMAN_LABEL, HUMAN_ROW, load_systems, parse_candidate_specs, row_label
 from pacs.eval.system_scoring import RowScores, ScoringOptions, SharedScoring, corpus_bleu, score_rows
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import csv_cells, nonfinite_to_none
@@ -255,8 +255,9 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     if request.equal_refs and not request.human_baseline:
         raise InputError("--human-baseline-equal-refs needs --human-baseline", parameter="human_baseline")
     specs = parse_candidate_specs(request.candidates)
-    if request.human_baseline and any(spec.name == HUMAN_ROW for spec in specs):
-        raise InputError(f"system name {HUMAN_ROW!r} is the human baseline's row: name that system otherwise",
+    clash = next((spec.name for spec in specs if spec.name in (HUMAN_ROW, HUMAN_LABEL)), None)
+    if request.human_baseline and clash is not None:  # "Humans" is the human row's printed label
+        raise InputError(f"system name {clash!r} is the human baseline's row: name that system otherwise",
                          parameter="candidates")
     in_memory = isinstance(request.references, Mapping)
     references = (load_references("references (in memory)", dict(request.references)) if in_memory

@@ -134,3 +134,13 @@ def test_paper_intervals_flag_defaults_to_on_with_a_baseline(tmp_path, flags, ba
     cells = _cells(md.read_text())
     assert all(("[" in cell[0]) == shown for cell in cells.values()), cells
     assert ("\\scriptsize" in tex.read_text()) == shown
+
+
+def test_a_system_named_like_the_human_rows_label_is_refused_with_a_human_baseline():
+    from pacs.metric.common.errors import InputError
+
+    with pytest.raises(InputError, match="system name 'Humans' is the human baseline's row"):
+        evaluate_systems({"Humans": SHORT["A"], "B": SHORT["B"]}, REFERENCES, "length", bootstrap=0,
+                         human_baseline=True)
+    # without a human row the name is free
+    assert evaluate_systems({"Humans": SHORT["A"]}, REFERENCES, "length", bootstrap=0)["systems"] == ["Humans"]
