@@ -1,7 +1,9 @@
 """Configuration of the embedded demo (dataclasses; YAML in recipes/configs/demo.yaml under `demo:`)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from annotated_types import Ge, Le
@@ -22,6 +24,8 @@ from pacs.metric.common.config import (
     check_folder_name,
 )
 from pacs.metric.common.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 DEMO_FAMILIES = ("clip", "pac-s++")
 """The metric families the demo trains a model of (the `clip` and `pacs` stages)."""
@@ -280,8 +284,9 @@ class EvaluateStageConfig:
 class DemoConfig:
     """The whole demo: where it writes, its seed, the world and every stage."""
 
-    name: str = "demo"  # the run folder, runs_dir/name: one folder name
-    runs_dir: str = "runs"
+    run_dir: str = "runs/demo"  # the run folder (a recipe's key too); the packaged presets: runs/<preset>
+    name: str | None = None  # deprecated in 0.7, removed in 0.8: the run folder was runs_dir/name; use run_dir
+    runs_dir: str | None = None  # deprecated in 0.7, removed in 0.8 (see name)
     seed: Seed = 0
     seeds: list[Seed] = field(default_factory=list)  # XE and every SCST run once per seed (empty: [seed])
     parallel_seeds: Annotated[PositiveInt, Le(64)] = 1  # seeds trained at once, each in its own process with
@@ -305,10 +310,26 @@ class DemoConfig:
         """The training seeds of XE and SCST: `seeds`, or `[seed]` when it is empty."""
         return list(self.seeds) or [self.seed]
 
+    def run_path(self) -> Path:
+        """The run folder: `run_dir`; with the deprecated `runs_dir` / `name`, runs_dir/name, each of them
+        defaulting to run_dir's parent / last folder (`runs_dir=/tmp/x` on demo_smoke: /tmp/x/demo_smoke)."""
+        if self.name is None and self.runs_dir is None:
+            return Path(self.run_dir)
+        base = Path(self.run_dir)
+        return Path(base.parent if self.runs_dir is None else self.runs_dir) / (self.name or base.name)
+
     def validate(self) -> None:
         """Checks that span sections: the run folder stays inside runs_dir, every batch fits its split, guarded
         runs have the validation signal they are selected by."""
-        check_folder_name("demo.name", self.name, "runs_dir")
+        if not str(self.run_dir).strip():
+            raise InputError("demo.run_dir: expected the run folder, got an empty path")
+        if self.name is not None:
+            check_folder_name("demo.name", self.name, "runs_dir")
+        if self.name is not None or self.runs_dir is not None:
+            given = " and ".join(key for key, value in (("name", self.name), ("runs_dir", self.runs_dir))
+                                 if value is not None)
+            logger.warning("demo: %s are deprecated since 0.7 and go in 0.8: write run_dir=%s instead", given,
+                           self.run_path())
         if len(set(self.seeds)) != len(self.seeds):
             raise InputError(f"seeds={self.seeds}: a seed is listed twice")
         if self.guarded.rewards and not (self.scst.hacking_monitor_every and self.scst.hacking_monitor_images):

@@ -133,7 +133,7 @@ def run_demo_config(config: DemoConfig) -> dict[str, Any]:
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, world, "demo.scst")
     config.force = expand_force(config)
     check_force(config.force, stage_names(config))
-    run_dir = Path(config.runs_dir) / config.name
+    run_dir = config.run_path()
     with hold_run_directory(run_dir, state):  # one run at a time: a second one stops here, naming this one
         log = run_log(run_dir / "logs" / RUN_LOG) if state.is_main_process else contextlib.nullcontext()
         with log:  # what the terminal leaves out (checkpoint chatter, repeated warnings) is kept there
@@ -291,7 +291,7 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
     setup_terminal_logging(tag=f"seed {seed}")
     set_progress_tag(f"seed {seed}", position=seeds.index(seed))  # each seed's bars on a line of their own
     torch.set_num_threads(threads)
-    run_dir = Path(config.runs_dir) / config.name
+    run_dir = config.run_path()
     with run_log(run_dir / "logs" / f"seed-{seed}.log"):
         return _seed_worker_stages(config, seeds, seed, shared, xe_micro, scst_micro, run_dir)
 

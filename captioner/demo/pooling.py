@@ -34,7 +34,7 @@ from pacs.metric.common.io import write_json_atomic, write_text_atomic
 from pacs.metric.common.run_lock import hold_run_directory
 from pacs.rewards.slug import reward_slug
 
-RUN_SETTINGS = ("name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
+RUN_SETTINGS = ("run_dir", "name", "runs_dir", "seeds", "threads", "parallel_seeds", "force", "device")
 """The settings that may differ between pooled runs: where and how a run ran, not what it trained."""
 METRIC_CHECKPOINTS = ("clip", "pacs")
 """The stages whose `checkpoint.safetensors` every pooled run must share bit for bit."""
