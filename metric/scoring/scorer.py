@@ -308,6 +308,7 @@ class Scorer:
             return pixels.pin_memory().to(self.device, non_blocking=True)
         return pixels.to(self.device)
 
+    @torch.no_grad()
     def _encode_images(self, plan: _ImagePlan) -> torch.Tensor:
         """Run the towers on the planned batches as they are decoded; the embeddings of every key, in order."""
         pending, labels, file_hashes = plan.pending, plan.labels, plan.file_hashes
