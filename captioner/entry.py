@@ -18,33 +18,57 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
 
     `force` names stages to re-run from scratch (added to the config's `force` list).
     """
+    import time
+
+    started = time.time()  # the report's provenance: this invocation's wall time
     path = resolve_config(config_path) if config_path else default_config_path()
     data = deep_merge(load_yaml(path), parse_overrides(overrides))
     if "demo" in data:
-        return demo.run_demo(str(path), list(overrides), force=list(force or []))
+        result = demo.run_demo(str(path), list(overrides), force=list(force or []))
+        if _record_provenance(result.get("run_dir"), started, {k: result[k] for k in ("ran", "skipped")
+                                                               if isinstance(result.get(k), list)}):
+            from pacs.eval.report import write_report
+
+            result["report"] = str(write_report(result["run_dir"], reuse=True))  # with the provenance on it
+        return result
     config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
     config.force = [*config.force, *(force or [])]
     if len(config.seeds) > 1:  # once per seed into run_dir/seed-<s>, the rows pooled into run_dir/seeds/
         from pacs.captioner.orchestration.seed_runs import run_seeds
 
-        return {**run_seeds(config), **_recipe_outputs(config, "seeds")}
+        return {**run_seeds(config), **_recipe_outputs(config, started, "seeds")}
     if config.seeds:
         config.seed = config.seeds[0]
     result = run_pipeline(config)
-    return {**result, **_recipe_outputs(config)}
+    return {**result, **_recipe_outputs(config, started)}
 
 
-def _recipe_outputs(config: PipelineConfig, folder: str = "eval") -> dict[str, Any]:
+def _record_provenance(run_dir: str | None, started: float, stages: dict[str, Any] | None = None) -> bool:
+    """Write the run's provenance.json (main process; `pacs.eval.report_provenance`); whether it was written."""
+    from pacs.captioner.modeling.training import process_state
+    from pacs.eval.report_provenance import record_provenance
+
+    if not run_dir or not process_state().is_main_process:
+        return False
+    record_provenance(run_dir, started, stages=stages)
+    return True
+
+
+def _recipe_outputs(config: PipelineConfig, started: float, folder: str = "eval") -> dict[str, Any]:
     """The finished recipe's files (main process): its results table and results.json (in `folder`: `eval`, or
-    `seeds` for a run over several seeds), and report.html (written now, or kept when its inputs did not change)."""
+    `seeds` for a run over several seeds), the gallery and provenance the report shows, and report.html (written
+    now, or kept when its inputs did not change)."""
     from pathlib import Path
 
     from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.orchestration.recipe_gallery import write_recipe_gallery
     from pacs.eval.report import write_report
 
     if not process_state().is_main_process:
         return {}
     run_dir = Path(config.run_dir)
+    write_recipe_gallery(config, folder)
+    _record_provenance(str(run_dir), started)
     results = run_dir / folder / "results.json"
     table = results.with_name("results.md")
     report = write_report(run_dir, reuse=True)

@@ -29,6 +29,20 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
+from pacs.eval.finding_claims import (  # the claim vocabulary, shared with the report
+    CLAIM_FLAT_REWARD,
+    CLAIM_GUARD,
+    CLAIM_HUMAN,
+    CLAIM_JUDGE,
+    CLAIM_REWARD_RISES,
+    DEGENERATE_SIGNS,
+    FRAGILE,
+    HUMAN_SUBJECT,
+    JUDGE,
+    REWARD,
+    SEED_DEPENDENT,
+    gamed_claim,
+)
 from pacs.metric.common.errors import InputError
 from pacs.rewards.registry import parse_reward_spec
 
@@ -38,11 +52,6 @@ REWARD_COLUMNS: dict[str, tuple[str, float]] = {"cider": ("C", 0.01), "clip-s": 
                                                 "pac-s++": ("PAC-S++", 1.0), "ref-clip-s": ("RefCLIP-S", 1.0),
                                                 "ref-pac-s++": ("RefPAC-S++", 1.0),
                                                 "judge": ("Judge", 0.01)}
-# columns where an increase means a worse caption (for the "gamed" rule)
-DEGENERATE_SIGNS: dict[str, tuple[int, str]] = {"Length": (-1, "shorter captions"),
-                                                "Rep-2": (1, "more repeated word pairs"),
-                                                "%Incorrect": (1, "more cut-off endings"),
-                                                "Halluc.": (1, "more absent shapes named")}
 # the learned (and CIDEr-D) columns the human line compares with the judge
 LEARNED_COLUMNS = ("C", "CLIP-S", "PAC-S++", "RefCLIP-S", "RefPAC-S++")
 
@@ -86,8 +95,6 @@ def direction(interval: Sequence[float]) -> int:
 
 LEVEL = 0.95
 """The level of every interval the rules read (the bootstrap's, `results.json["bootstrap"]["level"]`)."""
-FRAGILE = 0.9
-"""A verdict that an independent replication would reach with a probability below this is printed as fragile."""
 Estimate = tuple[float, Sequence[float]]
 """A difference's point estimate and its interval."""
 REPLICATION_METHOD = ("predictive probability of the same verdict in an independent replication of the same design: "
@@ -141,28 +148,9 @@ def _change(delta: float, interval: Sequence[float], unit: str = "") -> str:
     return f"{signed(delta)}{unit} [{signed(interval[0])}, {signed(interval[1])}]"
 
 
-SEED_DEPENDENT = "seed-dependent"
-"""`holds` of a claim whose seeds disagree beyond noise (`opposed_seeds`): never stated as a result."""
-JUDGE = "Judge-acc"
-CLAIM_REWARD_RISES = "its own reward rises beyond noise"
-CLAIM_JUDGE = {1: "judge accuracy rises beyond noise", -1: "judge accuracy falls beyond noise",
-               0: "judge accuracy stays within noise"}
-CLAIM_GUARD = "the KL guard keeps judge accuracy while its reward rises"
-CLAIM_FLAT_REWARD = "its SCST reward had no spread for most steps, so no guard claim is made"
-CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "ranks it level with humans within noise"}
-HUMAN_SUBJECT = "best SCST row vs human"
-"""The subject of the human-row claims: a fixed phrase, the row (the best SCST model by judge accuracy, a choice by
-point estimates that two replications may make differently) named in the record's `model`."""
 FLAT_SHARE = 0.5
 """A run whose reward spread (`reward_std` of the SCST log) was 0 on more than this share of its steps never gets
 a "guard worked" claim: its reward gave SCST nothing to follow."""
-REWARD = "reward"
-"""The label of a model's own-reward gain among a claim's differences."""
-
-
-def gamed_claim(column: str) -> str:
-    """The fixed phrase of the "gamed" rule for one degenerate column."""
-    return f"is gamed: its reward rises while judge accuracy does not, with {DEGENERATE_SIGNS[column][1]}"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from report_checks import check_story_report
 
 from pacs.cli import main
 
@@ -69,6 +70,16 @@ def test_flickr8k_tiny_recipe_trains_evaluates_prints_and_reports(tmp_path, shar
     for model in ("xe", "cider", "pac-s++"):
         assert f'<td class="name">{model}</td>' in body
     assert all(f'alt="{group} curves"' in page for group in ("xe", "scst", "hacking"))
+    check_story_report(run)  # headline, figure, one folded table (no empty METEOR / SPICE), provenance
+    # the gallery shows the test set's photographs with every system's caption and the references
+    gallery = json.loads((run / "gallery.json").read_text(encoding="utf-8"))
+    first = {str(r["image_id"]): r["caption"] for r in json.loads(
+        (run / "eval" / "xe" / "flickr8k.results.json").read_text(encoding="utf-8"))}
+    assert len(gallery) == 8 and all(set(entry["captions"]) == {"xe", "cider", "pac-s++"} for entry in gallery)
+    assert [entry["image_id"] for entry in gallery] == list(first)[:8]
+    assert all(entry["captions"]["xe"]["caption"] == first[entry["image_id"]] for entry in gallery)
+    assert all(len(entry["references"]) == 5 for entry in gallery)  # Flickr8k: five references per photograph
+    assert page.count('<img class="photo"') == 8 and 'class="pixel"' not in page
 
 
 def test_report_refuses_a_folder_without_results_and_writes_nothing(tmp_path, capsys):

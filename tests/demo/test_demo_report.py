@@ -72,6 +72,7 @@ def make_run_dir(root: Path) -> Path:
                              "delta": {"cider": 0.6, "rep1": 0.5}, "delta_ci": {"cider": [-0.2, 0.9], "rep1": [0.2, 0.8]}},
                             {"system": "human", "values": {"bleu4": None, "cider": 0.9, "rep1": 0.2}}]}}
     (run / "results.json").write_text(json.dumps(results))
+    (run / "config.yaml").write_text("demo:\n  seeds: [0]\n")
     (run / "logs" / "scst.reference.json").write_text(json.dumps({"label": "xe", "values": {"reward": 0.25}}))
     for name in ("scst-cider", "scst-pac-s++"):
         with open(run / "logs" / f"{name}.csv", "w", newline="") as handle:
@@ -101,18 +102,17 @@ def make_run_dir(root: Path) -> Path:
 def test_demo_report_contains_every_section(tmp_path: Path) -> None:
     run = make_run_dir(tmp_path)
     page = build_report(run)
-    assert page.count("<tr>") >= 3 and 'id="results-table"' in page
+    assert page.count("<tr>") >= 3 and 'id="results-table"' not in page  # the system table is the one table
     assert ">scst-cider<" in page and ">1.50<" in page
-    results_table = page[page.index('id="results-table"'):page.index("</table>", page.index('id="results-table"'))]
-    assert '<td class="name">human</td><td>-</td><td>0.90</td><td>0.20</td>' in results_table  # B-4 blank: '-'
-    section = page[page.index("<h2>System-level table</h2>"):page.index("<h2>Training curves</h2>")]
+    section = page[page.index("<h2>System table</h2>"):page.index("<h2>Changes against the baseline</h2>")]
     assert "the papers&#x27; protocol" in section and 'id="system-plot"' in section
     assert '<td class="name">human</td><td>-</td><td>0.90</td><td>0.20</td>' in section
     assert "<td>1.50<br><small>[1.10, 1.90]</small></td>" in section  # a value with its own interval
     # intervals above 0 against humans: xe's cider (better) and scst-cider's rep1 (worse: Rep-n is lower-better)
     assert section.count('class="ci-up ci-better"') == 1 and section.count('class="ci-up ci-worse"') == 1
     images = re.findall(r'<img [^>]*src="data:image/png;base64,', page)
-    assert len(images) == 6  # system table heat map, xe curves, scst curves, correlation scatter, two gallery images
+    # the story figure, system table heat map, xe curves, scst curves, correlation scatter, two gallery images
+    assert len(images) == 7
     assert 'class="absent"' not in page
     assert "verdict-wrong" in page
     curves = load_curves(run)
@@ -137,7 +137,7 @@ def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: 
     empty = tmp_path / "empty"
     empty.mkdir()
     page = build_report(empty)
-    assert page.count('class="absent"') == 4
+    assert page.count('class="absent"') == 6  # headline, table, gallery, curves, correlation, config
     assert 'id="delta-table"' not in page and 'id="findings"' not in page and "System-level" not in page
     with pytest.raises(InputError, match="not found"):
         build_report(tmp_path / "missing")
@@ -147,7 +147,7 @@ def test_demo_report_marks_missing_parts_absent_and_rejects_bad_input(tmp_path: 
     assert not (empty / "report.html").exists()
 
 
-REPORT_INPUTS = ["results.json", "logs/xe.csv", "logs/scst.reference.json", "correlation/correlation.json",
+REPORT_INPUTS = ["results.json", "config.yaml", "logs/xe.csv", "logs/scst.reference.json", "correlation/correlation.json",
                  "correlation/scores.csv", "gallery.json", "gallery/img-2.png"]
 
 
@@ -191,44 +191,107 @@ def test_demo_report_cli_writes_the_page(tmp_path: Path, capsys: pytest.CaptureF
     assert "nope" in capsys.readouterr().err
 
 
+VIEWPORT = (1280, 900)  # a laptop's first screen
+ERROR_HOOK = ("<script>window.pacsErrors=[];window.addEventListener('error',e=>window.pacsErrors.push("
+              "String(e.message||e.target&&e.target.src||e)),true);const pacsConsoleError=console.error;"
+              "console.error=(...a)=>{window.pacsErrors.push(a.join(' '));pacsConsoleError(...a);};</script>")
+BOX_PROBE = ("const box=id=>{const e=document.getElementById(id);if(!e)return 'none';const r=e.getBoundingClientRect();"
+             "return [r.left,r.top,r.right,r.bottom].map(Math.round).join(',');};"
+             "b.setAttribute('data-headline-box',box('headline'));b.setAttribute('data-figure-box',box('story-figure'));"
+             "b.setAttribute('data-viewport',innerWidth+','+innerHeight);"
+             "b.setAttribute('data-errors',window.pacsErrors.length+':'+window.pacsErrors.join(' | '));")
+
+
+def probe_page(report: Path, probe: Path, checks: str) -> None:
+    """A copy of the report that hooks every error (uncaught, console.error, a resource that fails) from the first
+    byte and, after load, records the `checks` (JS on `b`, the body), the boxes of the headline and the figure, the
+    viewport and the errors as attributes of <body>."""
+    page = report.read_text()
+    page = page.replace("<head>", "<head>" + ERROR_HOOK, 1)
+    probe.write_text(page.replace("</body>", "<script>window.addEventListener('load',()=>{const b=document.body;"
+                                  f"{checks}{BOX_PROBE}}});</script></body>"))
+
+
+def boxes_in_first_screen(binary: str, tmp_path: Path, report: Path) -> dict[str, tuple[int, ...]]:
+    """Render `report` in a first screen of `VIEWPORT`: no error, the headline and the figure inside it (their
+    boxes), and the screenshot of that screen shows the figure (its box is no blank area); the boxes."""
+    probe = tmp_path / "first-screen.html"
+    probe_page(report, probe, "")
+    size = f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}"
+    result = run_chromium(binary, tmp_path, size, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = dict(re.findall(r'data-(headline-box|figure-box|viewport|errors)="([^"]*)"', result.stdout))
+    assert found.get("errors") == "0:", found
+    width, height = (int(v) for v in found["viewport"].split(","))  # the window less the browser's own bars
+    assert width == VIEWPORT[0] and 700 <= height <= VIEWPORT[1], found
+    boxes = {}
+    for name in ("headline-box", "figure-box"):
+        assert found[name] != "none", name
+        left, top, right, bottom = (int(v) for v in found[name].split(","))
+        assert 0 <= left < right <= width and 0 <= top < bottom <= height, (name, found[name], VIEWPORT)
+        boxes[name] = (left, top, right, bottom)
+    assert boxes["headline-box"][3] <= boxes["figure-box"][1]  # the headline, then the figure
+    shot = tmp_path / "first-screen.png"
+    result = run_chromium(binary, tmp_path, size, f"--screenshot={shot}", report.as_uri())
+    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    assert image.size[0] == width and image.size[1] >= height  # the first screen, from the top of the page
+    for name, minimum in (("figure-box", 50), ("headline-box", 2)):  # drawn there: a plot, text
+        colours = image.crop(boxes[name]).getcolors(maxcolors=1 << 20)
+        assert colours is not None and len(colours) > minimum, (name, len(colours or []))
+    return boxes
+
+
 def test_demo_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     binary = chromium_binary()
     run = make_run_dir(tmp_path)
     report = write_report(run)
     # a copy of the page that records, after load, how many images actually decoded
     probe = tmp_path / "probe.html"
-    probe.write_text(report.read_text().replace(
-        "</body>", "<script>window.addEventListener('load',()=>{const ok=[...document.images].filter("
-                   "i=>i.complete&&i.naturalWidth>0).length;document.body.setAttribute('data-decoded',ok);"
-                   "const n=s=>document.querySelectorAll(s).length;const b=document.body;"
-                   "b.setAttribute('data-rows',n('#results-table tbody tr'));"
-                   "b.setAttribute('data-system-rows',n('#system-table tbody tr'));"
-                   "b.setAttribute('data-system-delta-rows',n('#system-delta-table tbody tr'));"
-                   "b.setAttribute('data-delta-rows',n('#delta-table tbody tr'));"
-                   "b.setAttribute('data-delta-up',n('#delta-table td.ci-up'));"
-                   "b.setAttribute('data-gain-rows',n('#reward-gains tbody tr'));"
-                   "b.setAttribute('data-corr-rows',n('#correlation-table tbody tr'));"
-                   "b.setAttribute('data-findings',n('#findings li'));"
-                   "b.setAttribute('data-absent',[...document.querySelectorAll('mark.hl-absent')].map(m=>m.textContent)"
-                   ".join('|'));"
-                   "b.setAttribute('data-dangling',n('.card mark.hl-dangling'));"
-                   "const f=document.getElementById('disagree-filter');f.click();"
-                   "b.setAttribute('data-visible',[...document.querySelectorAll('.gallery .card')]"
-                   ".filter(c=>c.offsetParent!==null).length);f.click();"
-                   "b.setAttribute('data-visible-after',[...document.querySelectorAll('.gallery .card')]"
-                   ".filter(c=>c.offsetParent!==null).length);});</script></body>"))
+    probe_page(report, probe,
+               "const ok=[...document.images].filter("
+               "i=>i.complete&&i.naturalWidth>0).length;b.setAttribute('data-decoded',ok);"
+               "const n=s=>document.querySelectorAll(s).length;"
+               "b.setAttribute('data-rows',n('#results-table tbody tr'));"
+               "b.setAttribute('data-system-rows',n('#system-table tbody tr'));"
+               "b.setAttribute('data-system-delta-rows',n('#system-delta-table tbody tr'));"
+               "b.setAttribute('data-delta-rows',n('#delta-table tbody tr'));"
+               "b.setAttribute('data-delta-up',n('#delta-table td.ci-up'));"
+               "b.setAttribute('data-gain-rows',n('#reward-gains tbody tr'));"
+               "b.setAttribute('data-corr-rows',n('#correlation-table tbody tr'));"
+               "b.setAttribute('data-findings',n('#findings li'));"
+               "b.setAttribute('data-absent',[...document.querySelectorAll('mark.hl-absent')].map(m=>m.textContent)"
+               ".join('|'));"
+               "b.setAttribute('data-dangling',n('.card mark.hl-dangling'));"
+               "const f=document.getElementById('disagree-filter');f.click();"
+               "b.setAttribute('data-visible',[...document.querySelectorAll('.gallery .card')]"
+               ".filter(c=>c.offsetParent!==null).length);f.click();"
+               "b.setAttribute('data-visible-after',[...document.querySelectorAll('.gallery .card')]"
+               ".filter(c=>c.offsetParent!==null).length);")
     result = run_chromium(binary, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
     dom = result.stdout
-    assert 'data-decoded="6"' in dom, dom[:500]
-    assert 'data-rows="3"' in dom and 'data-system-rows="3"' in dom and 'data-system-delta-rows="2"' in dom
+    assert 'data-decoded="7"' in dom, dom[:500]  # the story figure, the heat map, 3 plots, 2 gallery images
+    assert 'data-errors="0:"' in dom
+    assert 'data-rows="0"' in dom and 'data-system-rows="3"' in dom and 'data-system-delta-rows="2"' in dom
     assert 'data-delta-rows="1"' in dom and 'data-delta-up="2"' in dom  # cider and rep1 intervals exclude 0
     assert 'data-gain-rows="1"' in dom and 'data-corr-rows="1"' in dom and 'data-findings="2"' in dom
     assert 'data-absent="absent shape|circle"' in dom  # the legend's mark, then the gallery's
     assert 'data-dangling="1"' in dom
     assert 'data-visible="1"' in dom and 'data-visible-after="2"' in dom  # the filter hides the agreeing image
-    shot = tmp_path / "shot.png"
-    result = run_chromium(binary, tmp_path, "--window-size=1200,900", f"--screenshot={shot}", report.as_uri())
-    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
-    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
-    assert colours is not None and len(colours) > 50  # text, table and plots, not a blank page
+    boxes_in_first_screen(binary, tmp_path, report)
+
+
+def test_an_error_on_the_page_is_caught_by_the_probe(tmp_path: Path) -> None:
+    """The error hook of the Chromium checks sees a script error and a broken image (else "0 errors" proves
+    nothing)."""
+    binary = chromium_binary()
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><head></head><body><p id="headline">x</p>'
+                    '<img id="story-figure" src="data:image/png;base64,AAAA"><script>undefinedName();</script></body>'
+                    "</html>")
+    probe = tmp_path / "probe.html"
+    probe_page(page, probe, "")
+    result = run_chromium(binary, tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    errors = re.search(r'data-errors="(\d+):([^"]*)"', result.stdout)
+    assert errors is not None and int(errors.group(1)) == 2 and "undefinedName" in errors.group(2), result.stdout[-500:]
