@@ -3,6 +3,8 @@
 Sections (each a table; `--sections` picks some):
   main      the smoke preset of the main command, as a new user runs it: `accelerate launch recipes/scst_pacs.py
             --config recipes/configs/demo_smoke.yaml` in a fresh process (`demo.device` auto): exit code, seconds.
+  overlap   the Scorer's wall time against decode-only (towers that cost nothing) and towers-only, ViT-B/32 and
+            ViT-L/14, fp32 and bf16: Scorer / max(decode, towers) (issue 43; targets in docs/performance.md)
   scoring   pairs/s of the pacs `Scorer` (cold caches, JPEG files: decode + preprocess + towers), of the bare
             towers on tensors already on the device (the ceiling), and of torchmetrics' `CLIPScore` (a random
             transformers CLIPModel of the same shape, ViT-B/32 only) for ViT-B/32 and ViT-L/14 in fp32 and bf16
@@ -22,7 +24,7 @@ Sections (each a table; `--sections` picks some):
 `--device cpu --tiny` runs every section at toy sizes (tests/tools/test_bench_gpu.py runs it so the script
 cannot rot). `--json FILE` also writes every row.
 
-    python bench/bench_gpu.py [--device auto] [--tiny] [--sections main,scoring,decode,train,captioner]
+    python bench/bench_gpu.py [--device auto] [--tiny] [--sections main,scoring,overlap,decode,train,captioner]
         [--images 300] [--work DIR] [--peak-tflops BF16,FP32] [--json FILE]
 """
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any
 from bench_scale import write_features, write_karpathy
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("main", "scoring", "decode", "train", "captioner")
+SECTIONS = ("main", "scoring", "overlap", "decode", "train", "captioner")
 #: dense peak TFLOP/s by card (bf16 tensor cores; fp32 without TF32, torch's default matmul precision)
 PEAK_TFLOPS = {"H100 PCIe": (756.0, 51.2), "H100": (989.4, 66.9), "H200": (989.4, 66.9), "A100": (312.0, 19.5),
                "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "A10": (125.0, 31.2)}
@@ -289,6 +291,57 @@ def run_scoring(device: str, tiny: bool, work: Path, n_images: int) -> list[dict
                 ["model", "dtype", "pairs", "pacs Scorer pairs/s", "bare towers pairs/s", "Scorer / towers %",
                  "Scorer decode=gpu pairs/s", "torchmetrics CLIPScore pairs/s", "max abs Δcos Scorer vs towers"],
                 rows)
+    return rows
+
+
+def run_overlap(device: str, tiny: bool, work: Path, n_images: int) -> list[dict[str, Any]]:
+    """The simulated-device section's counterpart on the card (issue 43): decode-only (the Scorer with towers that
+    cost nothing), towers-only (the bare towers on device tensors) and the Scorer, per model and precision."""
+    import torch
+
+    from pacs.metric.models.backbones import build_backbone_from_config
+    from pacs.metric.scoring.scorer import Scorer
+
+    paths = write_images(work / "images", n_images, (96, 72) if tiny else (480, 360))
+    per_image = captions_for(n_images)
+    images = [path for path, caps in zip(paths, per_image) for _ in caps]
+    captions = [caption for caps in per_image for caption in caps]
+    batch = 16 if tiny else 256
+    options = {"device": device, "batch_size": batch, "progress": False, "prompt": "", **scorer_keywords()}
+    rows = []
+    for name in ("ViT-B-32", "ViT-L-14"):
+        backbone = build_backbone_from_config(model_config(name, tiny), seed=0, name=name, device=device)
+        pixels = torch.stack([backbone.preprocess(_open(path)) for path in paths]).to(device)
+        tokens = backbone.tokenize(captions).to(device)
+        model = backbone.model.eval()
+        for dtype in ("fp32", "bf16"):
+            Scorer(backbone, dtype=dtype, **options).score(images[:batch], captions[:batch])  # warm-up
+            scorer_seconds, _ = timed(device, lambda dtype=dtype, backbone=backbone: Scorer(
+                backbone, dtype=dtype, **options).score(images, captions))
+            tower_cosines(model, pixels, tokens, len(per_image[0]), batch, device, dtype)  # warm-up
+            tower_seconds, _ = timed(device, lambda dtype=dtype, model=model, pixels=pixels, tokens=tokens:
+                                     tower_cosines(model, pixels, tokens, len(per_image[0]), batch, device, dtype))
+            width = model.encode_image(pixels[:1]).shape[-1]
+            def free(inputs: Any, *args: Any, width: int = width, **kwargs: Any) -> Any:
+                return torch.ones(len(inputs), width, device=device)
+            saved = backbone.encode_image, backbone.encode_text
+            backbone.encode_image = backbone.encode_text = free  # this backbone object only: towers that cost nothing
+            try:
+                decode_seconds, _ = timed(device, lambda dtype=dtype, backbone=backbone: Scorer(
+                    backbone, dtype=dtype, **options).score(images, captions))
+            finally:
+                backbone.encode_image, backbone.encode_text = saved
+            rows.append({"model": name, "dtype": dtype, "pairs": len(captions), "decode-only s": decode_seconds,
+                         "towers-only s": tower_seconds, "Scorer s": scorer_seconds,
+                         "Scorer / max(decode, towers)": scorer_seconds / max(decode_seconds, tower_seconds),
+                         "Scorer / towers %": 100 * tower_seconds / scorer_seconds})
+        del backbone, model, pixels
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    print_table(f"Overlap: {n_images} JPEGs × 5 captions, batch {batch}, random weights, "
+                f"Scorer workers={options.get('workers', 'none')}",
+                ["model", "dtype", "pairs", "decode-only s", "towers-only s", "Scorer s",
+                 "Scorer / max(decode, towers)", "Scorer / towers %"], rows)
     return rows
 
 
@@ -585,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         runs = {"main": lambda: run_main_command(device, args.tiny, work),
                 "scoring": lambda: run_scoring(device, args.tiny, work, n_images),
+                "overlap": lambda: run_overlap(device, args.tiny, work, n_images),
                 "decode": lambda: run_decode(device, args.tiny, work, n_images),
                 "train": lambda: run_train(device, args.tiny, peak_tflops(device, args.peak_tflops)),
                 "captioner": lambda: run_captioner(device, args.tiny, work, n_images)}

@@ -163,12 +163,29 @@ def attach_lora(backbone: Backbone, rank: int = 4, alpha: float = 1.0, targets: 
                              target_modules="|".join(re.escape(name) for name in modules))
     base_fingerprint = backbone.fingerprint
     try:
-        model = peft.get_peft_model(backbone.model, config)
+        # adapters keep the base's dtype (peft >= 0.11 would upcast them to fp32 under a half-precision base)
+        model = peft.get_peft_model(backbone.model, config, autocast_adapter_dtype=False)
     except ValueError as error:
         raise InputError(f"backbone {backbone.name}: cannot attach LoRA to {list(targets)}: {error}") from None
+    no_input_casting(model)
     setattr(model, BASE_FINGERPRINT_ATTR, base_fingerprint)
     return dataclasses.replace(backbone, model=model, family="pac-s++", family_source=SOURCE_LORA,
                                fingerprint=hashlib.sha256(f"{base_fingerprint}+lora-untrained".encode()).hexdigest())
+
+
+def no_input_casting(model: nn.Module) -> int:
+    """Stop peft's LoRA layers from copying their input to the adapter's dtype; the number of layers changed.
+
+    Under bf16 autocast a LoRA layer's input is bf16 and its adapter fp32: peft would copy the input to fp32 before
+    the adapter matmul, which autocast then casts back to bf16 (the same values: bf16 -> fp32 -> bf16 is exact), so
+    the copy only costs time. Without autocast input and adapter already share their dtype and nothing changes.
+    """
+    changed = 0
+    for module in model.modules():
+        if hasattr(module, "cast_input_dtype_enabled"):
+            module.cast_input_dtype_enabled = False
+            changed += 1
+    return changed
 
 
 def is_lora_backbone(backbone: Backbone) -> bool:
@@ -313,13 +330,14 @@ def apply_adapter(folder: str | os.PathLike, base: Backbone, record: dict[str, A
                          f"the base given ({base.name}) has {base.fingerprint[:12]}...")
     try:
         with quiet_pickle_protocol_warning():
-            model = peft.PeftModel.from_pretrained(base.model, str(folder))
+            model = peft.PeftModel.from_pretrained(base.model, str(folder), autocast_adapter_dtype=False)
     except (pickle.UnpicklingError, EOFError) as error:  # adapter_model.bin that torch.load(weights_only=True) refused
         weights = folder / "adapter_model.bin"
         raise torch_load_error(weights if weights.is_file() else folder, error) from None
     except (RuntimeError, ValueError, KeyError) as error:
         raise InputError(f"{folder}: adapter does not fit base {base.name}: {str(error).splitlines()[0]}") from None
     model.eval()
+    no_input_casting(model)
     setattr(model, BASE_FINGERPRINT_ATTR, base.fingerprint)
     changed = _restore_temperature(model, record, folder)
     adapter_file = folder / "adapter_model.safetensors"
