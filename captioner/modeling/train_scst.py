@@ -33,7 +33,6 @@ from typing import Annotated, Any
 import torch
 from accelerate.utils import broadcast_object_list
 from annotated_types import Ge, Le
-from tqdm.auto import tqdm
 
 from pacs.captioner.modeling.checkpoints import CheckpointManager
 from pacs.captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, example_generators
@@ -63,6 +62,7 @@ from pacs.metric.common.config import (
 )
 from pacs.metric.common.errors import InputError, NonFiniteError, PacsError
 from pacs.metric.common.optim import make_adam
+from pacs.metric.common.progress import progress
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target
 from pacs.metric.training.divergence import check_loss, check_weights, nonfinite_parameter
@@ -382,8 +382,10 @@ class SCSTLoop:
                        self.state["step"] if self.state["step"] else None)
         self.losses: list[float] = []
         self.stage, self.hint = f"scst[{config.reward}]", f"lr={config.lr:g}"
-        self.progress = tqdm(total=self.total_steps, initial=self.state["step"], desc=self.stage,
-                             disable=not accelerator.is_main_process)
+        name = self.out.name  # the stage's own name on its bar (`scst-clip-s-kl0.1`), tagged with the seed
+        self.progress = progress(total=self.total_steps, initial=self.state["step"],
+                                 desc=name if name.startswith("scst") else f"scst {name}",
+                                 disable=not accelerator.is_main_process)
         self.monitor = None
         if monitored:
             self.monitor = HackingMonitor(self.out / MONITOR_FILE, monitored, features,

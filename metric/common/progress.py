@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a notebook gets its widget, a terminal the text bar
 
 _CONTEXT: dict[str, Any] = {"tag": "", "position": None}
 

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from pacs.metric.common.device import allow_new_precision, build_accelerator
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import finite_or_none
 from pacs.metric.common.optim import make_adam
+from pacs.metric.common.progress import progress
 from pacs.metric.training.batches import batch_loader
 from pacs.metric.training.config import (
     FAMILY_OF_MODE,
@@ -230,8 +230,8 @@ class MetricLoop:
             logger.info("each epoch leaves out %d of %d training pairs (a different random remainder each epoch)",
                         len(train_dataset) % config.batch_size, len(train_dataset))
         self.total_steps = planned_steps(config, len(train_dataset))
-        self.progress = tqdm(total=self.total_steps, initial=state.step, desc="train-metric",
-                             disable=not self.accelerator.is_main_process)
+        self.progress = progress(total=self.total_steps, initial=state.step, desc="train-metric",
+                                 disable=not self.accelerator.is_main_process)
         self.stop = state.step >= self.total_steps or state.step - state.best_step >= config.patience
         self.started, self.running = time.time(), []
         self.needed_positives = positives_needed(config.loss.lambda_v, config.loss.lambda_t,
