@@ -86,7 +86,7 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
     def factory(metric: str) -> Any:
         from pacs.metric.scoring.model_options import build_scorer, model_identity
 
-        scorer = build_scorer(model, metric)
+        scorer = build_scorer(metric, model)
         if models is not None:
             models[metric] = model_identity(scorer.backbone)
         return scorer

@@ -127,7 +127,7 @@ def column_factory(base: ModelOptions, models: Mapping[str, MetricModel],
     def factory(metric: str) -> Any:
         from pacs.metric.scoring.model_options import build_scorer, model_identity
 
-        scorer = build_scorer(options_for(metric, base, models), metric)
+        scorer = build_scorer(metric, options_for(metric, base, models))
         if identities is not None:
             identities[metric] = model_identity(scorer.backbone)
         return scorer

@@ -107,8 +107,6 @@ def build_scorer(metric: str | None, options: ModelOptions | None = None, model:
     from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
     from pacs.metric.scoring.scorer import Scorer
 
-    if isinstance(metric, ModelOptions):  # eval/api.py and eval/metric_models.py pass (options, metric)
-        metric, options = options, metric
     options = options if options is not None else ModelOptions()
     name = metric_spec(metric).name if metric is not None else None  # unknown names fail before any model loads
     batch_size = 64 if options.batch_size is None else options.batch_size

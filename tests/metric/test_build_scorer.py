@@ -62,11 +62,3 @@ def test_a_bad_batch_size_is_refused_before_any_model_loads(tmp_path):
     missing = str(tmp_path / "no-such-checkpoint.pth")  # loading it would be another error
     with pytest.raises(Exception, match=r"^batch_size must be >= 1, got 0$"):
         build_scorer("pac-s", ModelOptions(checkpoint=missing, batch_size=0))
-
-
-def test_options_first_still_builds_the_same_scorer():
-    # eval/ passes (options, metric)
-    options = ModelOptions(backbone="tiny-random", device="cpu", w=1.5)
-    first, second = build_scorer(options, "clip-s"), build_scorer("clip-s", options)
-    assert (first.w, first.backbone.fingerprint) == (second.w, second.backbone.fingerprint) == (1.5, first.backbone.fingerprint)
-    assert first.score(IMAGES, CAPTIONS).scores.tolist() == second.score(IMAGES, CAPTIONS).scores.tolist()
