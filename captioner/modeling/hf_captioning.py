@@ -34,6 +34,7 @@ import torch
 from pacs.captioner.modeling.hf_folder_checks import check_folder_files, check_tokenizer
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
+from pacs.metric.common.progress import FEW_STEPS, progress
 from pacs.metric.models.preprocess import open_image, to_eight_bit
 from pacs.metric.models.weights_only import LOAD_ERRORS, torch_load_error
 
@@ -271,8 +272,6 @@ def read_rgb(path: str | os.PathLike) -> Any:
 def generate_captions(captioner: HFCaptioner, images: Mapping[Any, str | os.PathLike],
                       options: HFCaptionOptions) -> dict[Any, str]:
     """Caption `images` ({id: path}) with the model's own `generate` (deterministic), the echoed prompt stripped."""
-    from tqdm.auto import tqdm
-
     options.validate()
     text = prompt_text(captioner, options.prompt)
     device = next(captioner.model.parameters()).device
@@ -281,7 +280,8 @@ def generate_captions(captioner: HFCaptioner, images: Mapping[Any, str | os.Path
         settings["min_new_tokens"] = options.min_length
     ids = list(images)
     captions: dict[Any, str] = {}
-    for start in tqdm(range(0, len(ids), options.batch_size), desc="captioning"):
+    starts = range(0, len(ids), options.batch_size)  # a monitor's few batches get no bar (it would flash by)
+    for start in progress(starts, desc="captioning", leave=False, disable=len(starts) < FEW_STEPS):
         chunk = ids[start:start + options.batch_size]
         encoded = [encode_image(captioner, read_rgb(images[image_id]), text) for image_id in chunk]
         for positions, inputs in stack_without_padding(encoded):

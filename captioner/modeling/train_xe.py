@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import broadcast_object_list, gather_object
 from annotated_types import Le
-from tqdm.auto import tqdm
 
 from pacs.captioner.modeling.caption_ids import EncodedCaptions
 from pacs.captioner.modeling.checkpoints import CheckpointManager, save_captioner
@@ -58,6 +57,8 @@ from pacs.metric.common.config import (
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import finite_or_none
 from pacs.metric.common.optim import make_adam
+from pacs.metric.common.progress import FEW_STEPS
+from pacs.metric.common.progress import progress as progress_bar
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target
 from pacs.metric.training.divergence import check_loss, check_weights
@@ -162,7 +163,8 @@ def generate_captions(model: Captioner, vocab: Vocab, features: FeatureCache, im
     model.eval()
     device = device if device is not None else next(model.parameters()).device
     captions: dict[str, str] = {}
-    for start in tqdm(range(0, len(image_ids), batch_size), desc="captioning", disable=not progress):
+    starts = range(0, len(image_ids), batch_size)  # a bar for a few batches only flashes by (monitor, validation)
+    for start in progress_bar(starts, desc="captioning", leave=False, disable=not progress or len(starts) < FEW_STEPS):
         chunk = list(image_ids[start:start + batch_size])
         decoded = beam_search(model, features.get(chunk).to(device), beam_size=beam_size, return_k=1)
         for image_id, tokens in zip(chunk, decoded.tokens[:, 0]):
@@ -274,8 +276,8 @@ class XELoop:
         self.hint = f"schedule.peak_lr={config.schedule.peak_lr:g}"
         start_trackers(accelerator, "xe", to_dict(config), self.state["step"] if self.state["step"] else None)
         self.losses: list[float] = []
-        self.progress = tqdm(total=config.max_steps, initial=self.state["step"], desc="xe",
-                             disable=not accelerator.is_main_process)
+        self.progress = progress_bar(total=config.max_steps, initial=self.state["step"], desc="xe",
+                                     disable=not accelerator.is_main_process)
 
     def parameters(self, model: Any) -> list[Any]:
         """The parameters the loop trains and clips."""

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+
+from pacs.metric.common.progress import progress as progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def caption_and_score(model: Any, vocab: Any, features: Any, image_ids: Sequence
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
     local: list[tuple[int, list[str], list[str], dict[str, list[float]]]] = []
     mine = chunk_indices(len(ids), batch_size, rank, world)
-    for index in tqdm(mine, desc=f"captioning (process {rank}/{world})", disable=not progress or rank != 0):
+    for index in progress_bar(mine, desc=f"captioning (process {rank}/{world})", disable=not progress or rank != 0):
         chunk = ids[index * batch_size:(index + 1) * batch_size]
         captions = generate_captions(model, vocab, features, chunk, beam_size, batch_size, device)
         scores: dict[str, np.ndarray] = {}

@@ -13,6 +13,9 @@ from typing import Any
 from tqdm.auto import tqdm  # a notebook gets its widget, a terminal the text bar
 
 _CONTEXT: dict[str, Any] = {"tag": "", "position": None}
+FEW_STEPS = 3
+"""Work of fewer steps than this gets no bar where it repeats (captioning a monitor's few validation batches): such
+bars only flash by, dozens of times a run."""
 
 
 def set_progress_tag(tag: str, position: int | None = None) -> None:
