@@ -1,8 +1,8 @@
 """What the demo's run found, from its numbers: paired bootstrap intervals of (SCST − XE) for every column and
 for each reward's own value, and plain-language findings derived from those intervals by fixed rules.
 
-Intervals: the table's rows through `pacs.eval.system_table.add_intervals` (the images of the test split resampled
-with replacement by `pacs.eval.correlation.bootstrap`, the same resamples for every row; corpus BLEU-4 recomputed on
+Intervals: the table's rows through `pacs.eval.system_table.add_table_intervals` (the images of the test split
+resampled with replacement by `pacs.eval.intervals.bootstrap`, the same resamples for every row; corpus BLEU-4 recomputed on
 each; 95% percentile interval), each reward's own value through `pacs.captioner.orchestration.eval_intervals` (the same
 resampler and seed, so the same resamples). A difference "holds" when its interval excludes 0; otherwise it is
 "within noise". The human row (a held-out reference per image) never enters the SCST-vs-XE rules; one line
