@@ -28,10 +28,10 @@ MODELS = ["xe", *(f"scst {spec}" for spec in REWARDS), "scst cider:1,pac-s++:0.5
 
 
 @pytest.mark.slow
-def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     config = str(REPO_CONFIGS / "demo_smoke.yaml")
     first = run_demo(config, [f"runs_dir={tmp_path}", "threads=1"])
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # capfd: the seed processes below write to the same descriptors
     run_dir = tmp_path / "demo_smoke"
     assert set(first["ran"]) == STAGES and first["skipped"] == []
     # the printed table has one row per model and every column
@@ -167,10 +167,19 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest.Ca
     assert ">scst clip-s</" not in (run_dir / "report.html").read_text()  # new results: the page is rebuilt
 
     # the seeds trained at once, each in a process of its own (parallel_seeds): the same stages and table
-    capsys.readouterr()  # what the runs above printed
+    capfd.readouterr()  # what the runs above printed
     parallel = run_demo(config, [f"runs_dir={tmp_path / 'parallel'}", "threads=1", "parallel_seeds=2"])
     assert set(parallel["ran"]) == STAGES and parallel["skipped"] == []
-    assert _table(capsys.readouterr().out) == _table(out)
+    shown = capfd.readouterr()
+    assert _table(shown.out) == _table(out)
+    # each seed process draws its own bars, tagged with its seed and the stage's name; its log lines are tagged too
+    bars = re.split(r"[\r\n]", shown.err)
+    for seed in SEEDS:
+        assert any(line.startswith(f"[seed {seed}] xe: ") for line in bars), shown.err[-2000:]
+        assert any(line.startswith(f"[seed {seed}] scst-clip-s-kl0.1: ") for line in bars), shown.err[-2000:]
+        assert f"INFO [seed {seed}] pacs.captioner.orchestration.stages: stage seed-{seed}/xe: done" in shown.err
+    assert "accelerate.checkpointing" not in shown.err and "checkpoint saved" not in shown.err  # the log file's
+    assert "checkpoint saved" in (tmp_path / "parallel" / "demo_smoke" / "logs" / "seed-1.log").read_text()
 
     # the issue's literal command on 2 CPU processes: same stages, same printed table as one process
     two = tmp_path / "two"
