@@ -150,7 +150,7 @@ def test_a_name_resolves_to_the_packaged_config_and_its_base() -> None:
     # `_base_: demo.yaml` is followed inside the package: a key only demo.yaml sets arrives
     by_name = load_yaml("demo_smoke")
     assert by_name == load_yaml(CONFIGS / "demo_smoke.yaml")
-    assert by_name["demo"]["name"] == "demo_smoke" and "prompt" in by_name["demo"]
+    assert by_name["demo"]["run_dir"] == "runs/demo_smoke" and "prompt" in by_name["demo"]
 
 
 def test_a_path_wins_over_a_name_and_readme_paths_work_from_anywhere(tmp_path: Path,
