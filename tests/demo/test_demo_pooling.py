@@ -43,7 +43,7 @@ def test_runs_may_differ_in_where_and_how_they_ran_but_not_in_what_they_trained(
                                                                   "parallel_seeds=1"])
     check_same_experiment({Path("a"): base, Path("b"): moved})  # no error
     retuned = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", ["xe.lr=0.002"])
-    with pytest.raises(InputError, match=r"^b: setting xe\.lr differs from a \(only name, runs_dir, seeds"):
+    with pytest.raises(InputError, match=r"^b: setting xe\.lr differs from a \(only run_dir, name, runs_dir, seeds"):
         check_same_experiment({Path("a"): base, Path("b"): retuned})
     assert isinstance(retuned, DemoConfig)
 
@@ -110,7 +110,7 @@ def test_pooled_seeds_of_two_runs_give_the_table_and_findings_of_one_run_of_thos
 @pytest.mark.slow
 def test_a_transformers_captioner_runs_seeds_pool_alike(tmp_path: Path, tool, capsys) -> None:
     run_demo(str(REPO_CONFIGS / "demo_hf_smoke.yaml"), [f"runs_dir={tmp_path}"])
-    native = tmp_path / load_demo_config(REPO_CONFIGS / "demo_hf_smoke.yaml", []).name
+    native = tmp_path / load_demo_config(REPO_CONFIGS / "demo_hf_smoke.yaml", []).run_path().name
     copy = tmp_path / "copy"
     shutil.copytree(native, copy)
     out = tmp_path / "pooled"
