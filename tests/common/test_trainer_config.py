@@ -59,9 +59,9 @@ def test_the_names_before_0_3_are_unknown_keys_in_yaml_and_overrides(tmp_path: P
         warnings.simplefilter("error", DeprecationWarning)
         load_config(Run, old)
     message = str(error.value)
-    assert message.startswith(f"{old}: xe: unknown key 'val_every' (known: ") and "eval_every" in message
+    assert message == f"{old}: xe: unknown key 'val_every' (did you mean 'eval_every'?)"
     assert "\n" not in message
-    with pytest.raises(InputError, match=r"scst: unknown key 'resume_from' \(known: .*\bresume\b"):
+    with pytest.raises(InputError, match=r"scst: unknown key 'resume_from' \(did you mean 'resume'\?\)"):
         load_config(Run, None, ["scst.resume_from=latest"])
     with pytest.raises(InputError, match="unknown key 'checkpoint_every'"):
         from_dict(SCSTConfig, {"checkpoint_every": 1})
