@@ -500,13 +500,13 @@ def _page(run_dir: Path, title: str | None, digest: str) -> str:
     results_path = _inputs.results_file(run_dir)  # results.json, or a recipe's eval/results.json, ...
     extra = _read_json(results_path) if results_path is not None else {}
     extra = extra if isinstance(extra, dict) else {}
+    results = load_results(run_dir)  # checks the file's JSON types first: one line naming a bad key
     provenance = _provenance.load_provenance(run_dir, extra)
     seeds = [str(s) for s in provenance["seeds"]]
     shared = {path.stem for path in _inputs.stage_records(run_dir) if path.parent == run_dir / "stages"}
     curve_html = "".join(f'<h3>{html.escape(g)}</h3><img class="plot" alt="{html.escape(g)} curves" '
                          f'src="{plot_curves(g, cols, references.get(g), _curve_seed(g, shared, seeds))}">'
                          for g, cols in curves.items())
-    results = load_results(run_dir)
     columns, rows = results if results is not None else ([], [])
     warnings = _inputs.load_warnings(run_dir)
     system = _system_section(extra)

@@ -23,7 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pacs.eval import report_inputs as _inputs
+from pacs.metric.common.config import yaml_value
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
 from pacs.metric.common.provenance import pacs_version
@@ -113,11 +116,9 @@ def load_provenance(run_dir: Path, results: dict[str, Any] | None = None) -> dic
 
 def _config_seeds(text: str) -> list[Any]:
     """The seeds a config.yaml names (`seeds:`, else `seed:`; the demo's under `demo:`)."""
-    import yaml  # only for a run without results.json seeds
-
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = yaml_value(text)  # bounded: a run folder's config.yaml is data, a 'billion laughs' one included
+    except yaml.YAMLError:  # YAMLBoundError too
         return []
     section = data.get("demo", data) if isinstance(data, dict) else {}
     if not isinstance(section, dict):
