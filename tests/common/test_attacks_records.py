@@ -59,9 +59,11 @@ def tool():
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
-    """Every file below `folder` (the run lock aside) by relative path: its sha256."""
+    """Every file below `folder` by relative path: its sha256. The run lock and the run's log files
+    (`logs/*.log`, which record every attempt, a refused one too) aside."""
     return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != LOCK_NAME}
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != LOCK_NAME
+            and not (path.parent.name == "logs" and path.suffix == ".log")}
 
 
 def _one_line(capsys: pytest.CaptureFixture, prefix: str) -> str:
