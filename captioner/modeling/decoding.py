@@ -154,7 +154,9 @@ def beam_search(model: Captioner, features: torch.Tensor, beam_size: int = 5, ma
         tokens = tokens.gather(1, beam_index.unsqueeze(-1).expand_as(tokens))
         tokens[:, :, t] = token_index
         finished = was_finished | (token_index == EOS_ID)
-        state = state.reorder_within_images((row_offsets + beam_index).view(-1))  # beams stay in their image
+        # beams stay in their image; a decoder state without that shortcut (another model's) gathers everything
+        reorder = getattr(state, "reorder_within_images", state.select)
+        state = reorder((row_offsets + beam_index).view(-1))
         previous = token_index.view(-1)
         if bool(finished.all()):
             break

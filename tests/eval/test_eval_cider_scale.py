@@ -230,7 +230,7 @@ def test_table_memory_is_bounded_by_the_arrays(shared_data):
     assert sum(map(len, corpus)) == 20000
     occurrences = _occurrences(corpus)
 
-    table, peak, retained, blocks = _traced(lambda: cider_df(corpus))
+    table, peak, retained, blocks = _traced(lambda: cider_df(corpus, tokenized=True))  # tokenized above
     distinct = len(table.keys)
     assert peak < 32 * occurrences
     assert table.nbytes <= 12 * distinct
