@@ -40,7 +40,8 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
     if config.seeds:
         config.seed = config.seeds[0]
     result = run_pipeline(config)
-    return {**result, **_recipe_outputs(config, started)}
+    sources = result.pop("gallery_sources", None)
+    return {**result, **_recipe_outputs(config, started, sources=sources)}
 
 
 def _record_provenance(run_dir: str | None, started: float, stages: dict[str, Any] | None = None) -> bool:
@@ -54,7 +55,8 @@ def _record_provenance(run_dir: str | None, started: float, stages: dict[str, An
     return True
 
 
-def _recipe_outputs(config: PipelineConfig, started: float, folder: str = "eval") -> dict[str, Any]:
+def _recipe_outputs(config: PipelineConfig, started: float, folder: str = "eval",
+                    sources: dict[str, Any] | None = None) -> dict[str, Any]:
     """The finished recipe's files (main process): its results table and results.json (in `folder`: `eval`, or
     `seeds` for a run over several seeds), the gallery and provenance the report shows, and report.html (written
     now, or kept when its inputs did not change)."""
@@ -67,7 +69,7 @@ def _recipe_outputs(config: PipelineConfig, started: float, folder: str = "eval"
     if not process_state().is_main_process:
         return {}
     run_dir = Path(config.run_dir)
-    write_recipe_gallery(config, folder)
+    write_recipe_gallery(config, folder, sources)
     _record_provenance(str(run_dir), started)
     results = run_dir / folder / "results.json"
     table = results.with_name("results.md")

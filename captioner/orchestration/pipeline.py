@@ -29,6 +29,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     reward_context,
     reward_scorers,
 )
+from pacs.captioner.orchestration.recipe_gallery import gallery_sources
 from pacs.captioner.orchestration.shared_stages import (
     evaluate_models,
     evaluation_rows,
@@ -151,6 +152,8 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     for spec, (name, selected) in scst_stages.items():
         models[spec], model_stages[spec] = selected, name
     test_sets = prepare_test_sets(run, test_items)
+    # the report's gallery, from the items read here (not the data set again)
+    sources = gallery_sources(config, {name: items for name, items, _ in test_sets})
     del test_items
     eval_stages = []
     for set_name, _, _ in test_sets:
@@ -173,6 +176,6 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     for name in eval_stages:
         stages.finish(name)
     state.wait_for_everyone()
-    return result
+    return {**result, "gallery_sources": sources}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pacs.captioner.orchestration.pipeline_config import DataConfig, PipelineConfig
@@ -32,9 +33,21 @@ def _eval_folder(config: PipelineConfig, folder: str) -> Path:
     return run_dir / f"seed-{config.seeds[0]}" / "eval" if folder == "seeds" and config.seeds else run_dir / "eval"
 
 
-def gallery_entries(config: PipelineConfig, folder: str = "eval") -> list[dict[str, Any]]:
+def gallery_sources(config: PipelineConfig, test_items: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """{image id: {"image": path, "references": [...]}} of the first test set's items as the run read them, so
+    the gallery does not read the data set again (None-free; empty when the run has no test set)."""
+    if not config.evaluation.test_sets:
+        return {}
+    set_name = next(iter(config.evaluation.test_sets))
+    return {str(item.image_id): {"image": str(item.image_path), "references": list(item.captions)}
+            for item in test_items.get(set_name, [])}
+
+
+def gallery_entries(config: PipelineConfig, folder: str = "eval",
+                    sources: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The gallery of a finished recipe run (see the module), images not yet copied: `source` is each image's
-    path on disk. Empty when the run has no evaluated test set."""
+    path on disk. Empty when the run has no evaluated test set. `sources` (`gallery_sources`): the test items
+    the run read; without them the test set is read again."""
     from pacs.captioner.data import load_dataset
     from pacs.captioner.orchestration.shared_stages import select_test_items
 
@@ -57,9 +70,13 @@ def gallery_entries(config: PipelineConfig, folder: str = "eval") -> list[dict[s
                              if column in values.get("values", {})}
     if not captions:
         return []
-    data = from_dict(DataConfig, {k: v for k, v in set_config.items() if k != "split"}, "evaluation.test_sets")
-    dataset = load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
-    items = {str(i.image_id): i for i in select_test_items(dataset, set_config, config.evaluation.max_images)}
+    if sources:
+        items = {key: SimpleNamespace(image_path=value["image"], captions=value["references"])
+                 for key, value in sources.items()}
+    else:
+        data = from_dict(DataConfig, {k: v for k, v in set_config.items() if k != "split"}, "evaluation.test_sets")
+        dataset = load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+        items = {str(i.image_id): i for i in select_test_items(dataset, set_config, config.evaluation.max_images)}
     first = next(iter(captions.values()))
     entries = []
     for image_id in [i for i in first if i in items][:GALLERY_SIZE]:
@@ -78,7 +95,8 @@ def gallery_entries(config: PipelineConfig, folder: str = "eval") -> list[dict[s
     return entries
 
 
-def write_recipe_gallery(config: PipelineConfig, folder: str = "eval") -> Path | None:
+def write_recipe_gallery(config: PipelineConfig, folder: str = "eval",
+                         sources: dict[str, dict[str, Any]] | None = None) -> Path | None:
     """Copy the gallery's images into `<run_dir>/gallery/` and write `<run_dir>/gallery.json`; the file's path, or
     None when there is nothing to show. A data set that cannot be read again is a warning, not a failed run: the
     run's results are already written."""
@@ -88,7 +106,7 @@ def write_recipe_gallery(config: PipelineConfig, folder: str = "eval") -> Path |
 
     run_dir = Path(config.run_dir)
     try:
-        entries = gallery_entries(config, folder)
+        entries = gallery_entries(config, folder, sources)
     except (InputError, OSError, KeyError, ValueError) as error:
         logger.warning("report gallery left out: %s", error)
         return None
