@@ -58,9 +58,11 @@ def _coco(candidates, references):
 
 
 def test_cider_d_equals_pycocoevalcap_per_caption(pairs):
+    # the pairs are tokenized by _simple_tokens (tokenized=True below): pacs' CIDEr-D on given tokens is
+    # pycocoevalcap's; the PTB default is checked in test_eval_tokenized_flag.py
     candidates, references = pairs
     corpus, expected = _coco(candidates, references)
-    got = pacs_eval.cider_d(candidates, references)
+    got = pacs_eval.cider_d(candidates, references, tokenized=True)
     assert got.shape == (len(candidates),)
     np.testing.assert_allclose(got, expected, atol=1e-12, rtol=0)
     assert abs(got.mean() - corpus) < 1e-9
@@ -72,18 +74,18 @@ def test_duplicate_entries_count_as_documents_like_pycocoevalcap(pairs):
     candidates = candidates[:200] + candidates[:50]
     references = references[:200] + references[:50]
     _, expected = _coco(candidates, references)
-    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references), expected, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, tokenized=True), expected, atol=1e-12, rtol=0)
 
 
 def test_fixed_corpus_df_matches_when_corpus_is_the_references(pairs):
     candidates, references = pairs
     _, expected = _coco(candidates, references)
-    table = pacs_eval.cider_df(references)
+    table = pacs_eval.cider_df(references, tokenized=True)
     assert table.num_documents == len(references)
-    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table, tokenized=True), expected, atol=1e-12, rtol=0)
     scorer = table.kept[KEPT_SCORER]  # kept with the table: the next call reuses its cached statistics
     assert isinstance(scorer, CiderD)
-    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table), expected, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(pacs_eval.cider_d(candidates, references, table, tokenized=True), expected, atol=1e-12, rtol=0)
     assert table.kept[KEPT_SCORER] is scorer
 
 
@@ -91,7 +93,7 @@ def test_fixed_corpus_df_uses_the_corpus_not_the_batch(pairs, flickr_captions):
     """SCST convention: a big training corpus fixes df; a small batch is scored against it."""
     candidates, references = pairs
     corpus = [flickr_captions[k] for k in sorted(flickr_captions)[:3000]]
-    table = cider_df(corpus)
+    table = cider_df(corpus, tokenized=True)
     got = CiderD(document_frequency=table)(candidates[:40], references[:40])
     # reference: pycocoevalcap's CiderScorer with its df table replaced by the corpus table and its number of
     # documents (read through len(crefs)) by the corpus size
@@ -111,7 +113,7 @@ def test_fixed_corpus_df_uses_the_corpus_not_the_batch(pairs, flickr_captions):
         float, {((k,) if isinstance(k, str) else k): v for k, v in table.counts.items()})
     expected = np.asarray(scorer.compute_cider())
     np.testing.assert_allclose(got, expected, atol=1e-12, rtol=0)
-    assert not np.allclose(got, pacs_eval.cider_d(candidates[:40], references[:40]))  # df really differs
+    assert not np.allclose(got, pacs_eval.cider_d(candidates[:40], references[:40], tokenized=True))  # df really differs
 
 
 def test_reference_cache_across_calls_gives_fresh_results(pairs):
@@ -121,8 +123,8 @@ def test_reference_cache_across_calls_gives_fresh_results(pairs):
     again = scorer(candidates[:300], references[:300])
     shifted = scorer(candidates[100:500], references[100:500])  # half cached, half new references
     np.testing.assert_array_equal(first, again)
-    np.testing.assert_allclose(shifted, pacs_eval.cider_d(candidates[100:500], references[100:500]), atol=1e-12)
-    fixed = CiderD(document_frequency=cider_df(references))
+    np.testing.assert_allclose(shifted, pacs_eval.cider_d(candidates[100:500], references[100:500], tokenized=True), atol=1e-12)
+    fixed = CiderD(document_frequency=cider_df(references, tokenized=True))
     a = fixed(candidates[:300], references[:300])
     b = fixed(candidates[:300], references[:300])
     np.testing.assert_array_equal(a, b)
