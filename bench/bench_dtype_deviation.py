@@ -39,7 +39,7 @@ import torch
 from scipy.stats import kendalltau
 
 from pacs.eval.benchmarks.flickr8k import load_raw
-from pacs.metric.common.paths import shared_dir
+from pacs.metric.common.shared_data import shared_dir
 from pacs.metric.models.backbones import Backbone
 from pacs.metric.models.factory import load_backbone
 from pacs.metric.scoring.scorer import Scorer, ScoreResult

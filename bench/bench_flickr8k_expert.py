@@ -21,8 +21,8 @@ from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
 from pacs.eval.benchmarks import RunContext, get_benchmark
 from pacs.eval.benchmarks.flickr8k import load_raw
+from pacs.eval.caption_scoring import MetricSuite
 from pacs.eval.correlation import kendall
-from pacs.eval.scoring import MetricSuite
 
 METRICS = ["bleu1", "bleu4", "rouge", "meteor", "cider"]
 

@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from pacs.metric.common.paths import shared_dir
+from pacs.metric.common.shared_data import shared_dir
 from pacs.metric.models.backbones import Backbone
 from pacs.metric.models.factory import load_backbone
 from pacs.metric.models.preprocess import open_image

@@ -19,7 +19,7 @@ import torch
 from timing import median_time
 
 from pacs.captioner.data import load_dataset
-from pacs.metric.common.paths import shared_dir
+from pacs.metric.common.shared_data import shared_dir
 from pacs.rewards import build_reward
 
 

@@ -151,7 +151,7 @@ def stage_split(work: Path, n_images: int, batch: int, workers: int) -> list[dic
                     spent["(b) waiting for decode + preprocess (worker processes)"] += time.perf_counter() - start
                 yield item
         return timed_results()
-    keys = getattr(scorer_module.image_inputs, "image_keys", None)
+    keys = getattr(scorer_module.image_sources, "image_keys", None)
     patches = [(scorer_module, "ordered_map", waited),
                (torch, "stack", timed("(d) stacking batches and embeddings", original_stack)),
                (backbone, "encode_image", timed("towers: image", backbone.encode_image)),
@@ -162,10 +162,10 @@ def stage_split(work: Path, n_images: int, batch: int, workers: int) -> list[dic
     if pool_module is not None:
         patches.append((pool_module.DecodePool, "batches", waited_batches))
     if keys is not None:
-        patches.append((scorer_module.image_inputs, "image_keys", timed("(a) image keys", keys)))
+        patches.append((scorer_module.image_sources, "image_keys", timed("(a) image keys", keys)))
     else:
         patches.append((scorer_module.Scorer, "image_key",
-                        staticmethod(timed("(a) image keys", scorer_module.image_inputs.image_key))))
+                        staticmethod(timed("(a) image keys", scorer_module.image_sources.image_key))))
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     backbone.tokenize(captions)
     options = {"batch_size": batch, "progress": False, "prompt": "", "workers": workers}

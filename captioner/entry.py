@@ -46,7 +46,7 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
 
 def _record_provenance(run_dir: str | None, started: float, stages: dict[str, Any] | None = None) -> bool:
     """Write the run's provenance.json (main process; `pacs.eval.report_provenance`); whether it was written."""
-    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training_setup import process_state
     from pacs.eval.report_provenance import record_provenance
 
     if not run_dir or not process_state().is_main_process:
@@ -62,7 +62,7 @@ def _recipe_outputs(config: PipelineConfig, started: float, folder: str = "eval"
     now, or kept when its inputs did not change)."""
     from pathlib import Path
 
-    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training_setup import process_state
     from pacs.captioner.orchestration.recipe_gallery import write_recipe_gallery
     from pacs.eval.report import write_report
 
@@ -83,7 +83,7 @@ def run_summary(result: dict[str, Any]) -> str:
     the paths of results.json and report.html (empty on the processes other than the main one)."""
     from pathlib import Path
 
-    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training_setup import process_state
 
     if not result.get("report") or not process_state().is_main_process:
         return ""

@@ -20,8 +20,8 @@ _PUBLIC = {
     "cider_d": "pacs.eval.cider",
     "cider_df": "pacs.eval.cider",
     "compute_text_metrics": "pacs.eval.text_metrics",
-    "correlate": "pacs.eval.api",
-    "evaluate_systems": "pacs.eval.api",
+    "correlate": "pacs.eval.correlate_run",
+    "evaluate_systems": "pacs.eval.correlate_run",
 }
 
 __all__ = ["CiderD", "DocumentFrequency", "cider_d", "cider_df", "compute_text_metrics", "correlate",

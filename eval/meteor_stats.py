@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from pacs.eval.java import require_java
+from pacs.eval.java_runtime import require_java
 from pacs.metric.common.errors import InputError, PacsError
 
 MAX_METEOR_WORDS = 5_000

@@ -3,7 +3,7 @@
 Every file the report reads or hashes (the results table of `RESULT_FILES`, logs/*.csv or the recipe's
 <stage>/log.csv and <stage>/monitor.csv, logs/*.reference.json, correlation/*, gallery.json, train_log.json,
 stages/**/*.json and the gallery images) must resolve, symlinks included, inside the run directory
-(`pacs.metric.common.paths_inside`); anything else is one InputError naming it, raised before the file is looked at,
+(`pacs.metric.common.contained_paths`); anything else is one InputError naming it, raised before the file is looked at,
 so the report never reads, embeds or hashes a file outside the run (and never tells whether one exists). Bad
 JSON / CSV is one InputError naming the file (`pacs.metric.common.json_input`), and so is a file of the wrong
 JSON shape (a `columns` that is no list of names, a `delta` that is no object, highlights that are no
@@ -25,9 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pacs.metric.common.contained_paths import ConfinedRoot
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
-from pacs.metric.common.paths_inside import ConfinedRoot
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pycocoevalcap.spice.spice as coco_spice
 
-from pacs.eval.java import java_major_version, require_java
+from pacs.eval.java_runtime import java_major_version, require_java
 from pacs.metric.common.errors import MissingResourceError, PacsError
 
 log = logging.getLogger(__name__)

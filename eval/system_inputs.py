@@ -112,7 +112,7 @@ def canonical_rows(path: Path | None, references: Mapping[str, Sequence[str]], u
 
     Every id must have references; with `unique`, an image captioned twice is an InputError naming the ids.
     """
-    from pacs.metric.scoring.inputs import load_candidates, references_for
+    from pacs.metric.scoring.score_inputs import load_candidates, references_for
 
     if path is None:
         path = Path(f"system {name!r} ({IN_MEMORY})")

@@ -106,7 +106,7 @@ class SharedScoring:
 
     def __init__(self, options: ScoringOptions, scorer_factory: Callable[[str], Any] | None = None,
                  tokenizer: Callable[[list[str]], list[str]] | None = None) -> None:
-        from pacs.eval.scoring import MetricSuite
+        from pacs.eval.caption_scoring import MetricSuite
 
         self.options = options
         self.tokenizer = tokenizer  # None: pycocoevalcap's PTB tokenization (options.ptb_tokenizer: python / java)

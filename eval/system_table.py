@@ -244,7 +244,7 @@ def build_system_table(request: TableRequest, row_scores: list[RowScores] | None
     from pacs.eval.metric_models import check_columns, column_factory, parse_metric_models
     from pacs.metric.common.provenance import provenance
     from pacs.metric.common.seeding import seed_everything
-    from pacs.metric.scoring.inputs import load_references
+    from pacs.metric.scoring.score_inputs import load_references
 
     seed_everything(request.seed)
     conventions = scoring_conventions(request.model)  # a bad score / long_captions fails before any work

@@ -29,7 +29,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.rouge.rouge import Rouge
 
 from pacs.eval.cider import CiderD
-from pacs.eval.java import require_java
+from pacs.eval.java_runtime import require_java
 from pacs.eval.meteor_stats import MeteorStats, caption_label, check_meteor_lengths
 from pacs.eval.registry import get_metric
 from pacs.eval.spice import SpiceUnavailable, compute_spice

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pycocoevalcap.tokenizer.ptbtokenizer as ptb
 
-from pacs.eval.java import require_java
+from pacs.eval.java_runtime import require_java
 from pacs.eval.ptb import python_ptb_tokenize
 from pacs.metric.common.errors import InputError, PacsError
 

@@ -40,7 +40,7 @@ def benchmark_correlation(benchmark: str, data: str | None, images: str | None, 
     partial image folder is common; the keys are e.g. ``tau_b``, ``tau_c``, ``n`` or ``HC``, ``mean``.
     """
     from pacs.eval.benchmarks import RunContext, get_benchmark
-    from pacs.eval.scoring import MetricSuite
+    from pacs.eval.caption_scoring import MetricSuite
     from pacs.metric.scoring.scorer import Scorer
 
     if not data:

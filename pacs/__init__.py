@@ -21,8 +21,8 @@ _PUBLIC = {
     "score": "pacs.metric.scoring.api",
     "load_backbone": "pacs.metric.models.factory",
     "cider_d": "pacs.eval.cider",
-    "correlate": "pacs.eval.api",
-    "evaluate_systems": "pacs.eval.api",
+    "correlate": "pacs.eval.correlate_run",
+    "evaluate_systems": "pacs.eval.correlate_run",
     "build_reward": "pacs.rewards.registry",
 }
 

@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 from pacs.captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results

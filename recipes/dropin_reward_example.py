@@ -38,8 +38,8 @@ from PIL import Image
 
 from pacs.captioner.data import CaptionDataset, load_dataset
 from pacs.metric.common.errors import PacsError
-from pacs.metric.common.paths import shared_dir
 from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.shared_data import shared_dir
 from pacs.rewards import build_reward
 
 logger = logging.getLogger("dropin_reward_example")

@@ -34,8 +34,8 @@ import torch
 from pacs.captioner.data import load_dataset
 from pacs.metric.common.errors import PacsError
 from pacs.metric.common.io import write_json_atomic
-from pacs.metric.common.paths import shared_dir
 from pacs.metric.common.seeding import seed_everything
+from pacs.metric.common.shared_data import shared_dir
 from pacs.rewards.monitor import CompletionMonitor
 from pacs.rewards.trl import PacsRewardFunction, reward_function, reward_functions
 

@@ -11,7 +11,7 @@ for a model without a logit bias) and `long_captions` ("truncate" default, or "c
 references chunked the same way) apply to every contrastive term of the spec, e.g.
 `build_reward("pac-s++", checkpoint=..., score="sigmoid", long_captions="chunk")`. Each call marks the captions
 cut to the text context: `last_truncated` (bool `[B, k]`) and the running count `n_truncated`.
-Images given by `image_loader` / `image_paths` may be paths, PIL images or tensors (`pacs.metric.scoring.image_inputs`).
+Images given by `image_loader` / `image_paths` may be paths, PIL images or tensors (`pacs.metric.scoring.image_sources`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 **columns)`, with one list entry per completion (each prompt repeated `num_generations` times) and every
 dataset column other than `prompt` passed as a keyword list; it expects one float (or None: "does not apply")
 per completion. The callable returned here reads the images from the `image` column (one path, PIL image, image
-tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see `pacs.metric.scoring.image_inputs` — or
+tensor — uint8 `[C, H, W]` raw, or float `[3, H, W]` already preprocessed, see `pacs.metric.scoring.image_sources` — or
 `datasets` image dict per row; or the `images` column with one image per row) and the reference captions from
 the `references` column; both names are configurable. It builds the reward once with `pacs.rewards.build_reward`,
 so image embeddings are cached across calls (an image is encoded once per run, whatever the number of

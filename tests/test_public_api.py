@@ -35,19 +35,19 @@ stack = lambda: [m for m in {MODEL_STACK!r} if m in sys.modules]
 steps = {{}}
 import pacs, pacs.metric, pacs.eval, pacs.rewards, pacs.metric.common.errors
 steps["roots"] = stack()
-steps["lazy"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry") if m in sys.modules]
+steps["lazy"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.correlate_run", "pacs.rewards.registry") if m in sys.modules]
 from pacs.eval import cider_d, cider_df, compute_text_metrics, correlate
 from pacs.rewards import build_reward, register_reward, reward_names
 from pacs.metric import clip_score, ref_score, reference_term, score, MetricScores
 steps["names"] = stack()
-steps["loaded"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry") if m in sys.modules]
+steps["loaded"] = [m for m in ("pacs.metric.scoring.api", "pacs.eval.correlate_run", "pacs.rewards.registry") if m in sys.modules]
 assert correlate("hat", metrics="cider")["cider"]["n"] == 400
 steps["correlate"] = stack()
 print(json.dumps(steps))
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     steps = json.loads(result.stdout.strip().splitlines()[-1])
-    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["pacs.metric.scoring.api", "pacs.eval.api", "pacs.rewards.registry"],
+    assert steps == {"roots": [], "lazy": [], "names": [], "loaded": ["pacs.metric.scoring.api", "pacs.eval.correlate_run", "pacs.rewards.registry"],
                      "correlate": []}
 
 
@@ -180,7 +180,7 @@ def test_correlate_records_the_data_folder_it_read_whichever_way_it_was_reached(
 
 def test_correlate_options_are_the_cli_options(shared_data):
     from pacs.eval import correlate
-    from pacs.eval.api import correlation_options
+    from pacs.eval.correlate_run import correlation_options
 
     request = correlation_options("pascal50s", shared_data / "pascal50s", "length", draws=2, seed=3)
     assert (request.options.draws, request.options.num_refs, request.seed, request.bootstrap,

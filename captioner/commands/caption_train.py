@@ -51,12 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_images(folder: str | Path, ids: str = "stem") -> dict[Any, Path]:
-    """{image id: path} of the images in `folder` (`pacs.metric.scoring.images`): ids by `stem`, `name`, `coco` or a JSON file.
+    """{image id: path} of the images in `folder` (`pacs.metric.scoring.image_lookup`): ids by `stem`, `name`, `coco` or a JSON file.
 
     InputError when there is no image, two images get one id, or an image has no id.
     """
-    from pacs.metric.scoring.images import id_mode, ids_for_files
-    from pacs.metric.scoring.images import list_images as image_files
+    from pacs.metric.scoring.image_lookup import id_mode, ids_for_files
+    from pacs.metric.scoring.image_lookup import list_images as image_files
 
     if not Path(folder).is_dir():
         raise InputError(f"--images {folder} is not a folder")

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pacs.metric.common.contained_paths import UserFolder
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
-from pacs.metric.common.paths_inside import UserFolder
 
 
 def read_json(path: Path) -> Any:
@@ -21,7 +21,7 @@ def read_json(path: Path) -> Any:
 
 def confined_root(root: str | os.PathLike) -> UserFolder:
     """The image root that every image file name of an annotation file stays inside lexically (no `..`, not
-    absolute; symlinks inside it are followed: the rule of `--images`, `pacs.metric.common.paths_inside.UserFolder`)."""
+    absolute; symlinks inside it are followed: the rule of `--images`, `pacs.metric.common.contained_paths.UserFolder`)."""
     return UserFolder(root, f"the image root {root}")
 
 

@@ -21,7 +21,7 @@ from pacs.captioner.modeling.features import FeatureCache, extract_features
 from pacs.captioner.modeling.model import CaptionerConfig
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import generate_captions, train_xe
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic

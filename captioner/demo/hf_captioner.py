@@ -28,8 +28,8 @@ from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
 from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
 from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
 from pacs.captioner.modeling.hf_train_xe import train_hf_xe
-from pacs.captioner.modeling.training import process_state
-from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+from pacs.captioner.modeling.training_setup import process_state
+from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""

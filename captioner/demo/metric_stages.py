@@ -13,7 +13,7 @@ from PIL import Image
 
 from pacs.captioner.demo.config import ClipStageConfig, DemoConfig
 from pacs.captioner.demo.data import DemoData
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.metric.common.io import atomic_path, csv_cells
 from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
 from pacs.metric.models.factory import load_backbone

@@ -23,8 +23,8 @@ from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.demo.seeds import SeedEvidence, single_seed
-from pacs.captioner.modeling.training import micro_batch_for
-from pacs.captioner.orchestration.recipe_stages import NOT_DETERMINING, settings_of
+from pacs.captioner.modeling.training_setup import micro_batch_for
+from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.captioner.orchestration.stages import StageRunner, check_force
 from pacs.eval.report import write_report
 from pacs.eval.system_inputs import HUMAN_ROW

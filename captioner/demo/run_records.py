@@ -6,7 +6,7 @@ can edit. What the demo and `tools/pool_seeds.py` take from one is checked befor
 - its sections are of the types the runner writes (`settings`, `inputs`, `upstream`, `outputs`, `summary`:
   objects), else one line naming the record and the key;
 - a path it names (`summary.model`, the model a guarded SCST stage chose) is joined with the stage's folder and
-  must resolve inside the run directory (`pacs.metric.common.paths_inside.ConfinedRoot`, symlinks included: an
+  must resolve inside the run directory (`pacs.metric.common.contained_paths.ConfinedRoot`, symlinks included: an
   absolute path or `../../..` is refused before anything there is looked at), and must be one of that stage's
   own outputs: its files are checked against the sizes and digests the stage recorded when it finished
   (`pacs.captioner.orchestration.stage_outputs.manifest_problems`), so it is the model that stage wrote;
@@ -24,8 +24,8 @@ from typing import Any
 
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.captioner.orchestration.stages import RECORDS, Fingerprint
+from pacs.metric.common.contained_paths import ConfinedRoot
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.paths_inside import ConfinedRoot
 
 SECTIONS = ("settings", "inputs", "upstream", "outputs", "summary")
 """The parts of a stage record that are objects (`{...}`) whenever present."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.modeling.train_xe import XEConfig
-from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.training_setup import ScheduleConfig, process_state
 from pacs.metric.common.io import finite_or_none
 
 BIG = 10**9  # "never" for checkpoint intervals: the demo's stages are short and cached as a whole

@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pacs.metric.common.contained_paths import ConfinedRoot
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.paths_inside import ConfinedRoot
 
 #: (low, high) of every integer size of a config, whatever sub-config it is in
 LAYERS, WIDTH, FFN, HEADS = (0, 256), (1, 32768), (1, 131072), (1, 1024)

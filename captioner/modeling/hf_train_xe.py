@@ -21,7 +21,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from pacs.captioner.modeling.hf_policy import HFPolicy, caption_mask
 from pacs.captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XELoop, XEResult, cider_validator
-from pacs.captioner.modeling.training import BatchPlan, make_accelerator
+from pacs.captioner.modeling.training_setup import BatchPlan, make_accelerator
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.seeding import seed_everything
 

@@ -44,7 +44,13 @@ from pacs.captioner.modeling.reward_spread import COUNTS as SPREAD_COUNTS
 from pacs.captioner.modeling.reward_spread import SpreadWatch, spread_counts
 from pacs.captioner.modeling.scst_guards import GamingStop, check_anchor, length_band_mask, mask_advantages
 from pacs.captioner.modeling.train_xe import is_better
-from pacs.captioner.modeling.training import BatchPlan, finish_trackers, make_accelerator, reduce_mean, start_trackers
+from pacs.captioner.modeling.training_setup import (
+    BatchPlan,
+    finish_trackers,
+    make_accelerator,
+    reduce_mean,
+    start_trackers,
+)
 from pacs.metric.common.config import (
     MAX_BATCH,
     MAX_BEAM,

@@ -1,6 +1,6 @@
 """Stage 1: cross-entropy training with teacher forcing (PAC-S++ §5.1), under accelerate.
 
-Adam with the PAC-S++ schedule (`pacs.captioner.modeling.training.pacs_lr`), a global batch of `batch_size` captions
+Adam with the PAC-S++ schedule (`pacs.captioner.modeling.training_setup.pacs_lr`), a global batch of `batch_size` captions
 reached with gradient accumulation, validation by CIDEr-D of beam-search captions, best model kept.
 The loss of a batch is the mean over captions of each caption's mean token NLL (its <eos> included), so
 any split of a global batch over processes and micro-batches gives the same loss and gradient; dropout masks are
@@ -30,7 +30,7 @@ from pacs.captioner.modeling.decoding import beam_search
 from pacs.captioner.modeling.example_rng import DROPOUT, ExampleRNG, example_generators
 from pacs.captioner.modeling.features import FeatureCache
 from pacs.captioner.modeling.model import Captioner, CaptionerConfig, sequence_mask, shift_right
-from pacs.captioner.modeling.training import (
+from pacs.captioner.modeling.training_setup import (
     BatchPlan,
     ScheduleConfig,
     finish_trackers,

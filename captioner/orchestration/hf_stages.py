@@ -56,7 +56,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     from pacs.captioner.modeling.hf_policy import HFPolicy
     from pacs.captioner.modeling.hf_train_xe import train_hf_xe
     from pacs.captioner.modeling.train_scst import train_scst
-    from pacs.captioner.orchestration.recipe_stages import (
+    from pacs.captioner.orchestration.stage_fingerprints import (
         data_inputs,
         settings_of,
         trainer_settings,
@@ -112,7 +112,7 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
     from pacs.captioner.orchestration.pipeline_rewards import reward_scorers
     from pacs.captioner.orchestration.preflight import evaluation_slots
-    from pacs.captioner.orchestration.recipe_stages import data_inputs, reward_model_inputs, reward_model_settings
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, reward_model_inputs, reward_model_settings
     from pacs.eval.text_metrics import TextMetricSession
     from pacs.rewards.slug import reward_slug
 

@@ -72,7 +72,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
     the named ones. Every process calls this; the main process owns the run directory.
     """
-    from pacs.captioner.modeling.training import micro_batch_for
+    from pacs.captioner.modeling.training_setup import micro_batch_for
     from pacs.captioner.orchestration.preflight import check_before_start
     from pacs.metric.common.device import accelerator_state
     from pacs.metric.common.run_lock import hold_run_directory
@@ -100,7 +100,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     from pacs.captioner.modeling.train_scst import train_scst
     from pacs.captioner.modeling.train_xe import train_xe
     from pacs.captioner.modeling.vocab import build_vocab, load_vocab
-    from pacs.captioner.orchestration.recipe_stages import (
+    from pacs.captioner.orchestration.stage_fingerprints import (
         data_inputs,
         reward_model_inputs,
         reward_model_settings,

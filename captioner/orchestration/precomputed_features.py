@@ -14,7 +14,7 @@ def precomputed_feature_stage(stages: StageRunner, features: Any, backbone: Call
     """Stage `features/<name>` over `features.cache_dir/<name>` (main process): the cache must record `source`'s
     fingerprint and hold every image of the set; its files are the stage's inputs. Returns the FeatureCache."""
     from pacs.captioner.modeling.features import FeatureCache
-    from pacs.captioner.orchestration.recipe_stages import settings_of, source_inputs
+    from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
 
     folder = Path(features.cache_dir).expanduser() / name
 

@@ -3,7 +3,7 @@
 `preflight_problems(config)` walks every stage the config will run and returns one line per missing thing: data
 files and image folders (training data and every test set), the feature backbone, the reward models the rewards
 and the evaluation's contrastive columns use (only those: `needed_slots`), the KL guard's reference captioner,
-precomputed features, Java for METEOR / SPICE (`pacs.eval.java_tools`) and the run folder. Each line names the config
+precomputed features, Java for METEOR / SPICE (`pacs.eval.java_metrics`) and the run folder. Each line names the config
 key to set. `check_before_start` raises them together as one `InputError` (one line: `(1) ...; (2) ...`), so a run with three problems is
 refused once, listing three, instead of failing on the first after hours of work.
 """
@@ -173,7 +173,7 @@ def _run_dir_problem(run_dir: str) -> str | None:
 
 def preflight_problems(config: PipelineConfig) -> list[str]:
     """One line per thing the run's stages need and do not have (empty: ready to start)."""
-    from pacs.eval.java_tools import missing_java_problems
+    from pacs.eval.java_metrics import missing_java_problems
     from pacs.metric.scoring.registry import METRICS
     from pacs.rewards.registry import parse_reward_spec
     from pacs.rewards.slug import reward_slug

@@ -39,7 +39,7 @@ def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
 def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, Any]] | None = None
               ) -> dict[str, Any]:
     """Run the pipeline once per seed and pool the rows (main process: the pooled rows; others: none)."""
-    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training_setup import process_state
 
     if run is None:
         from pacs.captioner.orchestration.pipeline import run_pipeline as run

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
@@ -64,7 +64,7 @@ class RecipeRun:
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
         """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
         from pacs.captioner.modeling.features import FeatureCache, extract_features
-        from pacs.captioner.modeling.training import process_state
+        from pacs.captioner.modeling.training_setup import process_state
 
         folder = self.dir / "features" / name
         if (folder / "meta.json").is_file():
@@ -82,7 +82,7 @@ class RecipeRun:
         `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
         """
         from pacs.captioner.modeling.features import FeatureCache
-        from pacs.captioner.orchestration.recipe_stages import settings_of, source_inputs
+        from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
 
         stage = f"features/{name}"
         f = self.config.features
@@ -137,7 +137,7 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
     the model folder `init`; `settings` and `inputs` are added to the stage's own (reward, guards, reward models,
     data, seed; its starting model, reward models, KL reference). {reward spec: (stage name, the model
     `scst.select_by` chose)}."""
-    from pacs.captioner.orchestration.recipe_stages import (
+    from pacs.captioner.orchestration.stage_fingerprints import (
         reward_model_inputs,
         reward_model_settings,
         settings_of,
@@ -224,7 +224,7 @@ def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None) -> 
     `loaded`: the items of test sets already taken from a loaded data set (`{set name: items}`); the others are
     loaded from their files.
     """
-    from pacs.captioner.orchestration.recipe_stages import data_inputs
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs
 
     config = run.config
     prepared = []
@@ -248,7 +248,7 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     the rows (the others return no rows).
     """
     from pacs.captioner.modeling.checkpoints import load_captioner
-    from pacs.captioner.modeling.training import process_state
+    from pacs.captioner.modeling.training_setup import process_state
     from pacs.captioner.orchestration.eval_intervals import add_intervals
     from pacs.captioner.orchestration.eval_processes import caption_and_score
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json

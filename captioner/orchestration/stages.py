@@ -40,7 +40,7 @@ from typing import Any
 from pacs.captioner.orchestration.stage_outputs import manifest_problems, output_manifest
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
-from pacs.metric.common.links import check_no_links
+from pacs.metric.common.link_safety import check_no_links
 from pacs.metric.common.provenance import sha256_file
 from pacs.metric.common.suggest import did_you_mean
 

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from pacs.eval import correlation, intervals
-from pacs.eval.scoring import MetricSuite
+from pacs.eval.caption_scoring import MetricSuite
 from pacs.metric.common.errors import InputError
-from pacs.metric.scoring.images import ImageFinder
-from pacs.metric.scoring.images import find_image as _find_image
+from pacs.metric.scoring.image_lookup import ImageFinder
+from pacs.metric.scoring.image_lookup import find_image as _find_image
 from pacs.metric.scoring.model_options import ModelOptions
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class RunContext:
 
 def find_image(image_id: str, images: Path | None, image_map: dict[str, str] | None = None,
                relative_path: str | None = None) -> Path | None:
-    """Path of an image (`pacs.metric.scoring.images.find_image`: `image_map`, then DIR/<relative path>, DIR/<id>,
+    """Path of an image (`pacs.metric.scoring.image_lookup.find_image`: `image_map`, then DIR/<relative path>, DIR/<id>,
     DIR/<id>.{jpg,jpeg,png} in any case); None when there is none."""
     return _find_image(image_id, images, image_map, relative_path)
 
@@ -181,7 +181,7 @@ def resolve_images(context: RunContext, image_ids: Sequence[str],
                          parameter=("images", "image_map"))
     paths: list[Path | None] = []
     cache: dict[tuple[str, str | None], Path | None] = {}
-    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (pacs.metric.scoring.images)
+    finder = ImageFinder(context.images, context.image_map)  # the lookup of every command (pacs.metric.scoring.image_lookup)
     for index, image_id in enumerate(image_ids):
         relative = relative_paths[index] if relative_paths else None
         key = (image_id, relative)

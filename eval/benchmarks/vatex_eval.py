@@ -28,8 +28,8 @@ import numpy as np
 
 from pacs.eval import intervals
 from pacs.eval.benchmarks import Benchmark, register_benchmark
+from pacs.eval.caption_scoring import MetricSuite
 from pacs.eval.registry import get_metric
-from pacs.eval.scoring import MetricSuite
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
 from pacs.metric.scoring.registry import metric_spec

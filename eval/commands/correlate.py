@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pacs.eval import benchmarks as bench
-from pacs.eval.api import CorrelationRequest, image_map_table, images_folder, run_correlation, scorer_factory
 from pacs.eval.commands.options import add_dataclass_options, dataclass_from_args
+from pacs.eval.correlate_run import CorrelationRequest, image_map_table, images_folder, run_correlation, scorer_factory
 from pacs.metric.commands.output_flag import add_out_option
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
@@ -27,7 +27,7 @@ def _model_options(args: argparse.Namespace) -> ModelOptions:
 
 
 def _scorer_factory(args: argparse.Namespace, models: dict[str, Any] | None = None):
-    """A factory building a contrastive Scorer from the model flags (`pacs.eval.api.scorer_factory`)."""
+    """A factory building a contrastive Scorer from the model flags (`pacs.eval.correlate_run.scorer_factory`)."""
     return scorer_factory(_model_options(args), models)
 
 
@@ -79,7 +79,7 @@ def print_table(results: dict[str, Any]) -> None:
 def check_correlate_outputs(args: argparse.Namespace) -> None:
     """Refuse (InputError, before any work) an `--out` that is an input of `pacs correlate`: the `--data` file or a
     file of its folder, the `--image-map`, an image of `--images`, a model file or folder."""
-    from pacs.metric.scoring.images import IMAGE_SUFFIXES
+    from pacs.metric.scoring.image_lookup import IMAGE_SUFFIXES
 
     data_files, data_folders = path_inputs("--data", args.data)
     model_files, model_folders = model_inputs(args)

@@ -28,8 +28,8 @@ def _java_checked(args: argparse.Namespace, metrics: list[str]) -> list[str]:
     """`metrics`, checked for Java before anything is scored: a metric that needs it (METEOR, SPICE), or the Java
     PTB tokenizer, asked for on a machine without Java is refused in one line; the defaults leave them out with a
     warning."""
-    from pacs.eval.java import java_executable
-    from pacs.eval.java_tools import java_metric_names, missing_java_problems
+    from pacs.eval.java_metrics import java_metric_names, missing_java_problems
+    from pacs.eval.java_runtime import java_executable
     from pacs.metric.common.errors import InputError
 
     if args.ptb_tokenizer == "java" and java_executable() is None:
@@ -48,7 +48,7 @@ def _java_checked(args: argparse.Namespace, metrics: list[str]) -> list[str]:
 
 def _scoring_options(args: argparse.Namespace, metrics: list[str]) -> Any:
     """The scoring options of the parsed flags."""
-    from pacs.eval.api import image_map_table, images_folder
+    from pacs.eval.correlate_run import image_map_table, images_folder
     from pacs.eval.system_scoring import ScoringOptions
 
     return ScoringOptions(metrics=metrics, images=images_folder(args.images), image_map=image_map_table(args.image_map),
@@ -95,7 +95,7 @@ def check_evaluate_outputs(args: argparse.Namespace, table: bool) -> str | None:
     """Refuse (InputError, before any work) an output of `pacs evaluate` that is one of its inputs or another output,
     and a derived CSV that would overwrite an existing file; the table's CSV path (None for one file)."""
     from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs, path_inputs
-    from pacs.metric.scoring.images import IMAGE_SUFFIXES
+    from pacs.metric.scoring.image_lookup import IMAGE_SUFFIXES
 
     outputs = [("--out", args.json)]
     if table:
@@ -134,8 +134,8 @@ def run_single(args: argparse.Namespace) -> int:
     from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
     from pacs.metric.common.provenance import provenance
     from pacs.metric.common.seeding import seed_everything
-    from pacs.metric.scoring.inputs import load_references
     from pacs.metric.scoring.model_options import ModelOptions, scoring_conventions
+    from pacs.metric.scoring.score_inputs import load_references
 
     check_evaluate_outputs(args, table=False)
     seed_everything(args.seed)

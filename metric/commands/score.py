@@ -15,15 +15,15 @@ from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.terminal import escape_control
 from pacs.metric.models.families import ARCH_PRESETS, FAMILIES, LORA_MODES
 from pacs.metric.scoring.conventions import LONG_CAPTION_MODES, SCORE_KINDS
-from pacs.metric.scoring.images import IMAGE_SUFFIXES, ImageFinder
-from pacs.metric.scoring.inputs import (
+from pacs.metric.scoring.image_lookup import IMAGE_SUFFIXES, ImageFinder
+from pacs.metric.scoring.model_options import DEFAULT_CLIP_BACKBONE, ModelOptions, build_scorer, model_provenance
+from pacs.metric.scoring.registry import metric_spec
+from pacs.metric.scoring.score_inputs import (
     load_candidates,
     load_image_map,
     load_references,
     references_for,
 )
-from pacs.metric.scoring.model_options import DEFAULT_CLIP_BACKBONE, ModelOptions, build_scorer, model_provenance
-from pacs.metric.scoring.registry import metric_spec
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def run_score(args: argparse.Namespace) -> int:
     image_map = load_image_map(args.image_map) if args.image_map else None
     if images_dir is None and image_map is None:
         raise InputError("pass --images DIR (or --image-map FILE) to locate the images")
-    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (pacs.metric.scoring.images)
+    finder = ImageFinder(images_dir, image_map)  # one lookup rule for every command (pacs.metric.scoring.image_lookup)
     paths = {}
     for candidate in candidates:
         if candidate.key not in paths:

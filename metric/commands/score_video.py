@@ -13,9 +13,9 @@ from pacs.metric.common.output_paths import Folder, check_outputs, model_inputs,
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.terminal import escape_control
-from pacs.metric.scoring.inputs import load_image_map, load_references, references_for
 from pacs.metric.scoring.model_options import ModelOptions, model_provenance
 from pacs.metric.scoring.registry import metric_spec
+from pacs.metric.scoring.score_inputs import load_image_map, load_references, references_for
 from pacs.metric.video.frames import FRAME_EXTENSIONS, VIDEO_EXTENSIONS, find_videos
 from pacs.metric.video.inputs import load_video_candidates
 from pacs.metric.video.options import VideoOptions, build_video_scorer, frame_sampling, idf_corpus

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.links import open_no_follow
+from pacs.metric.common.link_safety import open_no_follow
 
 logger = logging.getLogger(__name__)
 

@@ -79,7 +79,7 @@ def score(images: Sequence[Any], captions: Sequence[str], references: Sequence[S
 
     Images are paths, PIL images, uint8 tensors `[C, H, W]` (raw 0..255 pixels, preprocessed here) or float
     tensors `[3, H, W]` already preprocessed by the model's own preprocessing (see
-    `pacs.metric.scoring.image_inputs`); tensors are cached by content. `score` is "cosine" (`w·max(cos, 0)`, the
+    `pacs.metric.scoring.image_sources`); tensors are cached by content. `score` is "cosine" (`w·max(cos, 0)`, the
     papers' convention, default; a given Scorer keeps its own when None) or "sigmoid" (the model's calibrated `sigmoid(scale·cos + bias)`, SigLIP-style
     models only); `long_captions` is "truncate" (default, as the papers) or "chunk" (a caption longer than the
     text context is split at sentence boundaries and its embedding is the mean of its pieces'); the result

@@ -13,7 +13,7 @@
   `pacs.metric.scoring.conventions` and `pacs.metric.scoring.long_captions`; every result records both and marks each
   truncated caption (`ScoreResult.truncated`).
 - Images are paths, PIL images, uint8 tensors `[C, H, W]` or preprocessed float tensors `[3, H, W]`
-  (`pacs.metric.scoring.image_inputs`), cached by content.
+  (`pacs.metric.scoring.image_sources`), cached by content.
 - `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
   convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
   backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
@@ -47,7 +47,7 @@ from pacs.metric.common.parallel import ordered_map, resolve_workers
 from pacs.metric.models.backbones import Backbone
 from pacs.metric.models.pruned_forward import common_prefix_length, prefix_states
 from pacs.metric.models.tensor_decode import TensorDecoder, check_decode
-from pacs.metric.scoring import decode_pool, image_inputs
+from pacs.metric.scoring import decode_pool, image_sources
 from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
 from pacs.metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
 from pacs.metric.scoring.finite import check_embeddings, check_scores, image_label
@@ -183,7 +183,7 @@ class Scorer:
     @staticmethod
     def image_key(image: Any) -> str:
         """The identity of an image: `path:<realpath>|<size>|<mtime_ns>`, `pil:<sha256>`, `tensor:<sha256>`."""
-        return image_inputs.image_key(image)
+        return image_sources.image_key(image)
 
     def _expected_pixel_shape(self) -> tuple[int, ...]:
         if self._pixel_shape is None:  # what the backbone's own preprocessing produces
@@ -193,7 +193,7 @@ class Scorer:
     def _load_pixels(self, image: Any) -> torch.Tensor:
         if self._decoder is not None and isinstance(image, (str, os.PathLike)):
             return self._decoder(image)
-        return image_inputs.load_pixels(image, self.backbone.preprocess, self._expected_pixel_shape)
+        return image_sources.load_pixels(image, self.backbone.preprocess, self._expected_pixel_shape)
 
     def _load_pixels_for(self, key: str, image: Any, names: dict[str, str]) -> torch.Tensor:
         try:
@@ -234,7 +234,7 @@ class Scorer:
             if len(keys) != len(images):
                 raise InputError(f"{len(images)} images but {len(keys)} keys")
             names = keys if names is None else names
-        keys = image_inputs.image_keys(images)  # each repeated path / object keyed once
+        keys = image_sources.image_keys(images)  # each repeated path / object keyed once
         named: dict[str, list[str]] = {}
         for key, name in zip(keys, names or ()):
             if name not in named.setdefault(key, []):
@@ -292,7 +292,7 @@ class Scorer:
         if self._pool is None:
             # the function holds the preprocessing and the fixed shape, not the scorer (the pool would keep it alive)
             shape = self._expected_pixel_shape()
-            function = functools.partial(image_inputs.load_pixels, preprocess=self.backbone.preprocess,
+            function = functools.partial(image_sources.load_pixels, preprocess=self.backbone.preprocess,
                                          expected_shape=functools.partial(tuple, shape))
             self._pool = decode_pool.DecodePool(function, self.workers, shape)
         return self._pool

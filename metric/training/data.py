@@ -19,9 +19,9 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
+from pacs.metric.common.contained_paths import user_path
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import DuplicateKeyError, unique_keys
-from pacs.metric.common.paths_inside import user_path
 
 logger = logging.getLogger(__name__)
 

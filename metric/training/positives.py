@@ -31,11 +31,11 @@ from pacs.metric.common.config import (
     PositiveInt,
     Seed,
 )
+from pacs.metric.common.contained_paths import user_path
 from pacs.metric.common.errors import InputError, MissingResourceError
 from pacs.metric.common.io import atomic_path, write_json_atomic
 from pacs.metric.common.json_input import DuplicateKeyError, read_json_file, unique_keys
-from pacs.metric.common.links import open_no_follow
-from pacs.metric.common.paths_inside import user_path
+from pacs.metric.common.link_safety import open_no_follow
 from pacs.metric.common.provenance import provenance
 from pacs.metric.training.data import load_rgb
 

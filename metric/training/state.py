@@ -17,7 +17,7 @@ from pacs.metric.common.config import dump_yaml, to_dict
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import chmod_like_umask, finite_or_none, write_json_atomic
 from pacs.metric.common.json_input import read_json_file
-from pacs.metric.common.links import check_no_links
+from pacs.metric.common.link_safety import check_no_links
 from pacs.metric.common.os_errors import writing_to
 from pacs.metric.common.provenance import provenance
 from pacs.metric.models.backbones import model_fingerprint, save_backbone

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from pacs.metric.common.contained_paths import ConfinedRoot
 from pacs.metric.common.errors import InputError, MissingResourceError
-from pacs.metric.common.paths_inside import ConfinedRoot
 
 logger = logging.getLogger(__name__)
 

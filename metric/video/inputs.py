@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
-from pacs.metric.scoring.inputs import Candidate, load_candidates, load_references
+from pacs.metric.scoring.score_inputs import Candidate, load_candidates, load_references
 
 
 def load_sentences(path: str | Path) -> list[str]:

@@ -25,7 +25,7 @@ from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_m
 
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.training_setup import ScheduleConfig, process_state
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 

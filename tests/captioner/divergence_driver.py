@@ -17,7 +17,7 @@ from captioner_testkit import overlap_reward, print_line, tiny_checkpoint, tiny_
 
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig, process_state
+from pacs.captioner.modeling.training_setup import ScheduleConfig, process_state
 from pacs.captioner.modeling.vocab import build_vocab
 from pacs.metric.common.errors import TrainingDivergedError
 from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config

@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 from captioner_testkit import print_line
 
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 TINY_SEEDS = {"clip": 0, "pac-s++": 1, "features": 2}

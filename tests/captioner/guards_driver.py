@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data
 
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 

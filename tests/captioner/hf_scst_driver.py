@@ -24,7 +24,7 @@ from hf_tiny import build_git, coloured_images
 
 from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
-from pacs.captioner.modeling.training import process_state
+from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 
 

@@ -20,7 +20,7 @@ from pacs.captioner.modeling.example_rng import DROPOUT, SAMPLING, ExampleRNG, e
 from pacs.captioner.modeling.model import shift_right
 from pacs.captioner.modeling.train_scst import NonFiniteRewardError, SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import build_vocab
 
 torch.set_num_threads(1)

@@ -11,7 +11,7 @@ from captioner_testkit import tiny_model_config
 from pacs.captioner.modeling.decoding import beam_search, greedy, sample
 from pacs.captioner.modeling.model import Captioner, sequence_mask
 from pacs.captioner.modeling.train_scst import compute_advantages
-from pacs.captioner.modeling.training import BatchPlan, ScheduleConfig, pacs_lr
+from pacs.captioner.modeling.training_setup import BatchPlan, ScheduleConfig, pacs_lr
 from pacs.captioner.modeling.vocab import EOS_ID, UNK_ID, WordVocab, build_vocab, load_vocab, ptb_tokenize_fast
 from pacs.metric.common.errors import InputError
 

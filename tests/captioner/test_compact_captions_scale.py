@@ -15,7 +15,7 @@ from pacs.captioner.data.datasets import CaptionItem
 from pacs.captioner.modeling.caption_ids import EncodedCaptions
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import XEConfig, caption_images, encode_captions, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import EOS_ID, PAD_ID, build_vocab
 
 

@@ -14,7 +14,7 @@ from captioner_testkit import overlap_reward, tiny_checkpoint, tiny_data, tiny_m
 from pacs.captioner.modeling.checkpoints import load_captioner, save_captioner
 from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 from pacs.captioner.modeling.train_xe import XEConfig, is_better, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import build_vocab
 from pacs.metric.common.errors import NonFiniteError, PacsError, TrainingDivergedError
 from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config

@@ -10,7 +10,7 @@ from captioner_testkit import tiny_data, tiny_model_config
 
 from pacs.captioner.demo.correlation import kendall
 from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-from pacs.captioner.modeling.training import ScheduleConfig
+from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import build_vocab
 from pacs.captioner.orchestration.eval_intervals import add_intervals
 from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, markdown_table

@@ -50,7 +50,7 @@ def test_a_model_contradicting_its_slot_is_refused_unless_allowed(tmp_path):
 
 
 def test_reward_models_dtype_reaches_every_scorer_and_fp32_keeps_the_old_fingerprint(tmp_path):
-    from pacs.captioner.orchestration.recipe_stages import reward_model_settings
+    from pacs.captioner.orchestration.stage_fingerprints import reward_model_settings
 
     default = config(tmp_path, ["pac-s++"], pac=tiny(1, "pac-s++"))
     assert {scorer.dtype for scorer in reward_scorers(default).values()} == {"fp32"}

@@ -38,7 +38,7 @@ def _bad_config(tmp_path) -> dict:
 def test_every_problem_is_listed_in_one_error_before_any_folder_exists(tmp_path, monkeypatch, capsys):
     from pacs.cli import main
 
-    monkeypatch.setattr("pacs.eval.java_tools.java_executable", lambda: None)  # no Java on this machine
+    monkeypatch.setattr("pacs.eval.java_metrics.java_executable", lambda: None)  # no Java on this machine
     loaded = []
     monkeypatch.setattr("pacs.captioner.orchestration.pipeline_rewards.load_source_backbone",
                         lambda *a, **k: loaded.append(a))
@@ -127,7 +127,7 @@ def test_the_vitb32_recipe_names_the_three_files_to_set_and_accepts_them_once_se
     from pacs.metric.common.config import load_config
 
     monkeypatch.chdir(tmp_path)  # the recipe's relative model paths resolve here: nothing there
-    monkeypatch.setattr("pacs.eval.java_tools.java_executable", lambda: "java")  # METEOR's Java, found
+    monkeypatch.setattr("pacs.eval.java_metrics.java_executable", lambda: "java")  # METEOR's Java, found
     config = load_config(PipelineConfig, "flickr8k_vitb32", [f"run_dir={tmp_path / 'run'}"])
     assert [line.split(":")[0] for line in preflight_problems(config)] == [
         "features.source.backbone", "reward_models.clip.backbone", "reward_models.pac.checkpoint"]

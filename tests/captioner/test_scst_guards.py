@@ -28,7 +28,7 @@ from pacs.captioner.modeling.train_scst import (
 )
 from pacs.captioner.modeling.vocab import EOS_ID, PAD_ID
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
-from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.captioner.orchestration.stage_fingerprints import trainer_settings
 from pacs.eval.caption_drift import caption_stats, distinct_n
 from pacs.metric.common.config import from_dict, load_config
 from pacs.metric.common.errors import InputError, NonFiniteError

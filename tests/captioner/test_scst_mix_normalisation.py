@@ -12,7 +12,7 @@ from captioner_testkit import tiny_checkpoint, tiny_data
 
 from pacs.captioner.modeling.train_scst import GUARD_FIELDS, SCSTConfig, guard_settings, train_scst
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
-from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.captioner.orchestration.stage_fingerprints import trainer_settings
 from pacs.metric.common.config import from_dict, load_config
 from pacs.metric.common.errors import InputError
 from pacs.rewards.base import Reward, WeightedReward

@@ -194,7 +194,7 @@ def test_interrupted_stage_below_a_rerun_stage_starts_over_instead_of_refusing(t
 
 
 def test_micro_batch_is_derived_from_the_process_count_unless_fixed():
-    from pacs.captioner.modeling.training import micro_batch_for
+    from pacs.captioner.modeling.training_setup import micro_batch_for
 
     assert micro_batch_for(32, 0, 2, "demo.xe") == 16 and micro_batch_for(32, None, 1, "demo.xe") == 32
     assert micro_batch_for(32, 8, 2, "xe") == 8  # fixed: kept (2 accumulation steps per process)

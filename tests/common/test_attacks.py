@@ -392,7 +392,7 @@ def test_html_in_names_and_captions_is_escaped_in_the_report(tmp_path, capsys):
 
 def test_divergence_stops_xe_at_the_first_non_finite_loss(tmp_path):
     from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-    from pacs.captioner.modeling.training import ScheduleConfig
+    from pacs.captioner.modeling.training_setup import ScheduleConfig
     from pacs.captioner.modeling.vocab import build_vocab
     from pacs.metric.common.errors import TrainingDivergedError
 

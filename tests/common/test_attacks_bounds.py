@@ -309,7 +309,7 @@ def _set_step(state_file: Path, step: int) -> None:
 
 def test_an_xe_resume_state_outside_0_to_max_steps_is_refused_naming_the_file(tmp_path):
     from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-    from pacs.captioner.modeling.training import ScheduleConfig
+    from pacs.captioner.modeling.training_setup import ScheduleConfig
     from pacs.captioner.modeling.vocab import build_vocab
 
     kit = _testkit()

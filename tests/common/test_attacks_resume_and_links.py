@@ -307,7 +307,7 @@ def test_a_symlinked_stage_folder_of_a_pipeline_run_is_one_error_and_stays_empty
 
 
 def test_a_symlinked_csv_log_is_refused_and_its_target_untouched(tmp_path):
-    from pacs.captioner.modeling.training import CSVTracker
+    from pacs.captioner.modeling.training_setup import CSVTracker
     from pacs.metric.common.errors import InputError
 
     outside = tmp_path / "outside.csv"

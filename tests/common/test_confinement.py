@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from pacs import cli as pacs_cli
+from pacs.metric.common.contained_paths import ConfinedRoot, path_inside
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.paths_inside import ConfinedRoot, path_inside
 
 
 def _png(path: Path, colour: tuple[int, int, int] = (200, 30, 30)) -> Path:
@@ -165,7 +165,7 @@ def test_score_inside_ids_and_image_map(world, capsys, tmp_path):
 
 def test_correlate_resolve_images_refuses_even_when_skipping_missing_images(world):
     from pacs.eval.benchmarks import RunContext, resolve_images
-    from pacs.eval.scoring import MetricSuite
+    from pacs.eval.caption_scoring import MetricSuite
 
     for skip in (False, True):
         context = RunContext(Path("."), MetricSuite(["clip-s"]), images=world["images"], skip_missing_images=skip)

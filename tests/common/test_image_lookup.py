@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from pacs import cli as pacs_cli
+from pacs.metric.common.contained_paths import USER_FOLDER_RULE
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.paths_inside import USER_FOLDER_RULE
 
 COLOURS = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}
 

@@ -150,7 +150,7 @@ def test_training_runs_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
     from pacs.captioner.modeling.features import write_feature_cache
     from pacs.captioner.modeling.model import CaptionerConfig
     from pacs.captioner.modeling.train_xe import XEConfig, train_xe
-    from pacs.captioner.modeling.training import ScheduleConfig
+    from pacs.captioner.modeling.training_setup import ScheduleConfig
     from pacs.captioner.modeling.vocab import build_vocab
     from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
     from pacs.metric.training.data import TensorPositivesDataset

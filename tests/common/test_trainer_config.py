@@ -10,7 +10,7 @@ import pytest
 
 from pacs.captioner.modeling.train_scst import SCSTConfig
 from pacs.captioner.modeling.train_xe import XEConfig
-from pacs.captioner.orchestration.recipe_stages import trainer_settings
+from pacs.captioner.orchestration.stage_fingerprints import trainer_settings
 from pacs.metric.common.config import dump_yaml, from_dict, load_config, load_yaml
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.trainer_config import TrainerConfig, is_due, resume_target

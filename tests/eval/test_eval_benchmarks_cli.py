@@ -11,7 +11,7 @@ from scipy import io as sio
 
 from pacs import cli as pacs_cli
 from pacs.eval.benchmarks import BENCHMARKS, Benchmark, RunContext, get_benchmark, register_benchmark
-from pacs.eval.scoring import MetricSuite
+from pacs.eval.caption_scoring import MetricSuite
 
 torch.set_num_threads(1)
 

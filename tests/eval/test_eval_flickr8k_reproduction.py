@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pacs.eval.benchmarks import RunContext, get_benchmark
-from pacs.eval.scoring import MetricSuite
+from pacs.eval.caption_scoring import MetricSuite
 
 # τb / τc ×100 from the issue (the official PAC-S README values, rounded to one decimal)
 EXPERT = {"bleu1": (32.2, 32.3), "bleu4": (30.6, 30.8), "rouge": (32.1, 32.3), "meteor": (41.5, 41.8),

@@ -12,7 +12,7 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-from pacs.eval import java, spice
+from pacs.eval import java_runtime, spice
 from pacs.eval.text_metrics import compute_text_metrics
 from pacs.eval.tokenize import ptb_tokenize
 from pacs.metric.common.errors import InputError, MissingResourceError, PacsError
@@ -159,13 +159,13 @@ def test_spice_command_line_for_java_16_and_later(tmp_path):
 @pytest.mark.parametrize("text, major", [('openjdk version "17.0.15" 2025-04-15', 17),
                                          ('java version "1.8.0_101"', 8), ('openjdk version "21" 2023', 21)])
 def test_parse_java_version(text, major):
-    assert java.parse_java_version(text) == major
+    assert java_runtime.parse_java_version(text) == major
 
 
 def test_java_missing_names_the_metrics(monkeypatch):
-    monkeypatch.setattr(java, "java_executable", lambda: None)
+    monkeypatch.setattr(java_runtime, "java_executable", lambda: None)
     with pytest.raises(MissingResourceError, match="meteor, spice need it"):
-        java.require_java(["meteor", "spice"])
+        java_runtime.require_java(["meteor", "spice"])
 
 
 def test_text_metric_bad_input():

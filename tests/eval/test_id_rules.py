@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from pacs.cli import main
-from pacs.metric.scoring.images import id_rule_hint, ids_for_files
+from pacs.metric.scoring.image_lookup import id_rule_hint, ids_for_files
 
 
 def _evaluate(tmp_path: Path, candidates: dict, references: dict, capsys) -> tuple[int, str]:

@@ -1,7 +1,7 @@
 """missing_java_problems: METEOR and SPICE need Java, BLEU/ROUGE-L/CIDEr-D do not (the Java lookup is faked)."""
 from __future__ import annotations
 
-from pacs.eval.java_tools import missing_java_problems
+from pacs.eval.java_metrics import missing_java_problems
 
 
 def test_metrics_without_java_need_nothing(no_java):

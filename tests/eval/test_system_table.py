@@ -246,7 +246,7 @@ def test_csv_plot_and_html(flickr):
 
 
 def test_library_function_gives_the_command_table(tmp_path):
-    from pacs.eval.api import evaluate_systems
+    from pacs.eval.correlate_run import evaluate_systems
     from pacs.metric.common.errors import InputError
 
     (tmp_path / "refs.json").write_text(json.dumps({"1": ["a dog runs", "a brown dog"], "2": ["a cat", "cats"]}))

@@ -13,7 +13,7 @@ from PIL import Image
 from pacs.metric import score
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import build_backbone_from_config, tiny_clip_config
-from pacs.metric.scoring.image_inputs import image_key
+from pacs.metric.scoring.image_sources import image_key
 from pacs.metric.scoring.scorer import Scorer
 
 

@@ -12,7 +12,7 @@ import torch
 from pacs.cli import main
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import save_backbone
-from pacs.metric.scoring.images import ImageFinder, coco_image_id, ids_for_files
+from pacs.metric.scoring.image_lookup import ImageFinder, coco_image_id, ids_for_files
 from pacs.metric.scoring.scorer import Scorer
 
 

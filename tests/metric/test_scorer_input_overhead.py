@@ -1,6 +1,6 @@
 """The Scorer's cheaper input side (issue 30) gives the bits of the path it replaced.
 
-- repeated images are keyed once (`image_inputs.image_keys`): the keys equal `image_key` of each image;
+- repeated images are keyed once (`image_sources.image_keys`): the keys equal `image_key` of each image;
 - the Scorer's embeddings of repeated images equal the towers run by hand on torchvision's pixels in the same
   batches, and its scores equal a Scorer given those pixels as tensors (and the official per-pair way to rounding).
 """
@@ -15,7 +15,7 @@ from torchvision import transforms
 
 from pacs.metric.models.normalisation import OPENAI_MEAN, OPENAI_STD
 from pacs.metric.models.preprocess import open_image
-from pacs.metric.scoring.image_inputs import image_key, image_keys
+from pacs.metric.scoring.image_sources import image_key, image_keys
 from pacs.metric.scoring.scorer import Scorer
 from pacs.metric.scoring.scores import cosine
 

@@ -13,7 +13,7 @@ from pacs.eval.benchmarks.activitynet_foil import (
 )
 from pacs.eval.benchmarks.vatex_eval import correlations, load_vatex_eval, setting_name, video_metric_scores
 from pacs.eval.benchmarks.vatex_eval import default_idf_corpus as vatex_idf_corpus
-from pacs.eval.scoring import MetricSuite
+from pacs.eval.caption_scoring import MetricSuite
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import save_backbone
 from pacs.metric.scoring.model_options import ModelOptions

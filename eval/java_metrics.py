@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pacs.eval.java import java_executable
+from pacs.eval.java_runtime import java_executable
 from pacs.eval.registry import ALIASES, METRICS
 
 #: what each Java metric runs, for the message

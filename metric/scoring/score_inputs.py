@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pacs.metric.common.contained_paths import UserFolder
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import check_text, read_json_file
-from pacs.metric.common.paths_inside import UserFolder
-from pacs.metric.scoring.images import IMAGE_SUFFIXES, ImageFinder, id_rule_hint  # noqa: F401 (re-exported)
+from pacs.metric.scoring.image_lookup import IMAGE_SUFFIXES, ImageFinder, id_rule_hint  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -116,7 +116,7 @@ def references_for(candidates: list[Candidate], references: dict[str, list[str]]
 
 def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
     """Read `{image_id: path}`; relative paths are relative to the map file's folder and stay inside it lexically
-    (no `..`; symlinks inside it are followed: `pacs.metric.common.paths_inside.UserFolder`, the rule of `--images`),
+    (no `..`; symlinks inside it are followed: `pacs.metric.common.contained_paths.UserFolder`, the rule of `--images`),
     absolute paths are taken as given."""
     data = read_json_file(path, "image map")
     if not isinstance(data, dict):
@@ -136,6 +136,6 @@ def load_image_map(path: str | os.PathLike) -> dict[str, Path]:
 
 
 def resolve_image(image_id: str, images_dir: Path | None, image_map: dict[str, Path] | None) -> Path:
-    """Find the file of an image id (`pacs.metric.scoring.images.ImageFinder`: the map first, then DIR/<id>, then
+    """Find the file of an image id (`pacs.metric.scoring.image_lookup.ImageFinder`: the map first, then DIR/<id>, then
     DIR/<id>.{jpg,jpeg,png} in any case); InputError naming the id when none or several match."""
     return ImageFinder(images_dir, image_map).resolve(image_id)

@@ -4,7 +4,7 @@ Lookup of an id: the id→file map first (`--image-map`), then in the image fold
 `DIR/<id>` as given, then `DIR/<name>.<ext>` for the extensions `.jpg .jpeg .png` in any case (`.JPG`,
 `.Jpeg`). Two files that both match (`1.jpg` and `1.png`) are ambiguous: an InputError naming the id and both
 files, never a silent choice. Ids and relative paths follow the rule of a folder the user names
-(`pacs.metric.common.paths_inside.UserFolder`, shared with the data sets' `image_root`): relative, no `..`; symlinks
+(`pacs.metric.common.contained_paths.UserFolder`, shared with the data sets' `image_root`): relative, no `..`; symlinks
 inside the folder are followed.
 
 Ids of `pacs caption` come from the file names (`ids_for_files`): `stem` (the file name without extension),
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pacs.metric.common.contained_paths import UserFolder
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
-from pacs.metric.common.paths_inside import UserFolder
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 COCO_NAME = re.compile(r"^COCO_[A-Za-z0-9]+_(\d{12})$")
@@ -39,7 +39,7 @@ class ImageFinder:
                  image_map: Mapping[str, str | os.PathLike] | None = None) -> None:
         self.images_dir = Path(images_dir) if images_dir is not None else None
         # every id / relative path stays inside the folder lexically; symlinks in it are followed (the user's
-        # own folder: pacs.metric.common.paths_inside.UserFolder, the rule of every command)
+        # own folder: pacs.metric.common.contained_paths.UserFolder, the rule of every command)
         self._root = UserFolder(self.images_dir, f"the image folder images={self.images_dir}") \
             if self.images_dir is not None else None
         self.image_map = {str(k): Path(v) for k, v in (image_map or {}).items()}

@@ -23,7 +23,7 @@ from pacs.metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeIn
 from pacs.metric.common.device import build_accelerator
 from pacs.metric.common.device import process_state as device_process_state
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.links import open_no_follow
+from pacs.metric.common.link_safety import open_no_follow
 
 logger = logging.getLogger(__name__)
 

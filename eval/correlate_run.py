@@ -75,7 +75,7 @@ def image_map_table(image_map: str | os.PathLike | None) -> dict[str, str] | Non
     """The `{image_id: path}` table of an image-map file, when given."""
     if not image_map:
         return None
-    from pacs.metric.scoring.inputs import load_image_map
+    from pacs.metric.scoring.score_inputs import load_image_map
 
     return {key: str(path) for key, path in load_image_map(image_map).items()}
 
@@ -96,8 +96,8 @@ def scorer_factory(model: ModelOptions, models: dict[str, Any] | None = None) ->
 def run_correlation(request: CorrelationRequest) -> CorrelationRun:
     """Run the benchmark of `request`; the table is what `pacs correlate --out` writes."""
     from pacs.eval import benchmarks as bench
+    from pacs.eval.caption_scoring import MetricSuite
     from pacs.eval.registry import parse_metric_list
-    from pacs.eval.scoring import MetricSuite
     from pacs.metric.common.provenance import provenance
     from pacs.metric.common.seeding import seed_everything
 
@@ -133,7 +133,7 @@ def run_correlation(request: CorrelationRequest) -> CorrelationRun:
 
 def _shared_data(benchmark: str) -> str:
     """The benchmark's data in $PACS_SHARED (for `data=None`); InputError where the shared folder has none."""
-    from pacs.metric.common.paths import shared_dir
+    from pacs.metric.common.shared_data import shared_dir
 
     key = str(benchmark).strip().lower()
     if key not in SHARED_DATA:
