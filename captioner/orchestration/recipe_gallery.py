@@ -14,8 +14,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from PIL import Image
+
+from pacs.captioner.data import load_dataset
 from pacs.captioner.orchestration.pipeline_config import DataConfig, PipelineConfig
+from pacs.captioner.orchestration.shared_stages import select_test_items
 from pacs.metric.common.config import from_dict
+from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
 from pacs.metric.common.json_input import read_json_file
 from pacs.rewards.slug import reward_slug
@@ -48,9 +53,6 @@ def gallery_entries(config: PipelineConfig, folder: str = "eval",
     """The gallery of a finished recipe run (see the module), images not yet copied: `source` is each image's
     path on disk. Empty when the run has no evaluated test set. `sources` (`gallery_sources`): the test items
     the run read; without them the test set is read again."""
-    from pacs.captioner.data import load_dataset
-    from pacs.captioner.orchestration.shared_stages import select_test_items
-
     if not config.evaluation.test_sets:
         return []
     set_name, set_config = next(iter(config.evaluation.test_sets.items()))
@@ -100,10 +102,6 @@ def write_recipe_gallery(config: PipelineConfig, folder: str = "eval",
     """Copy the gallery's images into `<run_dir>/gallery/` and write `<run_dir>/gallery.json`; the file's path, or
     None when there is nothing to show. A data set that cannot be read again is a warning, not a failed run: the
     run's results are already written."""
-    from PIL import Image
-
-    from pacs.metric.common.errors import InputError
-
     run_dir = Path(config.run_dir)
     try:
         entries = gallery_entries(config, folder, sources)
