@@ -14,3 +14,12 @@ def load_tool(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_captioner_testkit() -> ModuleType:
+    """tests/captioner/captioner_testkit.py (tiny features, tiny captioner), loaded from its file."""
+    path = Path(__file__).resolve().parent / "captioner" / "captioner_testkit.py"
+    spec = importlib.util.spec_from_file_location("captioner_testkit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -24,28 +24,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_errors import one_error_line
 from image_files import decompression_bomb
 from PIL import Image
+from script_modules import load_captioner_testkit
 
 from pacs import cli as pacs_cli
 from pacs.metric.common.terminal import TerminalFormatter, escape_control
 
 TESTS = Path(__file__).resolve().parents[1]
 ESC = "\x1b"
-
-
-def _testkit():
-    """tests/captioner/captioner_testkit.py (tiny features, tiny captioner), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("captioner_testkit", TESTS / "captioner" / "captioner_testkit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _one_error_line(capsys: pytest.CaptureFixture, command: str) -> str:
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pacs ")]
-    assert len(err) == 1 and err[0].startswith(f"pacs {command}: error: "), err
-    return err[0]
 
 
 def _png(path: Path, colour: tuple[int, int, int] = (200, 30, 30)) -> Path:
@@ -84,7 +72,7 @@ def _evaluate(texts: Path, *extra: str) -> int:
 def test_7_huge_sizes_are_refused_at_load(override, message, tmp_path, capsys):
     runs = tmp_path / "runs"
     assert pacs_cli.main(["train", "--config", "demo_smoke", f"runs_dir={runs}", override]) == 2
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, among_other_lines=True, command="train")
     assert message in line and "demo_smoke.yaml" in line, line
     assert not runs.exists()  # refused before any work
 
@@ -118,7 +106,7 @@ def test_8_a_full_disk_while_pacs_train_saves_weights_is_one_line_naming_the_fil
         importlib.import_module(module)  # they bind `save_file` when imported: the real one, not the fake
     monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
     code = pacs_cli.main(["--log-level", "WARNING", "train", "--config", "demo_smoke", f"runs_dir={tmp_path}"])
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, among_other_lines=True, command="train")
     assert code == 2 and len(written) == 1
     tmp = Path(written[0])  # the temporary file next to the weights file the stage was writing
     target = tmp.parent / tmp.name[1:].rsplit(".", 2)[0]
@@ -151,7 +139,7 @@ def test_8_a_full_disk_while_saving_a_captioner_names_the_weights_file(tmp_path,
 
     from pacs.captioner.modeling import checkpoints
 
-    kit = _testkit()
+    kit = load_captioner_testkit()
     model_folder = kit.tiny_checkpoint(tmp_path)  # a captioner to save again
     model, vocab, _ = checkpoints.load_captioner(model_folder)
 
@@ -177,7 +165,7 @@ def test_8_a_full_disk_in_any_safetensors_write_is_one_line(tmp_path, monkeypatc
 
     monkeypatch.setattr(pacs.eval.report, "write_report", full_disk)
     assert pacs_cli.main(["report", str(tmp_path / "run")]) == 2
-    assert _one_error_line(capsys, "report") == (f"pacs report: error: {tmp_path / 'run'}: No space left on device; "
+    assert one_error_line(capsys, among_other_lines=True, command="report") == (f"pacs report: error: {tmp_path / 'run'}: No space left on device; "
                                                  "free some disk space (or write to another disk) and run again")
 
 
@@ -199,7 +187,7 @@ def test_9_an_output_under_a_regular_file_is_one_line(command, texts, tmp_path, 
         run.mkdir()
         (run / "results.json").write_text(json.dumps({"columns": ["C"], "rows": [{"model": "xe", "C": 1.0}]}))
         code = pacs_cli.main(["report", str(run), "--out", str(out)])
-    line = _one_error_line(capsys, command)
+    line = one_error_line(capsys, among_other_lines=True, command=command)
     assert code == 2
     assert line == (f"pacs {command}: error: {blocker}: Not a directory; a part of that path is a file, not a folder:"
                     " remove it or choose another path")
@@ -220,7 +208,7 @@ def test_10_a_decompression_bomb_is_one_line_for_caption_as_for_score(tmp_path, 
     (tmp_path / "c.json").write_text(json.dumps({"bomb": "a black square"}))
     assert pacs_cli.main(["score", "--metric", "clip-s", "--backbone", "tiny-random", "--images", str(images),
                           "--candidates", str(tmp_path / "c.json")]) == 2
-    assert f"cannot read image {bomb}: {why}" in _one_error_line(capsys, "score")
+    assert f"cannot read image {bomb}: {why}" in one_error_line(capsys, among_other_lines=True, command="score")
 
     vocab = build_vocab("word", ["a black square"], min_count=1, max_length=6)
     config = CaptionerConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, dropout=0.0,
@@ -230,7 +218,7 @@ def test_10_a_decompression_bomb_is_one_line_for_caption_as_for_score(tmp_path, 
     out = tmp_path / "captions.json"
     assert pacs_cli.main(["caption", "--checkpoint", str(checkpoint), "--images", str(images),
                           "--out", str(out)]) == 2
-    assert _one_error_line(capsys, "caption") == f"pacs caption: error: image 'bomb': cannot read image {bomb}: {why}"
+    assert one_error_line(capsys, among_other_lines=True, command="caption") == f"pacs caption: error: image 'bomb': cannot read image {bomb}: {why}"
     assert not out.exists()
 
 
@@ -247,7 +235,7 @@ def test_11_control_characters_of_user_text_are_escaped_on_the_terminal(texts, t
     missing = texts / f"gone{ESC}]0;title\x07.json"
     assert pacs_cli.main(["evaluate", "--candidates", f"x={missing}", "--references", str(texts / "refs.json"),
                           "--metrics", "length"]) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert "gone\\x1b]0;title\\x07.json" in line and ESC not in line and "\x07" not in line
     # a warning through the CLI's log handler
     stream = io.StringIO()
@@ -290,7 +278,7 @@ def test_11_a_full_disk_in_score_or_evaluate_names_the_file_and_no_stage(command
                               "--candidates", str(tmp_path / "c.json"), "--out", str(out)])
     else:
         code = _evaluate(texts, "--out", str(out))
-    line = _one_error_line(capsys, command)
+    line = one_error_line(capsys, among_other_lines=True, command=command)
     assert code == 2
     assert line == (f"pacs {command}: error: {out}: No space left on device; free some disk space (or write to "
                     "another disk) and run again")
@@ -316,7 +304,7 @@ def test_run_lock_a_second_train_exits_2_naming_the_holder(tmp_path, capsys):
         assert holder.stdout.readline().strip() == "held"
         before = sorted(p.name for p in run_dir.iterdir())
         assert pacs_cli.main(["train", "--config", "demo_smoke", f"runs_dir={run_dir.parent}"]) == 2
-        line = _one_error_line(capsys, "train")
+        line = one_error_line(capsys, among_other_lines=True, command="train")
         assert f"is in use by pid {holder.pid} on host " in line, line
         assert sorted(p.name for p in run_dir.iterdir()) == before  # nothing written
     finally:
@@ -363,7 +351,7 @@ def test_confined_ids_and_gallery_paths(tmp_path, capsys):
     out = tmp_path / "out.json"
     assert pacs_cli.main(["score", "--metric", "clip-s", "--backbone", "tiny-random", "--images", str(images),
                           "--candidates", str(tmp_path / "c.json"), "--out", str(out)]) == 2
-    line = _one_error_line(capsys, "score")
+    line = one_error_line(capsys, among_other_lines=True, command="score")
     assert "image id '../outside/secret'" in line and "must be a path inside the image folder" in line, line
     assert not out.exists()
     run = tmp_path / "run"
@@ -372,7 +360,7 @@ def test_confined_ids_and_gallery_paths(tmp_path, capsys):
         {"image_id": "ok", "image": "gallery/ok.png", "references": ["a red square"], "captions": {}},
         {"image_id": "bad", "image": f"../{secret.parent.name}/{secret.name}", "references": [], "captions": {}}]))
     assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, among_other_lines=True, command="report")
     assert "entry #1 (image id 'bad')" in line and "must be a path inside the run directory" in line, line
     assert not (run / "report.html").exists()
 
@@ -396,7 +384,7 @@ def test_divergence_stops_xe_at_the_first_non_finite_loss(tmp_path):
     from pacs.captioner.modeling.vocab import build_vocab
     from pacs.metric.common.errors import TrainingDivergedError
 
-    kit = _testkit()
+    kit = load_captioner_testkit()
     cache, train, val = kit.tiny_data(tmp_path)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=4, batch_size=16, micro_batch_size=8,
@@ -413,7 +401,7 @@ def test_malformed_json_is_one_line_naming_file_and_line(texts, capsys):
     bad.write_text('{"a": "a red square",\n "b": }\n')
     assert pacs_cli.main(["evaluate", "--candidates", f"x={bad}", "--references", str(texts / "refs.json"),
                           "--metrics", "length"]) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert str(bad) in line and "line 2" in line, line
 
 
@@ -446,7 +434,7 @@ def test_pickle_payloads_are_refused_and_never_run(command, texts, tmp_path, cap
     else:
         argv = ["export", "--checkpoint", str(payload), "--out", str(tmp_path / "exported")]
     assert pacs_cli.main(argv) == 2
-    line = _one_error_line(capsys, command)
+    line = one_error_line(capsys, among_other_lines=True, command=command)
     assert str(payload) in line, line
     assert not marker.exists()
 
@@ -468,7 +456,7 @@ class _Interrupt(Exception):
 def test_scst_resume_is_bit_exact(tmp_path):
     from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
 
-    kit = _testkit()
+    kit = load_captioner_testkit()
     data = tmp_path / "data"
     cache, train, _ = kit.tiny_data(data)
     init = kit.tiny_checkpoint(data, dropout=0.1)

@@ -10,7 +10,6 @@ one line and exit 2 now, before any work, and nothing given is changed.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import time
@@ -18,6 +17,8 @@ import typing
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
+from script_modules import load_captioner_testkit
 
 from pacs import cli as pacs_cli
 from pacs.metric.common.config import MAX_BASE_FILES, MAX_YAML_DEPTH, MAX_YAML_VALUES, describe_type, load_yaml
@@ -25,20 +26,6 @@ from pacs.metric.common.errors import InputError, PacsError
 
 TESTS = Path(__file__).resolve().parents[1]
 SECRET = "root:$6$SECRETHASH:19000:0:99999:7:::"
-
-
-def _testkit():
-    """tests/captioner/captioner_testkit.py (tiny features, tiny captioner), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("captioner_testkit", TESTS / "captioner" / "captioner_testkit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _one_error_line(capsys: pytest.CaptureFixture, command: str) -> str:
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith(f"pacs {command}: error: "), err
-    return err[0]
 
 
 def _laughs(levels: int = 10, width: int = 10) -> str:
@@ -67,7 +54,7 @@ def test_a_billion_laughs_recipe_is_one_line_at_once(kind, tmp_path, capsys):
     started = time.monotonic()
     assert _train(config) == 2
     assert time.monotonic() - started < 5
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, "train")
     assert line == (f"pacs train: error: {config}: refused: line 5, column 5: its aliases expand to more than "
                     f"{MAX_YAML_VALUES} values (a 'billion laughs' document?): write the values out, or use fewer "
                     "aliases")
@@ -87,7 +74,7 @@ def test_an_alias_inside_its_own_anchor_is_one_line(tmp_path, capsys):
     config = tmp_path / "loop.yaml"
     config.write_text("a: &a [1, *a]\n")
     assert _train(config) == 2
-    assert _one_error_line(capsys, "train") == (f"pacs train: error: {config}: refused: line 1, column 11: an alias "
+    assert one_error_line(capsys, "train") == (f"pacs train: error: {config}: refused: line 1, column 11: an alias "
                                                 "refers to the node that contains it (a recursive anchor)")
 
 
@@ -99,7 +86,7 @@ def test_yaml_nested_too_deep_is_one_line(style, tmp_path, capsys):
     else:
         config.write_text("".join(f"{' ' * level}k{level}:\n" for level in range(150)) + " " * 150 + "v: 1\n")
     assert _train(config) == 2
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, "train")
     assert line.startswith(f"pacs train: error: {config}: refused: line ")
     assert line.endswith(f": nested more than {MAX_YAML_DEPTH} levels deep")
 
@@ -107,7 +94,7 @@ def test_yaml_nested_too_deep_is_one_line(style, tmp_path, capsys):
 def test_an_override_nested_too_deep_is_one_line_naming_the_key(tmp_path, capsys):
     value = "[" * 1000 + "]" * 1000
     assert pacs_cli.main(["train", "--config", "demo_smoke", f"runs_dir={tmp_path / 'runs'}", f"seeds={value}"]) == 2
-    assert _one_error_line(capsys, "train") == (f"pacs train: error: override seeds=...: refused: line 1, column "
+    assert one_error_line(capsys, "train") == (f"pacs train: error: override seeds=...: refused: line 1, column "
                                                 f"{MAX_YAML_DEPTH + 1}: nested more than {MAX_YAML_DEPTH} levels deep")
     assert not (tmp_path / "runs").exists()
 
@@ -119,7 +106,7 @@ def test_a_base_that_is_not_file_names_is_one_line_naming_base(base, shown, tmp_
     config = tmp_path / "child.yaml"
     config.write_text(f"_base_: {base}\nseed: 2\n")
     assert _train(config) == 2
-    assert _one_error_line(capsys, "train") == (f"pacs train: error: {config}: _base_ must be a YAML file name or "
+    assert one_error_line(capsys, "train") == (f"pacs train: error: {config}: _base_ must be a YAML file name or "
                                                 f"a list of them, got {shown}")
 
 
@@ -131,7 +118,7 @@ def test_a_config_that_is_not_utf8_is_one_line(where, tmp_path, capsys):
     if where == "base":
         config.write_text("_base_: base.yaml\n")
     assert _train(config) == 2
-    assert _one_error_line(capsys, "train") == (f"pacs train: error: {latin}: not UTF-8 text (byte 9 cannot be "
+    assert one_error_line(capsys, "train") == (f"pacs train: error: {latin}: not UTF-8 text (byte 9 cannot be "
                                                 "decoded): save the config as UTF-8")
 
 
@@ -145,7 +132,7 @@ def test_a_base_that_is_a_secret_file_is_refused_and_never_echoed(tmp_path, caps
         config = tmp_path / "child.yaml"
         config.write_text(f"_base_: {base}\n")
         assert _train(config) == 2
-        line = _one_error_line(capsys, "train")
+        line = one_error_line(capsys, "train")
         assert line == (f"pacs train: error: {config}: _base_ {secret} is not a YAML file (a _base_ names a .yaml "
                         "or .yml file)")
         assert "SECRET" not in line
@@ -161,7 +148,7 @@ def test_a_base_that_is_a_fifo_or_a_device_is_one_line_and_never_opened(tmp_path
         config = tmp_path / "child.yaml"
         config.write_text(f"_base_: {base}\n")
         assert _train(config) == 2
-        assert _one_error_line(capsys, "train") == (f"pacs train: error: {config}: _base_ {path} is {kind}, not a "
+        assert one_error_line(capsys, "train") == (f"pacs train: error: {config}: _base_ {path} is {kind}, not a "
                                                     "regular file: pacs reads only regular files and folders")
 
 
@@ -169,7 +156,7 @@ def test_invalid_yaml_names_the_line_but_never_prints_it(tmp_path, capsys):
     config = tmp_path / "bad.yaml"
     config.write_text("seed: 1\ntoken: SECRET: x\n")
     assert _train(config) == 2
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, "train")
     assert line == (f"pacs train: error: {config}: invalid YAML: mapping values are not allowed here "
                     "(line 2, column 14)")
 
@@ -180,7 +167,7 @@ def test_a_base_named_again_and_again_at_every_level_is_bounded(tmp_path, capsys
     for level in range(4):
         (tmp_path / f"b{level}.yaml").write_text(f"_base_: [{', '.join([f'b{level + 1}.yaml'] * 10)}]\n")
     assert _train(tmp_path / "b0.yaml") == 2
-    line = _one_error_line(capsys, "train")
+    line = one_error_line(capsys, "train")
     assert line.endswith(f": _base_: more than {MAX_BASE_FILES} base files over the chain (a base named many times "
                          "at every level?)")
 
@@ -228,7 +215,7 @@ def _evaluate(texts: Path, out: Path, *extra: str) -> int:
 def test_evaluate_values_past_the_configs_bounds_are_one_line(flags, message, texts, tmp_path, capsys):
     out = tmp_path / "table.json"
     assert _evaluate(texts, out, *flags) == 2
-    assert _one_error_line(capsys, "evaluate") == f"pacs evaluate: error: {message}"
+    assert one_error_line(capsys, "evaluate") == f"pacs evaluate: error: {message}"
     assert not out.exists() and not out.with_suffix(".csv").exists()  # no partial output
 
 
@@ -242,7 +229,7 @@ def test_evaluate_at_the_bounds_runs(texts, tmp_path, capsys):
 def test_correlate_bootstrap_past_the_bound_is_one_line(tmp_path, capsys):
     assert pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(tmp_path / "none"), "--metrics", "length",
                           "--bootstrap", "1000000000"]) == 2
-    assert _one_error_line(capsys, "correlate") == ("pacs correlate: error: --bootstrap 1000000000: expected int >= 0 "
+    assert one_error_line(capsys, "correlate") == ("pacs correlate: error: --bootstrap 1000000000: expected int >= 0 "
                                                     "and <= 100000 (the bound of bootstrap resamples, as in the "
                                                     "configs; 0: none)")
 
@@ -262,7 +249,7 @@ def test_caption_values_past_the_configs_bounds_are_one_line_before_any_model_lo
     out = tmp_path / "captions.json"
     assert pacs_cli.main(["caption", "--checkpoint", str(tmp_path / "no-model"), "--images", str(tmp_path / "none"),
                           "--out", str(out), *flags]) == 2
-    assert _one_error_line(capsys, "caption") == f"pacs caption: error: {message}"
+    assert one_error_line(capsys, "caption") == f"pacs caption: error: {message}"
     assert not out.exists()
 
 
@@ -278,11 +265,11 @@ def test_a_temperature_that_is_zero_in_float32_is_refused_at_load(tmp_path, caps
     assert _train(Path("flickr8k_tiny"), f"run_dir={runs}", "scst.temperature=1e-300") == 2
     from pacs.metric.common.config_files import packaged_config
 
-    assert _one_error_line(capsys, "train") == (f"pacs train: error: {packaged_config('flickr8k_tiny')}: "
+    assert one_error_line(capsys, "train") == (f"pacs train: error: {packaged_config('flickr8k_tiny')}: "
                                                 "scst.temperature=1e-300: expected float >= 0.0001 (Input should be "
                                                 "greater than or equal to 0.0001)")
     assert not runs.exists()
-    kit = _testkit()
+    kit = load_captioner_testkit()
     from pacs.captioner.modeling.checkpoints import load_captioner
 
     model, _, _ = load_captioner(kit.tiny_checkpoint(tmp_path))
@@ -312,7 +299,7 @@ def test_an_xe_resume_state_outside_0_to_max_steps_is_refused_naming_the_file(tm
     from pacs.captioner.modeling.training_setup import ScheduleConfig
     from pacs.captioner.modeling.vocab import build_vocab
 
-    kit = _testkit()
+    kit = load_captioner_testkit()
     cache, train, _ = kit.tiny_data(tmp_path)
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=2, batch_size=16, micro_batch_size=16,
@@ -372,7 +359,7 @@ def test_a_metric_training_resume_step_past_max_steps_is_one_line(tmp_path, caps
         _set_step(state / "trainer_state.json", step)
         capsys.readouterr()
         assert _train_metric(manifest, out, f"resume={state}", "max_steps=3") == 2
-        assert _one_error_line(capsys, "train-metric") == (
+        assert one_error_line(capsys, "train-metric") == (
             f"pacs train-metric: error: {state / 'trainer_state.json'}: step {step} is outside 0..3 (this run's "
             "3 steps): the resume state was altered, or written by a run with more steps; remove it, or resume "
             "from another one")

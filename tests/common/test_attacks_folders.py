@@ -20,26 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from PIL import Image
+from script_modules import load_captioner_testkit
 
 from pacs import cli as pacs_cli
 from pacs.metric.common.errors import InputError, NonFiniteError, TrainingDivergedError
 
 TESTS = Path(__file__).resolve().parents[1]
-
-
-def _testkit():
-    """tests/captioner/captioner_testkit.py (tiny features, tiny captioner), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("captioner_testkit", TESTS / "captioner" / "captioner_testkit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _one_error_line(capsys: pytest.CaptureFixture, command: str) -> str:
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pacs ")]
-    assert len(err) == 1 and err[0].startswith(f"pacs {command}: error: "), err
-    return err[0]
 
 
 @contextlib.contextmanager
@@ -94,7 +82,7 @@ def _edit_json(path: Path, edit: Callable[[dict], object]) -> None:
 def _refused(folder: Path, images: Path, capsys: pytest.CaptureFixture, *expected: str) -> str:
     out = folder.parent / "captions.json"
     assert _caption(folder, images, out) == 2
-    line = _one_error_line(capsys, "caption")
+    line = one_error_line(capsys, among_other_lines=True, command="caption")
     assert str(folder) in line and all(text in line for text in expected), line
     assert not out.exists()
     return line
@@ -276,7 +264,7 @@ def test_the_checks_pass_a_good_folder_through(blip):
 @pytest.fixture
 def captioner(tmp_path: Path) -> Path:
     """A tiny pacs captioner folder (model.safetensors + captioner.json)."""
-    return _testkit().tiny_checkpoint(tmp_path / "kit")
+    return load_captioner_testkit().tiny_checkpoint(tmp_path / "kit")
 
 
 def test_a_fifo_feature_checkpoint_in_captioner_json_is_one_line(captioner, images, tmp_path, capsys):
@@ -284,7 +272,7 @@ def test_a_fifo_feature_checkpoint_in_captioner_json_is_one_line(captioner, imag
     os.mkfifo(fifo)  # reading it blocked `pacs caption` forever
     _edit_json(captioner / "captioner.json", lambda info: info["features"].update(checkpoint=str(fifo)))
     assert _caption(captioner, images, tmp_path / "out.json") == 2
-    line = _one_error_line(capsys, "caption")
+    line = one_error_line(capsys, among_other_lines=True, command="caption")
     assert f"{captioner / 'captioner.json'}: features.checkpoint {fifo} is a FIFO (named pipe), not a regular " \
            "file" in line, line
     assert not (tmp_path / "out.json").exists()
@@ -293,7 +281,7 @@ def test_a_fifo_feature_checkpoint_in_captioner_json_is_one_line(captioner, imag
 def test_a_feature_checkpoint_of_the_wrong_type_is_one_line(captioner, images, tmp_path, capsys):
     _edit_json(captioner / "captioner.json", lambda info: info["features"].update(checkpoint=5))
     assert _caption(captioner, images, tmp_path / "out.json") == 2
-    line = _one_error_line(capsys, "caption")
+    line = one_error_line(capsys, among_other_lines=True, command="caption")
     assert f"{captioner / 'captioner.json'}: features.checkpoint must be a string, not 5" in line, line
 
 
@@ -308,7 +296,7 @@ def test_load_backbone_refuses_a_fifo_checkpoint(tmp_path):
 def test_a_fifo_planted_as_a_feature_shard_is_one_line(tmp_path):
     from pacs.captioner.modeling.features import FeatureCache
 
-    _testkit().tiny_data(tmp_path)
+    load_captioner_testkit().tiny_data(tmp_path)
     shard = next((tmp_path / "feats" / "shards").glob("shard-*.safetensors"))
     shard.unlink()
     os.mkfifo(shard)
@@ -323,7 +311,7 @@ def _poisoned_cache(tmp_path: Path, image_ids: list[str], value: float):
     """The tiny data's features with `value` in those of `image_ids`; (cache, train pairs, val references)."""
     from pacs.captioner.modeling.features import write_feature_cache
 
-    cache, train, val = _testkit().tiny_data(tmp_path)
+    cache, train, val = load_captioner_testkit().tiny_data(tmp_path)
     features = {i: cache.get([i])[0] for i in cache.ids()}
     for image_id in image_ids:
         features[image_id][0, 0] = value
@@ -349,7 +337,7 @@ def test_xe_on_a_poisoned_cache_names_the_image_instead_of_blaming_the_learning_
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=4, batch_size=16, micro_batch_size=8, eval_every=0,
                       val_beam_size=1, val_max_images=2, save_every=0, log_every=1, tensorboard=False)
     with pytest.raises(NonFiniteError, match=r"poisoned: the features of image id 'img\d+'") as error:
-        train_xe(config, _testkit().tiny_model_config(), vocab, cache, train, val)
+        train_xe(config, load_captioner_testkit().tiny_model_config(), vocab, cache, train, val)
     assert not isinstance(error.value, TrainingDivergedError) and "learning rate" not in str(error.value)
     assert not (tmp_path / "xe" / "final").exists()
 
@@ -402,7 +390,7 @@ def test_report_files_of_the_wrong_json_type_are_one_line(attack, tmp_path, caps
     name, content, message = REPORT_ATTACKS[attack]
     run = _run(tmp_path, {name: content})
     assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, among_other_lines=True, command="report")
     assert str(run / name) in line and message in line, line
     assert not (run / "report.html").exists()
 
@@ -417,7 +405,7 @@ def test_report_refuses_a_csv_of_900_columns_at_once(tmp_path, capsys):
     run = _run(tmp_path, {"logs/xe.csv": _csv(900)})  # 250 s and 1.3 GB before the bound
     with _deadline(60):
         assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, among_other_lines=True, command="report")
     assert f"{run / 'logs' / 'xe.csv'}: 900 columns, above the 64 the report reads" in line, line
     assert not (run / "report.html").exists()
 
@@ -436,7 +424,7 @@ def test_report_bounds_what_it_reads(bound, value, files, message, tmp_path, cap
     monkeypatch.setattr(report_inputs, bound, value)
     run = _run(tmp_path, files)
     assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, among_other_lines=True, command="report")
     size = (run / "logs" / "xe.csv").stat().st_size if (run / "logs" / "xe.csv").exists() else 0
     assert message.format(size=size) in line, line
     assert not (run / "report.html").exists()

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from PIL import Image
 from script_modules import load_tool
 
@@ -20,15 +21,6 @@ from pacs import cli as pacs_cli
 from pacs.metric.common.io import csv_cell, csv_cells
 
 ESC = "\x1b"
-
-
-def _one_error_line(capsys: pytest.CaptureFixture, command: str) -> str:
-    """The one `pacs COMMAND: error: ...` line on stderr (and no traceback)."""
-    err = capsys.readouterr().err
-    lines = [line for line in err.strip().splitlines() if line.startswith("pacs ")]
-    assert len(lines) == 1 and lines[0].startswith(f"pacs {command}: error: "), err
-    assert "Traceback" not in err, err
-    return lines[0]
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -62,7 +54,7 @@ def test_evaluate_out_onto_the_references_is_refused_and_they_stay(texts, capsys
     refs = texts / "refs.json"
     code = pacs_cli.main(["evaluate", "--candidates", str(texts / "a.json"), "--references", str(refs),
                           "--metrics", "bleu4", "--out", str(refs)])
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert code == 2
     assert line == (f"pacs evaluate: error: --out {refs} is the input file of --references: an output never "
                     "replaces an input; nothing was written: choose another path")
@@ -73,7 +65,7 @@ def test_evaluate_table_out_onto_a_system_file_is_refused(texts, capsys):
     (texts / "a.csv").write_text("mine\n")
     before = _snapshot(texts)
     assert _evaluate(texts, "--out", str(texts / "a.json")) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert f"--out {texts / 'a.json'} is the input file of --candidates a:" in line, line
     assert _snapshot(texts) == before
 
@@ -85,12 +77,12 @@ def test_evaluate_out_through_a_symlink_or_a_hard_link_to_an_input_is_refused(te
     os.link(texts / "b.json", out / "hard.json")
     before = _snapshot(texts)
     assert _evaluate(texts, "--out", str(out / "link.json")) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert line == (f"pacs evaluate: error: --out {out / 'link.json'} is the input file of --references "
                     f"({texts / 'refs.json'}): an output never replaces an input; nothing was written: choose "
                     "another path")
     assert _evaluate(texts, "--html", str(out / "hard.json")) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert f"--html {out / 'hard.json'} is the input file of --candidates b ({texts / 'b.json'})" in line, line
     assert _snapshot(texts) == before and (out / "link.json").is_symlink()
     assert sorted(path.name for path in out.iterdir()) == ["hard.json", "link.json"]
@@ -100,7 +92,7 @@ def test_evaluate_out_through_a_symlink_or_a_hard_link_to_an_input_is_refused(te
 def test_every_table_output_onto_an_input_is_refused(flag, texts, capsys):
     before = _snapshot(texts)
     assert _evaluate(texts, flag, str(texts / "refs.json")) == 2
-    assert f"{flag} {texts / 'refs.json'} is the input file of --references" in _one_error_line(capsys, "evaluate")
+    assert f"{flag} {texts / 'refs.json'} is the input file of --references" in one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert _snapshot(texts) == before
 
 
@@ -108,10 +100,10 @@ def test_two_outputs_on_one_path_are_refused(texts, tmp_path, capsys):
     table = tmp_path / "table.json"
     assert _evaluate(texts, "--out", str(table), "--html", str(table)) == 2
     assert (f"--html {table} is also the --out output: each output needs its own path"
-            in _one_error_line(capsys, "evaluate"))
+            in one_error_line(capsys, among_other_lines=True, command="evaluate"))
     assert _evaluate(texts, "--out", str(tmp_path / "table.csv")) == 2  # the CSV next to it would be --out itself
     assert (f"the CSV next to --out {tmp_path / 'table.csv'} is also the --out output"
-            in _one_error_line(capsys, "evaluate"))
+            in one_error_line(capsys, among_other_lines=True, command="evaluate"))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["texts"]
 
 
@@ -120,7 +112,7 @@ def test_the_csv_next_to_out_never_overwrites_an_existing_file(texts, tmp_path, 
     out.mkdir()
     (out / "table.csv").write_text("my own spreadsheet\n")
     assert _evaluate(texts, "--out", str(out / "table.json")) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert line == (f"pacs evaluate: error: {out / 'table.csv'} exists and is the CSV written next to --out "
                     f"{out / 'table.json'}, not an output you named: it is never overwritten and nothing was "
                     f"written; name the CSV with --csv FILE (--csv {out / 'table.csv'} replaces it)")
@@ -154,14 +146,14 @@ def test_score_refuses_outputs_onto_its_candidates_images_and_checkpoint_before_
         return pacs_cli.main(["score", "--metric", "clip-s", "--candidates", str(candidates), *extra])
 
     assert score("--images", str(images), "--out", str(candidates)) == 2
-    assert f"--out {candidates} is the input file of --candidates:" in _one_error_line(capsys, "score")
+    assert f"--out {candidates} is the input file of --candidates:" in one_error_line(capsys, among_other_lines=True, command="score")
     assert score("--images", str(images), "--out", str(images / "a.png")) == 2
-    line = _one_error_line(capsys, "score")
+    line = one_error_line(capsys, among_other_lines=True, command="score")
     assert f"--out {images / 'a.png'} is an existing file in {images}, the input folder of --images" in line, line
     assert score("--image-map", str(image_map), "--out", str(elsewhere)) == 2  # an image the map points to
-    assert f"--out {elsewhere} is the input file of image 'b'" in _one_error_line(capsys, "score")
+    assert f"--out {elsewhere} is the input file of image 'b'" in one_error_line(capsys, among_other_lines=True, command="score")
     assert score("--images", str(images), "--checkpoint", str(checkpoint), "--out", str(checkpoint)) == 2
-    assert f"--out {checkpoint} is the input file of --checkpoint" in _one_error_line(capsys, "score")
+    assert f"--out {checkpoint} is the input file of --checkpoint" in one_error_line(capsys, among_other_lines=True, command="score")
     assert _snapshot(tmp_path) == before
 
 
@@ -174,7 +166,7 @@ def test_score_video_refuses_an_out_onto_its_references(tmp_path, capsys):
     code = pacs_cli.main(["score-video", "--metric", "ref-pac-s++", "--candidates", str(candidates), "--references",
                           str(references), "--videos", str(tmp_path), "--out", str(references)])
     assert code == 2
-    assert f"--out {references} is the input file of --references:" in _one_error_line(capsys, "score-video")
+    assert f"--out {references} is the input file of --references:" in one_error_line(capsys, among_other_lines=True, command="score-video")
     assert _snapshot(tmp_path) == before
 
 
@@ -187,7 +179,7 @@ def test_correlate_refuses_an_out_onto_its_data_file_or_a_file_of_its_data_folde
         code = pacs_cli.main(["correlate", "flickr8k-expert", "--data", str(given), "--metrics", "length",
                               "--out", str(out)])
         assert code == 2
-        line = _one_error_line(capsys, "correlate")
+        line = one_error_line(capsys, among_other_lines=True, command="correlate")
         assert line.startswith(f"pacs correlate: error: --out {out} is ") and "--data" in line, line
     assert _snapshot(tmp_path) == before
 
@@ -198,11 +190,11 @@ def test_report_refuses_an_out_onto_its_run_files_or_the_run_directory(texts, tm
     capsys.readouterr()
     before = _snapshot(run)
     assert pacs_cli.main(["report", str(run), "--out", str(run / "results.json")]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, among_other_lines=True, command="report")
     assert line.startswith(f"pacs report: error: --out {run / 'results.json'} is the input file of the report of "
                            f"{run}:"), line
     assert pacs_cli.main(["report", str(run), "--out", str(run)]) == 2
-    assert f"--out {run} is the run directory {run}" in _one_error_line(capsys, "report")
+    assert f"--out {run} is the run directory {run}" in one_error_line(capsys, among_other_lines=True, command="report")
     assert _snapshot(run) == before
 
 
@@ -213,7 +205,7 @@ def test_a_key_repeated_in_the_candidates_of_score_is_refused_naming_it_and_the_
     candidates.write_text('{"ID": "first", "ID": "second"}')
     code = pacs_cli.main(["score", "--metric", "clip-s", "--candidates", str(candidates), "--images", str(tmp_path)])
     assert code == 2
-    assert _one_error_line(capsys, "score") == (
+    assert one_error_line(capsys, among_other_lines=True, command="score") == (
         f'pacs score: error: {candidates}: the key "ID" appears twice in one object of the candidates file (JSON '
         "keys must be unique: which value is meant?)")
 
@@ -221,13 +213,13 @@ def test_a_key_repeated_in_the_candidates_of_score_is_refused_naming_it_and_the_
 def test_a_key_repeated_deep_in_the_references_or_a_run_file_is_refused(texts, tmp_path, capsys):
     (texts / "refs.json").write_text('{"a": ["a red square"], "b": ["a blue circle"], "a": ["again"]}')
     assert _evaluate(texts) == 2
-    line = _one_error_line(capsys, "evaluate")
+    line = one_error_line(capsys, among_other_lines=True, command="evaluate")
     assert f'{texts / "refs.json"}: the key "a" appears twice in one object' in line, line
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text('{"rows": [{"model": "x", "model": "y"}], "columns": []}')
     assert pacs_cli.main(["report", str(run)]) == 2
-    assert f'{run / "results.json"}: the key "model" appears twice' in _one_error_line(capsys, "report")
+    assert f'{run / "results.json"}: the key "model" appears twice' in one_error_line(capsys, among_other_lines=True, command="report")
     assert not (run / "report.html").exists()
 
 

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from PIL import Image
 
 from pacs import cli as pacs_cli
@@ -27,12 +28,6 @@ TOO_DEEP = "is JSON nested too deeply to read"
 
 class SneakyDict(collections.OrderedDict):
     """A container class of its own: torch's weights-only unpickler refuses it."""
-
-
-def _one_error_line(capsys, command: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"pacs {command}: error: "), err
-    return err[0]
 
 
 @pytest.fixture
@@ -97,7 +92,7 @@ def test_score_nested_json_is_one_line(tmp_path, images, capsys, which):
     if which == "candidates":
         candidates = NESTED
     code, out = _score(tmp_path, images, candidates, *extra, metric="ref-clip-s" if which == "references" else "clip-s")
-    line = _one_error_line(capsys, "score")
+    line = one_error_line(capsys, "score")
     expected = tmp_path / "cands.json" if which == "candidates" else nested
     assert code == 2 and not out.exists() and f"{expected}: " in line and TOO_DEEP in line, line
 
@@ -112,7 +107,7 @@ def test_dataset_annotation_and_benchmark_nested_json(tmp_path, capsys):
         assert str(nested) in str(error.value)
     for benchmark in ("composite", "nocaps-foil", "robustness"):
         assert pacs_cli.main(["correlate", benchmark, "--data", str(nested), "--metrics", "length"]) == 2
-        line = _one_error_line(capsys, "correlate")
+        line = one_error_line(capsys, "correlate")
         assert f"{nested}: " in line and TOO_DEEP in line, line
 
 
@@ -121,7 +116,7 @@ def test_report_nested_gallery_is_one_line(tmp_path, capsys):
     run.mkdir()
     _write(run / "gallery.json", NESTED)
     assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, "report")
     assert f"{run / 'gallery.json'}: " in line and TOO_DEEP in line
     assert not (run / "report.html").exists()
 
@@ -136,7 +131,7 @@ def test_report_nested_gallery_is_one_line(tmp_path, capsys):
 ])
 def test_score_refuses_a_lone_surrogate_caption(tmp_path, images, capsys, candidates, expected):
     code, out = _score(tmp_path, images, candidates)
-    line = _one_error_line(capsys, "score")
+    line = one_error_line(capsys, "score")
     assert code == 2 and not out.exists()
     assert line == f"pacs score: error: {tmp_path / 'cands.json'}: {expected}", line
 
@@ -145,14 +140,14 @@ def test_references_and_evaluate_refuse_a_lone_surrogate(tmp_path, images, capsy
     refs = _write(tmp_path / "refs.json", '{"a": ["fine", "bro\\ud800ken"]}')
     code, out = _score(tmp_path, images, '{"a": "a red square"}', "--references", str(refs), metric="ref-clip-s")
     assert code == 2 and not out.exists()
-    assert _one_error_line(capsys, "score").endswith(
+    assert one_error_line(capsys, "score").endswith(
         f"{refs}: reference #1 for image 'a' is not valid Unicode text (lone surrogate at position 3)")
     coco = _write(tmp_path / "coco.json", '{"annotations": [{"image_id": 7, "caption": "\\ud800"}]}')
     cands = _write(tmp_path / "c.json", '{"7": "a caption"}')
     out = tmp_path / "eval.json"
     assert pacs_cli.main(["evaluate", "--candidates", str(cands), "--references", str(coco), "--metrics", "length",
                           "--out", str(out)]) == 2
-    assert "annotations[0] (reference for image 7) is not valid Unicode text" in _one_error_line(capsys, "evaluate")
+    assert "annotations[0] (reference for image 7) is not valid Unicode text" in one_error_line(capsys, "evaluate")
     assert not out.exists()
 
 
@@ -168,7 +163,7 @@ def test_dataset_and_gallery_refuse_a_lone_surrogate(tmp_path, capsys):
     run.mkdir()
     _write(run / "gallery.json", json.dumps([{"image_id": "x", "captions": {"xe": {"caption": "\udfff"}}}]))
     assert pacs_cli.main(["report", str(run)]) == 2
-    line = _one_error_line(capsys, "report")
+    line = one_error_line(capsys, "report")
     assert line.endswith("gallery.json: [0].captions.xe.caption is not valid Unicode text (lone surrogate at "
                          "position 0)"), line
     assert not (run / "report.html").exists()
@@ -196,7 +191,7 @@ def test_checkpoint_pickle_refused_by_weights_only_is_one_line(tmp_path, images,
         out = tmp_path / "out.json"
         assert pacs_cli.main(["score", "--metric", "clip-s", "--checkpoint", str(checkpoint), "--images", str(images),
                               "--candidates", str(cands), "--out", str(out)]) == 2
-        _assert_refused(_one_error_line(capsys, "score"), checkpoint)
+        _assert_refused(one_error_line(capsys, "score"), checkpoint)
         assert not out.exists()
 
 
@@ -205,7 +200,7 @@ def test_backbone_file_refused_by_weights_only_is_one_line(tmp_path, images, cap
     cands = _write(tmp_path / "c.json", '{"a": "a red square"}')
     assert pacs_cli.main(["score", "--metric", "clip-s", "--backbone", f"ViT-S-32/{weights}", "--images", str(images),
                           "--candidates", str(cands)]) == 2
-    _assert_refused(_one_error_line(capsys, "score"), weights)
+    _assert_refused(one_error_line(capsys, "score"), weights)
 
 
 def test_adapter_folder_with_a_refused_pickle_is_one_line(tmp_path, images, capsys):
@@ -223,7 +218,7 @@ def test_adapter_folder_with_a_refused_pickle_is_one_line(tmp_path, images, caps
     cands = _write(tmp_path / "c.json", '{"a": "a red square"}')
     assert pacs_cli.main(["score", "--metric", "pac-s++", "--checkpoint", str(folder), "--images", str(images),
                           "--candidates", str(cands)]) == 2
-    _assert_refused(_one_error_line(capsys, "score"), weights)
+    _assert_refused(one_error_line(capsys, "score"), weights)
 
 
 def test_a_repeated_key_in_the_metric_training_and_video_inputs_is_one_line(tmp_path):

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from PIL import Image
 
 from pacs import cli as pacs_cli
@@ -91,12 +92,6 @@ def _score(world: dict[str, Path], candidates, *extra: str) -> tuple[int, Path]:
     return code, out
 
 
-def _one_error_line(capsys, command: str = "score") -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"pacs {command}: error: "), err
-    return err[0]
-
-
 RULE = "a relative path without '..' (symlinks inside the folder are followed: the folder is yours)"
 
 
@@ -105,7 +100,7 @@ def test_score_refuses_an_image_id_that_leaves_images_lexically(world, capsys, k
     image_id = {"dotdot": "../outside/secret.png", "absolute": str(world["secret"]),
                 "absolute-inside": str(world["images"] / "inside.png"), "dotdot-inside": "sub/../inside.png"}[kind]
     code, out = _score(world, {"inside": "a red square", image_id: "a caption"})
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys, "score")
     assert code == 2 and not out.exists()
     assert f"image id {image_id!r}" in line and f"must be a path inside the image folder --images {world['images']}" \
         in line and RULE in line, line
@@ -118,7 +113,7 @@ def test_score_follows_symlinks_inside_images(world, capsys):
     assert code == 0, capsys.readouterr().err
     assert json.loads(out.read_text())["n"] == 3
     code, out = _score(world, {"inside": "a red square", "dangling.png": "a caption"})
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys, "score")
     assert code == 2 and "no image file for image id 'dangling.png'" in line, line
 
 
@@ -132,7 +127,7 @@ def test_score_message_is_the_same_whether_the_outside_file_exists(world, capsys
                 world["secret"].unlink()
             code, _ = _score(world, [{"image_id": image_id, "caption": "x"}])
             assert code == 2
-            lines.append(_one_error_line(capsys))
+            lines.append(one_error_line(capsys, "score"))
     assert lines[0] == lines[1] and lines[2] == lines[3], lines
 
 
@@ -158,7 +153,7 @@ def test_score_inside_ids_and_image_map(world, capsys, tmp_path):
         bad = maps / "bad.json"
         bad.write_text(json.dumps({"a": value}))
         code, out = _score(world, {"a": "x"}, "--image-map", str(bad))
-        line = _one_error_line(capsys)
+        line = one_error_line(capsys, "score")
         assert code == 2 and f"image id 'a' ({value!r}) must be a path inside the image map's folder" in line, line
         assert RULE in line, line
 
@@ -267,7 +262,7 @@ def test_report_refuses_a_gallery_image_outside_the_run_directory(world, capsys,
             call(run)
         assert str(error.value) == expected
     assert pacs_cli.main(["report", str(run)]) == 2
-    assert _one_error_line(capsys, "report") == f"pacs report: error: {expected}"
+    assert one_error_line(capsys, "report") == f"pacs report: error: {expected}"
     assert not (run / "report.html").exists() and not list(run.glob(".report.html*"))
 
 
