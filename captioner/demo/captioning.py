@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pacs.captioner.demo import guard_choice
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import per_caption_text_metrics
 from pacs.captioner.demo.data import DemoData
@@ -18,8 +19,9 @@ from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_caption
 from pacs.captioner.demo.world import Scene, ptb_tokenize_world
 from pacs.captioner.demo.xe_settings import BIG, finish_xe, xe_trainer_config
 from pacs.captioner.modeling.features import FeatureCache, extract_features
+from pacs.captioner.modeling.hacking_monitor import read_monitor_rows
 from pacs.captioner.modeling.model import CaptionerConfig
-from pacs.captioner.modeling.train_scst import SCSTConfig, train_scst
+from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds, train_scst
 from pacs.captioner.modeling.train_xe import generate_captions, train_xe
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
@@ -129,7 +131,8 @@ def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, reward: Any, spec: str, xe_folder: Path,
              folder: Path, logs: Path, micro_batch_size: int, scorers: Mapping[str, Any] | None = None,
-             kl_coef: float | None = None, seed: int | None = None, mix_normalisation: str = "weighted_sum") -> dict:
+             kl_coef: float | None = None, seed: int | None = None, mix_normalisation: str = "weighted_sum",
+             guard: Mapping[str, Any] | None = None, label: str | None = None) -> dict:
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
@@ -138,20 +141,26 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     `seed` (default `config.seed`): the training seed. `mix_normalisation` (`scst.normalised_rewards`):
     `normalize_then_sum` normalises each reward component within the image's k samples first (`pacs.rewards.mix`).
     A transformers captioner (`captioner.kind`) trains as a `pacs.captioner.demo.hf_captioner` policy (no `features`).
+    `guard` (`guard_choice` settings, e.g. `{"cider_anchor": 0.5}`; `kl_coef` alone: `{"kl_coef": kl_coef}`) makes it
+    a guarded run, named `label` (default `guarded_label(spec, kl_coef)`); `spec` then already carries the guard's
+    reward terms (`GuardedScstConfig.reward_spec`).
     """
-    stage, guarded = config.scst, kl_coef is not None
+    if guard is None and kl_coef is not None:
+        guard = {"kl_coef": kl_coef}
+    stage, guarded = config.scst, guard is not None
     guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
                               "monitor_images": stage.hacking_monitor_images}
-    if guarded:  # docs/captioner.md "SCST guards": KL to the XE policy, the checkpoint chosen by validation CIDEr-D
-        guards.update(kl_coef=kl_coef, select_by="cider",
+    if guard is not None:  # docs/demo.md "Guards": the recipe's SCST guard keys, the checkpoint chosen on validation
+        guards.update(guard_choice.scst_keys(guard),
                       monitor_every=config.guarded.monitor_every or stage.hacking_monitor_every,
                       monitor_images=config.guarded.monitor_images or stage.hacking_monitor_images)
+        kl_coef = guards.get("kl_coef")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
                       save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
-                      tensorboard=False, mix_normalisation=mix_normalisation, **guards)
-    label = guarded_label(spec, kl_coef) if guarded else reward_slug(spec)
+                      trackers=[], mix_normalisation=mix_normalisation, **guards)
+    label = label or (guarded_label(spec, kl_coef) if guarded else reward_slug(spec))
     if mix_normalisation != "weighted_sum":
         label = normalised_label(spec)
     shown = f"scst-{label}" if seed is None else f"scst-{label} (seed {seed})"
@@ -188,6 +197,12 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     if guarded:
         summary.update(kl_coef=kl_coef, best_step=result.best_step, best_val_cider=finite_or_none(result.best_score),
                        model=str(result.selected_dir.relative_to(folder)))
+        if set(guard) != {"kl_coef"}:  # what the choice among the guard's settings reads (validation only)
+            step = result.best_step if result.best_dir is not None else \
+                result.kept_step if result.kept_dir is not None else result.steps
+            summary.update(guard=dict(guard), stopped_step=result.stopped_step,
+                           **guard_choice.evidence(read_monitor_rows(folder / "monitor.csv"), step,
+                                                   gaming_thresholds(scst)))
     return summary
 
 

@@ -25,7 +25,7 @@ def xe_trainer_config(config: DemoConfig, folder: Path, micro_batch_size: int, s
                                             decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
                     eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
                     save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
-                    tensorboard=False)
+                    trackers=[])
 
 
 def finish_xe(result: Any, folder: Path, logs: Path) -> dict:

@@ -21,7 +21,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from pacs.captioner.modeling.hf_policy import HFPolicy, caption_mask
 from pacs.captioner.modeling.train_xe import XE_COLUMNS, XEConfig, XELoop, XEResult, cider_validator
-from pacs.captioner.modeling.training_setup import BatchPlan, make_accelerator
+from pacs.captioner.modeling.training_setup import BatchPlan, make_accelerator, tracker_names
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.seeding import seed_everything
 
@@ -35,7 +35,8 @@ def train_hf_xe(config: XEConfig, policy: HFPolicy, train: Sequence[tuple[str, s
     missing = policy.missing_images([i for i, _ in train] + list(val))
     if missing:
         raise InputError(f"{len(missing)} image id(s) have no image, e.g. {missing[:3]}")
-    accelerator = make_accelerator(out, "log.csv", XE_COLUMNS, config.mixed_precision, config.tensorboard)
+    accelerator = make_accelerator(out, "log.csv", XE_COLUMNS, config.mixed_precision,
+                                   tracker_names(config.trackers, config.tensorboard, "xe"))
     seed_everything(config.seed)
     plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
                      config.seed, "xe")

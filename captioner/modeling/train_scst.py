@@ -46,10 +46,12 @@ from pacs.captioner.modeling.scst_guards import GamingStop, check_anchor, length
 from pacs.captioner.modeling.train_xe import is_better
 from pacs.captioner.modeling.training_setup import (
     BatchPlan,
+    check_trackers,
     finish_trackers,
     make_accelerator,
     reduce_mean,
     start_trackers,
+    tracker_names,
 )
 from pacs.metric.common.config import (
     MAX_BATCH,
@@ -126,7 +128,8 @@ class SCSTConfig(TrainerConfig):
     keep_checkpoints: Annotated[NonNegativeInt, Le(1000)] = 2
     log_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 1  # log every N steps (0: only the last step)
     seed: int = 42
-    tensorboard: bool = True
+    trackers: list[str] | None = None  # accelerate's log_with by name (None: tensorboard when installed)
+    tensorboard: bool | None = None  # deprecated (0.8 drops it): trackers
     # guards against reward hacking (all off by default; docs/captioner.md "SCST guards")
     kl_coef: NonNegativeFloat = 0.0  # β of the per-token KL to the reference policy (0: off)
     kl_reference: str = ""  # the reference captioner folder ("": the SCST init checkpoint, i.e. the XE model)
@@ -158,6 +161,7 @@ class SCSTConfig(TrainerConfig):
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         super().validate()
+        check_trackers(self, "scst")
         if self.eval_every:
             raise InputError(f"eval_every={self.eval_every}: SCST does not validate while training (the "
                              "pipeline's evaluation stage scores it); leave eval_every at 0")
@@ -367,7 +371,7 @@ class SCSTLoop:
                                  parameter="init_checkpoint")
         config.max_length = min(config.max_length, self.policy.max_length)
         self.accelerator = accelerator = make_accelerator(self.out, "log.csv", SCST_COLUMNS, config.mixed_precision,
-                                                          config.tensorboard)
+                                                          tracker_names(config.trackers, config.tensorboard, "scst"))
         self.reference = None
         if config.kl_coef > 0:
             self.reference = self.policy.reference(config.kl_reference or init_checkpoint, accelerator.device)

@@ -33,11 +33,13 @@ from pacs.captioner.modeling.model import Captioner, CaptionerConfig, sequence_m
 from pacs.captioner.modeling.training_setup import (
     BatchPlan,
     ScheduleConfig,
+    check_trackers,
     finish_trackers,
     make_accelerator,
     pacs_scheduler,
     reduce_mean,
     start_trackers,
+    tracker_names,
 )
 from pacs.captioner.modeling.vocab import Vocab, ptb_tokenize_fast
 from pacs.eval.cider import cider_d
@@ -90,11 +92,13 @@ class XEConfig(TrainerConfig):
     keep_checkpoints: Annotated[NonNegativeInt, Le(1000)] = 2
     log_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 10  # log every N steps (0: only the last step)
     seed: int = 42
-    tensorboard: bool = True
+    trackers: list[str] | None = None  # accelerate's log_with by name (None: tensorboard when installed)
+    tensorboard: bool | None = None  # deprecated (0.8 drops it): trackers
 
     def validate(self) -> None:
         """Cross-field checks run when the config is loaded (pacs.metric.common.config.from_dict)."""
         super().validate()
+        check_trackers(self, "xe")
         if self.micro_batch_size:
             check_batch_split("", self.batch_size, self.micro_batch_size)
 
@@ -188,7 +192,8 @@ def train_xe(config: XEConfig, model_config: CaptionerConfig, vocab: Vocab, feat
         raise InputError(f"{len(missing)} image id(s) lack cached features, e.g. {missing[:3]}")
     model_config.vocab_size, model_config.feature_dim = len(vocab), features.feature_dim
     model_config.max_length = vocab.max_length
-    accelerator = make_accelerator(out, "log.csv", XE_COLUMNS, config.mixed_precision, config.tensorboard)
+    accelerator = make_accelerator(out, "log.csv", XE_COLUMNS, config.mixed_precision,
+                                   tracker_names(config.trackers, config.tensorboard, "xe"))
     seed_everything(config.seed)
     plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
                      config.seed, "xe")

@@ -1,4 +1,4 @@
-"""Pieces shared by the XE and SCST stages: the accelerator, trackers (TensorBoard + CSV), the LR schedule and
+"""Pieces shared by the XE and SCST stages: the accelerator, trackers (CSV + the named ones), the LR schedule and
 the deterministic batch plan (which examples each process sees at each step, so the position in the data is
 just `(epoch, position)` and one process or many see the same global batches).
 """
@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.tracking import GeneralTracker
+from accelerate.utils import LoggerType
 from annotated_types import Le
 
 from pacs.metric.common.config import MAX_STEPS, NonNegativeFloat, NonNegativeInt, PositiveFloat, check_batch_split
@@ -24,6 +25,7 @@ from pacs.metric.common.device import build_accelerator
 from pacs.metric.common.device import process_state as device_process_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.link_safety import open_no_follow
+from pacs.metric.common.suggest import known_hint
 
 logger = logging.getLogger(__name__)
 
@@ -83,15 +85,57 @@ def process_state(device: str = "auto") -> PartialState:
     return device_process_state(device)
 
 
-def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
-                     mixed_precision: str = "no", tensorboard: bool = True, device: str = "auto") -> Accelerator:
-    """An Accelerator logging to `<output_dir>/<csv_name>` and TensorBoard (`<output_dir>/<project>/`), on the
-    process state's device (`pacs.metric.common.device.build_accelerator`: `device` must agree with it)."""
+#: the trackers `trackers:` may name: accelerate's (`log_with`), each installed as the package of its name
+TRACKERS = tuple(kind.value for kind in LoggerType if kind.value != "all")
+#: what an XE / SCST section logs to when it names no trackers (when the package is installed)
+DEFAULT_TRACKERS = ("tensorboard",)
 
-    trackers: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns)]
-    if tensorboard and importlib.util.find_spec("tensorboard") is not None:
-        trackers.append("tensorboard")
-    return build_accelerator(device, mixed_precision, log_with=trackers, project_dir=str(output_dir),
+
+def tracker_names(trackers: Sequence[str] | None, tensorboard: bool | None = None, section: str = "xe") -> list[str]:
+    """The trackers of an XE / SCST section: `trackers` checked (a known name, its package installed), or the default.
+
+    None: TensorBoard when it is installed. `tensorboard` (the deprecated bool key) still removes it (false) or
+    adds it to a list (true), with a warning. InputError: an unknown name (with did-you-mean) or one whose package
+    is not installed.
+    """
+    if tensorboard is not None:
+        logger.warning("%s.tensorboard is deprecated and goes in 0.8: write %s.trackers: %s", section, section,
+                       "[tensorboard]" if tensorboard else "[]")
+        if not tensorboard:
+            trackers = [name for name in (DEFAULT_TRACKERS if trackers is None else trackers) if name != "tensorboard"]
+        elif trackers is not None and "tensorboard" not in trackers:
+            trackers = [*trackers, "tensorboard"]
+    if trackers is None:
+        return [name for name in DEFAULT_TRACKERS if importlib.util.find_spec(name) is not None]
+    names = list(dict.fromkeys(str(name).strip() for name in trackers))
+    for name in names:
+        if name not in TRACKERS:
+            raise InputError(f"trackers: unknown tracker {name!r} {known_hint(name, TRACKERS)}",
+                             parameter="trackers")
+        if importlib.util.find_spec(name) is None:  # accelerate would drop it without a word
+            raise InputError(f"trackers: {name} is not installed (pip install {name})", parameter="trackers")
+    return names
+
+
+def check_trackers(config: Any, section: str) -> None:
+    """The XE / SCST configs' `validate` part: their `trackers` checked, the deprecated `tensorboard` key folded in."""
+    if config.tensorboard is not None:  # warned once, when the config is read
+        config.trackers, config.tensorboard = tracker_names(config.trackers, config.tensorboard, section), None
+    else:
+        config.trackers = None if config.trackers is None else tracker_names(config.trackers, None, section)
+
+
+def make_accelerator(output_dir: str | os.PathLike, csv_name: str, columns: Sequence[str],
+                     mixed_precision: str = "no", trackers: Sequence[str] | None = None,
+                     device: str = "auto") -> Accelerator:
+    """An Accelerator logging to `<output_dir>/<csv_name>` and to `trackers` (accelerate's `log_with`; None:
+    `tracker_names`' default) under `<output_dir>/`, on the process state's device
+    (`pacs.metric.common.device.build_accelerator`: `device` must agree with it). A wandb run lives in
+    `<output_dir>/wandb` and honours `WANDB_MODE=offline`."""
+
+    log_with: list[Any] = [CSVTracker(Path(output_dir) / csv_name, columns),
+                           *(tracker_names(None) if trackers is None else list(trackers))]
+    return build_accelerator(device, mixed_precision, log_with=log_with, project_dir=str(output_dir),
                              step_scheduler_with_optimizer=False)
 
 
@@ -101,7 +145,9 @@ def start_trackers(accelerator: Accelerator, project: str, config: dict[str, Any
         if isinstance(tracker, CSVTracker):
             tracker.resume_step = resume_step
     flat = {key: value for key, value in _flatten(config).items() if isinstance(value, (int, float, str, bool))}
-    accelerator.init_trackers(project, config=flat)
+    names = {getattr(tracker, "value", tracker) for tracker in accelerator.log_with}
+    kwargs = {"wandb": {"dir": accelerator.project_dir}} if "wandb" in names else {}  # not ./wandb in the cwd
+    accelerator.init_trackers(project, config=flat, init_kwargs=kwargs)
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -4,7 +4,7 @@ determine vocab, features/<set>, xe, scst-<reward> and eval/<model>/<set> (rules
 Settings that do not change what a stage computes are left out, so changing them never re-runs anything: where
 a stage writes (`output_dir`, `resume`), how work is cut (`micro_batch_size`, feature `batch_size` /
 `shard_size`, evaluation `batch_size`; these change only the order of floating-point sums), logging
-(`log_every`, `tensorboard`) and checkpoint cadence (`save_every`, `keep_checkpoints`), and devices.
+(`log_every`, `trackers`, `tensorboard`) and checkpoint cadence (`save_every`, `keep_checkpoints`), and devices.
 Shared by the recipe pipeline and the demo.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from pacs.captioner.orchestration.stages import StageRunner, file_input
 
 NOT_DETERMINING = frozenset({"output_dir", "resume", "micro_batch_size", "log_every", "tensorboard",
-                             "save_every", "keep_checkpoints", "device", "workers"})
+                             "trackers", "save_every", "keep_checkpoints", "device", "workers"})
 
 
 def settings_of(config: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
