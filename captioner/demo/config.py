@@ -188,12 +188,17 @@ class ScstStageConfig:
 
 @dataclass
 class GuardedScstConfig:
-    """Guarded SCST runs (docs/captioner.md "SCST guards"): the same SCST as `scst` plus a per-token KL penalty to
-    the XE policy and optional repetition / length reward components; every coefficient of `kl_coefs` is trained
-    and the one whose selected checkpoint has the best validation CIDEr-D is reported (never chosen on test)."""
+    """Guarded SCST runs (docs/demo.md "Guards"; docs/captioner.md "SCST guards"): the same SCST as `scst` plus one
+    guard of the recipe's menu at a time, every candidate setting trained and chosen on validation
+    (`pacs.captioner.demo.guard_choice`: best validation CIDEr-D, ties fewest gaming signatures; never test, never
+    the judge). `kl_coefs` is the KL guard's grid (stages `scst-<reward>-kl<coef>`); `grid` declares the other
+    guards' grids (`length_mask_slack`, `cider_anchor`, `stop_on_gaming`, `rep_penalty`, `length_penalty`), each
+    trained alone (stages `scst-<reward>-<guard><setting>`); with two guards or more a last run combines every
+    guard's chosen setting (stage `scst-<reward>-guards`, row `scst <reward> +guards`)."""
 
     rewards: list[str] = field(default_factory=list)  # rewards to guard (each also an unguarded `scst.rewards` run)
     kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.2])
+    grid: dict[str, list[float | bool]] = field(default_factory=dict)  # guard -> its candidate settings
     rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
     length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
     # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
@@ -203,21 +208,35 @@ class GuardedScstConfig:
     # monitor, whose CIDEr-D chooses their checkpoint (0: scst.hacking_monitor_images)
 
     def validate(self) -> None:
-        """Guarded rewards must be trained by the demo; at least one coefficient, no duplicates."""
+        """Guarded rewards must be trained by the demo; a known guard per grid key, at least one setting to
+        train, no duplicates; a grid's penalty is not also fixed."""
+        from pacs.captioner.demo.guard_choice import check_grid
+
         ScstStageConfig(rewards=list(self.rewards)).validate()
-        if self.rewards and not self.kl_coefs:
-            raise InputError("guarded.kl_coefs: expected at least one coefficient")
+        check_grid(self.grid)
+        if self.rewards and not (self.kl_coefs or self.grid):
+            raise InputError("guarded.kl_coefs: expected at least one coefficient (or a guard in guarded.grid)")
         if len(set(self.kl_coefs)) != len(self.kl_coefs):
             raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
+        for key in ("rep_penalty", "length_penalty"):
+            if key in self.grid and getattr(self, key):
+                raise InputError(f"guarded.grid.{key}: the penalty is also fixed by guarded.{key}="
+                                 f"{getattr(self, key):g}; set one of them")
 
-    def reward_spec(self, reward: str) -> str:
-        """The reward spec a guarded run trains on: `reward` plus the enabled penalty components."""
-        parts = [f"{reward}:1"] if (self.rep_penalty or self.length_penalty) else [reward]
-        if self.rep_penalty:
-            parts.append(f"rep-penalty:{self.rep_penalty:g}")
-        if self.length_penalty:
-            parts.append(f"length-penalty:{self.length_penalty:g}")
-        return ",".join(parts)
+    def guards(self) -> dict[str, list]:
+        """Every guard to choose and its candidate settings, in training order: the KL grid first."""
+        return {**({"kl_coef": list(self.kl_coefs)} if self.kl_coefs else {}), **self.grid}
+
+    def combines(self) -> bool:
+        """Whether a best-combination run is trained (two guards or more)."""
+        return len(self.guards()) > 1
+
+    def reward_spec(self, reward: str, settings: dict | None = None) -> str:
+        """The reward spec a guarded run trains on: `reward` plus the enabled penalty components (and the CIDEr-D
+        anchor of `settings`, `guard_choice.reward_spec`)."""
+        from pacs.captioner.demo.guard_choice import reward_spec
+
+        return reward_spec(reward, settings or {}, self.rep_penalty, self.length_penalty)
 
 
 CAPTIONER_KINDS = ("pacs", "transformers")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
+from pacs.captioner.demo.guard_choice import COMBINATION, GUARDS
 from pacs.eval.finding_claims import (  # the claim vocabulary, shared with the report
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
@@ -78,6 +79,22 @@ def reward_values(spec: str, values: Mapping[str, np.ndarray]) -> np.ndarray:
 def guarded_model_name(reward: str) -> str:
     """The table's row name of the guarded SCST model of `reward` (KL to XE, coefficient chosen on validation)."""
     return f"scst {reward} +KL"
+
+
+def guard_claim(model: str) -> str:
+    """The "guard worked" claim of a guarded row (`CLAIM_GUARD` for the KL row `scst <reward> +KL`; the row
+    `scst <reward> +length mask` claims "the length mask guard keeps ...", `+guards` "the combination of guards
+    ...")."""
+    guard = model.rsplit(" +", 1)[-1]
+    if guard == "KL":
+        return CLAIM_GUARD
+    return CLAIM_GUARD.replace("the KL guard", "the combination of guards" if guard == COMBINATION
+                               else f"the {guard} guard")
+
+
+GUARD_CLAIMS = frozenset(guard_claim(f"x +{row}") for row in (*(g.row for g in GUARDS.values()), COMBINATION))
+"""Every guard's "guard worked" claim (the rows of `pacs.captioner.demo.guard_choice.GUARDS`): its finding also
+gives the row's Judge-acc change as a share of the oracle's."""
 
 
 FLOAT_NOISE = 1e-5
@@ -249,7 +266,7 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
                     str(n): _two_replications_agree(rule, pooled, level, np.sqrt(n / len(per_seed)), inflation)
                     for n in projected_seeds(len(per_seed))}}
         share = pooled.get("share_of_oracle", {}).get(rule.subject)
-        if rule.claim in CLAIM_JUDGE.values() and share is not None:
+        if (rule.claim in CLAIM_JUDGE.values() or rule.claim in GUARD_CLAIMS) and share is not None:
             record["share_of_oracle"] = share
         record["text"] = render_finding(record)
         records.append(record)
@@ -376,7 +393,8 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
                               lambda view, worst=worst: ("steps with reward spread 0",
                                                          {"point": 100.0 * worst, "ci": [100.0 * worst] * 2}, " %")))
             continue
-        rules.append(Rule(model, CLAIM_GUARD, lambda view, model=model: _estimates(view, model, [JUDGE], gain=True),
+        rules.append(Rule(model, guard_claim(model), lambda view, model=model: _estimates(view, model, [JUDGE],
+                                                                                       gain=True),
                           {REWARD: up, JUDGE: not_down}, _delta_estimate(model, JUDGE)))
     human = pooled.get("human")
     candidates = [m for m, e in rows.items() if m not in (BASELINE, human) and JUDGE in (e.get("value") or {})

@@ -18,12 +18,13 @@ from typing import Any
 import torch
 
 from pacs.captioner.demo import captioning, correlation, findings, metric_stages, run_records
+from pacs.captioner.demo import guard_choice as guard_menu
 from pacs.captioner.demo.captioning import guarded_label, normalised_label
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.demo.seeds import SeedEvidence, single_seed
-from pacs.captioner.modeling.training_setup import micro_batch_for
+from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.captioner.orchestration.stages import StageRunner, check_force
 from pacs.eval.report import write_report
@@ -113,10 +114,18 @@ def expand_force(config: DemoConfig) -> list[str]:
 
 
 def guarded_stage_names(config: DemoConfig) -> list[str]:
-    """The guarded SCST stages: one per guarded reward and KL coefficient (`scst-<reward>-kl<coef>`)."""
+    """The guarded SCST stages: one per guarded reward and KL coefficient (`scst-<reward>-kl<coef>`), per setting of
+    each `guarded.grid` guard (`scst-<reward>-<guard><setting>`) and, with two guards or more, the best combination
+    (`scst-<reward>-guards`)."""
 
-    return [f"scst-{guarded_label(config.guarded.reward_spec(reward), coef)}"
-            for reward in config.guarded.rewards for coef in config.guarded.kl_coefs]
+    names = []
+    for reward in config.guarded.rewards:
+        spec = config.guarded.reward_spec(reward)
+        names += [f"scst-{guarded_label(spec, coef)}" for coef in config.guarded.kl_coefs]
+        names += [f"scst-{reward_slug(spec)}-{guard_menu.setting_label(key, value)}"
+                  for key, values in config.guarded.grid.items() for value in values]
+        names += [f"scst-{reward_slug(spec)}-{guard_menu.COMBINATION}"] if config.guarded.combines() else []
+    return names
 
 
 def run_demo_config(config: DemoConfig) -> dict[str, Any]:
@@ -425,27 +434,33 @@ def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, An
 def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features: Any, scorers: Any, logs: Path,
                  scst_micro: int, settings: dict[str, Any], models: dict[str, Path]) -> dict[str, Any]:
     """One seed's guarded SCST stages (`settings`: what every SCST stage of the seed records, its `scst` section
-    first); adds each guarded reward's chosen run (best validation CIDEr-D) to `models`."""
+    first); adds each guarded reward's chosen runs (`guard_choice`: best validation CIDEr-D) to `models`."""
 
     choices: dict[str, Any] = {}
+    xe = f"{seed_prefix(config, seed)}xe"
     for reward in config.guarded.rewards:
         spec = config.guarded.reward_spec(reward)
-        summaries: dict[float, dict[str, Any]] = {}
-        for coef in config.guarded.kl_coefs:
-            name = guarded_stage_name(config, seed, spec, coef)
-            xe = f"{seed_prefix(config, seed)}xe"
-            guard = {"kl_coef": coef, "select_by": "cider"}
-            runner.run(name, lambda spec=spec, name=name, coef=coef, fresh=scorers, xe=xe: captioning.run_scst(
-                           config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
-                           runner.folder(name), logs, scst_micro, fresh(), kl_coef=coef, seed=seed),
-                       {"seed": seed, **settings, "reward": spec, "guard": guard},
+
+        def train(guard: dict[str, Any], name: str, reward: str = reward) -> dict[str, Any]:
+            run_spec, label = config.guarded.reward_spec(reward, guard), name.rsplit("/", 1)[-1].removeprefix("scst-")
+            runner.run(name, lambda fresh=scorers: captioning.run_scst(
+                           config, data, features(), _reward(run_spec, data, fresh()), run_spec, runner.folder(xe),
+                           runner.folder(name), logs, scst_micro, fresh(), seed=seed, guard=guard, label=label),
+                       {"seed": seed, **settings, "reward": run_spec, "guard": guard_menu.scst_keys(guard)},
                        upstream=[xe, "pacs"], distributed=True)
-            summaries[coef] = run_records.section(runner.record(name), "summary", runner.record_path(name))
-        choices[reward] = guard_choice(spec, summaries)
-        name = guarded_stage_name(config, seed, spec, choices[reward]["chosen_kl_coef"])
-        # the record's `summary.model` is data: inside the stage's folder, and the model that stage wrote
-        models[findings.guarded_model_name(reward)] = run_records.recorded_model(
-            runner.run_dir, name, runner.record(name), runner.record_path(name))
+            return run_records.section(runner.record(name), "summary", runner.record_path(name))
+
+        summaries = {coef: train({"kl_coef": coef}, guarded_stage_name(config, seed, spec, coef))
+                     for coef in config.guarded.kl_coefs}
+        choices[reward] = guard_choice(spec, summaries) if summaries else {"spec": spec}
+        if config.guarded.grid:
+            choices[reward]["guards"] = _guard_menu(config, seed, reward, spec, summaries, train, runner)
+            if summaries:  # the KL row follows the menu's rule (ties: fewest gaming signatures)
+                choices[reward]["chosen_kl_coef"] = choices[reward]["guards"]["choices"]["kl_coef"]["chosen"]
+        for model, stage in guarded_row_stages(config, seed, reward, choices[reward]).items():
+            # the record's `summary.model` is data: inside the stage's folder, and the model that stage wrote
+            models[model] = run_records.recorded_model(runner.run_dir, stage, runner.record(stage),
+                                                       runner.record_path(stage))
     return choices
 
 
@@ -465,6 +480,91 @@ def guard_choice(spec: str, summaries: dict[float, dict[str, Any]]) -> dict[str,
             "best_step": {f"{coef:g}": s.get("best_step") for coef, s in summaries.items()},
             # the chosen run's share of steps whose reward had no spread within the k samples
             "zero_spread_fraction": summaries[chosen].get("zero_spread_fraction")}
+
+
+def _guard_menu(config: DemoConfig, seed: int, reward: str, spec: str, kl: dict[float, dict[str, Any]],
+                train: Callable[..., dict[str, Any]], runner: Any) -> dict[str, Any]:
+    """Every `guarded.grid` guard trained at each setting, each guard's choice on validation and the best
+    combination (`guard_choice`); the record is also written to `<run>/[seed-<s>/]guard_choice-<reward>.json`."""
+
+    prefix, slug = seed_prefix(config, seed), reward_slug(spec)
+    stages: dict[str, dict[Any, str]] = {"kl_coef": {coef: guarded_stage_name(config, seed, spec, coef)
+                                                     for coef in kl}} if kl else {}
+    summaries: dict[str, dict[Any, dict[str, Any]]] = {"kl_coef": kl} if kl else {}
+    for key, values in config.guarded.grid.items():
+        stages[key] = {value: f"{prefix}scst-{slug}-{guard_menu.setting_label(key, value)}" for value in values}
+        summaries[key] = {value: train({key: value}, stages[key][value]) for value in values}
+    record: dict[str, Any] = {"reward": reward, "spec": spec, "seed": seed, "criterion": guard_menu.CRITERION,
+                              "choices": {}, "rows": {}}
+    for key, by_value in summaries.items():
+        candidates = [{"setting": value, "stage": stages[key][value],
+                       **_candidate_evidence(runner.folder(stages[key][value]), summary)}
+                      for value, summary in by_value.items()]
+        record["choices"][key] = guard_menu.choice_record(reward, seed, key, candidates)
+        row = findings.guarded_model_name(reward) if key == "kl_coef" else guard_menu.row_name(reward, key)
+        record["rows"][row] = record["choices"][key]["chosen_stage"]
+    if config.guarded.combines():
+        combined = guard_menu.combination(record["choices"])
+        name = f"{prefix}scst-{slug}-{guard_menu.COMBINATION}"
+        summary = train(combined, name)
+        record["combination"] = {"rule": "every guard at its chosen setting (a setting that turns it off left out)",
+                                 "settings": combined, "stage": name,
+                                 **_candidate_evidence(runner.folder(name), summary)}
+        record["rows"][guard_menu.combination_row(reward)] = name
+    if process_state().is_main_process:
+        write_json_atomic(runner.run_dir / f"{prefix}guard_choice-{slug}.json", record)
+    return record
+
+
+def _candidate_evidence(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A guarded run's validation values for the choice: as its summary recorded them, else (a KL run) from its
+    own hacking monitor (`folder/monitor.csv`, validation images) at its selected step; and its reward spread."""
+    from pacs.captioner.modeling.hacking_monitor import read_monitor_rows
+    from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
+
+    found = {key: summary[key] for key in ("selected_step", "val_cider", "signatures") if key in summary}
+    if not found:
+        found = guard_menu.evidence(read_monitor_rows(folder / "monitor.csv"), int(summary.get("best_step") or 0),
+                                      gaming_thresholds(SCSTConfig()))
+        if summary.get("best_val_cider") is not None:  # the value the run selected its checkpoint by
+            found["val_cider"] = summary["best_val_cider"]
+    return {**found, "zero_spread_fraction": summary.get("zero_spread_fraction")}
+
+
+def guarded_row_stages(config: DemoConfig, seed: int, reward: str, choice: dict[str, Any]) -> dict[str, str]:
+    """Each guarded row of `reward` (one seed) -> the stage whose model it reports."""
+
+    menu = choice.get("guards")
+    if menu is not None:
+        return dict(menu["rows"])
+    return {findings.guarded_model_name(reward): guarded_stage_name(config, seed, choice["spec"],
+                                                                     choice["chosen_kl_coef"])}
+
+
+def _guarded_rows_of(config: DemoConfig) -> dict[str, tuple[str, str]]:
+    """Every guarded row's key (the KL row: its reward; the others: the row's name) -> (reward, row)."""
+
+    rows: dict[str, tuple[str, str]] = {}
+    for reward in config.guarded.rewards:
+        if config.guarded.kl_coefs:
+            rows[reward] = (reward, findings.guarded_model_name(reward))
+        for key in config.guarded.grid:
+            rows[guard_menu.row_name(reward, key)] = (reward, guard_menu.row_name(reward, key))
+        if config.guarded.combines():
+            rows[guard_menu.combination_row(reward)] = (reward, guard_menu.combination_row(reward))
+    return rows
+
+
+def _row_spread(choice: dict[str, Any], model: str) -> float | None:
+    """The recorded reward-spread share of the run behind guarded row `model` (None: not recorded)."""
+
+    menu = choice.get("guards")
+    if menu is None:
+        return choice.get("zero_spread_fraction")
+    stage = menu["rows"].get(model)
+    runs = [c for record in menu["choices"].values() for c in record["candidates"]]
+    runs += [menu["combination"]] if "combination" in menu else []
+    return next((run.get("zero_spread_fraction") for run in runs if run["stage"] == stage), None)
 
 
 def _reward(spec: str, data: Any, scorers: dict[str, Any]) -> Any:
@@ -515,7 +615,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
             for name in names}
     pairs = [(spec, findings.scst_model_name(spec)) for spec in config.scst.rewards]
     pairs += [(spec, captioning.normalised_model_name(spec)) for spec in config.scst.normalised_rewards]
-    pairs += [(reward, findings.guarded_model_name(reward)) for reward in config.guarded.rewards]
+    pairs += list(_guarded_rows_of(config).values())
     evidence = SeedEvidence(per_image, bleu, TABLE_COLUMNS, resamples, config.seed)
     pooled = evidence.view(pairs, HUMAN_ROW)
     views = {seed: pooled} if len(seeds) == 1 else {
@@ -529,10 +629,10 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
             row.update(delta=entry["delta"], ci=entry["ci"], delta_per_seed=entry["delta_per_seed"])
         row.update(value_ci=entry["value_ci"], per_seed=entry["per_seed"])
         rows.append(row)
-    guarded_rows = {reward: findings.guarded_model_name(reward) for reward in config.guarded.rewards}
-    flat = {reward: {str(seed): _flat_share(guarded[seed].get(reward, {}).get("zero_spread_fraction"),
-                                            models[seed].get(model)) for seed in seeds}
-            for reward, model in guarded_rows.items()}
+    guarded_rows = {key: model for key, (_, model) in _guarded_rows_of(config).items()}
+    flat = {key: {str(seed): _flat_share(_row_spread(guarded[seed].get(reward, {}), model), models[seed].get(model))
+                  for seed in seeds}
+            for key, (reward, model) in _guarded_rows_of(config).items()}
     oracle = pooled["rows"].get(pooled["oracle"] or "", {}).get("ci", {}).get(findings.JUDGE)
     if oracle is not None and findings.direction(oracle) <= 0:  # what SCST reaches when the reward is right
         logger.warning("the oracle %s did not raise judge accuracy beyond noise (%s): the SCST settings (steps, lr, "
@@ -668,11 +768,17 @@ def results_markdown(results: dict[str, Any]) -> str:
         chosen = {}
         for seed, choices in by_seed.items():
             for reward, choice in choices.items():
+                if "chosen_kl_coef" not in choice:
+                    continue
                 tried = ", ".join(choice.get("val_cider", {}))
                 chosen.setdefault((reward, tried), []).append(f"seed {seed}: {choice['chosen_kl_coef']:g}")
-        parts.append("The KL coefficient of each guarded row, chosen on the validation split by CIDEr-D (never on "
-                     "test): " + "; ".join(f"{reward} (among {tried}) {', '.join(items)}"
-                                           for (reward, tried), items in chosen.items()) + ".\n")
+        if chosen:
+            parts.append("The KL coefficient of each guarded row, chosen on the validation split by CIDEr-D (never on "
+                         "test): " + "; ".join(f"{reward} (among {tried}) {', '.join(items)}"
+                                               for (reward, tried), items in chosen.items()) + ".\n")
+        menu = guard_menu.choices_table(by_seed)
+        if menu:
+            parts.append(menu)
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
                                                            for line in results["findings"]))
