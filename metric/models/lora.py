@@ -33,6 +33,7 @@ import logging
 import os
 import pickle
 import re
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -203,6 +204,28 @@ def merge_lora(backbone: Backbone) -> Backbone:
     merged.eval()
     return dataclasses.replace(backbone, model=merged, family="pac-s++", family_source=SOURCE_LORA,
                                fingerprint=model_fingerprint(merged, backbone.open_clip_config, backbone.preprocess))
+
+
+def carries_lora(backbone: Backbone) -> bool:
+    """`is_lora_backbone` without importing peft: a model built by peft means peft is already imported."""
+    return "peft" in sys.modules and is_lora_backbone(backbone)
+
+
+def merged_for_inference(backbone: Backbone) -> Backbone:
+    """For frozen passes (scoring, a reward model): a LoRA backbone's adapters merged into a copy of its weights.
+
+    One matmul per layer instead of three (W·x + B·(A·x)) and no low-rank products under autocast; the scores
+    differ from the unmerged model's by float rounding only (tests/metric/test_merged_lora.py). The backbone given
+    is left as it is (it may still be training: merging into it would fold the adapters into weights that are not
+    trained); its fingerprint is kept, as the merged copy computes the same function. Any other backbone comes
+    back as it is, uncopied.
+    """
+    if not carries_lora(backbone):
+        return backbone
+    merged = copy.deepcopy(backbone.model).merge_and_unload()
+    merged.eval()
+    merged.requires_grad_(False)
+    return dataclasses.replace(backbone, model=merged)
 
 
 def base_model_copy(backbone: Backbone) -> torch.nn.Module:

@@ -98,12 +98,15 @@ def build_scorer(metric: str | None, options: ModelOptions | None = None, model:
 
     `model` is an already-loaded `Backbone` (wrapped in a new Scorer) or `Scorer` (returned as it is, its caches,
     `score` and `long_captions` kept; the options' `score` / `long_captions` are only checked) given as
-    `backbone=` to a library entry point (`library_options`). Either way the metric's family is checked against the
-    model's (a `metric` of None checks nothing); w = `options.w`, else the metric's default for this model, else the
-    model family's. Every option is checked before a model is loaded.
+    `backbone=` to a library entry point (`library_options`); a `Backbone` carrying LoRA adapters is scored on a
+    merged copy of its weights (`pacs.metric.models.lora.merged_for_inference`; the model given is not changed).
+    Either way the metric's family is checked against the model's (a `metric` of None checks nothing); w =
+    `options.w`, else the metric's default for this model, else the model family's. Every option is checked before
+    a model is loaded.
     """
     # deferred: torch and open_clip load only when a model is built
     from pacs.metric.models.backbones import Backbone
+    from pacs.metric.models.lora import merged_for_inference
     from pacs.metric.scoring.conventions import calibration, check_long_captions, check_score_kind
     from pacs.metric.scoring.scorer import Scorer
 
@@ -122,7 +125,8 @@ def build_scorer(metric: str | None, options: ModelOptions | None = None, model:
             kind = type(model).__name__
             raise InputError(f"pass either a loaded {kind} or checkpoint= / arch= / family=, not both: they load a "
                              f"model, which cannot be combined with an already-loaded {kind} given as backbone=")
-        loaded = model.backbone if isinstance(model, Scorer) else model
+        # a LoRA model (e.g. one being trained) is scored on a merged copy: frozen passes need no adapters
+        loaded = model.backbone if isinstance(model, Scorer) else merged_for_inference(model)
         if name is not None:
             check_metric_family(name, loaded, bool(options.allow_family_mismatch), option="allow_family_mismatch=True")
         if isinstance(model, Scorer):
