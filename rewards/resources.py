@@ -18,6 +18,10 @@ ImageLoader = Callable[[str], Any]
 class ImageEmbeddingCache:
     """The image embeddings of one reward context (one set of image sources) for one scorer.
 
+    Image files (`image_paths`) are decoded in the scorer's worker processes (`Scorer.expect_images`) when the
+    context holds enough of them to pay for the pool, however few each call asks for; the embeddings are those of
+    the in-process path, bit for bit (tests/rewards/test_pool_reward_cache.py).
+
     `embeddings` maps this context's image ids to their embeddings; the scorer encodes each image at most once
     per run and caches it by what the image is (resolved path + size + mtime, or pixel hash — see
     `pacs.metric.scoring.scorer.Scorer.embed_images`), never by the id, so two contexts whose ids coincide but whose images
@@ -35,6 +39,9 @@ class ImageEmbeddingCache:
         self.n_encoded = 0
         for image_id, embedding in (embeddings or {}).items():
             self.embeddings[str(image_id)] = torch.as_tensor(embedding, dtype=torch.float32).reshape(-1)
+        expect = getattr(scorer, "expect_images", None)  # the images of a run arrive a batch at a time:
+        if callable(expect) and self.image_paths:  # the scorer's decoding processes serve every batch
+            expect(len(set(self.image_paths) - set(self.embeddings)))
 
     def _source(self, image_id: str) -> Any:
         """What the scorer embeds for `image_id`: a PIL image from the loader or a path from the mapping."""

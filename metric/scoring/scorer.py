@@ -147,6 +147,7 @@ class Scorer:
         self._text_cache_size = int(text_cache_size)
         self._prefix_cache: dict[tuple[int, ...], list] = {}
         self._pool: decode_pool.DecodePool | None = None
+        self._expected_images = 0  # images a caller will embed over many calls (`expect_images`)
         self.images_encoded = 0
         self.texts_encoded = 0
         self.truncated_captions: set[str] = set()  # distinct candidates truncated so far (for run summaries)
@@ -263,7 +264,8 @@ class Scorer:
     def _pixel_batches(self, pending: list[tuple[str, Any]], labels: dict[str, str]) -> Iterator[torch.Tensor]:
         """The pixels of `pending`, batch by batch on the CPU: from the decoding processes for a large input (their
         first batches already submitted), else from threads of this process, in order, two batches ahead."""
-        if self._decoder is None and decode_pool.use_pool(len(pending), self.workers):
+        if self._decoder is None and pending and \
+                decode_pool.use_pool(max(len(pending), self._expected_images), self.workers):
             pool = self._decode_pool()
             batches = pool.batches([image for _, image in pending], self.batch_size, ahead=2)
 
@@ -286,6 +288,12 @@ class Scorer:
             finally:
                 loaded.close()
         return stacked()
+
+    def expect_images(self, n_images: int) -> None:
+        """Say that `n_images` images will be embedded over many small calls (e.g. a reward's image cache over an
+        SCST run, a batch's images per step): from `decode_pool.MIN_IMAGES` on, every call then decodes in the
+        scorer's processes, whose start-up is paid once for them all. The pixels are the same either way."""
+        self._expected_images = max(self._expected_images, int(n_images))
 
     def _decode_pool(self) -> decode_pool.DecodePool:
         """The scorer's decoding processes, started at the first large input and kept for the next calls."""
