@@ -143,3 +143,8 @@ def test_each_guard_row_has_its_own_claim() -> None:
     assert guard_claim("scst pac-s++ +length mask") == "the length mask guard keeps judge accuracy while its reward rises"
     assert guard_claim("scst pac-s++ +guards") == ("the combination of guards keeps judge accuracy while its reward "
                                                     "rises")
+
+
+def test_a_kl_run_records_the_guard_settings_it_recorded_before_the_menu() -> None:
+    # the fingerprint demo.yaml's `scst-<reward>-kl<coef>` stages were recorded with: they stay done
+    assert guard_choice.scst_keys({"kl_coef": 0.2}) == {"kl_coef": 0.2, "select_by": "cider"}
