@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pacs.captioner import demo
-from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, run_pipeline
+from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, plan_stages, run_pipeline
 from pacs.metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
 from pacs.metric.common.config_files import resolve_config
 
@@ -42,6 +42,49 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
     result = run_pipeline(config)
     sources = result.pop("gallery_sources", None)
     return {**result, **_recipe_outputs(config, started, sources=sources)}
+
+
+def plan_from_config(config_path: str | None, overrides: list[str], force: list[str] | None = None) -> str:
+    """`pacs train --dry-run`: the stages of the run `run_from_config` would make, in order, each reused, run,
+    resumed or refused and why, and the checks that ran; nothing is written (no run folder, lock, log or record)."""
+    path = resolve_config(config_path) if config_path else default_config_path()
+    data = deep_merge(load_yaml(path), parse_overrides(overrides))
+    if "demo" in data:
+        from pacs.captioner.demo.plan import plan_demo
+
+        run_dir, planned, checks = plan_demo(str(path), list(overrides), force=list(force or []))
+        return format_plan(run_dir, planned, checks)
+    config = from_dict(PipelineConfig, config_data(PipelineConfig, path, overrides), str(path))
+    config.force = [*config.force, *(force or [])]
+    if len(config.seeds) > 1:
+        from pacs.captioner.orchestration.seed_runs import seed_configs
+
+        parts = []
+        for seed, seed_config in seed_configs(config):
+            planned, checks = plan_stages(seed_config)
+            parts.append(format_plan(seed_config.run_dir, planned, checks, f"seed {seed}: "))
+        return "\n".join(parts)
+    if config.seeds:
+        config.seed = config.seeds[0]
+    planned, checks = plan_stages(config)
+    return format_plan(config.run_dir, planned, checks)
+
+
+def format_plan(run_dir: str, planned: list[tuple[str, str, str]], checks: list[str], label: str = "") -> str:
+    """The dry run's text: the checks, then one line per stage (verdict, name, why), then the counts."""
+    from collections import Counter
+
+    from pacs.metric.common.terminal import escape_control
+
+    width = max((len(name) for name, _, _ in planned), default=0)
+    lines = [f"{label}dry run of {run_dir} (nothing written)", "checks passed:",
+             *[f"  - {check}" for check in checks], "stages, in order:"]
+    lines += [f"  {verdict:<7} {name:<{width}}  {why}" for name, verdict, why in planned]
+    counts = Counter(verdict for _, verdict, _ in planned)
+    lines.append("would " + ", ".join(f"{verb} {counts[key]}" for key, verb in
+                                      (("run", "run"), ("resume", "resume"), ("reuse", "reuse"),
+                                       ("refused", "refuse"), ("not planned", "not plan")) if counts[key]))
+    return "\n".join(escape_control(line) for line in lines)  # a stage or path name prints no control character
 
 
 def _record_provenance(run_dir: str | None, started: float, stages: dict[str, Any] | None = None) -> bool:

@@ -4,14 +4,15 @@
 
 With no arguments it runs the embedded default (recipes/configs/demo.yaml) into runs/demo/.
 A stage whose recorded fingerprint (settings, inputs, upstream stages) is unchanged is skipped, a changed one
-re-runs with everything below it; `--force STAGE` re-runs one stage. See docs/captioner.md.
+re-runs with everything below it; `--force STAGE` re-runs one stage; `--dry-run` says which would, writing
+nothing. See docs/captioner.md.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from pacs.captioner.entry import run_from_config, run_summary
+from pacs.captioner.entry import plan_from_config, run_from_config, run_summary
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 from pacs.metric.common.os_errors import user_error_line
 from pacs.metric.common.terminal import setup_terminal_logging
@@ -24,10 +25,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="recipe YAML file or packaged config name (default: demo = recipes/configs/demo.yaml)")
     parser.add_argument("--force", action="append", default=[], metavar="STAGE",
                         help="re-run STAGE (and every stage below it) from scratch; repeatable")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the stages in order, each reused, run, resumed or refused and why, and the "
+                             "checks that ran; write nothing")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. xe.max_steps=100")
     args = parser.parse_args(argv)
     setup_terminal_logging()
     try:
+        if args.dry_run:  # one process: the plan reads the run folder, it starts nothing
+            print(plan_from_config(args.config, args.overrides, force=args.force))
+            return 0
         relaunch_cpu_processes()
         summary = run_summary(run_from_config(args.config, args.overrides, force=args.force))
         if summary:

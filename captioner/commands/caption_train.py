@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--force", action="append", default=[], metavar="STAGE",
                        help="re-run STAGE (and every stage below it) from scratch; repeatable "
                             "(e.g. xe, scst-pac-s++, features/train, eval for every evaluation)")
+    train.add_argument("--dry-run", action="store_true",
+                       help="print the stages in order, each reused, run, resumed or refused and why, and the checks "
+                            "that ran; write nothing (no run folder, lock, log or stage record)")
     train.add_argument("overrides", nargs="*", help="key=value overrides (dotted keys)")
     train.set_defaults(func=run_train)
 
@@ -161,8 +164,11 @@ def run_caption(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """`pacs train`: the recipe of recipes/scst_pacs.py from the installed package."""
-    from pacs.captioner.entry import run_from_config, run_summary
+    from pacs.captioner.entry import plan_from_config, run_from_config, run_summary
 
+    if args.dry_run:
+        print(plan_from_config(args.config, list(args.overrides), force=list(args.force)))
+        return 0
     summary = run_summary(run_from_config(args.config, list(args.overrides), force=list(args.force)))
     if summary:
         print(summary)

@@ -10,6 +10,7 @@ A YAML with a top-level `demo:` section is handed to `pacs.captioner.demo.run_de
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from pacs.captioner.modeling.train_xe import XEConfig
@@ -95,6 +96,91 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
         return _run_stages(config, state, xe_micro, scst_micro)
 
 
+def vocab_parts(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and inputs of stage `vocab` (its run and its plan)."""
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, settings_of
+
+    return {"vocab": settings_of(config.vocab), "data": settings_of(config.data)}, data_inputs(config.data)
+
+
+def xe_settings(config: PipelineConfig) -> dict[str, Any]:
+    """The settings of stage `xe` (its run and its plan; its upstream: vocab and features/train)."""
+    from pacs.captioner.orchestration.stage_fingerprints import settings_of, trainer_settings
+
+    return {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": settings_of(config.data),
+            "seed": config.seed}
+
+
+def eval_stage(config: PipelineConfig, set_name: str, model_name: str) -> tuple[str, list[Any]]:
+    """Stage `eval/<model>/<set>`: its name and its two output files."""
+    out = Path(config.run_dir) / "eval" / reward_slug(model_name) / f"{set_name}.json"
+    return f"eval/{reward_slug(model_name)}/{set_name}", [out, out.with_name(f"{set_name}.results.json")]
+
+
+def eval_parts(config: PipelineConfig, stages: Any, set_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and inputs of stage `eval/<model>/<set>` (its run and its plan; its upstream: the model's
+    stage and features/<set>)."""
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, reward_model_inputs, reward_model_settings
+
+    e, set_config = config.evaluation, config.evaluation.test_sets[set_name]
+    chosen = {} if e.contrastive_models is None else {"contrastive_models": e.contrastive_models}
+    return ({"test_set": set_config, "beam_size": e.beam_size, "text_metrics": e.text_metrics,
+             "max_images": e.max_images, "reward_models": reward_model_settings(config.reward_models), **chosen},
+            {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)})
+
+
+def plan_stages(config: PipelineConfig) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """`pacs train --dry-run` of a recipe: every stage's verdict (reuse / run / resume / refused, and why), from the
+    fingerprints the run would compute, and the checks that ran; nothing is written. ([(stage, verdict, why)],
+    [check])."""
+    from pacs.captioner.modeling.training_setup import micro_batch_for
+    from pacs.captioner.orchestration.preflight import check_before_start
+    from pacs.captioner.orchestration.shared_stages import scst_inputs, scst_settings, scst_stage, test_set_selection
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, settings_of
+    from pacs.metric.common.device import accelerator_state
+
+    state = accelerator_state(config.device)
+    micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
+    scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes, "scst")
+    names = stage_names(config)
+    check_force(config.force, names)
+    checks = ["config read and validated (every section, key and value)",
+              f"micro-batch split of xe and scst over {state.num_processes} process(es)",
+              f"--force names ({', '.join(config.force) or 'none'}) among the {len(names)} stages (check_force)"]
+    if config.captioner.kind == "transformers":
+        from pacs.captioner.modeling.hf_captioning import check_folder
+
+        check_folder(config.captioner.checkpoint, config.captioner.prompt)
+        checks.append("transformers captioner folder (check_folder)")
+    check_before_start(config, f"run {config.run_dir}")
+    checks.append("preflight: every model, file, tool and folder (check_before_start)")
+    if config.captioner.kind == "transformers":
+        return [(name, "not planned", "transformers captioner stages are not planned yet") for name in names], checks
+    if not config.data.path:
+        raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
+    run = open_run(config, state, planning=True)
+    stages = run.stages
+    stages.plan("vocab", *vocab_parts(config), outputs=[run.dir / "vocab.json"])
+    run.plan_feature_stage("train", {"data": settings_of(config.data)}, data_inputs(config.data))
+    stages.plan("xe", xe_settings(config), upstream=["vocab", "features/train"], resumable=True,
+                progress=run.dir / "xe" / "checkpoints")
+    model_stages = {"xe": "xe"}
+    for spec in config.rewards:
+        name, out, scst = scst_stage(run, spec, scst_micro)
+        stages.plan(name, scst_settings(config, spec, {}),
+                    lambda scst=scst: scst_inputs(stages, config, scst, run.dir / "xe" / "best", {}),
+                    upstream=["xe", "features/train"], resumable=True, progress=out / "checkpoints")
+        model_stages[spec] = name
+    for set_name, set_config in config.evaluation.test_sets.items():
+        run.plan_feature_stage(set_name, test_set_selection(config, set_config), data_inputs(set_config))
+    for set_name in config.evaluation.test_sets:
+        for model_name, model_stage in model_stages.items():
+            name, outputs = eval_stage(config, set_name, model_name)
+            stages.plan(name, *eval_parts(config, stages, set_name), upstream=[model_stage, f"features/{set_name}"],
+                        outputs=outputs)
+    return stages.planned, checks
+
+
 def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
     from pacs.captioner.modeling.train_scst import train_scst
@@ -102,10 +188,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     from pacs.captioner.modeling.vocab import build_vocab, load_vocab
     from pacs.captioner.orchestration.stage_fingerprints import (
         data_inputs,
-        reward_model_inputs,
-        reward_model_settings,
         settings_of,
-        trainer_settings,
     )
     from pacs.eval.text_metrics import TextMetricSession
 
@@ -126,8 +209,7 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
         vocab.save(vocab_path)
         return {"size": len(vocab)}
 
-    stages.run("vocab", make_vocab, {"vocab": settings_of(config.vocab), "data": data_settings}, data_files,
-               outputs=[vocab_path])  # main process; the others wait, then read it
+    stages.run("vocab", make_vocab, *vocab_parts(config), outputs=[vocab_path])  # main process; the others wait
     vocab = load_vocab(vocab_path)
     features = run.feature_stage("train", images, {"data": data_settings}, data_files)
     source = config.features.source.to_record()
@@ -137,13 +219,10 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     stages.run("xe", lambda: training_summary(train_xe(xe_config, config.model, vocab, features,
                                                train_store.pairs(),
                                                val_references, feature_source=source)),
-               {"xe": trainer_settings(config.xe), "model": settings_of(config.model), "data": data_settings,
-                "seed": config.seed},
-               upstream=["vocab", "features/train"], resumable=True, distributed=True,
+               xe_settings(config), upstream=["vocab", "features/train"], resumable=True, distributed=True,
                progress=xe_dir / "checkpoints")
     models = {"xe": xe_dir / "best"}
     model_stages = {"xe": "xe"}
-    reward_settings = reward_model_settings(config.reward_models)
     scst_stages = run_scst_stages(
         run, scst_micro, train_store, images,
         lambda scst, reward: train_scst(scst, xe_dir / "best", features, train_store.reference_sets(), reward,
@@ -157,18 +236,10 @@ def _run_stages(config: PipelineConfig, state: Any, xe_micro: int, scst_micro: i
     del test_items
     eval_stages = []
     for set_name, _, _ in test_sets:
-        set_config = config.evaluation.test_sets[set_name]
         for model_name in models:
-            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
-            name = f"eval/{reward_slug(model_name)}/{set_name}"
-            e = config.evaluation
-            chosen = {} if e.contrastive_models is None else {"contrastive_models": e.contrastive_models}
-            action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
-                                         "text_metrics": e.text_metrics, "max_images": e.max_images,
-                                         "reward_models": reward_settings, **chosen},
-                                  {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)},
-                                  upstream=[model_stages[model_name], f"features/{set_name}"],
-                                  outputs=[out, out.with_name(f"{set_name}.results.json")])
+            name, outputs = eval_stage(config, set_name, model_name)
+            action = stages.begin(name, *eval_parts(config, stages, set_name),
+                                  upstream=[model_stages[model_name], f"features/{set_name}"], outputs=outputs)
             if action != "skipped":
                 eval_stages.append(name)
     with TextMetricSession():  # one METEOR process and PTB memo for every evaluation of the run

@@ -14,7 +14,6 @@ def precomputed_feature_stage(stages: StageRunner, features: Any, backbone: Call
     """Stage `features/<name>` over `features.cache_dir/<name>` (main process): the cache must record `source`'s
     fingerprint and hold every image of the set; its files are the stage's inputs. Returns the FeatureCache."""
     from pacs.captioner.modeling.features import FeatureCache
-    from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
 
     folder = Path(features.cache_dir).expanduser() / name
 
@@ -32,8 +31,16 @@ def precomputed_feature_stage(stages: StageRunner, features: Any, backbone: Call
                              f"{name!r}, e.g. {missing[:3]}", parameter="features.cache_dir")
         return {"images": len(image_paths), "cache": str(folder)}
 
-    stages.run(f"features/{name}", check,
-               {"source": settings_of(features.source), "images": selection, "cache_dir": str(folder)},
-               {**inputs, **source_inputs(stages, features.source), "meta": file_input(folder / "meta.json"),
-                "shards": file_input(folder / "shards")}, outputs=[])
+    stages.run(f"features/{name}", check, *precomputed_parts(stages, features, name, selection, inputs), outputs=[])
     return FeatureCache(folder)
+
+
+def precomputed_parts(stages: StageRunner, features: Any, name: str, selection: dict[str, Any],
+                      inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and inputs of stage `features/<name>` over `features.cache_dir` (its run and its plan)."""
+    from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
+
+    folder = Path(features.cache_dir).expanduser() / name
+    return ({"source": settings_of(features.source), "images": selection, "cache_dir": str(folder)},
+            {**inputs, **source_inputs(stages, features.source), "meta": file_input(folder / "meta.json"),
+             "shards": file_input(folder / "shards")})

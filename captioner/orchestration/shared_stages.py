@@ -39,11 +39,11 @@ logger = logging.getLogger(__name__)
 class RecipeRun:
     """State of one pipeline run (loaded data, feature caches) shared by the stages."""
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig, planning: bool = False) -> None:
         self.config = config
         self.dir = Path(config.run_dir)
         self._backbone = None
-        self.stages = StageRunner(self.dir, config.force, process_state())
+        self.stages = StageRunner(self.dir, config.force, process_state(), planning=planning)
 
     def backbone(self) -> Any:
         """The feature backbone (loaded once, on first use)."""
@@ -82,7 +82,6 @@ class RecipeRun:
         `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
         """
         from pacs.captioner.modeling.features import FeatureCache
-        from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
 
         stage = f"features/{name}"
         f = self.config.features
@@ -91,10 +90,27 @@ class RecipeRun:
 
             return precomputed_feature_stage(self.stages, f, self.backbone, name, image_paths, selection, inputs)
         self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
-                        {"source": settings_of(f.source), "dtype": f.dtype, "images": selection,
-                         **({"mixed_precision": f.mixed_precision} if f.mixed_precision != "no" else {})},
-                        {**inputs, **source_inputs(self.stages, f.source)}, resumable=True, distributed=True)
+                        *self.feature_parts(selection, inputs), resumable=True, distributed=True)
         return FeatureCache(self.dir / stage)
+
+    def feature_parts(self, selection: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The settings and inputs of a feature stage extracted here (its run and its plan)."""
+        from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
+
+        f = self.config.features
+        return ({"source": settings_of(f.source), "dtype": f.dtype, "images": selection,
+                 **({"mixed_precision": f.mixed_precision} if f.mixed_precision != "no" else {})},
+                {**inputs, **source_inputs(self.stages, f.source)})
+
+    def plan_feature_stage(self, name: str, selection: dict[str, Any], inputs: dict[str, Any]) -> str:
+        """`plan` of stage `features/<name>` (what `feature_stage` would decide)."""
+        f = self.config.features
+        if f.cache_dir:
+            from pacs.captioner.orchestration.precomputed_features import precomputed_parts
+
+            return self.stages.plan(f"features/{name}", *precomputed_parts(self.stages, f, name, selection, inputs),
+                                    outputs=[])
+        return self.stages.plan(f"features/{name}", *self.feature_parts(selection, inputs), resumable=True)
 
 
 def take(items: list, limit: int) -> list:
@@ -102,14 +118,15 @@ def take(items: list, limit: int) -> list:
     return items[:limit] if limit else items
 
 
-def open_run(config: PipelineConfig, state: Any) -> RecipeRun:
-    """The run directory (every process, once all are here); the main process writes its `config.yaml`."""
+def open_run(config: PipelineConfig, state: Any, planning: bool = False) -> RecipeRun:
+    """The run directory (every process, once all are here); the main process writes its `config.yaml`
+    (`planning`: nothing is written, for `StageRunner.plan`)."""
     state.wait_for_everyone()
-    run = RecipeRun(config)
+    run = RecipeRun(config, planning)
     legacy = legacy_folders_problem(run.dir, config.rewards)  # a 0.6 run folder: refused before anything is written
     if legacy:
         raise InputError(legacy)
-    if state.is_main_process:
+    if state.is_main_process and not planning:
         dump_yaml(dataclasses.replace(config, force=[]), run.dir / "config.yaml")  # --force is not sticky
     return run
 
@@ -137,20 +154,10 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
     the model folder `init`; `settings` and `inputs` are added to the stage's own (reward, guards, reward models,
     data, seed; its starting model, reward models, KL reference). {reward spec: (stage name, the model
     `scst.select_by` chose)}."""
-    from pacs.captioner.orchestration.stage_fingerprints import (
-        reward_model_inputs,
-        reward_model_settings,
-        settings_of,
-        trainer_settings,
-    )
-
     config, stages = run.config, run.stages
-    reward_settings = reward_model_settings(config.reward_models)
     chosen: dict[str, tuple[str, Path]] = {}
     for spec in config.rewards:
-        name = f"scst-{reward_slug(spec)}"
-        out = run.dir / name
-        scst = trainer_config(SCSTConfig, config.scst, out, scst_micro, "scst", reward=spec)
+        name, out, scst = scst_stage(run, spec, scst_micro)
 
         def body(scst: SCSTConfig = scst, spec: str = spec, name: str = name) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
@@ -159,14 +166,36 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
                                            image_paths=images)
             return {**training_summary(train(scst, reward)), "reward": exact}
 
-        stages.run(name, body, {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
-                                "reward_models": reward_settings, "data": settings_of(config.data),
-                                "seed": config.seed, **guard_reward_settings(config, spec)},
-                   {"init_checkpoint": stages.checkpoint(init), **inputs,
-                    **reward_model_inputs(stages, config.reward_models), **kl_reference_input(stages, scst)},
+        stages.run(name, body, scst_settings(config, spec, settings),
+                   scst_inputs(stages, config, scst, init, inputs),
                    upstream=upstream, resumable=True, distributed=True, progress=out / "checkpoints")
         chosen[spec] = (name, out / ("final" if scst.select_by == "last" else "best"))
     return chosen
+
+
+def scst_stage(run: RecipeRun, spec: str, scst_micro: int) -> tuple[str, Path, SCSTConfig]:
+    """Stage `scst-<reward>` of reward `spec`: its name, output folder and trainer config."""
+    name = f"scst-{reward_slug(spec)}"
+    out = run.dir / name
+    return name, out, trainer_config(SCSTConfig, run.config.scst, out, scst_micro, "scst", reward=spec)
+
+
+def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of stage `scst-<reward>` (its run and its plan): `settings` added to its own."""
+    from pacs.captioner.orchestration.stage_fingerprints import reward_model_settings, settings_of, trainer_settings
+
+    return {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
+            "reward_models": reward_model_settings(config.reward_models), "data": settings_of(config.data),
+            "seed": config.seed, **guard_reward_settings(config, spec)}
+
+
+def scst_inputs(stages: StageRunner, config: PipelineConfig, scst: SCSTConfig, init: Path,
+                inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs of an SCST stage starting from model folder `init` (its run and its plan): `inputs` added."""
+    from pacs.captioner.orchestration.stage_fingerprints import reward_model_inputs
+
+    return {"init_checkpoint": stages.checkpoint(init), **inputs,
+            **reward_model_inputs(stages, config.reward_models), **kl_reference_input(stages, scst)}
 
 
 def training_summary(result: Any) -> dict[str, Any]:
@@ -233,10 +262,15 @@ def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None) -> 
             items = loaded[set_name]
         else:
             items = select_test_items(run.dataset(set_config), set_config, config.evaluation.max_images)
-        selection = {"test_set": set_config, "max_images": config.evaluation.max_images}
+        selection = test_set_selection(config, set_config)
         prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
                                                              selection, data_inputs(set_config))))
     return prepared
+
+
+def test_set_selection(config: PipelineConfig, set_config: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide which images stage `features/<test set>` holds (its run and its plan)."""
+    return {"test_set": set_config, "max_images": config.evaluation.max_images}
 
 
 def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tuple[str, list, Any]]) -> dict[str, Any]:

@@ -18,6 +18,10 @@ hashed) and the output ids of the stages it reads from. On a re-run:
   took a step: no checkpoint in its `progress` folder). A non-resumable unfinished stage simply starts over;
 - `force` names stages to re-run from scratch whatever their records say (`eval` names every `eval/...`).
 
+`plan` (a runner made with `planning=True`: `pacs train --dry-run`) makes the same decision from the same
+fingerprint without running, deleting or recording anything, and says why; a stage below one that would run
+would run too ("upstream xe re-runs"), since its fingerprint needs an output that does not exist yet.
+
 Under several processes (accelerate / torchrun) the main process decides for every stage and broadcasts its
 decision (it alone reads the outputs it may then delete); only the main process deletes, creates and records
 stage outputs. A `distributed` stage's body runs on every
@@ -168,6 +172,12 @@ def check_force(force: Iterable[str], stages: Sequence[str]) -> None:
                              f"are: {', '.join(stages)}", parameter="force")
 
 
+def upstream_reason(names: Sequence[str], listed: int = 3) -> str:
+    """Why a planned stage runs: 'upstream xe re-runs' ('upstream a, b, c and 4 more re-run')."""
+    shown = ", ".join(names[:listed]) + (f" and {len(names) - listed} more" if len(names) > listed else "")
+    return f"upstream {shown} re-run{'s' if len(names) == 1 else ''}"
+
+
 class _Single:
     """The process state of a plain single-process run."""
 
@@ -181,15 +191,18 @@ class _Single:
 class StageRunner:
     """Runs fingerprinted stages into a run directory (see the module docstring for the rules)."""
 
-    def __init__(self, run_dir: str | os.PathLike, force: Iterable[str] = (), state: Any = None) -> None:
+    def __init__(self, run_dir: str | os.PathLike, force: Iterable[str] = (), state: Any = None,
+                 planning: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.force = list(force)
         self.state = state if state is not None else _Single()
+        self.planning = planning  # `plan` only: nothing is created, deleted or recorded
         self.records = self.run_dir / RECORDS
         check_no_links(self.run_dir, self.records)  # records are never written through a planted link
-        if self.state.is_main_process:
+        if self.state.is_main_process and not planning:
             self.records.mkdir(parents=True, exist_ok=True)
-        self.hashes = HashCache(self.records / HASHES, writer=self.state.is_main_process)
+        self.hashes = HashCache(self.records / HASHES, writer=self.state.is_main_process and not planning)
+        self.planned: list[tuple[str, str, str]] = []  # (stage, verdict, why) of every `plan`
         self.ids: dict[str, str] = {}
         self.ran: list[str] = []
         self.resumed: list[str] = []
@@ -273,6 +286,53 @@ class StageRunner:
         self._started[name] = (time.time(), "resumed" if action == "resume" else "ran", outputs)
         return self._started[name][1]
 
+    def plan(self, name: str, settings: Mapping[str, Any],
+             inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None, upstream: Sequence[str] = (), outputs: Sequence[Path] | None = None, resumable: bool = False,
+             progress: Path | None = None) -> str:
+        """What `begin` would decide about stage `name`, without executing, deleting or recording anything.
+
+        Returns the verdict, 'reuse', 'run', 'resume' or 'refused', and adds `(name, verdict, why)` to `planned`
+        (`why`: the setting that changed, as the run logs it). A stage that would run or resume gets a new
+        would-be output id, so the stages below it say 'run' because of it.
+        """
+        missing = [u for u in upstream if u not in self.ids]
+        if missing:
+            raise ValueError(f"stage {name}: upstream stages {missing} have not been planned")
+        rerun = [u for u in upstream if u in self.ran + self.resumed]
+        if rerun and not any(matches(force, name) for force in self.force):
+            # its fingerprint needs what the upstream stage would make: it runs, whatever its record says
+            return self.plan_unknown(name, upstream_reason(rerun))
+        outputs = list(outputs) if outputs is not None else [self.folder(name)]
+        inputs = inputs() if callable(inputs) else inputs  # a callable: hashed only when it decides
+        fingerprint = Fingerprint(dict(settings), dict(inputs or {}), {u: self.ids[u] for u in upstream})
+        try:
+            action, why = self._decide(name, fingerprint.digest(), fingerprint.as_dict(), outputs, resumable,
+                                       progress)
+        except InputError as error:
+            self.planned.append((name, "refused", str(error)))
+            self.ids[name] = f"refused-{name}"
+            self.ran.append(name)
+            return "refused"
+        if action == "skip":
+            self.planned.append((name, "reuse", "finished with the same fingerprint, its outputs verified"))
+            self.skipped.append(name)
+            self.ids[name] = self.record(name)["output_id"]
+            return "reuse"
+        verdict = "resume" if action == "resume" else "run"
+        if not why:
+            why = "no record: it has not run here" if self.record(name) is None else "re-running"
+        self.planned.append((name, verdict, why.removeprefix(f"stage {name}: ")))
+        self.ids[name] = f"planned-{name}"
+        (self.resumed if action == "resume" else self.ran).append(name)
+        return verdict
+
+    def plan_unknown(self, name: str, why: str) -> str:
+        """Plan stage `name` as 'run' when its fingerprint cannot be known before something upstream has run."""
+        self.planned.append((name, "run", why))
+        self.ids[name] = f"planned-{name}"
+        self.ran.append(name)
+        return "run"
+
     def finish(self, name: str, summary: Mapping[str, Any] | None = None) -> None:
         """Record stage `name` (begun with `begin`) as finished, with a new output id, on every process."""
         started, action, outputs = self._started.pop(name)
@@ -298,13 +358,13 @@ class StageRunner:
                            resumable: bool, progress: Path | None = None) -> str:
         """The main process decides (it alone reads the outputs it may then delete); every rank gets its answer."""
         if self.state.num_processes <= 1:
-            return self._decide(name, digest, parts, outputs, resumable, progress)
+            return self._decided(name, digest, parts, outputs, resumable, progress)
         from accelerate.utils import broadcast_object_list
 
         answer: list[Any] = [None]
         if self.state.is_main_process:
             try:
-                answer = [("ok", self._decide(name, digest, parts, outputs, resumable, progress))]
+                answer = [("ok", self._decided(name, digest, parts, outputs, resumable, progress))]
             except InputError as error:
                 answer = [("error", str(error))]
         broadcast_object_list(answer, from_process=0)
@@ -313,53 +373,52 @@ class StageRunner:
             raise InputError(value)
         return value
 
+    def _decided(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
+                 resumable: bool, progress: Path | None = None) -> str:
+        """`_decide`'s action, its reason logged (main process)."""
+        action, why = self._decide(name, digest, parts, outputs, resumable, progress)
+        if why:
+            self._info("%s", why)
+        return action
+
     def _decide(self, name: str, digest: str, parts: Mapping[str, Any], outputs: Sequence[Path],
-                resumable: bool, progress: Path | None = None) -> str:
-        """'skip', 'resume' (keep the outputs) or 'fresh' (delete them first); InputError when refused."""
+                resumable: bool, progress: Path | None = None) -> tuple[str, str]:
+        """('skip', 'resume' (keep the outputs) or 'fresh' (delete them first), the log line saying why, or '');
+        InputError when refused. Reads only: `begin` acts on it, `plan` reports it."""
         if any(matches(force, name) for force in self.force):
-            self._info("stage %s: re-running (--force)", name)
-            return "fresh"
+            return "fresh", f"stage {name}: re-running (--force)"
         record = self.record(name)
         if record is None and self.record_path(name).exists():
-            self._info("stage %s: its record %s is unreadable, re-running", name, self.record_path(name))
-            return "fresh"
+            return "fresh", f"stage {name}: its record {self.record_path(name)} is unreadable, re-running"
         if record is None or "fingerprint" not in record:
             present = [str(p) for p in outputs if p.exists() and not (p.is_dir() and not any(p.iterdir()))]
             reran = [u for u in parts.get("upstream", {}) if u in self.ran + self.resumed]
             if present and resumable and reran:
-                self._info("stage %s: output without a stage record below re-run stage %s, starting over",
-                           name, reran[0])
-            elif present and resumable:
+                return "fresh", f"stage {name}: output without a stage record below re-run stage {reran[0]}, starting over"
+            if present and resumable:
                 raise InputError(f"stage {name}: {present[0]} holds output but no stage record (written by an "
                                  f"older pacs or by hand), so its settings are unknown; pass --force {name} to "
                                  "replace it, or use another run directory")
-            return "fresh"
+            return "fresh", ""
         finished = record.get("status") == "finished" and "output_id" in record
         if record["fingerprint"] == digest:
             if finished:
                 problems = self._output_problems(record, outputs)
                 if not problems:
-                    return "skip"
-                self._info("stage %s: re-running: its outputs are not as it made them (%s)", name,
-                           "; ".join(problems))
-                return "fresh"
+                    return "skip", ""
+                return "fresh", f"stage {name}: re-running: its outputs are not as it made them ({'; '.join(problems)})"
             if resumable:
-                self._info("stage %s: interrupted with the same settings, resuming", name)
-                return "resume"
-            self._info("stage %s: interrupted, starting over", name)
-            return "fresh"
+                return "resume", f"stage {name}: interrupted with the same settings, resuming"
+            return "fresh", f"stage {name}: interrupted, starting over"
         changes = fingerprint_changes(record, parts)
         if finished or not resumable:
-            self._info("stage %s: re-running: %s", name, "; ".join(changes) or "fingerprint changed")
-            return "fresh"
+            return "fresh", f"stage {name}: re-running: {'; '.join(changes) or 'fingerprint changed'}"
         reran_upstream = {f"upstream {u} re-ran" for u in self.ran + self.resumed}
         if changes and all(change in reran_upstream for change in changes):
-            self._info("stage %s: interrupted, re-running from scratch: %s", name, "; ".join(changes))
-            return "fresh"
+            return "fresh", f"stage {name}: interrupted, re-running from scratch: {'; '.join(changes)}"
         if progress is not None and not any(progress.glob("step-*")):
-            self._info("stage %s: an earlier start under other settings never took a step, starting over: %s",
-                       name, "; ".join(changes) or "fingerprint changed")
-            return "fresh"
+            return "fresh", (f"stage {name}: an earlier start under other settings never took a step, starting "
+                             f"over: {'; '.join(changes) or 'fingerprint changed'}")
         raise InputError(f"stage {name} was interrupted under other settings and cannot resume with these "
                          f"({'; '.join(changes)}); restore them to resume, or pass --force {name} to discard "
                          "its checkpoints and re-run it")
