@@ -173,16 +173,16 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
         process, so `--force STAGE` and a run from scratch compute it in the same batches (same floats)."""
         return _scorers(run_dir, str(state.device))
 
-    common = {"seed": config.seed, "prompt": config.prompt}
-    runner.run("data", lambda: write_images(data, runner.folder("data")), {"world": to_dict(config.world)})
+    parts = metric_stage_parts(config)
+    runner.run("data", lambda: write_images(data, runner.folder("data")), parts["data"][0])
     runner.run("clip", lambda: metric_stages.pretrain_clip(config, data, runner.folder("clip"), logs),
-               {**common, "clip": settings_of(config.clip)}, upstream=["data"], distributed=True)
+               parts["clip"][0], upstream=parts["clip"][1], distributed=True)
     runner.run("pacs", lambda: metric_stages.train_pacs(config, data, runner.folder("clip"), runner.folder("pacs"),
                                                         logs),
-               {**common, "pacs": settings_of(config.pacs)}, upstream=["clip"], distributed=True)
+               parts["pacs"][0], upstream=parts["pacs"][1], distributed=True)
     runner.run("correlation", lambda: correlation.run_correlation(config, data, scorers(),
                                                                   runner.folder("correlation")),
-               {**common, "correlation": to_dict(config.correlation)}, upstream=["pacs"])
+               parts["correlation"][0], upstream=parts["correlation"][1])
 
     if not config.captioning:  # a metric-only preset (e.g. demo_siglip.yaml): the correlation is the result
         return _finish_metrics_only(run_dir, runner, state)
@@ -227,6 +227,30 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     rows = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["rows"]
     return {"run_dir": str(run_dir), "rows": rows, "ran": runner.ran + runner.resumed, "skipped": runner.skipped,
             "seconds": runner.seconds, "report": str(report)}
+
+
+def metric_stage_parts(config: DemoConfig) -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """{stage: (settings, upstream)} of the demo's first stages, data -> clip -> pacs -> correlation (their run and
+    their plan, `pacs.captioner.demo.plan`)."""
+    common = {"seed": config.seed, "prompt": config.prompt}
+    return {"data": ({"world": to_dict(config.world)}, []),
+            "clip": ({**common, "clip": settings_of(config.clip)}, ["data"]),
+            "pacs": ({**common, "pacs": settings_of(config.pacs)}, ["clip"]),
+            "correlation": ({**common, "correlation": to_dict(config.correlation)}, ["pacs"])}
+
+
+def xe_stage_settings(config: DemoConfig, seed: int) -> dict[str, Any]:
+    """The settings of one seed's XE stage of pacs' captioner (upstream: features); its run and its plan."""
+    return {"seed": seed, "xe": settings_of(config.xe)}
+
+
+def scst_stage_settings(config: DemoConfig, seed: int, spec: str, extra: dict[str, Any],
+                        normalised: bool = False) -> dict[str, Any]:
+    """The settings of one seed's SCST stage of reward `spec` (`normalised`: each component normalised within
+    the k samples); `extra`: what a transformers captioner adds. Its run and its plan."""
+    scst = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
+    return {"seed": seed, "scst": scst, "reward": spec,
+            **({"mix_normalisation": "normalize_then_sum"} if normalised else {}), **extra}
 
 
 SHARED_STAGES = ("data", "clip", "pacs", "correlation", "features", "evaluate")
@@ -356,7 +380,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
         runner.run(xe, lambda: captioning.run_xe(config, data, features(), runner.folder(xe), logs,
                                                  runner.folder("clip") / "checkpoint.safetensors", xe_micro,
                                                  seed=seed),
-                   {"seed": seed, "xe": settings_of(config.xe)}, upstream=["features"], distributed=True)
+                   xe_stage_settings(config, seed), upstream=["features"], distributed=True)
     models = {"xe": runner.folder(xe) / "best"}
     scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     for spec in config.scst.rewards:
@@ -364,8 +388,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
         runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(
                        config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                        runner.folder(name), logs, scst_micro, fresh(), seed=seed),
-                   {"seed": seed, "scst": scst_settings, "reward": spec, **extra}, upstream=[xe, "pacs"],
-                   distributed=True)
+                   scst_stage_settings(config, seed, spec, extra), upstream=[xe, "pacs"], distributed=True)
         models[f"scst {spec}"] = runner.folder(name) / "final"
     for spec in config.scst.normalised_rewards:  # the same SCST, each component normalised within the k samples
         name = f"{prefix}scst-{captioning.normalised_label(spec)}"
@@ -373,8 +396,8 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
                        config, data, features(), _reward(spec, data, fresh()), spec, runner.folder(xe),
                        runner.folder(name), logs, scst_micro, fresh(), seed=seed,
                        mix_normalisation="normalize_then_sum"),
-                   {"seed": seed, "scst": scst_settings, "reward": spec, "mix_normalisation": "normalize_then_sum",
-                    **extra}, upstream=[xe, "pacs"], distributed=True)
+                   scst_stage_settings(config, seed, spec, extra, normalised=True), upstream=[xe, "pacs"],
+                   distributed=True)
         models[captioning.normalised_model_name(spec)] = runner.folder(name) / "final"
     choices = _run_guarded(config, seed, data, runner, features, scorers, logs, scst_micro,
                            {"scst": scst_settings, **extra}, models)
