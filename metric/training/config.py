@@ -65,8 +65,9 @@ class DataOptions:
     val_split: str = "val"
     skip_missing: bool = False
     num_workers: Annotated[NonNegativeInt, Le(64)] = 0
-    # threads that decode the next batch's images while the model trains (with num_workers 0): auto = one per
-    # CPU core, 0 or 1 = in the training loop; the batches are the same, bit for bit (pacs.metric.training.batches)
+    # decoders of the next batches' images while the model trains (with num_workers 0; processes for a manifest of
+    # >= 64 items, else threads): auto = one per CPU core, 0 or 1 = in the training loop; the batches are the same,
+    # bit for bit (pacs.metric.training.batches)
     workers: int | str = "auto"
     max_val_pairs: Annotated[PositiveInt, Le(MAX_IMAGES)] = 5000  # validation pairs used (the first ones of the validation split)
 

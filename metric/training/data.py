@@ -132,6 +132,17 @@ class ManifestDataset(Dataset):
         return (self.preprocess(load_rgb(record.real_image)), record.caption,
                 self.preprocess(load_rgb(record.gen_image)), record.gen_caption)
 
+    def item_pixels(self, index: int) -> torch.Tensor:
+        """The two images of item `index` as `__getitem__` gives them, stacked `[2, 3, H, W]` (decoding processes
+        compute this; `pacs.metric.training.batches`)."""
+        item = self[index]
+        return torch.stack([item[0], item[2]])
+
+    def item_texts(self, index: int) -> tuple[str, str]:
+        """The two captions of item `index` (what `__getitem__` gives besides the pixels)."""
+        record = self.records[index]
+        return record.caption, record.gen_caption
+
 
 class TensorPositivesDataset(Dataset):
     """In-memory positives: lists (or stacked tensors) of images and captions of the same length."""
