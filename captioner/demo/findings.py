@@ -415,6 +415,24 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
     return rules
 
 
+def guard_verdicts(records: Sequence[Mapping[str, Any]], rows: Mapping[str, Sequence[str]]) -> list[str]:
+    """Per guarded reward (`rows[reward]`: its guarded rows), which guards kept judge accuracy while the reward rose
+    (their "guard worked" findings held), or that none did: the issue-44 outcome in one line each."""
+    lines = []
+    for reward, models in rows.items():
+        verdicts = {r["subject"]: r["holds"] for r in records if r["subject"] in models and r["claim"] in GUARD_CLAIMS}
+        if not verdicts:
+            continue
+        held = [model for model, holds in verdicts.items() if holds is True]
+        if held:
+            lines.append(f"{reward}: judge accuracy kept while the reward rose under {_names(held)} (each guard's "
+                         "setting chosen on validation, without the judge).")
+        else:
+            lines.append(f"{reward}: no guard chosen without the judge kept judge accuracy while the reward rose "
+                         f"({_names(list(verdicts))}: the finding does not hold or is seed-dependent).")
+    return lines
+
+
 def render_finding(record: Mapping[str, Any]) -> str:
     """The printed sentence of a finding record: subject, claim, its status, the interval and each seed's value."""
     interval = record["interval"]

@@ -578,6 +578,15 @@ def _guarded_rows_of(config: DemoConfig) -> dict[str, tuple[str, str]]:
     return rows
 
 
+def _rows_by_reward(config: DemoConfig) -> dict[str, list[str]]:
+    """Each guarded reward's guarded rows."""
+
+    rows: dict[str, list[str]] = {}
+    for reward, model in _guarded_rows_of(config).values():
+        rows.setdefault(reward, []).append(model)
+    return rows
+
+
 def _row_spread(choice: dict[str, Any], model: str) -> float | None:
     """The recorded reward-spread share of the run behind guarded row `model` (None: not recorded)."""
 
@@ -681,7 +690,9 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
                                  "reward_gains": view["gains"]} for seed, view in views.items()},
         "reward_gains": gains, "share_of_oracle": pooled["share_of_oracle"], "oracle": pooled["oracle"],
         "guarded": {"choices": guarded[seeds[0]], "choices_by_seed": {str(s): guarded[s] for s in seeds},
-                    "reward_gains": guarded_gains, "flat_reward_steps": flat},
+                    "reward_gains": guarded_gains, "flat_reward_steps": flat,
+                    **({"verdicts": findings.guard_verdicts(records, _rows_by_reward(config))}
+                       if config.guarded.grid else {})},
         "findings": records, "replication": findings.replication_summary(records),
         "mix_normalisation": normalised,
         "human_baseline": {**table["human_baseline"], "row": HUMAN_ROW, "header": table["header"],
@@ -805,6 +816,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     if results.get("findings"):
         parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
                                                            for line in results["findings"]))
+    verdicts = (results.get("guarded") or {}).get("verdicts") or []
+    if verdicts:
+        parts.append("Which guards held:\n\n" + "".join(f"* {line}\n" for line in verdicts))
     if (results.get("replication") or {}).get("text"):
         parts.append(results["replication"]["text"])
     return "\n".join(parts)

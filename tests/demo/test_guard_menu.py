@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pacs.captioner.demo import captioning, guard_choice
-from pacs.captioner.demo.findings import CLAIM_GUARD, guard_claim
+from pacs.captioner.demo.findings import CLAIM_GUARD, guard_claim, guard_verdicts
 from pacs.captioner.demo.pipeline import REPO_CONFIGS, guarded_stage_names, load_demo_config
 from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
 from pacs.metric.common.errors import InputError
@@ -148,3 +148,20 @@ def test_each_guard_row_has_its_own_claim() -> None:
 def test_a_kl_run_records_the_guard_settings_it_recorded_before_the_menu() -> None:
     # the fingerprint demo.yaml's `scst-<reward>-kl<coef>` stages were recorded with: they stay done
     assert guard_choice.scst_keys({"kl_coef": 0.2}) == {"kl_coef": 0.2, "select_by": "cider"}
+
+
+def test_the_outcome_line_names_the_guards_that_held_or_says_none_did() -> None:
+    def record(model: str, holds) -> dict:
+        return {"subject": model, "claim": guard_claim(model), "holds": holds}
+
+    rows = {"pac-s++": ["scst pac-s++ +KL", "scst pac-s++ +length mask", "scst pac-s++ +guards"],
+            "ref-pac-s++": ["scst ref-pac-s++ +KL", "scst ref-pac-s++ +guards"]}
+    records = [record("scst pac-s++ +KL", False), record("scst pac-s++ +length mask", True),
+               record("scst pac-s++ +guards", True), record("scst ref-pac-s++ +KL", False),
+               record("scst ref-pac-s++ +guards", "seed-dependent"),
+               {"subject": "scst pac-s++ +KL", "claim": "judge accuracy falls", "holds": True}]
+    assert guard_verdicts(records, rows) == [
+        ("pac-s++: judge accuracy kept while the reward rose under scst pac-s++ +length mask and scst pac-s++ +guards "
+        "(each guard's setting chosen on validation, without the judge)."),
+        ("ref-pac-s++: no guard chosen without the judge kept judge accuracy while the reward rose (scst ref-pac-s++ "
+        "+KL and scst ref-pac-s++ +guards: the finding does not hold or is seed-dependent).")]
