@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import configparser
 import functools
 import json
 import os
@@ -249,19 +250,47 @@ def child(args: argparse.Namespace) -> None:
     """One measurement of this process's `metric` package, as JSON on stdout."""
     import torch
 
+    import pacs.metric.scoring.scorer
+
     torch.set_num_threads(args.torch_threads)  # intra-op threads (of the towers, and of torch ops in the workers)
+    module = str(Path(pacs.metric.scoring.scorer.__file__).resolve())  # the tree measured, checked by the parent
     if args.sim_device is not None:
         print(json.dumps({"sim": sim_device(Path(args.work), args.images, args.batch, args.workers,
-                                            args.sim_device)}))
+                                            args.sim_device), "module": module}))
         return
     rows = measure(Path(args.work), args.images, args.batch, args.workers)
     split = stage_split(Path(args.work), args.images, args.batch, args.workers) if args.split else []
-    print(json.dumps({"rows": rows, "split": split}))
+    print(json.dumps({"rows": rows, "split": split, "module": module}))
+
+
+def import_root(tree: Path, work: Path) -> Path:
+    """A folder whose ``pacs`` package is `tree`'s: links laid out as `tree`'s setup.cfg ``package_dir`` maps them.
+
+    The editable install's finder maps ``pacs.metric`` (and the other mapped packages) to this checkout whatever
+    PYTHONPATH says, so a tree's root on PYTHONPATH would still run this tree's `metric`; a plain ``pacs`` package
+    found first on the path, with the mapped folders inside it, is found before that finder is asked.
+    """
+    parser = configparser.ConfigParser()
+    parser.read(tree / "setup.cfg", encoding="utf-8")
+    mapping = dict(line.split("=", 1) for line in parser.get("options", "package_dir", fallback="").split("\n")
+                   if "=" in line)
+    mapping = {name.strip(): tree / folder.strip() for name, folder in mapping.items()}
+    root = work / f"import-{abs(hash(str(tree))):x}"
+    package = root / "pacs"
+    if root.exists():
+        return root
+    package.mkdir(parents=True)
+    for item in mapping.get("pacs", tree / "pacs").iterdir():
+        (package / item.name).symlink_to(item)
+    for name, folder in mapping.items():
+        if name != "pacs":
+            (package / name.split(".", 1)[1]).symlink_to(folder, target_is_directory=True)
+    return root
 
 
 def run_child(tree: Path, args: argparse.Namespace, split: bool) -> dict[str, Any]:
-    """Run `child` in a fresh process whose `metric` package is `tree`'s."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "bench")])}
+    """Run `child` in a fresh process whose `pacs` package (its `metric`) is `tree`'s."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(import_root(tree, Path(args.work))), str(REPO / "bench")])}
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--work", args.work, "--images",
                str(args.images), "--batch", str(args.batch), "--workers", str(args.workers), "--torch-threads",
                str(args.torch_threads)]
@@ -271,7 +300,10 @@ def run_child(tree: Path, args: argparse.Namespace, split: bool) -> dict[str, An
                           cwd=tree, check=False)
     if done.returncode:
         raise SystemExit(f"the measurement in {tree} failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(result["module"]).is_relative_to(tree.resolve()):
+        raise SystemExit(f"the measurement of {tree} ran {result['module']}, another tree's code")
+    return result
 
 
 def fail(message: str) -> None:

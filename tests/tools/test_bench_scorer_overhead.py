@@ -71,3 +71,25 @@ def test_bad_flags_are_one_line_and_exit_2(flags: list[str], named: str, tmp_pat
                           capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and named in done.stderr and not done.stdout
+
+
+def test_before_runs_the_other_trees_code(tmp_path: Path) -> None:
+    """The editable install maps pacs.metric to this checkout whatever PYTHONPATH says: the child must not."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_scorer_overhead import import_root
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    tree = tmp_path / "tree"
+    (tree / "pacs").mkdir(parents=True)
+    (tree / "pacs" / "__init__.py").write_text("")
+    (tree / "metric" / "scoring").mkdir(parents=True)
+    (tree / "metric" / "__init__.py").write_text("")
+    (tree / "metric" / "scoring" / "__init__.py").write_text("")
+    (tree / "metric" / "scoring" / "scorer.py").write_text("WHICH = 'the other tree'\n")
+    (tree / "setup.cfg").write_text("[options]\npackage_dir =\n    pacs = pacs\n    pacs.metric = metric\n")
+    root = import_root(tree, tmp_path / "work")
+    done = subprocess.run([sys.executable, "-c", "import pacs.metric.scoring.scorer as s; print(s.WHICH)"],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(root)), cwd=tmp_path,
+                          timeout=120, check=False)
+    assert done.stdout.strip() == "the other tree", done.stderr[-2000:]
