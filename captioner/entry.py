@@ -59,10 +59,13 @@ def plan_from_config(config_path: str | None, overrides: list[str], force: list[
     if len(config.seeds) > 1:
         from pacs.captioner.orchestration.seed_runs import seed_configs
 
-        parts = []
-        for seed, seed_config in seed_configs(config):
-            planned, checks = plan_stages(seed_config)
+        parts, pending = [], ""
+        for index, (seed, seed_config) in enumerate(seed_configs(config)):
+            planned, checks = plan_stages(seed_config, pending)
             parts.append(format_plan(seed_config.run_dir, planned, checks, f"seed {seed}: "))
+            made = [name for name, verdict, _ in planned if name.startswith("features/") and verdict != "reuse"]
+            if index == 0 and made and not config.features.cache_dir:  # the other seeds read the first's features
+                pending = f"its features are seed {seed}'s, which this run makes first ({', '.join(made)})"
         return "\n".join(parts)
     if config.seeds:
         config.seed = config.seeds[0]

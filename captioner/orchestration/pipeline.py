@@ -129,10 +129,13 @@ def eval_parts(config: PipelineConfig, stages: Any, set_name: str) -> tuple[dict
             {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)})
 
 
-def plan_stages(config: PipelineConfig) -> tuple[list[tuple[str, str, str]], list[str]]:
+def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[list[tuple[str, str, str]], list[str]]:
     """`pacs train --dry-run` of a recipe: every stage's verdict (reuse / run / resume / refused, and why), from the
     fingerprints the run would compute, and the checks that ran; nothing is written. ([(stage, verdict, why)],
-    [check])."""
+    [check]). `features_pending`: why the features its `features.cache_dir` names are made earlier in the same run
+    (another seed's), so its feature stages run and that folder is not checked yet."""
+    import dataclasses
+
     from pacs.captioner.modeling.training_setup import micro_batch_for
     from pacs.captioner.orchestration.preflight import check_before_start
     from pacs.captioner.orchestration.shared_stages import scst_inputs, scst_settings, scst_stage, test_set_selection
@@ -152,7 +155,9 @@ def plan_stages(config: PipelineConfig) -> tuple[list[tuple[str, str, str]], lis
 
         check_folder(config.captioner.checkpoint, config.captioner.prompt)
         checks.append("transformers captioner folder (check_folder)")
-    check_before_start(config, f"run {config.run_dir}")
+    checked = dataclasses.replace(config, features=dataclasses.replace(config.features, cache_dir="")) \
+        if features_pending else config
+    check_before_start(checked, f"run {config.run_dir}")
     checks.append("preflight: every model, file, tool and folder (check_before_start)")
     if config.captioner.kind == "transformers":
         return [(name, "not planned", "transformers captioner stages are not planned yet") for name in names], checks
@@ -161,7 +166,13 @@ def plan_stages(config: PipelineConfig) -> tuple[list[tuple[str, str, str]], lis
     run = open_run(config, state, planning=True)
     stages = run.stages
     stages.plan("vocab", *vocab_parts(config), outputs=[run.dir / "vocab.json"])
-    run.plan_feature_stage("train", {"data": settings_of(config.data)}, data_inputs(config.data))
+    def plan_features(name: str, selection: dict[str, Any], inputs: dict[str, Any]) -> None:
+        if features_pending:
+            stages.plan_unknown(f"features/{name}", features_pending)
+        else:
+            run.plan_feature_stage(name, selection, inputs)
+
+    plan_features("train", {"data": settings_of(config.data)}, data_inputs(config.data))
     stages.plan("xe", xe_settings(config), upstream=["vocab", "features/train"], resumable=True,
                 progress=run.dir / "xe" / "checkpoints")
     model_stages = {"xe": "xe"}
@@ -172,7 +183,7 @@ def plan_stages(config: PipelineConfig) -> tuple[list[tuple[str, str, str]], lis
                     upstream=["xe", "features/train"], resumable=True, progress=out / "checkpoints")
         model_stages[spec] = name
     for set_name, set_config in config.evaluation.test_sets.items():
-        run.plan_feature_stage(set_name, test_set_selection(config, set_config), data_inputs(set_config))
+        plan_features(set_name, test_set_selection(config, set_config), data_inputs(set_config))
     for set_name in config.evaluation.test_sets:
         for model_name, model_stage in model_stages.items():
             name, outputs = eval_stage(config, set_name, model_name)

@@ -120,3 +120,16 @@ def test_a_bad_config_is_still_one_line_and_exit_2(tmp_path, recipe, capsys):
     assert main(["train", "--dry-run", "--config", str(recipe), "--force", "scst-cidr"]) == 2
     assert "did you mean 'scst-cider'?" in capsys.readouterr().err
     assert snapshot(tmp_path) == before
+
+
+def test_several_seeds_plan_each_seed_folder(tmp_path, recipe, capsys):
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert main(["train", "--dry-run", "--config", str(recipe), "seeds=[0,1]"]) == 0
+    out = capsys.readouterr().out
+    assert snapshot(tmp_path) == before
+    assert f"seed 0: dry run of {tmp_path / 'run' / 'seed-0'} (nothing written)" in out
+    assert f"seed 1: dry run of {tmp_path / 'run' / 'seed-1'} (nothing written)" in out
+    # seed 1 reads seed 0's features (features.cache_dir), made earlier in the same run: not checked, they run
+    assert ("  run     features/train       its features are seed 0's, which this run makes first "
+            "(features/train, features/flickr8k)") in out.splitlines()
