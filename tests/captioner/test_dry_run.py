@@ -133,3 +133,24 @@ def test_several_seeds_plan_each_seed_folder(tmp_path, recipe, capsys):
     # seed 1 reads seed 0's features (features.cache_dir), made earlier in the same run: not checked, they run
     assert ("  run     features/train       its features are seed 0's, which this run makes first "
             "(features/train, features/flickr8k)") in out.splitlines()
+
+
+def test_the_plan_says_resume_and_refused_as_the_run_would(tmp_path):
+    from pacs.captioner.orchestration.stages import StageRunner
+
+    runner = StageRunner(tmp_path / "run")
+    runner.begin("xe", {"lr": 1}, resumable=True)  # interrupted: begun, never finished
+    (tmp_path / "run" / "xe" / "checkpoints" / "step-1").mkdir(parents=True)
+    before = snapshot(tmp_path)
+    plan = StageRunner(tmp_path / "run", planning=True)
+    assert plan.plan("xe", {"lr": 1}, resumable=True, progress=tmp_path / "run" / "xe" / "checkpoints") == "resume"
+    assert plan.plan("scst", {"k": 2}, upstream=["xe"]) == "run"
+    other = StageRunner(tmp_path / "run", planning=True)
+    assert other.plan("xe", {"lr": 2}, resumable=True, progress=tmp_path / "run" / "xe" / "checkpoints") == "refused"
+    assert plan.planned == [("xe", "resume", "interrupted with the same settings, resuming"),
+                            ("scst", "run", "upstream xe re-runs")]
+    assert other.planned[0][2].startswith("stage xe was interrupted under other settings and cannot resume with "
+                                          "these (lr 1 -> 2)")
+    assert snapshot(tmp_path) == before
+    assert StageRunner(tmp_path / "fresh", planning=True).plan("a", {}) == "run"
+    assert not (tmp_path / "fresh").exists()
