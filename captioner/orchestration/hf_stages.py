@@ -56,11 +56,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     from pacs.captioner.modeling.hf_policy import HFPolicy
     from pacs.captioner.modeling.hf_train_xe import train_hf_xe
     from pacs.captioner.modeling.train_scst import train_scst
-    from pacs.captioner.orchestration.stage_fingerprints import (
-        data_inputs,
-        settings_of,
-        trainer_settings,
-    )
+    from pacs.captioner.orchestration.stage_fingerprints import settings_of
 
     run = open_run(config, state)
     train_store, images, val_references, test_items = read_data(config, run)
@@ -68,7 +64,6 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     section = config.captioner
     options = section.options()
     captioner_settings = settings_of(section)
-    data_settings, data_files = settings_of(config.data), data_inputs(config.data)
     checkpoint = Path(section.checkpoint)
     start_name = "xe" if section.xe else "init"
     models: dict[str, Path] = {start_name: checkpoint}
@@ -84,9 +79,8 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
                                    seed=config.seed)
             return training_summary(train_hf_xe(xe_config, policy, train_store.pairs(), val_references))
 
-        stages.run("xe", xe_body, {"xe": trainer_settings(config.xe), "captioner": captioner_settings,
-                                   "data": data_settings, "seed": config.seed, "max_length": config.scst.max_length},
-                   {**data_files, **init_inputs}, resumable=True, distributed=True, progress=xe_dir / "checkpoints")
+        stages.run("xe", xe_body, *hf_xe_parts(config, init_inputs), resumable=True, distributed=True,
+                   progress=xe_dir / "checkpoints")
         models["xe"] = xe_dir / "best"
         model_stages["xe"] = ["xe"]
     init = models[start_name]
@@ -104,6 +98,62 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     return _evaluate(run, models, model_stages, test_items, start_name)
 
 
+def hf_xe_parts(config: Any, init_inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and inputs of a transformers run's stage `xe` (its run and its plan)."""
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, settings_of, trainer_settings
+
+    return ({"xe": trainer_settings(config.xe), "captioner": settings_of(config.captioner),
+             "data": settings_of(config.data), "seed": config.seed, "max_length": config.scst.max_length},
+            {**data_inputs(config.data), **init_inputs})
+
+
+def hf_eval_parts(config: Any, stages: Any, set_name: str, folder: Path,
+                  starting: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and inputs of a transformers run's stage `eval/<model>/<set>` (its run and its plan);
+    `starting`: the model is the starting checkpoint itself, whose files are an input."""
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, reward_model_inputs, reward_model_settings
+
+    e, set_config = config.evaluation, config.evaluation.test_sets[set_name]
+    inputs = {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)}
+    if starting:
+        inputs["checkpoint"] = stages.checkpoint(folder)
+    return ({"test_set": set_config, "beam_size": e.beam_size, "text_metrics": e.text_metrics,
+             "max_images": e.max_images, "captioner": {"prompt": config.captioner.prompt},
+             "max_length": config.scst.max_length, "reward_models": reward_model_settings(config.reward_models)},
+            inputs)
+
+
+def plan_hf_stages(config: Any, run: Any, scst_micro: int) -> list[tuple[str, str, str]]:
+    """`StageRunner.plan` of every stage of a transformers run (what `run_hf_stages` would decide)."""
+    from pacs.captioner.orchestration.shared_stages import scst_inputs, scst_settings, scst_stage
+    from pacs.captioner.orchestration.stage_fingerprints import settings_of
+    from pacs.rewards.slug import reward_slug
+
+    stages, section = run.stages, config.captioner
+    checkpoint = Path(section.checkpoint)
+    start_name = "xe" if section.xe else "init"
+    models: dict[str, Path] = {start_name: checkpoint}
+    model_stages: dict[str, list[str]] = {start_name: []}
+    init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
+    if section.xe:
+        stages.plan("xe", *hf_xe_parts(config, init_inputs), resumable=True, progress=run.dir / "xe" / "checkpoints")
+        models["xe"], model_stages["xe"] = run.dir / "xe" / "best", ["xe"]
+    init = models[start_name]
+    for spec in config.rewards:
+        name, out, scst = scst_stage(run, spec, scst_micro)
+        stages.plan(name, scst_settings(config, spec, {"captioner": settings_of(section)}),
+                    lambda scst=scst: scst_inputs(stages, config, scst, init, init_inputs),
+                    upstream=model_stages[start_name], resumable=True, progress=out / "checkpoints")
+        models[spec], model_stages[spec] = out / ("final" if scst.select_by == "last" else "best"), [name]
+    for set_name in config.evaluation.test_sets:
+        for model_name, folder in models.items():
+            out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+            stages.plan(f"eval/{reward_slug(model_name)}/{set_name}",
+                        *hf_eval_parts(config, stages, set_name, folder, not model_stages[model_name]),
+                        upstream=model_stages[model_name], outputs=[out, out.with_name(f"{set_name}.results.json")])
+    return stages.planned
+
+
 def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[str]],
               loaded: dict[str, list], reference_row: str) -> dict[str, Any]:
     """Caption every test set with every model (main process), score, write eval/results.*; the rows."""
@@ -112,14 +162,12 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
     from pacs.captioner.orchestration.pipeline_rewards import reward_scorers
     from pacs.captioner.orchestration.preflight import evaluation_slots
-    from pacs.captioner.orchestration.stage_fingerprints import data_inputs, reward_model_inputs, reward_model_settings
     from pacs.eval.text_metrics import TextMetricSession
     from pacs.rewards.slug import reward_slug
 
     config, stages = run.config, run.stages
     e = config.evaluation
     section = config.captioner
-    reward_settings = reward_model_settings(config.reward_models)
     rows: list[dict[str, Any]] = []
     per_image: dict[tuple[str, str], Any] = {}
     scorers = None
@@ -131,14 +179,9 @@ def _evaluate(run: Any, models: dict[str, Path], model_stages: dict[str, list[st
             for model_name, folder in models.items():
                 out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
                 name = f"eval/{reward_slug(model_name)}/{set_name}"
-                inputs = {**data_inputs(set_config), **reward_model_inputs(stages, config.reward_models)}
-                if not model_stages[model_name]:  # the starting checkpoint itself: its files are the input
-                    inputs["checkpoint"] = stages.checkpoint(folder)
-                action = stages.begin(name, {"test_set": set_config, "beam_size": e.beam_size,
-                                             "text_metrics": e.text_metrics, "max_images": e.max_images,
-                                             "captioner": {"prompt": section.prompt},
-                                             "max_length": config.scst.max_length, "reward_models": reward_settings},
-                                      inputs, upstream=model_stages[model_name],
+                action = stages.begin(name, *hf_eval_parts(config, stages, set_name, folder,
+                                                           not model_stages[model_name]),
+                                      upstream=model_stages[model_name],
                                       outputs=[out, out.with_name(f"{set_name}.results.json")])
                 if action == "skipped":
                     if stages.state.is_main_process:

@@ -160,7 +160,9 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
     check_before_start(checked, f"run {config.run_dir}")
     checks.append("preflight: every model, file, tool and folder (check_before_start)")
     if config.captioner.kind == "transformers":
-        return [(name, "not planned", "transformers captioner stages are not planned yet") for name in names], checks
+        from pacs.captioner.orchestration.hf_stages import plan_hf_stages
+
+        return plan_hf_stages(config, open_run(config, state, planning=True), scst_micro), checks
     if not config.data.path:
         raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
     run = open_run(config, state, planning=True)

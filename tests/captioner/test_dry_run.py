@@ -154,3 +154,25 @@ def test_the_plan_says_resume_and_refused_as_the_run_would(tmp_path):
     assert snapshot(tmp_path) == before
     assert StageRunner(tmp_path / "fresh", planning=True).plan("a", {}) == "run"
     assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.slow
+def test_a_transformers_run_is_planned_too(tmp_path, shared_data, capsys):
+    from tests.captioner.hf_tiny import build_git
+    from tests.captioner.test_hf_pipeline import _recipe
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(_recipe(tmp_path, shared_data, build_git(tmp_path / "git"))))
+    before = snapshot(tmp_path)
+    _, stages, _ = dry_run(capsys, "--config", str(recipe))
+    assert snapshot(tmp_path) == before
+    assert stages == [("run", "xe", "no record: it has not run here"), ("run", "scst-cider", "upstream xe re-runs"),
+                      ("run", "eval/xe/flickr8k", "upstream xe re-runs"),
+                      ("run", "eval/cider/flickr8k", "upstream scst-cider re-runs")]
+    run_from_config(str(recipe), [])
+    before = snapshot(tmp_path)
+    _, stages, _ = dry_run(capsys, "--config", str(recipe), "scst.lr=1e-4")
+    assert snapshot(tmp_path) == before
+    assert [(verdict, name) for verdict, name, _ in stages] == [
+        ("reuse", "xe"), ("run", "scst-cider"), ("reuse", "eval/xe/flickr8k"), ("run", "eval/cider/flickr8k")]
+    assert stages[1][2] == "re-running: scst.lr 0.001 -> 0.0001"
