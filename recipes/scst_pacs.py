@@ -10,6 +10,7 @@ nothing. See docs/captioner.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pacs.captioner.entry import plan_from_config, run_from_config, run_summary
@@ -32,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_terminal_logging()
     try:
-        if args.dry_run:  # one process: the plan reads the run folder, it starts nothing
-            print(plan_from_config(args.config, args.overrides, force=args.force))
+        if args.dry_run:  # the plan reads the run folder and starts nothing; under a launcher rank 0 prints it
+            plan = plan_from_config(args.config, args.overrides, force=args.force)
+            if os.environ.get("RANK", "0") == "0":
+                print(plan)
             return 0
         relaunch_cpu_processes()
         summary = run_summary(run_from_config(args.config, args.overrides, force=args.force))
