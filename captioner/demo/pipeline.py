@@ -476,10 +476,11 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
         summaries = {coef: train({"kl_coef": coef}, guarded_stage_name(config, seed, spec, coef))
                      for coef in config.guarded.kl_coefs}
         choices[reward] = guard_choice(spec, summaries) if summaries else {"spec": spec}
-        if config.guarded.grid:
-            choices[reward]["guards"] = _guard_menu(config, seed, reward, spec, summaries, train, runner)
-            if summaries:  # the KL row follows the menu's rule (ties: fewest gaming signatures)
-                choices[reward]["chosen_kl_coef"] = choices[reward]["guards"]["choices"]["kl_coef"]["chosen"]
+        menu = _guard_menu(config, seed, reward, spec, summaries, train, runner)  # also the KL grid alone: its record
+        if summaries:  # one rule for every guard: the KL row too follows the record (ties: fewest signatures)
+            choices[reward]["chosen_kl_coef"] = menu["choices"]["kl_coef"]["chosen"]
+        if config.guarded.grid:  # (the KL grid alone keeps the choices, and the evaluate fingerprint, of before)
+            choices[reward]["guards"] = menu
         for model, stage in guarded_row_stages(config, seed, reward, choices[reward]).items():
             # the record's `summary.model` is data: inside the stage's folder, and the model that stage wrote
             models[model] = run_records.recorded_model(runner.run_dir, stage, runner.record(stage),
