@@ -82,11 +82,12 @@ def format_plan(run_dir: str, planned: list[tuple[str, str, str]], checks: list[
     width = max((len(name) for name, _, _ in planned), default=0)
     lines = [f"{label}dry run of {run_dir} (nothing written)", "checks passed:",
              *[f"  - {check}" for check in checks], "stages, in order:"]
-    lines += [f"  {verdict:<7} {name:<{width}}  {why}" for name, verdict, why in planned]
+    verdicts = max([len("refused"), *(len(verdict) for _, verdict, _ in planned)])
+    lines += [f"  {verdict:<{verdicts}} {name:<{width}}  {why}" for name, verdict, why in planned]
     counts = Counter(verdict for _, verdict, _ in planned)
     lines.append("would " + ", ".join(f"{verb} {counts[key]}" for key, verb in
                                       (("run", "run"), ("resume", "resume"), ("reuse", "reuse"),
-                                       ("refused", "refuse"), ("not planned", "not plan")) if counts[key]))
+                                       ("refused", "refuse"), ("unplanned", "leave unplanned")) if counts[key]))
     return "\n".join(escape_control(line) for line in lines)  # a stage or path name prints no control character
 
 

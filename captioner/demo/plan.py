@@ -21,7 +21,7 @@ from pacs.captioner.orchestration.stages import StageRunner, check_force, upstre
 from pacs.metric.common.device import accelerator_state
 from pacs.rewards.slug import reward_slug
 
-NOT_PLANNED = "not planned"
+NOT_PLANNED = "unplanned"
 
 
 def plan_demo(config_path: str | os.PathLike | None, overrides: list[str],
@@ -29,7 +29,7 @@ def plan_demo(config_path: str | os.PathLike | None, overrides: list[str],
     """(run folder, [(stage, verdict, why)], [check]) of the demo run `run_demo` would make; writes nothing.
 
     The guarded SCST stages and `evaluate` are planned only as far as their upstream decides (a stage below one that
-    runs runs too); their own fingerprints are computed while they run, so otherwise they say 'not planned'.
+    runs runs too); their own fingerprints are computed while they run, so otherwise they say 'unplanned'.
     """
     config = load_demo_config(config_path, list(overrides))
     config.force = [*config.force, *(force or [])]
