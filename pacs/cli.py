@@ -50,6 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        return _run(args)
+    finally:
+        pool = sys.modules.get("pacs.metric.scoring.decode_pool")  # loaded only if a command decoded images (torch)
+        if pool is not None:
+            pool.close_all()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """`args.func(args)` with pacs' error contract: a user error is one line on stderr and status 2."""
+    try:
         from pacs.metric.commands.flags import check_flag_bounds
 
         check_flag_bounds(args)  # the configs' bounds, before any work (one table: flags.FLAG_BOUNDS)

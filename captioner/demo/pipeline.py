@@ -39,6 +39,7 @@ from pacs.metric.common.run_lock import hold_run_directory
 from pacs.metric.common.seeding import seed_everything
 from pacs.metric.common.terminal import run_log, setup_terminal_logging
 from pacs.metric.models.factory import load_backbone
+from pacs.metric.scoring import decode_pool
 from pacs.metric.scoring.registry import METRICS
 from pacs.metric.scoring.scorer import Scorer
 from pacs.rewards import build_reward
@@ -325,8 +326,11 @@ def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[s
     set_progress_tag(f"seed {seed}", position=seeds.index(seed))  # each seed's bars on a line of their own
     torch.set_num_threads(threads)
     run_dir = config.run_path()
-    with run_log(run_dir / "logs" / f"seed-{seed}.log"):
-        return _seed_worker_stages(config, seeds, seed, shared, xe_micro, scst_micro, run_dir)
+    try:
+        with run_log(run_dir / "logs" / f"seed-{seed}.log"):
+            return _seed_worker_stages(config, seeds, seed, shared, xe_micro, scst_micro, run_dir)
+    finally:  # this process is reused by the executor and must be able to exit: no decoding workers left behind
+        decode_pool.close_all()
 
 
 def _seed_worker_stages(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,

@@ -30,6 +30,7 @@ MIN_IMAGES = 64
 TASK_IMAGES = 16
 
 _FUNCTION: Callable[[Any], torch.Tensor] | None = None
+_LIVE: weakref.WeakSet[DecodePool] = weakref.WeakSet()  # every open pool of this process (`close_all`)
 
 
 def fork_available() -> bool:
@@ -79,11 +80,13 @@ class DecodePool:
         self.shape = tuple(shape)
         self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
                                              initializer=_start_worker, initargs=(function,))
-        self._finalizer = weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+        self._finalizer = weakref.finalize(self, _stop, self._executor)
+        _LIVE.add(self)
 
     def close(self) -> None:
         """Stop the worker processes (also done when the pool is garbage collected)."""
         self._finalizer()
+        _LIVE.discard(self)
 
     def _submit(self, start: int, items: Sequence[Any]) -> tuple[torch.Tensor, list[tuple[int, Future]]]:
         buffer = torch.empty((len(items), *self.shape), dtype=torch.float32).share_memory_()
@@ -127,6 +130,25 @@ class DecodePool:
                 pending.clear()
 
         return generate()
+
+
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """Shut `executor` down and end its workers now. Workers forked from a process that has threads can be stuck on
+    a lock they inherited, and concurrent.futures joins its workers when the interpreter exits: a process whose
+    pool was still open then never exits (a demo seed process did). Terminating them cannot lose work: the pool
+    is only closed once its results are read or abandoned."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())  # no public handle on the workers
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def close_all() -> None:
+    """Close every pool this process still has open (the end of a command or of a seed's process)."""
+    for pool in list(_LIVE):
+        pool.close()
 
 
 def ordered_pixels(function: Callable[[Any], torch.Tensor], items: Sequence[Any], workers: int,
