@@ -11,6 +11,7 @@ from pacs.captioner import demo
 from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, plan_stages, run_pipeline
 from pacs.metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
 from pacs.metric.common.config_files import resolve_config
+from pacs.metric.scoring import decode_pool
 
 
 def run_from_config(config_path: str | None, overrides: list[str], force: list[str] | None = None) -> dict[str, Any]:
@@ -18,6 +19,14 @@ def run_from_config(config_path: str | None, overrides: list[str], force: list[s
 
     `force` names stages to re-run from scratch (added to the config's `force` list).
     """
+    try:
+        return _run_config(config_path, overrides, force)
+    finally:  # a launched process exits when its run ends: no decoding workers left behind (decode_pool._stop)
+        decode_pool.close_all()
+
+
+def _run_config(config_path: str | None, overrides: list[str], force: list[str] | None) -> dict[str, Any]:
+    """`run_from_config`'s run, the decoding pools left to the caller to close."""
     import time
 
     started = time.time()  # the report's provenance: this invocation's wall time
