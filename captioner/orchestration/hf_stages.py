@@ -51,6 +51,15 @@ def hf_stage_names(config: Any) -> list[str]:
     return [*trained, *[f"eval/{reward_slug(m)}/{name}" for name in sets for m in [start, *config.rewards]]]
 
 
+def _start_model(stages: Any, section: Any) -> tuple[Path, str, dict[str, Path], dict[str, list[str]], dict[str, Any]]:
+    """The run's first model (the given folder, or XE's when `captioner.xe`): its folder, stage name, the models and
+    their stages so far, and the folder's fingerprint input."""
+    checkpoint = Path(section.checkpoint)
+    start_name = "xe" if section.xe else "init"
+    return (checkpoint, start_name, {start_name: checkpoint}, {start_name: []},
+            {"checkpoint": stages.checkpoint(checkpoint)})
+
+
 def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> dict[str, Any]:
     """Every stage of a transformers run (the caller holds the run-directory lock); the evaluation rows."""
     from pacs.captioner.modeling.hf_policy import HFPolicy
@@ -64,11 +73,7 @@ def run_hf_stages(config: Any, state: Any, xe_micro: int, scst_micro: int) -> di
     section = config.captioner
     options = section.options()
     captioner_settings = settings_of(section)
-    checkpoint = Path(section.checkpoint)
-    start_name = "xe" if section.xe else "init"
-    models: dict[str, Path] = {start_name: checkpoint}
-    model_stages: dict[str, list[str]] = {start_name: []}
-    init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
+    checkpoint, start_name, models, model_stages, init_inputs = _start_model(stages, section)
     if section.xe:
         xe_dir = run.dir / "xe"
         xe_config = trainer_config(XEConfig, config.xe, xe_dir, xe_micro, "xe")
@@ -130,11 +135,7 @@ def plan_hf_stages(config: Any, run: Any, scst_micro: int) -> list[tuple[str, st
     from pacs.rewards.slug import reward_slug
 
     stages, section = run.stages, config.captioner
-    checkpoint = Path(section.checkpoint)
-    start_name = "xe" if section.xe else "init"
-    models: dict[str, Path] = {start_name: checkpoint}
-    model_stages: dict[str, list[str]] = {start_name: []}
-    init_inputs = {"checkpoint": stages.checkpoint(checkpoint)}
+    _, start_name, models, model_stages, init_inputs = _start_model(stages, section)
     if section.xe:
         stages.plan("xe", *hf_xe_parts(config, init_inputs), resumable=True, progress=run.dir / "xe" / "checkpoints")
         models["xe"], model_stages["xe"] = run.dir / "xe" / "best", ["xe"]

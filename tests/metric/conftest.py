@@ -1,6 +1,8 @@
 """Fixtures for the metric tests: one thread, a tiny random backbone, small synthetic images."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import torch
 from PIL import Image
 
 from pacs.metric.models.backbones import Backbone, build_backbone_from_config, tiny_clip_config
+from pacs.metric.models.lora import attach_lora
 
 torch.set_num_threads(1)
 
@@ -103,3 +106,17 @@ def tiny_transformers_siglip(tiny_family_folder) -> str:
 def tiny_transformers_siglip2(tiny_family_folder) -> str:
     """Folder of a tiny transformers Siglip2Model + Siglip2Processor."""
     return tiny_family_folder("transformers-siglip2")
+
+
+@pytest.fixture
+def adapted(tiny_backbone):
+    """The tiny CLIP with LoRA adapters whose B matrices are random (an untrained adapter adds nothing)."""
+    backbone = dataclasses.replace(tiny_backbone, model=copy.deepcopy(tiny_backbone.model))
+    backbone = attach_lora(backbone, rank=4, alpha=4.0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in backbone.model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.05 * torch.randn(parameter.shape, generator=generator))
+    backbone.model.eval()
+    return backbone

@@ -5,7 +5,6 @@ import copy
 import dataclasses
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 
@@ -14,19 +13,6 @@ from pacs.metric.models.lora import attach_lora, merge_lora, no_input_casting
 IMAGES = [Image.new("RGB", (64, 64), colour) for colour in ("red", "green", "navy", "white")]
 CAPTIONS = ["a red square", "a green field", "a dark blue night", "snow"]
 
-
-@pytest.fixture
-def adapted(tiny_backbone):
-    """The tiny CLIP with a LoRA adapter whose B matrices are random (an untrained adapter is the identity)."""
-    backbone = dataclasses.replace(tiny_backbone, model=copy.deepcopy(tiny_backbone.model))
-    backbone = attach_lora(backbone, rank=4, alpha=4.0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in backbone.model.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(0.05 * torch.randn(parameter.shape, generator=generator))
-    backbone.model.eval()
-    return backbone
 
 
 def _lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -14,11 +14,10 @@ import copy
 import dataclasses
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 
-from pacs.metric.models.lora import attach_lora, carries_lora, merged_for_inference
+from pacs.metric.models.lora import carries_lora, merged_for_inference
 from pacs.metric.scoring.model_options import ModelOptions, build_scorer
 from pacs.metric.scoring.scorer import Scorer
 
@@ -29,19 +28,6 @@ SCORER_FLOAT_TOLERANCE = 1e-5
 #: the documented bf16 deviation of a score from fp32 (docs/performance.md: max |Δ score| 2.5e-2, fixture A)
 BF16_TOLERANCE = 2.5e-2
 
-
-@pytest.fixture
-def adapted(tiny_backbone):
-    """The tiny CLIP with LoRA adapters whose B matrices are random (an untrained adapter adds nothing)."""
-    backbone = dataclasses.replace(tiny_backbone, model=copy.deepcopy(tiny_backbone.model))
-    backbone = attach_lora(backbone, rank=4, alpha=4.0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in backbone.model.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(0.05 * torch.randn(parameter.shape, generator=generator))
-    backbone.model.eval()
-    return backbone
 
 
 def _embeddings(model: torch.nn.Module, dtype: torch.dtype) -> torch.Tensor:
