@@ -165,7 +165,7 @@ def xe_training(precision: str, steps: int, batch: int, work: Path) -> tuple[lis
     vocab = build_vocab("word", [caption for _, caption in pairs], min_count=1, max_length=16)
     out = work / f"xe-{precision}"
     config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=batch, micro_batch_size=batch, eval_every=0,
-                      save_every=steps, val_max_images=8, val_beam_size=1, tensorboard=False, log_every=1,
+                      save_every=steps, val_max_images=8, val_beam_size=1, trackers=[], log_every=1,
                       mixed_precision=precision)
     result = train_xe(config, dataclasses.replace(CaptionerConfig(), dropout=0.0), vocab,
                       FeatureCache(work / "coco" / "features"), pairs, {i: records[i] for i in ids["val"]})

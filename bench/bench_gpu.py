@@ -569,7 +569,7 @@ def run_captioner(device: str, tiny: bool, work: Path, n_images: int) -> list[di
         precision = "no" if dtype == "fp32" else "bf16"
         xe_config = XEConfig(output_dir=str(work / "coco" / f"xe-{dtype}"), max_steps=xe_steps, batch_size=xe_batch,
                              micro_batch_size=xe_batch, eval_every=0, save_every=xe_steps, val_max_images=8,
-                             val_beam_size=1, tensorboard=False, mixed_precision=precision, log_every=xe_steps)
+                             val_beam_size=1, trackers=[], mixed_precision=precision, log_every=xe_steps)
         shutil.rmtree(xe_config.output_dir, ignore_errors=True)
         seconds, xe = timed(device, lambda xe_config=xe_config: train_xe(
             xe_config, dataclasses.replace(model), vocab, features, train_pairs, val))
@@ -583,7 +583,7 @@ def run_captioner(device: str, tiny: bool, work: Path, n_images: int) -> list[di
             config = SCSTConfig(output_dir=str(work / "coco" / f"scst-{spec}-{dtype}"), reward=spec, batch_size=scst_batch,
                                 micro_batch_size=scst_batch, max_steps=scst_steps, epochs=scst_steps, k=k,
                                 save_every=scst_steps,
-                                tensorboard=False, mixed_precision=precision, lr=5e-6)
+                                trackers=[], mixed_precision=precision, lr=5e-6)
             shutil.rmtree(config.output_dir, ignore_errors=True)
             seconds, result = timed(device, lambda config=config, reward=reward, init=xe.final_dir: train_scst(
                 config, init, features, [(i, records[i]) for i in scst_ids], reward))

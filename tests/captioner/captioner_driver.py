@@ -58,7 +58,7 @@ def run_xe(out: Path, data_dir: Path, micro: int, steps: int) -> tuple[list[floa
     config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=32, micro_batch_size=micro,
                       schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
                                               final_lr=1e-4), eval_every=3, val_beam_size=2, save_every=1000,
-                      log_every=1, tensorboard=False)
+                      log_every=1, trackers=[])
     result = train_xe(config, tiny_model_config(dropout=0.0), vocab, cache, train, val)
     return result.losses, result.best_score
 
@@ -81,7 +81,7 @@ def run_xe_resumable(out: Path, data_dir: Path, micro: int, steps: int, kill_at:
     config = XEConfig(output_dir=str(out), max_steps=steps, batch_size=16, micro_batch_size=micro,
                       schedule=ScheduleConfig(warmup_steps=2, constant_until=5, decay_until=8, peak_lr=3e-3,
                                               final_lr=1e-4), eval_every=1, val_beam_size=2, val_max_images=2,
-                      save_every=3, keep_checkpoints=5, log_every=1, tensorboard=False)
+                      save_every=3, keep_checkpoints=5, log_every=1, trackers=[])
     return train_xe(config, tiny_model_config(dropout=0.1), vocab, cache, train, val, validate=validate).losses
 
 
@@ -137,7 +137,7 @@ def run_scst(out: Path, data_dir: Path, micro: int, steps: int, kill_at: int, va
             tiny_checkpoint(data_dir, dropout=0.1 if resumable else 0.0, name=init.name)
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
                         epochs=4, max_steps=steps, samples="multinomial" if resumable else "beam",
-                        k=3, save_every=3, keep_checkpoints=5, tensorboard=False)
+                        k=3, save_every=3, keep_checkpoints=5, trackers=[])
     items = list({image_id: [caption] for image_id, caption in train}.items())
     return train_scst(config, init, cache, items, reward).losses
 

@@ -70,7 +70,7 @@ def tiny_pipeline_sections(xe_batch: int, xe_micro: int, eval_every: int, save_e
                   "dropout": 0.1},
         "xe": {"max_steps": 6, "batch_size": xe_batch, "micro_batch_size": xe_micro, "eval_every": eval_every,
                "val_beam_size": 2, "save_every": save_every,
-               "log_every": 1, "tensorboard": False,
+               "log_every": 1, "trackers": [],
                "schedule": {"warmup_steps": 2, "constant_until": 4, "decay_until": 6, "peak_lr": 2e-3,
                             "final_lr": 1e-4}},
     }

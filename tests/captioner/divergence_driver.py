@@ -34,7 +34,7 @@ def run_xe(out: Path, data: Path) -> None:
     config = XEConfig(output_dir=str(out), max_steps=4, batch_size=16, micro_batch_size=8,
                       schedule=ScheduleConfig(warmup_steps=0, constant_until=4, decay_until=4, peak_lr=HUGE_LR,
                                               final_lr=1.0),
-                      eval_every=0, val_beam_size=1, val_max_images=2, save_every=0, tensorboard=False)
+                      eval_every=0, val_beam_size=1, val_max_images=2, save_every=0, trackers=[])
     train_xe(config, tiny_model_config(), vocab, cache, train, val)
 
 
@@ -42,7 +42,7 @@ def run_scst(out: Path, data: Path) -> None:
     """Three SCST steps of 8 images (2 processes x 1 micro-batch of 4)."""
     cache, train, _ = tiny_data(data)
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=HUGE_LR, batch_size=8, micro_batch_size=4,
-                        max_steps=3, k=3, save_every=0, tensorboard=False)
+                        max_steps=3, k=3, save_every=0, trackers=[])
     items = list({image_id: [caption] for image_id, caption in train}.items())
     train_scst(config, data / "init", cache, items, overlap_reward)
 

@@ -37,7 +37,7 @@ def main() -> None:
         if not (data_dir / "init" / "captioner.json").is_file():
             tiny_checkpoint(data_dir, dropout=0.1)
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=micro,
-                        epochs=4, max_steps=4, samples="multinomial", k=3, save_every=100, tensorboard=False,
+                        epochs=4, max_steps=4, samples="multinomial", k=3, save_every=100, trackers=[],
                         kl_coef=0.5, monitor_every=2, monitor_images=5, select_by="cider")
     items = list({image_id: [caption] for image_id, caption in train}.items())
     result = train_scst(config, data_dir / "init", cache, items, overlap_reward, validation=val)

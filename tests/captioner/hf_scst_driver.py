@@ -62,7 +62,7 @@ def main() -> None:
     policy = HFPolicy.load(data / "git", paths, HFTrainOptions(finetune=finetune), max_length=6)
     config = SCSTConfig(output_dir=str(out), reward="words", lr=1e-3, batch_size=4, micro_batch_size=micro,
                         epochs=10, max_steps=steps, samples="multinomial", k=3, max_length=6, save_every=3,
-                        keep_checkpoints=5, tensorboard=False, kl_coef=0.1)
+                        keep_checkpoints=5, trackers=[], kl_coef=0.1)
     result = train_scst(config, data / "git", None, list(refs.items()), KillingReward(kill_at), policy=policy)
     emit("scst", result.losses)
 

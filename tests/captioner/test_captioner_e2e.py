@@ -34,7 +34,7 @@ def _config(tmp_path, shared_data) -> dict:
         "features": {"source": tiny, "batch_size": 16, "dtype": "float32"},
         **tiny_pipeline_sections(40, 20, eval_every=6, save_every=6),
         "scst": {"batch_size": 8, "micro_batch_size": 8, "max_steps": 2, "k": 2, "lr": 1e-4,
-                 "save_every": 2, "tensorboard": False},
+                 "save_every": 2, "trackers": []},
         "rewards": REWARDS,
         "reward_models": {"clip": tiny, "pac": {"backbone": "", **tiny, "random_seed": 1}},
         "evaluation": {"test_sets": {"flickr8k": {"name": "flickr8k", "path": str(shared_data / "flickr8k"),

@@ -54,7 +54,7 @@ def test_xe_learns_validates_and_keeps_best_checkpoint(tmp_path):
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=40, batch_size=32, micro_batch_size=16,
                       schedule=ScheduleConfig(warmup_steps=5, constant_until=25, decay_until=35, peak_lr=3e-3,
                                               final_lr=1e-4), eval_every=20, save_every=20, log_every=1,
-                      tensorboard=False)
+                      trackers=[])
     result = train_xe(config, tiny_model_config(), vocab, cache, train, val)
     assert result.losses[-1] < 0.3 * result.losses[0]
     assert result.best_step in (20, 40) and result.best_score > 50.0  # CIDEr-D x100 on held-out images
@@ -226,7 +226,7 @@ def _scst(tmp_path: Path, out: str, steps: int, reward=overlap_reward, **overrid
     if not init.is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=8,
-                        epochs=3, max_steps=steps, k=3, save_every=2, tensorboard=False)
+                        epochs=3, max_steps=steps, k=3, save_every=2, trackers=[])
     for key, value in overrides.items():
         setattr(config, key, value)
     items = list({image_id: [caption] for image_id, caption in train}.items())

@@ -87,7 +87,7 @@ def test_xe_and_scst_train_identically_on_the_compact_views(tmp_path):
         config = XEConfig(output_dir=str(tmp_path / name), max_steps=6, batch_size=16, micro_batch_size=8,
                           schedule=ScheduleConfig(warmup_steps=2, constant_until=4, decay_until=6, peak_lr=3e-3,
                                                   final_lr=1e-4), eval_every=0, save_every=0, log_every=1,
-                          tensorboard=False)
+                          trackers=[])
         return train_xe(config, tiny_model_config(), vocab, cache, examples, val).losses
 
     assert xe("xe-compact", store.pairs()) == xe("xe-lists", train)
@@ -96,7 +96,7 @@ def test_xe_and_scst_train_identically_on_the_compact_views(tmp_path):
 
     def scst(name, examples):
         config = SCSTConfig(output_dir=str(tmp_path / name), reward="overlap", lr=1e-3, batch_size=8,
-                            micro_batch_size=8, max_steps=3, k=3, save_every=0, tensorboard=False)
+                            micro_batch_size=8, max_steps=3, k=3, save_every=0, trackers=[])
         return train_scst(config, init, cache, examples, overlap_reward).losses
 
     assert scst("scst-compact", store.reference_sets()) == scst("scst-lists", list(grouped.items()))

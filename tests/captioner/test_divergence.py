@@ -30,7 +30,7 @@ def _xe_config(out: Path, **overrides) -> XEConfig:
               "schedule": ScheduleConfig(warmup_steps=0, constant_until=4, decay_until=4, peak_lr=HUGE_LR,
                                          final_lr=1.0),
               "eval_every": 0, "val_beam_size": 1, "val_max_images": 2, "save_every": 0, "log_every": 1,
-              "tensorboard": False}
+              "trackers": []}
     values.update(overrides)
     return XEConfig(**values)
 
@@ -84,7 +84,7 @@ def test_scst_with_a_huge_learning_rate_stops_and_writes_no_final_model(tmp_path
     items = list({image_id: [caption] for image_id, caption in train}.items())
     out = tmp_path / "scst"
     config = SCSTConfig(output_dir=str(out), reward="overlap", lr=HUGE_LR, batch_size=8, micro_batch_size=4,
-                        max_steps=3, k=3, save_every=0, tensorboard=False)
+                        max_steps=3, k=3, save_every=0, trackers=[])
     with pytest.raises(TrainingDivergedError) as caught:
         train_scst(config, init, cache, items, overlap_reward)
     message = str(caught.value)
@@ -109,7 +109,7 @@ def test_scst_refuses_an_init_checkpoint_with_non_finite_weights_and_save_refuse
     weights[name].view(-1)[0] = float("nan")
     save_file(weights, str(init / "model.safetensors"))
     config = SCSTConfig(output_dir=str(tmp_path / "scst"), reward="overlap", batch_size=8, micro_batch_size=8,
-                        max_steps=1, k=2, tensorboard=False)
+                        max_steps=1, k=2, trackers=[])
     items = list({image_id: [caption] for image_id, caption in train}.items())
     with pytest.raises(NonFiniteError, match=rf"init_checkpoint {init}: weight '{name}' is not finite"):
         train_scst(config, init, cache, items, overlap_reward)

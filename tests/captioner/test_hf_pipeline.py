@@ -25,10 +25,10 @@ def _recipe(tmp_path, shared_data, folder) -> dict:
         data={"name": "flickr8k", "path": str(shared_data / "flickr8k"), "max_train_images": 4, "max_val_images": 2},
         features={"source": tiny_clip_source()}, vocab=None, model=None,
         xe={"max_steps": 2, "batch_size": 4, "micro_batch_size": 4, "eval_every": 2, "save_every": 1,
-            "tensorboard": False, "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2,
+            "trackers": [], "schedule": {"warmup_steps": 1, "constant_until": 1, "decay_until": 2,
                                                "peak_lr": 1e-3, "final_lr": 1e-4}},
         scst={"batch_size": 2, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-3, "samples": "multinomial",
-              "max_length": 6, "save_every": 1, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1,
+              "max_length": 6, "save_every": 1, "trackers": [], "kl_coef": 0.1, "monitor_every": 1,
               "monitor_images": 2, "select_by": "cider"})
 
 

@@ -43,7 +43,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _config(out: Path, **overrides) -> SCSTConfig:
     values = {"output_dir": str(out), "reward": "test", "lr": 1e-3, "batch_size": 2, "micro_batch_size": 2,
               "samples": "multinomial", "k": 3, "max_length": 6, "max_steps": 1, "save_every": 0,
-              "tensorboard": False, "seed": 3}
+              "trackers": [], "seed": 3}
     return SCSTConfig(**(values | overrides))
 
 

@@ -52,7 +52,7 @@ def test_xe_trainer_state_before_any_validation_holds_null_not_minus_infinity(tm
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=2, batch_size=16, micro_batch_size=16,
                       schedule=ScheduleConfig(warmup_steps=0, constant_until=2, decay_until=2, peak_lr=1e-3,
                                               final_lr=1e-3), eval_every=0, save_every=1, keep_checkpoints=5,
-                      tensorboard=False)
+                      trackers=[])
     result = train_xe(config, tiny_model_config(), vocab, cache, train, {})  # no validation set
     state = json.loads((tmp_path / "xe" / "checkpoints" / "step-00000001" / "trainer_state.json").read_text())
     assert state["best_score"] is None and state["best_step"] == -1

@@ -41,7 +41,7 @@ def _config(root: Path, sets: dict, models: dict) -> dict:
         "features": {"source": tiny, "batch_size": 8, "dtype": "float32"},
         **tiny_pipeline_sections(16, 8, eval_every=3, save_every=2),
         "scst": {"batch_size": 4, "micro_batch_size": 2, "max_steps": 2, "k": 2, "lr": 1e-4,
-                 "save_every": 2, "tensorboard": False},
+                 "save_every": 2, "trackers": []},
         "reward_models": {"clip": {"backbone": "", "checkpoint": str(models["clip"])},
                           "pacs": {"backbone": "", "checkpoint": str(models["C"]), "arch": str(models["C_arch"]),
                                    "family": "pac-s"},

@@ -27,7 +27,7 @@ def _scst(tmp_path: Path, out: str, reward, steps: int = 4, **overrides):
     if not (tmp_path / "init").is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="flat", lr=1e-3, batch_size=8, micro_batch_size=4,
-                        epochs=3, max_steps=steps, k=3, save_every=100, tensorboard=False, samples="multinomial",
+                        epochs=3, max_steps=steps, k=3, save_every=100, trackers=[], samples="multinomial",
                         degenerate_window=3, monitor_every=2, monitor_images=4)
     for key, value in overrides.items():
         setattr(config, key, value)

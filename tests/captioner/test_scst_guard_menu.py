@@ -29,7 +29,7 @@ def _scst(tmp_path: Path, out: str, steps: int, reward=overlap_reward, items=Non
     if not init.is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=8,
-                        epochs=3, max_steps=steps, k=3, save_every=100, tensorboard=False, samples="multinomial")
+                        epochs=3, max_steps=steps, k=3, save_every=100, trackers=[], samples="multinomial")
     for key, value in overrides.items():
         setattr(config, key, value)
     items = items or list({image_id: [caption] for image_id, caption in train}.items())

@@ -50,7 +50,7 @@ def _scst(tmp_path: Path, out: str, steps: int, reward=overlap_reward, validatio
     if not init.is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=8,
-                        epochs=3, max_steps=steps, k=3, save_every=100, tensorboard=False, samples="multinomial")
+                        epochs=3, max_steps=steps, k=3, save_every=100, trackers=[], samples="multinomial")
     for key, value in overrides.items():
         setattr(config, key, value)
     items = list({image_id: [caption] for image_id, caption in train}.items())
@@ -338,7 +338,7 @@ def test_pipeline_evaluates_the_selected_checkpoint_and_records_it(tmp_path, sha
     recipe = tiny_pipeline_recipe(
         tmp_path / "run", shared_data / "flickr8k",
         scst={"batch_size": 4, "micro_batch_size": 4, "max_steps": 3, "epochs": 2, "k": 2, "lr": 1e-3,
-              "save_every": 10, "tensorboard": False, "kl_coef": 0.1, "monitor_every": 1, "select_by": "cider"},
+              "save_every": 10, "trackers": [], "kl_coef": 0.1, "monitor_every": 1, "select_by": "cider"},
         rewards=["cider:1,rep-penalty:0.5,length-penalty:0.25"],
         reward_guards={"rep_n": 1, "length_limit": "train", "length_percentile": 90})
     recipe["data"]["max_val_images"] = 3

@@ -57,7 +57,7 @@ def _run(tmp_path: Path, out: str, reward, **overrides):
     if not init.is_dir():
         tiny_checkpoint(tmp_path, dropout=0.1)
     config = SCSTConfig(output_dir=str(tmp_path / out), reward="mix", lr=1e-3, batch_size=8, micro_batch_size=8,
-                        epochs=1, max_steps=2, k=3, save_every=100, tensorboard=False, samples="multinomial",
+                        epochs=1, max_steps=2, k=3, save_every=100, trackers=[], samples="multinomial",
                         **overrides)
     items = list({image_id: [caption] for image_id, caption in train}.items())
     return train_scst(config, init, cache, items, reward)
@@ -118,7 +118,7 @@ def test_a_transformers_captioner_learns_from_the_normalised_components_too(tmp_
                                                                                   "weighted_sum")):
         policy = HFPolicy.load(folder, paths, HFTrainOptions(), max_length=6)
         config = SCSTConfig(output_dir=str(tmp_path / name), reward="mix", lr=1e-3, batch_size=2, micro_batch_size=2,
-                            samples="multinomial", k=3, max_length=6, max_steps=1, save_every=0, tensorboard=False,
+                            samples="multinomial", k=3, max_length=6, max_steps=1, save_every=0, trackers=[],
                             seed=3, mix_normalisation=normalisation)
         losses[name] = train_scst(config, folder, None, train, reward, policy=policy).losses[0]
     assert losses["norm"] != 0.0  # some component varied within an image's samples: a real gradient

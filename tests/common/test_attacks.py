@@ -390,7 +390,7 @@ def test_divergence_stops_xe_at_the_first_non_finite_loss(tmp_path):
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=4, batch_size=16, micro_batch_size=8,
                       schedule=ScheduleConfig(warmup_steps=0, constant_until=4, decay_until=4, peak_lr=1e308,
                                               final_lr=1.0),
-                      eval_every=0, val_beam_size=1, val_max_images=2, save_every=0, log_every=1, tensorboard=False)
+                      eval_every=0, val_beam_size=1, val_max_images=2, save_every=0, log_every=1, trackers=[])
     with pytest.raises(TrainingDivergedError, match="training diverged at optimizer step 2"):
         train_xe(config, kit.tiny_model_config(), vocab, cache, train, val)
     assert not (tmp_path / "xe" / "best").exists() and not (tmp_path / "xe" / "final").exists()
@@ -473,7 +473,7 @@ def test_scst_resume_is_bit_exact(tmp_path):
 
         config = SCSTConfig(output_dir=str(out), reward="overlap", lr=1e-3, batch_size=8, micro_batch_size=4,
                             epochs=4, max_steps=5, samples="multinomial", k=3, save_every=3, keep_checkpoints=5,
-                            tensorboard=False)
+                            trackers=[])
         return train_scst(config, init, cache, items, reward).losses
 
     full = run(tmp_path / "full")

@@ -305,7 +305,7 @@ def test_an_xe_resume_state_outside_0_to_max_steps_is_refused_naming_the_file(tm
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=2, batch_size=16, micro_batch_size=16,
                       schedule=ScheduleConfig(warmup_steps=0, constant_until=2, decay_until=2, peak_lr=1e-3,
                                               final_lr=1e-3), eval_every=0, save_every=1, keep_checkpoints=5,
-                      tensorboard=False)
+                      trackers=[])
     train_xe(config, kit.tiny_model_config(), vocab, cache, train, {})
     checkpoint = tmp_path / "xe" / "checkpoints" / "step-00000002"
     state_file = checkpoint / "trainer_state.json"

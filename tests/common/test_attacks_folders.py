@@ -335,7 +335,7 @@ def test_xe_on_a_poisoned_cache_names_the_image_instead_of_blaming_the_learning_
     cache, train, val = _poisoned_cache(tmp_path, [f"img{i}" for i in range(40)], float("nan"))
     vocab = build_vocab("word", [c for _, c in train], min_count=1, max_length=8)
     config = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=4, batch_size=16, micro_batch_size=8, eval_every=0,
-                      val_beam_size=1, val_max_images=2, save_every=0, log_every=1, tensorboard=False)
+                      val_beam_size=1, val_max_images=2, save_every=0, log_every=1, trackers=[])
     with pytest.raises(NonFiniteError, match=r"poisoned: the features of image id 'img\d+'") as error:
         train_xe(config, load_captioner_testkit().tiny_model_config(), vocab, cache, train, val)
     assert not isinstance(error.value, TrainingDivergedError) and "learning rate" not in str(error.value)

@@ -168,7 +168,7 @@ def test_training_runs_follow_the_umask(tmp_path, umask, file_mode, dir_mode):
     xe = XEConfig(output_dir=str(tmp_path / "xe"), max_steps=2, batch_size=4, micro_batch_size=4,
                   schedule=ScheduleConfig(warmup_steps=0, constant_until=2, decay_until=2, peak_lr=1e-3,
                                           final_lr=1e-3),
-                  eval_every=1, val_beam_size=1, save_every=1, keep_checkpoints=2, tensorboard=False)
+                  eval_every=1, val_beam_size=1, save_every=1, keep_checkpoints=2, trackers=[])
     old = os.umask(umask)
     try:
         train_metric(MetricTrainConfig(mode="lora", random_init=True, batch_size=4, max_steps=2, eval_every=1,
