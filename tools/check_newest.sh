@@ -46,7 +46,7 @@ PY
 
 status=0
 ruff check . || status=1
-lint-imports || status=1
+bash tools/lint_imports.sh || status=1
 SEED="${PACS_TEST_SEED:-$(python -c 'import random; print(random.randrange(2**31))')}"
 echo "test order: --randomly-seed=$SEED"
 python -m pytest -q -p randomly --randomly-seed="$SEED" "$@" || status=1
