@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pacs.captioner.demo.pipeline import correlation_extras, results_markdown
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import write_text_atomic
+from pacs.metric.common.io import replace_marked_block, write_text_atomic
 
 BEGIN, END = "<!-- demo-results:begin -->", "<!-- demo-results:end -->"
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,11 +76,7 @@ def findings_json(run_dir: Path) -> dict:
 
 def replace_block(text: str, content: str, name: str) -> str:
     """`text` with the part between the markers replaced by `content`."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise InputError(f"{name}: expected one {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{content}\n{END}{tail}"
+    return replace_marked_block(text, BEGIN, END, content, name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pacs.captioner.demo.pipeline import results_markdown
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import write_text_atomic
+from pacs.metric.common.io import replace_marked_block, write_text_atomic
 
 BEGIN, END = "<!-- demo-guards:begin -->", "<!-- demo-guards:end -->"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (run_dir / "results.json").is_file():
             raise InputError(f"{run_dir}: no results.json (run `pacs train --config demo_guards` first)")
         text = path.read_text(encoding="utf-8")
-        if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-            raise InputError(f"{path}: expected one {BEGIN} ... {END} block")
-        head, rest = text.split(BEGIN)
-        _, tail = rest.split(END)
-        write_text_atomic(path, f"{head}{BEGIN}\n{block(run_dir, args.machine)}\n{END}{tail}")
+        write_text_atomic(path, replace_marked_block(text, BEGIN, END, block(run_dir, args.machine), str(path)))
         print(f"refreshed {path}")
     except InputError as error:
         print(f"refresh_guard_docs: error: {error}", file=sys.stderr)

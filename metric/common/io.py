@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pacs.metric.common.errors import NonFiniteError
+from pacs.metric.common.errors import InputError, NonFiniteError
 from pacs.metric.common.os_errors import writing_to
 
 _UMASK_LOCK = threading.Lock()
@@ -159,6 +159,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 #: first characters that make a spreadsheet read a cell as a formula (the OWASP CSV-injection rule)
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def replace_marked_block(text: str, begin: str, end: str, content: str, name: str) -> str:
+    """`text` with the part between its one `begin` and one `end` marker replaced by `content` (a generated block
+    of a docs page); an `InputError` naming `name` when the markers are missing, repeated or out of order."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise InputError(f"{name}: expected one {begin} ... {end} block")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{content}\n{end}{tail}"
 
 
 def csv_cell(value: Any) -> Any:
