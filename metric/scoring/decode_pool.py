@@ -143,6 +143,10 @@ def _stop(executor: ProcessPoolExecutor) -> None:
         process.terminate()
     for process in processes:
         process.join(timeout=5)
+    for process in processes:  # SIGTERM can be held up (a handler inherited through fork, a loaded machine)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def close_all() -> None:
