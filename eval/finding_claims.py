@@ -13,7 +13,9 @@ REWARD = "reward"
 CLAIM_REWARD_RISES = "its own reward rises beyond noise"
 CLAIM_JUDGE = {1: "judge accuracy rises beyond noise", -1: "judge accuracy falls beyond noise",
                0: "judge accuracy stays within noise"}
-CLAIM_GUARD = "the KL guard keeps judge accuracy while its reward rises"
+GUARD_PROMISE = " keeps judge accuracy while its reward rises"
+CLAIM_GUARD = "the KL guard" + GUARD_PROMISE
+"""The KL row's "guard worked" claim; another guard's row claims "the <guard> guard" + `GUARD_PROMISE`."""
 CLAIM_FLAT_REWARD = "its SCST reward had no spread for most steps, so no guard claim is made"
 CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "ranks it level with humans within noise"}
 HUMAN_SUBJECT = "best SCST row vs human"
@@ -35,3 +37,11 @@ def gamed_claim(column: str) -> str:
 def gamed_signature(claim: str) -> str | None:
     """The degenerate signature a "gamed" claim names ("shorter captions", ...), None for any other claim."""
     return claim[len(GAMED_PREFIX):] if claim.startswith(GAMED_PREFIX) else None
+
+
+def guard_of_claim(claim: str) -> str | None:
+    """The guard a "guard worked" claim is about ("the KL guard", "the length mask guard", ...), None for any other."""
+    if not claim.endswith(GUARD_PROMISE):
+        return None
+    guard = claim[:-len(GUARD_PROMISE)]
+    return guard if guard.startswith("the ") and guard.endswith((" guard", " guards")) else None

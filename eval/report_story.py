@@ -7,7 +7,8 @@ The headline is two or three sentences, each derived from results.json by a fixe
    recipe), by the chosen metric (`HEADLINE_COLUMNS`: the first one the rows carry intervals for);
 2. which rewards were gamed and how (the records' "is gamed" claims that hold, with the degenerate signatures
    they name), or that none was, when the rules ran;
-3. whether the KL guards held (the records' guard claims), when the run has a guarded row.
+3. whether the guards held (the records' guard claims: the KL guard, the length mask, ...), when the run has a
+   guarded row; with more than two guarded rows, the ones that held by name and the others counted.
 
 A claim whose replication probability is below `FRAGILE` is marked fragile in the sentence that uses it; a
 seed-dependent one is said to be. `ranked_findings` orders the findings robust first (by the probability that an
@@ -21,7 +22,6 @@ from typing import Any
 
 from pacs.eval.finding_claims import (
     CLAIM_FLAT_REWARD,
-    CLAIM_GUARD,
     CLAIM_JUDGE,
     CLAIM_REWARD_RISES,
     FRAGILE,
@@ -29,6 +29,7 @@ from pacs.eval.finding_claims import (
     JUDGE,
     SEED_DEPENDENT,
     gamed_signature,
+    guard_of_claim,
 )
 
 #: the columns a run without a judge is headlined by, in order of preference (the first one with intervals)
@@ -174,20 +175,32 @@ def gamed(found: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def guards(found: Sequence[Mapping[str, Any]]) -> str | None:
-    """Sentence 3: whether each KL guard held (its reward rose and judge accuracy did not fall); None without a
-    guarded row."""
-    parts = []
+    """Sentence 3: whether each guard held (its reward rose and judge accuracy did not fall); None without a
+    guarded row. Past two guarded rows the sentence names the ones that held and counts the others."""
+    held, other = [], []  # (name, verdict, interval and mark)
     for record in found:
-        if record["claim"] == CLAIM_GUARD:
+        guard = guard_of_claim(record["claim"])
+        if guard is not None:
             verdict = {True: "held", False: "did not hold"}.get(record.get("holds"), f"is {SEED_DEPENDENT}")
             mark = _mark(record) if record.get("holds") != SEED_DEPENDENT else ""
-            parts.append(f"the KL guard of {record['subject']} {verdict} ({_interval(record)}){mark}")
+            (held if record.get("holds") is True else other).append(
+                (f"{guard} of {record['subject']}", verdict, f"({_interval(record)}){mark}"))
         elif record["claim"] == CLAIM_FLAT_REWARD:
-            parts.append(f"the KL guard of {record['subject']} has no verdict: its SCST reward had no spread for "
-                         "most steps")
-    if not parts:
+            guard = "the KL guard" if str(record["subject"]).endswith(" +KL") else "the guard"
+            flat = "has no verdict: its SCST reward had no spread for most steps"
+            other.append((f"{guard} of {record['subject']}", flat, ""))
+    if not held and not other:
         return None
-    text = "; ".join(parts)
+    if len(held) + len(other) <= 2:
+        text = "; ".join(" ".join(part for part in row if part) for row in held + other)
+    else:
+        text = f"{_names([f'{name} {interval}' for name, _, interval in held])} held" if held else "no guard held"
+        if other:  # counted by verdict: "did not hold", "is seed-dependent", "has no verdict ..."
+            counts: dict[str, int] = {}
+            for _, verdict, _ in other:
+                counts[verdict.split(":")[0]] = counts.get(verdict.split(":")[0], 0) + 1
+            text += (f"; of the other {len(other)} guarded row{'s' if len(other) > 1 else ''}, "
+                     f"{_names([f'{n} {verdict}' for verdict, n in counts.items()])}")
     return f"{text[0].upper()}{text[1:]} (a guard holds when its reward rises and judge accuracy does not fall)."
 
 

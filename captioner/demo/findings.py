@@ -38,6 +38,7 @@ from pacs.eval.finding_claims import (  # the claim vocabulary, shared with the 
     CLAIM_REWARD_RISES,
     DEGENERATE_SIGNS,
     FRAGILE,
+    GUARD_PROMISE,
     HUMAN_SUBJECT,
     JUDGE,
     REWARD,
@@ -88,8 +89,7 @@ def guard_claim(model: str) -> str:
     guard = model.rsplit(" +", 1)[-1]
     if guard == "KL":
         return CLAIM_GUARD
-    return CLAIM_GUARD.replace("the KL guard", "the combination of guards" if guard == COMBINATION
-                               else f"the {guard} guard")
+    return ("the combination of guards" if guard == COMBINATION else f"the {guard} guard") + GUARD_PROMISE
 
 
 GUARD_CLAIMS = frozenset(guard_claim(f"x +{row}") for row in (*(g.row for g in GUARDS.values()), COMBINATION))

@@ -477,14 +477,10 @@ def _run_guarded(config: DemoConfig, seed: int, data: Any, runner: Any, features
                        upstream=[xe, "pacs"], distributed=True)
             return run_records.section(runner.record(name), "summary", runner.record_path(name))
 
-        summaries = {coef: train({"kl_coef": coef}, guarded_stage_name(config, seed, spec, coef))
-                     for coef in config.guarded.kl_coefs}
-        choices[reward] = guard_choice(spec, summaries) if summaries else {"spec": spec}
-        menu = _guard_menu(config, seed, reward, spec, summaries, train, runner)  # also the KL grid alone: its record
-        if summaries:  # one rule for every guard: the KL row too follows the record (ties: fewest signatures)
-            choices[reward]["chosen_kl_coef"] = menu["choices"]["kl_coef"]["chosen"]
-        if config.guarded.grid:  # (the KL grid alone keeps the choices, and the evaluate fingerprint, of before)
-            choices[reward]["guards"] = menu
+        choices[reward], menu = seed_guard_choice(config, seed, reward, train, runner.folder)
+        if process_state().is_main_process:  # the record of the choice (the KL grid alone too)
+            write_json_atomic(runner.run_dir / f"{seed_prefix(config, seed)}guard_choice-{reward_slug(spec)}.json",
+                              menu)
         for model, stage in guarded_row_stages(config, seed, reward, choices[reward]).items():
             # the record's `summary.model` is data: inside the stage's folder, and the model that stage wrote
             models[model] = run_records.recorded_model(runner.run_dir, stage, runner.record(stage),
@@ -510,10 +506,29 @@ def guard_choice(spec: str, summaries: dict[float, dict[str, Any]]) -> dict[str,
             "zero_spread_fraction": summaries[chosen].get("zero_spread_fraction")}
 
 
+def seed_guard_choice(config: DemoConfig, seed: int, reward: str, summary_of: Callable[[dict[str, Any], str], dict],
+                      folder_of: Callable[[str], Path]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One seed's choice among the guarded runs of `reward` and the record of it (`guard_choice-<reward>.json`).
+
+    `summary_of(guard, stage)` gives a guarded run's stage summary (a run trains it, pooling reads its verified
+    record); `folder_of(stage)` its folder. The same choice whether the seed is trained or pooled.
+    """
+    spec = config.guarded.reward_spec(reward)
+    summaries = {coef: summary_of({"kl_coef": coef}, guarded_stage_name(config, seed, spec, coef))
+                 for coef in config.guarded.kl_coefs}
+    choice = guard_choice(spec, summaries) if summaries else {"spec": spec}
+    menu = _guard_menu(config, seed, reward, spec, summaries, summary_of, folder_of)
+    if summaries:  # one rule for every guard: the KL row too follows the record (ties: fewest signatures)
+        choice["chosen_kl_coef"] = menu["choices"]["kl_coef"]["chosen"]
+    if config.guarded.grid:  # (the KL grid alone keeps the choices, and the evaluate fingerprint, of before)
+        choice["guards"] = menu
+    return choice, menu
+
+
 def _guard_menu(config: DemoConfig, seed: int, reward: str, spec: str, kl: dict[float, dict[str, Any]],
-                train: Callable[..., dict[str, Any]], runner: Any) -> dict[str, Any]:
+                train: Callable[..., dict[str, Any]], folder_of: Callable[[str], Path]) -> dict[str, Any]:
     """Every `guarded.grid` guard trained at each setting, each guard's choice on validation and the best
-    combination (`guard_choice`); the record is also written to `<run>/[seed-<s>/]guard_choice-<reward>.json`."""
+    combination (`guard_choice`): the record of `seed_guard_choice`."""
 
     prefix, slug = seed_prefix(config, seed), reward_slug(spec)
     stages: dict[str, dict[Any, str]] = {"kl_coef": {coef: guarded_stage_name(config, seed, spec, coef)
@@ -526,7 +541,7 @@ def _guard_menu(config: DemoConfig, seed: int, reward: str, spec: str, kl: dict[
                               "choices": {}, "rows": {}}
     for key, by_value in summaries.items():
         candidates = [{"setting": value, "stage": stages[key][value],
-                       **_candidate_evidence(runner.folder(stages[key][value]), summary)}
+                       **_candidate_evidence(folder_of(stages[key][value]), summary)}
                       for value, summary in by_value.items()]
         record["choices"][key] = guard_menu.choice_record(reward, seed, key, candidates)
         row = findings.guarded_model_name(reward) if key == "kl_coef" else guard_menu.row_name(reward, key)
@@ -537,10 +552,8 @@ def _guard_menu(config: DemoConfig, seed: int, reward: str, spec: str, kl: dict[
         summary = train(combined, name)
         record["combination"] = {"rule": "every guard at its chosen setting (a setting that turns it off left out)",
                                  "settings": combined, "stage": name,
-                                 **_candidate_evidence(runner.folder(name), summary)}
+                                 **_candidate_evidence(folder_of(name), summary)}
         record["rows"][guard_menu.combination_row(reward)] = name
-    if process_state().is_main_process:
-        write_json_atomic(runner.run_dir / f"{prefix}guard_choice-{slug}.json", record)
     return record
 
 

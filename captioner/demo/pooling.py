@@ -169,22 +169,20 @@ def _seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str
         models[model] = run_records.verified_model(run_dir, stage, subfolder, record, path, "outputs")
         identities[model] = run_records.model_identity(record, stage, subfolder, path)
     choices: dict[str, Any] = {}
-    for reward in config.guarded.rewards:
-        spec = config.guarded.reward_spec(reward)
-        records = {coef: _checked_seed(_finished_record(run_dir, name), run_dir, name, seed)
-                   for coef in config.guarded.kl_coefs
-                   for name in [pipeline.guarded_stage_name(config, seed, spec, coef)]}
-        summaries = {coef: run_records.section(record, "summary", run_records.record_path(
-                         run_dir, pipeline.guarded_stage_name(config, seed, spec, coef)))
-                     for coef, record in records.items()}
-        choices[reward] = pipeline.guard_choice(spec, summaries)
-        coef = choices[reward]["chosen_kl_coef"]
-        stage = pipeline.guarded_stage_name(config, seed, spec, coef)
-        path = run_records.record_path(run_dir, stage)
-        folder = run_records.recorded_model(run_dir, stage, records[coef], path)
-        models[findings.guarded_model_name(reward)] = folder
-        identities[findings.guarded_model_name(reward)] = run_records.model_identity(
-            records[coef], stage, folder.relative_to(run_dir / stage).as_posix(), path)
+    records: dict[str, dict[str, Any]] = {}
+
+    def finished(guard: dict[str, Any], stage: str) -> dict[str, Any]:
+        records[stage] = _checked_seed(_finished_record(run_dir, stage), run_dir, stage, seed)
+        return run_records.section(records[stage], "summary", run_records.record_path(run_dir, stage))
+
+    for reward in config.guarded.rewards:  # the run's own choice, made again from its verified records
+        choices[reward], _ = pipeline.seed_guard_choice(config, seed, reward, finished, lambda stage: run_dir / stage)
+        for model, stage in pipeline.guarded_row_stages(config, seed, reward, choices[reward]).items():
+            path = run_records.record_path(run_dir, stage)
+            folder = run_records.recorded_model(run_dir, stage, records[stage], path)
+            models[model] = folder
+            identities[model] = run_records.model_identity(records[stage], stage,
+                                                           folder.relative_to(run_dir / stage).as_posix(), path)
     return models, choices, identities
 
 

@@ -1,6 +1,6 @@
 """demo_guards_smoke.yaml end to end (issue 44 items 2-3): every guard of the menu trained at each setting, each
 guard's choice recorded and recomputed by hand from the runs' own validation monitor, the combination run, the
-rows and findings; then the guarded stages trained again with every judge value and the evaluate stage's
+rows and findings, pooled alike; then the guarded stages trained again with every judge value and the evaluate stage's
 test-split numbers poisoned: the choice records are unchanged."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from script_modules import load_tool
 
 from pacs.captioner.demo import captioning, guard_choice
 from pacs.captioner.demo.pipeline import REPO_CONFIGS, guarded_stage_names, load_demo_config, run_demo
@@ -68,6 +69,13 @@ def test_demo_guards_smoke_chooses_on_validation_only(tmp_path: Path, monkeypatc
     assert results["guarded"]["choices_by_seed"]["0"]["pac-s++"]["guards"] == record
     assert {f["subject"] for f in results["findings"] if "guard" in f["claim"]} == set(ROWS)
     assert "| pac-s++ | 0 | best combination |" in (run_dir / "results.md").read_text()
+
+    # pooling the run's seed makes the same choices from the verified records: the same rows, choices and findings
+    pooled = tmp_path / "pooled"
+    assert load_tool("pool_seeds").main([str(run_dir), "--out", str(pooled)]) == 0
+    again = json.loads((pooled / "results.json").read_text())
+    for key in ("rows", "guarded", "findings", "share_of_oracle"):
+        assert again[key] == results[key], key
 
     # poison: every judge value (validation monitor and test table) huge, the evaluate stage's test numbers NaN
     for path in [run_dir / "evaluate" / "results.json", run_dir / "results.json"]:

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from pacs.eval.finding_claims import CLAIM_GUARD, CLAIM_JUDGE, CLAIM_REWARD_RISES, gamed_claim
+from pacs.eval.finding_claims import CLAIM_GUARD, CLAIM_JUDGE, CLAIM_REWARD_RISES, gamed_claim, guard_of_claim
 from pacs.eval.report import build_report
 from pacs.eval.report_figures import constant_columns, forest_rows, gain_points, story_figure, unique_labels
 from pacs.eval.report_provenance import record_provenance
@@ -67,6 +67,26 @@ def test_the_headline_follows_the_records_not_the_order_or_wording_of_the_page()
     assert third.startswith("The KL guard of scst clip-s +KL did not hold (Judge-acc -4.00 pts [-6.00, -2.00])")
     clean = [r for r in FINDINGS if "gamed" not in r["claim"] and r["claim"] != CLAIM_GUARD]
     assert headline({"findings": clean, "oracle": "scst judge"})[1].startswith("No reward was gamed beyond noise")
+
+
+def test_every_guard_of_the_menu_is_read_and_many_guarded_rows_are_named_when_held_and_counted_otherwise() -> None:
+    mask = "the length mask guard keeps judge accuracy while its reward rises"
+    combined = "the combination of guards keeps judge accuracy while its reward rises"
+    bare = "guard keeps judge accuracy while its reward rises"
+    assert [guard_of_claim(c) for c in (CLAIM_GUARD, mask, combined, CLAIM_JUDGE[1], bare)] == [
+        "the KL guard", "the length mask guard", "the combination of guards", None, None]
+    one = [*FINDINGS[:-1], _record("scst pac-s++ +length mask", mask, 1.5, 0.5, 2.5)]
+    assert headline({"findings": one, "oracle": "scst judge"})[2] == (
+        "The length mask guard of scst pac-s++ +length mask held (Judge-acc +1.50 pts [+0.500, +2.50]) (a guard "
+        "holds when its reward rises and judge accuracy does not fall).")
+    many = [*one, _record("scst pac-s++ +KL", CLAIM_GUARD, -3.0, -5.0, -1.0, holds=False),
+            _record("scst pac-s++ +guards", combined, 0.2, -1.0, 1.4, holds="seed-dependent", agrees=None),
+            _record("scst ref-pac-s++ +KL", CLAIM_GUARD, 2.0, 1.0, 3.0, agrees=0.8)]
+    assert headline({"findings": many, "oracle": "scst judge"})[2] == (
+        "The length mask guard of scst pac-s++ +length mask (Judge-acc +1.50 pts [+0.500, +2.50]) and the KL guard "
+        "of scst ref-pac-s++ +KL (Judge-acc +2.00 pts [+1.00, +3.00]) (fragile: a replication agrees with "
+        "probability 0.80) held; of the other 2 guarded rows, 1 did not hold and 1 is seed-dependent (a guard holds when its reward rises and judge "
+        "accuracy does not fall).")
 
 
 def test_a_run_where_nothing_moved_says_so_instead_of_naming_a_best() -> None:
