@@ -59,7 +59,8 @@ def chunking_scorers(scorers: Mapping[str, Any]) -> dict[str, Any]:
     from pacs.metric.scoring.scorer import Scorer
 
     return {family: Scorer(scorer.backbone, w=scorer.w, prompt=scorer.prompt, progress=False,
-                           long_captions="chunk", device=str(scorer.device)) for family, scorer in scorers.items()}
+                           long_captions="chunk", device=str(scorer.device), dtype=scorer.dtype)
+            for family, scorer in scorers.items()}
 
 
 def kendall(values: np.ndarray, judge: np.ndarray) -> dict[str, float | None]:

@@ -5,7 +5,7 @@ it, so decoding threads stop scaling after a few cores and compete with the thre
 `DecodePool` runs the decoding function in `workers` forked processes (persistent: started once, reused by
 every call) and has each write its images straight into a batch buffer in shared memory, so the parent neither
 decodes nor copies pixels: it waits for a batch while the towers (or, on an accelerator, the device) work on the
-previous one. Up to `ahead` batches are in flight (bounded memory). The function runs the same deterministic
+previous one. Up to `ahead` batches are in flight (bounded memory: `prefetch_batches`). The function runs the same deterministic
 code per image as the serial path, so every pixel equals the serial one bit for bit, in input order.
 
 Inputs of fewer than `MIN_IMAGES` images do not pay for the pool: callers decode them in their own process
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,6 +29,8 @@ import torch
 MIN_IMAGES = 64
 #: images per task: small enough that every worker gets a share of a batch, large enough to amortise the task
 TASK_IMAGES = 16
+#: pixels decoded ahead of the model by `prefetch_batches`, at most (and at most half the free shared memory)
+PREFETCH_BYTES = 512 * 2**20
 
 _FUNCTION: Callable[[Any], torch.Tensor] | None = None
 _LIVE: weakref.WeakSet[DecodePool] = weakref.WeakSet()  # every open pool of this process (`close_all`)
@@ -36,6 +39,25 @@ _LIVE: weakref.WeakSet[DecodePool] = weakref.WeakSet()  # every open pool of thi
 def fork_available() -> bool:
     """Whether processes can be forked here (Linux, macOS); elsewhere decoding stays in threads."""
     return "fork" in multiprocessing.get_all_start_methods()
+
+
+def prefetch_batches(batch_size: int, shape: Sequence[int], budget: int = PREFETCH_BYTES,
+                     shared_free: int | None = None) -> int:
+    """How many batches of pixels `[batch_size, *shape]` (fp32) to decode ahead: as many as `budget` bytes and half
+    the free shared memory hold (`shared_free`, default: /dev/shm's), at least 2.
+
+    Deep enough that decoding goes on while the towers embed the texts (a `Scorer.score` call embeds them first),
+    so the images need not wait for the text phase to end; bounded because every batch in flight is a buffer in
+    shared memory (a container's /dev/shm may be small).
+    """
+    if shared_free is None:
+        try:
+            found = os.statvfs("/dev/shm")
+            shared_free = found.f_bavail * found.f_frsize
+        except OSError:  # no /dev/shm (macOS): torch shares through files, bounded by the budget alone
+            shared_free = budget * 2
+    batch_bytes = max(1, batch_size * math.prod(shape) * 4)
+    return max(2, min(budget, shared_free // 2) // batch_bytes)
 
 
 def use_pool(n_images: int, workers: int) -> bool:

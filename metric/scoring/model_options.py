@@ -143,7 +143,8 @@ def build_scorer(metric: str | None, options: ModelOptions | None = None, model:
     return Scorer(loaded, w=w, batch_size=batch_size, device=options.device or "auto", cache_dir=options.cache_dir,
                   dtype=options.dtype or "fp32", score=options.score or "cosine",
                   long_captions=options.long_captions or "truncate", workers=options.workers,
-                  decode=options.decode or "cpu", progress=progress)
+                  decode=options.decode or "cpu", progress=progress,
+                  cast_weights=loaded is not model)  # loaded here or merged into a copy: nobody else runs it
 
 
 def library_options(where: str, values: Mapping[str, Any],

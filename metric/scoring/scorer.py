@@ -16,8 +16,11 @@
   (`pacs.metric.scoring.image_sources`), cached by content.
 - `dtype` ("fp32" default, "bf16", "fp16") runs both towers under `torch.autocast(device, dtype)`: matmuls,
   convolutions and attention in the lower precision, LayerNorm and softmax in fp32, weights unchanged (the
-  backbone may be shared); embeddings are cast to fp32 before normalising. fp32 runs without autocast
-  (bit-identical to before). The disk cache of a non-fp32 scorer is keyed by fingerprint + dtype.
+  backbone may be shared) unless `cast_weights` says the scorer alone runs it (`build_scorer` for a model it
+  loaded or merged): then its Linear / conv weights are cast once, to the values autocast would give them on
+  every call (`pacs.metric.scoring.precision.cast_frozen_weights`, same scores bit for bit); embeddings are
+  cast to fp32 before normalising. fp32 runs without autocast (bit-identical to before). The disk cache of a
+  non-fp32 scorer is keyed by fingerprint + dtype.
 - Images are decoded and preprocessed by `workers` threads (default `auto`: one per CPU core;
   `pacs.metric.common.parallel`) while the model encodes the previous batch; the pixels are those of the serial path,
   bit for bit, in the same order. `decode="gpu"` (opt-in) decodes JPEG files with nvJPEG and resizes on the GPU
@@ -52,11 +55,13 @@ from pacs.metric.scoring.conventions import calibration, check_long_captions, ch
 from pacs.metric.scoring.embedding_cache import EmbeddingCache, image_identity  # noqa: F401 (re-exported)
 from pacs.metric.scoring.finite import check_embeddings, check_scores, image_label
 from pacs.metric.scoring.long_captions import mean_of_normalised, pack_pieces
-from pacs.metric.scoring.precision import (  # noqa: F401 (check_dtype and DTYPES are re-exported)
+from pacs.metric.scoring.precision import (
     DTYPES,
+    cast_frozen_weights,
     check_dtype,
     dtype_fingerprint,
     precision_context,
+    weights_dtype,
 )
 from pacs.metric.scoring.registry import default_w
 from pacs.metric.scoring.results import ScoreResult, TextEmbeddings
@@ -116,7 +121,7 @@ class Scorer:
                  cache_dir: str | os.PathLike | None = None, prompt: str = DEFAULT_PROMPT,
                  text_cache_size: int = 50_000, progress: bool = True, warn_empty: bool = True,
                  dtype: str | torch.dtype = "fp32", score: str = "cosine", long_captions: str = "truncate",
-                 workers: int | str = "auto", decode: str = "cpu") -> None:
+                 workers: int | str = "auto", decode: str = "cpu", cast_weights: bool = False) -> None:
         if batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {batch_size}")
         self.backbone = backbone
@@ -130,6 +135,9 @@ class Scorer:
         self.warn_empty = warn_empty
         self.dtype = check_dtype(dtype)
         check_precision(self.dtype, self.device, "dtype")  # e.g. bf16 on a GPU without bfloat16: one line
+        if cast_weights:  # a model only this scorer runs: its Linear / conv weights in the low dtype, once
+            cast_frozen_weights(backbone.model, self.dtype)
+        _check_weights_dtype(backbone, self.dtype)
         self.score_kind = check_score_kind(score)
         self.long_captions = check_long_captions(long_captions)
         self.workers = resolve_workers(workers)
@@ -263,11 +271,13 @@ class Scorer:
 
     def _pixel_batches(self, pending: list[tuple[str, Any]], labels: dict[str, str]) -> Iterator[torch.Tensor]:
         """The pixels of `pending`, batch by batch on the CPU: from the decoding processes for a large input (their
-        first batches already submitted), else from threads of this process, in order, two batches ahead."""
+        first batches already submitted, `decode_pool.prefetch_batches` of them), else from threads of this
+        process, in order, two batches ahead."""
         if self._decoder is None and pending and \
                 decode_pool.use_pool(max(len(pending), self._expected_images), self.workers):
             pool = self._decode_pool()
-            batches = pool.batches([image for _, image in pending], self.batch_size, ahead=2)
+            ahead = decode_pool.prefetch_batches(self.batch_size, pool.shape)  # on through the text phase
+            batches = pool.batches([image for _, image in pending], self.batch_size, ahead=ahead)
 
             def relabelled() -> Iterator[torch.Tensor]:
                 try:
@@ -557,3 +567,13 @@ def _pad(ids: Sequence[Sequence[int]], length: int) -> torch.Tensor:
     for row, sequence in enumerate(ids):
         tokens[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
     return tokens
+
+
+def _check_weights_dtype(backbone: Backbone, dtype: str) -> None:
+    """InputError when the model's Linear / conv weights are in a low dtype other than the scorer's (e.g. a model
+    another bf16 scorer cast, scored in fp32): its matmuls would fail or change precision silently."""
+    found = weights_dtype(backbone.model)
+    if found is not None and found != torch.float32 and found != DTYPES[dtype]:
+        name = next((key for key, value in DTYPES.items() if value == found), str(found))
+        raise InputError(f"{backbone.name}: its weights are {name} (a {name} scorer cast them once); score it with "
+                         f"dtype={name!r}, or load the model again for dtype={dtype!r}")
