@@ -48,7 +48,13 @@ status=0
 ruff check . || status=1
 bash tools/lint_imports.sh || status=1
 SEED="${PACS_TEST_SEED:-$(python -c 'import random; print(random.randrange(2**31))')}"
-echo "test order: --randomly-seed=$SEED"
-python -m pytest -q -p randomly --randomly-seed="$SEED" "$@" || status=1
+# as .ci/run: one worker process per core, at most 4, a test file's tests together (PACS_TEST_WORKERS=1: serial)
+WORKERS="${PACS_TEST_WORKERS:-$(python -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')}"
+echo "test order: --randomly-seed=$SEED, $WORKERS worker(s)"
+if [ "$WORKERS" -gt 1 ]; then
+  python -m pytest -q -p randomly --randomly-seed="$SEED" -n "$WORKERS" --dist loadfile "$@" || status=1
+else
+  python -m pytest -q -p randomly --randomly-seed="$SEED" "$@" || status=1
+fi
 echo "== newest-versions check on $(date -u +%Y-%m-%d): $([ $status = 0 ] && echo PASSED || echo FAILED)"
 exit $status
