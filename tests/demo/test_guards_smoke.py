@@ -70,6 +70,18 @@ def test_demo_guards_smoke_chooses_on_validation_only(tmp_path: Path, monkeypatc
     assert {f["subject"] for f in results["findings"] if "guard" in f["claim"]} == set(ROWS)
     assert "| pac-s++ | 0 | best combination |" in (run_dir / "results.md").read_text()
 
+    # the docs' "what each guard did": omission re-judged from the evaluate stage's captions; re-judged the same
+    # way, the share of correct captions is each row's Judge-acc as the evaluate stage computed it
+    refresh = load_tool("refresh_guard_docs")
+    correct = refresh.verdict_shares(run_dir, results, "correct")
+    for row in results["seed_rows"]:
+        assert correct[row["model"]] == [pytest.approx(row["Judge-acc"], abs=1e-9)], row["model"]
+    effects = refresh.guard_effects(run_dir, results)
+    omitted = refresh.verdict_shares(run_dir, results)
+    assert [line.split(" | ")[0].removeprefix("| ") for line in effects.splitlines() if line.startswith("| ")][1:] \
+        == ["xe", "scst pac-s++", *ROWS, "scst judge"]
+    assert f"| {omitted['xe'][0]:.1f} ({omitted['xe'][0]:.1f}) |" in effects
+
     # pooling the run's seed makes the same choices from the verified records: the same rows, choices and findings
     pooled = tmp_path / "pooled"
     assert load_tool("pool_seeds").main([str(run_dir), "--out", str(pooled)]) == 0
