@@ -145,7 +145,7 @@ def run_main_command(device: str, tiny: bool, work: Path) -> list[dict[str, Any]
     if device == "cpu":
         command.append("device=cpu")
     if tiny:  # the metric stages only, two steps each
-        command += ["captioning=false", "clip.steps=2", "pacs.steps=2"]
+        command += ["captioning=false", "clip.max_steps=2", "pacs.max_steps=2"]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
     seconds = time.perf_counter() - start

@@ -156,7 +156,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
                       monitor_images=config.guarded.monitor_images or stage.hacking_monitor_images)
         kl_coef = guards.get("kl_coef")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
-                      micro_batch_size=micro_batch_size, max_steps=stage.steps, epochs=BIG, samples=stage.samples,
+                      micro_batch_size=micro_batch_size, max_steps=stage.max_steps, epochs=BIG, samples=stage.samples,
                       k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
                       save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
                       trackers=[], mix_normalisation=mix_normalisation, **guards)
@@ -175,7 +175,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     if scorers is not None and stage.monitor_every:
         vocab = None if policy is not None else load_vocab(xe_folder / "vocab.json")
         monitor = ScstMonitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.monitor_every,
-                              stage.monitor_images, stage.steps, captioner)
+                              stage.monitor_images, stage.max_steps, captioner)
     validation = {item.image_id: item.references for item in data.splits["val"]} if stage.hacking_monitor_every \
         else None
     result = train_scst(scst, xe_folder / "best", features,

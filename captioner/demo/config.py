@@ -4,12 +4,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from annotated_types import Ge, Le
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from pacs.captioner.demo.world import WorldConfig
+from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.metric.common.config import (
     MAX_BEAM,
     MAX_RESAMPLES,
@@ -54,6 +55,9 @@ class DemoWorldConfig(WorldConfig):
 class ClipStageConfig:
     """Pre-training a tiny CLIP from scratch on web-style alt-text (open_clip config built in code)."""
 
+    # the metric trainer's name since 0.7 (the old one loads until 0.8; stages record it: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps"}
+
     embed_dim: Annotated[PositiveInt, Le(1024)] = 64
     vision_width: Annotated[int, Ge(32), Le(1024)] = 96  # one attention head per 32 channels
     vision_layers: Annotated[PositiveInt, Le(24)] = 3
@@ -61,7 +65,7 @@ class ClipStageConfig:
     text_width: Annotated[int, Ge(2), Le(1024)] = 64  # two attention heads: an even width
     text_layers: Annotated[PositiveInt, Le(24)] = 2
     context_length: Annotated[PositiveInt, Le(256)] = 32
-    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 600
+    max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 600
     batch_size: Annotated[ContrastiveBatch, Le(MAX_DEMO_BATCH)] = 128
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
@@ -83,9 +87,12 @@ class ClipStageConfig:
 class PacsStageConfig:
     """Fine-tuning the tiny CLIP into PAC-S++: LoRA on clean captions with synthetic positives."""
 
+    # the metric trainer's name since 0.7 (the old one loads until 0.8; stages record it: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps"}
+
     rank: Annotated[PositiveInt, Le(256)] = 4
     alpha: PositiveFloat = 4.0
-    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 300
+    max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 300
     batch_size: Annotated[ContrastiveBatch, Le(MAX_DEMO_BATCH)] = 64
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # pairs a process encodes at once; 0: batch_size / processes
     lr: PositiveFloat = 2e-3
@@ -113,6 +120,10 @@ class CorrelationStageConfig:
 class XEStageConfig:
     """The captioner and its cross-entropy stage."""
 
+    # XEConfig's names since 0.7 (the old ones load until 0.8; stages record them: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps", "val_every": "eval_every",
+                                                    "val_images": "val_max_images"}
+
     d_model: Annotated[PositiveInt, Le(1024)] = 128
     n_heads: Annotated[PositiveInt, Le(64)] = 4
     encoder_layers: Annotated[PositiveInt, Le(24)] = 2
@@ -120,14 +131,14 @@ class XEStageConfig:
     ffn_dim: Annotated[PositiveInt, Le(4096)] = 256
     dropout: Fraction = 0.1
     max_length: Annotated[PositiveInt, Le(256)] = 20
-    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 800
+    max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 800
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 64
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
     lr: PositiveFloat = 1e-3
     warmup_steps: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50
     log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 20
-    val_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 200
-    val_images: Annotated[NonNegativeInt, Le(20_000)] = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
+    eval_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 200  # validation every N steps (and after the last)
+    val_max_images: Annotated[NonNegativeInt, Le(20_000)] = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
 
     def validate(self) -> None:
         """The attention heads split d_model (the micro-batch split is checked at start, with the process count)."""
@@ -139,11 +150,14 @@ class XEStageConfig:
 class ScstStageConfig:
     """SCST fine-tuning of the XE captioner with each reward."""
 
+    # SCSTConfig's name since 0.7 (the old one loads until 0.8; stages record it: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps"}
+
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
     # rewards also trained with `mix_normalisation: normalize_then_sum` (each component normalised within the
     # image's k samples before the weighting, pacs.rewards.mix): stage `scst-<reward>-norm`, row `scst <reward> norm`
     normalised_rewards: list[str] = field(default_factory=list)
-    steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
+    max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 32
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
     beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
@@ -237,6 +251,26 @@ class GuardedScstConfig:
         from pacs.captioner.demo.guard_choice import reward_spec
 
         return reward_spec(reward, settings or {}, self.rep_penalty, self.length_penalty)
+
+
+RECORDED_NAMES: dict[type, dict[str, str]] = {
+    ClipStageConfig: {"max_steps": "steps"},
+    PacsStageConfig: {"max_steps": "steps"},
+    XEStageConfig: {"max_steps": "steps", "eval_every": "val_every", "val_max_images": "val_images"},
+    ScstStageConfig: {"max_steps": "steps"},
+}
+"""Section class -> {key: the name its stages' settings record it under}: the names of 0.6 and before. Stage
+fingerprints hash these settings, so a run folder finished before the 0.7 renames is reused, not re-run (done runs
+stay done). It outlives `DEPRECATED_ALIASES` (which only reads the old names from YAML and overrides, until 0.8):
+changing it re-runs every finished stage."""
+
+
+def recorded_settings(section: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
+    """`settings_of(section, drop)` with its keys under the names finished runs recorded (`RECORDED_NAMES`): the
+    settings of the demo's stages, and so their fingerprints, in the names of 0.6 (as
+    `stage_fingerprints.trainer_settings` keeps XE's `eval_every` under `val_every`)."""
+    names = RECORDED_NAMES.get(type(section), {})
+    return {names.get(key, key): value for key, value in settings_of(section, drop).items()}
 
 
 CAPTIONER_KINDS = ("pacs", "transformers")

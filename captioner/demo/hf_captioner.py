@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.config import DemoConfig, recorded_settings
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
 from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
@@ -120,13 +120,13 @@ def captioner_settings(config: DemoConfig) -> dict[str, Any]:
 def xe_settings(config: DemoConfig) -> dict[str, Any]:
     """The `xe` section as a transformers XE stage's settings (without the keys that size pacs' captioner)."""
 
-    return settings_of(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
+    return recorded_settings(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
 
 
 def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: Path, micro_batch_size: int,
            seed: int) -> dict:
     """Stage `xe` of a transformers captioner: `train_hf_xe` from the `init` folder on the train references,
-    the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_images`) in `folder/best`."""
+    the best checkpoint by validation CIDEr-D of greedy captions (`xe.val_max_images`) in `folder/best`."""
 
     policy = load_policy(config, data, init, process_state().device, seed)
     pairs = [(item.image_id, caption) for item in data.splits["train"] for caption in item.references]

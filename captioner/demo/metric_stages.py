@@ -93,7 +93,7 @@ def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) 
             [pixels[i] for i, _ in rows], [config.prompt + web[i][k] for i, k in rows],
             [pixels[i] for i, _ in rows], [config.prompt + web[i][(k + 1) % per_image] for i, k in rows],
             image_ids=[items[i].image_id for i, _ in rows])
-    trainer = _trainer_config("full", folder, config.seed, stage.steps, stage.batch_size, stage.lr,
+    trainer = _trainer_config("full", folder, config.seed, stage.max_steps, stage.batch_size, stage.lr,
                               stage.weight_decay, stage.eval_every,
                               LossOptions(lambda_v=0.0, lambda_t=0.0, kind=stage.loss),
                               micro_batch_size=stage.micro_batch_size)
@@ -123,7 +123,7 @@ def train_pacs(config: DemoConfig, data: DemoData, clip_folder: Path, folder: Pa
                 gen_captions.append(config.prompt + gen_caption)
                 ids.append(item.image_id)
         datasets[split] = TensorPositivesDataset(images, captions, gen_images, gen_captions, image_ids=ids)
-    trainer = _trainer_config("lora", folder, config.seed, stage.steps, stage.batch_size, stage.lr, 0.0,
+    trainer = _trainer_config("lora", folder, config.seed, stage.max_steps, stage.batch_size, stage.lr, 0.0,
                               stage.eval_every, LossOptions(lambda_v=stage.lambda_v, lambda_t=stage.lambda_t),
                               LoraOptions(rank=stage.rank, alpha=stage.alpha), micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)

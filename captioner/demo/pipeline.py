@@ -20,16 +20,24 @@ import torch
 from pacs.captioner.demo import captioning, correlation, findings, metric_stages, run_records
 from pacs.captioner.demo import guard_choice as guard_menu
 from pacs.captioner.demo.captioning import guarded_label, normalised_label
-from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.config import DemoConfig, recorded_settings
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.demo.seeds import SeedEvidence, single_seed
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
-from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
+from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING
 from pacs.captioner.orchestration.stages import StageRunner, check_force
 from pacs.eval.report import write_report
 from pacs.eval.system_inputs import HUMAN_ROW
-from pacs.metric.common.config import deep_merge, dump_yaml, from_dict, load_yaml, parse_overrides, to_dict
+from pacs.metric.common.config import (
+    deep_merge,
+    dump_yaml,
+    from_dict,
+    load_yaml,
+    parse_overrides,
+    rename_deprecated,
+    to_dict,
+)
 from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import csv_cells, write_json_atomic, write_text_atomic
@@ -56,15 +64,27 @@ REPO_CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 def load_demo_config(config_path: str | os.PathLike | None, overrides: list[str]) -> DemoConfig:
     """DemoConfig from the `demo:` section of a YAML (default recipes/configs/demo.yaml) plus overrides.
 
-    Overrides may be written with or without the `demo.` prefix (`xe.steps=10` == `demo.xe.steps=10`).
+    Overrides may be written with or without the `demo.` prefix (`xe.max_steps=10` == `demo.xe.max_steps=10`).
+    Deprecated keys (`DEPRECATED_ALIASES` of the sections, `xe.steps`) are renamed in each file on its own, before
+    the `_base_` merge, and in the overrides, before they merge over the files: one warning per key, naming the file
+    (or `override`); a file or override list giving both names of a setting is an InputError.
     """
     path = Path(config_path) if config_path else REPO_CONFIGS / "demo.yaml"
-    data = load_yaml(path)
+    data = load_yaml(path, normalize=_renamed_demo)
     if "demo" not in data:
         raise InputError(f"{path}: no top-level 'demo:' section")
     prefixed = [item if item.startswith("demo.") else f"demo.{item}" for item in overrides]
-    merged = deep_merge(data, parse_overrides(prefixed))
+    merged = deep_merge(data, _renamed_demo(parse_overrides(prefixed), "override"))
     return from_dict(DemoConfig, merged["demo"], f"{path}:demo")
+
+
+def _renamed_demo(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """`data` (a file's or the overrides' keys) with the deprecated keys of its `demo:` section renamed."""
+    section = data.get("demo")
+    if not isinstance(section, dict):
+        return data
+    where = source if source == "override" else f"{source}:demo"
+    return {**data, "demo": rename_deprecated(DemoConfig, section, where)}
 
 
 def run_demo(config_path: str | os.PathLike | None = None, overrides: list[str] | None = None,
@@ -235,21 +255,21 @@ def metric_stage_parts(config: DemoConfig) -> dict[str, tuple[dict[str, Any], li
     their plan, `pacs.captioner.demo.plan`)."""
     common = {"seed": config.seed, "prompt": config.prompt}
     return {"data": ({"world": to_dict(config.world)}, []),
-            "clip": ({**common, "clip": settings_of(config.clip)}, ["data"]),
-            "pacs": ({**common, "pacs": settings_of(config.pacs)}, ["clip"]),
+            "clip": ({**common, "clip": recorded_settings(config.clip)}, ["data"]),
+            "pacs": ({**common, "pacs": recorded_settings(config.pacs)}, ["clip"]),
             "correlation": ({**common, "correlation": to_dict(config.correlation)}, ["pacs"])}
 
 
 def xe_stage_settings(config: DemoConfig, seed: int) -> dict[str, Any]:
     """The settings of one seed's XE stage of pacs' captioner (upstream: features); its run and its plan."""
-    return {"seed": seed, "xe": settings_of(config.xe)}
+    return {"seed": seed, "xe": recorded_settings(config.xe)}
 
 
 def scst_stage_settings(config: DemoConfig, seed: int, spec: str, extra: dict[str, Any],
                         normalised: bool = False) -> dict[str, Any]:
     """The settings of one seed's SCST stage of reward `spec` (`normalised`: each component normalised within
     the k samples); `extra`: what a transformers captioner adds. Its run and its plan."""
-    scst = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
+    scst = recorded_settings(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     return {"seed": seed, "scst": scst, "reward": spec,
             **({"mix_normalisation": "normalize_then_sum"} if normalised else {}), **extra}
 
@@ -386,7 +406,7 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
                                                  seed=seed),
                    xe_stage_settings(config, seed), upstream=["features"], distributed=True)
     models = {"xe": runner.folder(xe) / "best"}
-    scst_settings = settings_of(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
+    scst_settings = recorded_settings(config.scst, NOT_DETERMINING | {"rewards", "normalised_rewards"})
     for spec in config.scst.rewards:
         name = f"{prefix}scst-{reward_slug(spec)}"
         runner.run(name, lambda spec=spec, name=name, fresh=scorers: captioning.run_scst(

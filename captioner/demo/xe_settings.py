@@ -19,11 +19,11 @@ def xe_trainer_config(config: DemoConfig, folder: Path, micro_batch_size: int, s
     """The XE trainer's settings of the `xe` section (PAC-S++ schedule: warm-up, constant to 60%, decay to lr/10;
     greedy validation CIDEr-D picks the best checkpoint), for pacs' captioner and a transformers one alike."""
     stage = config.xe
-    return XEConfig(output_dir=str(folder), max_steps=stage.steps, batch_size=stage.batch_size,
+    return XEConfig(output_dir=str(folder), max_steps=stage.max_steps, batch_size=stage.batch_size,
                     micro_batch_size=micro_batch_size,
-                    schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.steps * 0.6),
-                                            decay_until=stage.steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
-                    eval_every=stage.val_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_images,
+                    schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.max_steps * 0.6),
+                                            decay_until=stage.max_steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
+                    eval_every=stage.eval_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_max_images,
                     save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
                     trackers=[])
 

@@ -12,7 +12,8 @@ checks that span fields; `from_dict` runs it on every section. The rules are in 
 
 A config class may list renamed keys in a class-level `DEPRECATED_ALIASES = {"old": "new"}` mapping: the old
 key still loads (from YAML, overrides or `from_dict`) as the new one, with a DeprecationWarning and a logged
-warning naming the file, the key and its new name; giving both names is an InputError.
+warning naming the file, the key, its new name and the release that drops it (the class's `ALIASES_REMOVED_IN`,
+default `DEFAULT_ALIASES_REMOVED_IN`); giving both names is an InputError.
 """
 from __future__ import annotations
 
@@ -314,8 +315,13 @@ def _field_default(field: dataclasses.Field) -> Any:
     return None if field.default is dataclasses.MISSING else field.default
 
 
+DEFAULT_ALIASES_REMOVED_IN = "0.8"
+"""The release that drops a class's `DEPRECATED_ALIASES` unless it names another (`ALIASES_REMOVED_IN`)."""
+
+
 def _rename_aliases(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> Mapping[str, Any]:
-    """Rename the deprecated keys of `cls.DEPRECATED_ALIASES` in one section (warning once per key)."""
+    """Rename the deprecated keys of `cls.DEPRECATED_ALIASES` in one section (warning once per key; the removal
+    release the warning names is `cls.ALIASES_REMOVED_IN`, default `DEFAULT_ALIASES_REMOVED_IN`)."""
     aliases: Mapping[str, str] = getattr(cls, "DEPRECATED_ALIASES", {})
     if not any(old in data for old in aliases):
         return data
@@ -326,7 +332,8 @@ def _rename_aliases(cls: type, data: Mapping[str, Any], where: str, prefix: str)
         if new in renamed:
             raise InputError(f"{where}: {prefix}{old} and {prefix}{new} are the same setting ({prefix}{old} is "
                              f"its deprecated name): give only {prefix}{new}")
-        message = f"{where}: {prefix}{old} is deprecated (removed in pacs 0.4): use {prefix}{new}"
+        removed = getattr(cls, "ALIASES_REMOVED_IN", DEFAULT_ALIASES_REMOVED_IN)
+        message = f"{where}: {prefix}{old} is deprecated (removed in pacs {removed}): use {prefix}{new}"
         warnings.warn(message, DeprecationWarning, stacklevel=2)
         logger.warning("%s", message)
         renamed[new] = renamed.pop(old)
@@ -364,6 +371,7 @@ def _prepare(cls: type, data: Mapping[str, Any], where: str, prefix: str) -> dic
         if dataclasses.is_dataclass(field_type) and isinstance(value, Mapping):
             default = _field_default(fields[key])
             base = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else {}
+            value = _rename_aliases(field_type, value, where, dotted + ".")  # before the default's new names join
             value = _prepare(field_type, deep_merge(base, value), where, dotted + ".")
         elif optional and value == "" and field_type is not str:
             value = None

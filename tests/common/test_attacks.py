@@ -66,7 +66,7 @@ def _evaluate(texts: Path, *extra: str) -> int:
 @pytest.mark.parametrize("override, message", [
     ("threads=100000", "threads=100000: expected int >= 1 and <= 256"),
     ("world.image_size=100000", "world.image_size=100000: expected int >= 1 and <= 512"),
-    ("scst.steps=99999999999999999999", "scst.steps=99999999999999999999: expected int >= 1 and <= 100000"),
+    ("scst.max_steps=99999999999999999999", "scst.max_steps=99999999999999999999: expected int >= 1 and <= 100000"),
     ("world.n_train=1000000000", "world.n_train=1000000000: expected int >= 1 and <= 100000"),
 ])
 def test_7_huge_sizes_are_refused_at_load(override, message, tmp_path, capsys):

@@ -114,10 +114,10 @@ def test_pipeline_rejects_obviously_wrong_values(override: str, pattern: str) ->
 def test_demo_config_is_typed_and_validated() -> None:
     from pacs.captioner.demo.pipeline import load_demo_config
 
-    config = load_demo_config(None, ["scst.lr=3e-5", "demo.clip.steps=5.0"])
-    assert type(config.scst.lr) is float and config.scst.lr == 0.00003 and type(config.clip.steps) is int
-    with pytest.raises(InputError, match=r"demo\.yaml:demo: xe\.steps='ten': expected int >= 1"):
-        load_demo_config(None, ["xe.steps=ten"])
+    config = load_demo_config(None, ["scst.lr=3e-5", "demo.clip.max_steps=5.0"])
+    assert type(config.scst.lr) is float and config.scst.lr == 0.00003 and type(config.clip.max_steps) is int
+    with pytest.raises(InputError, match=r"demo\.yaml:demo: xe\.max_steps='ten': expected int >= 1"):
+        load_demo_config(None, ["xe.max_steps=ten"])
     with pytest.raises(InputError, match=r"pacs\.lr=-0\.1: expected float > 0"):
         load_demo_config(None, ["pacs.lr=-0.1"])
 
@@ -156,7 +156,7 @@ def test_check_batch_split() -> None:
 
 
 @pytest.mark.parametrize("config, override", [
-    ("demo_smoke.yaml", "xe.steps=ten"),
+    ("demo_smoke.yaml", "xe.max_steps=ten"),
     ("coco_vitb32_pac-spp.yaml", "xe.max_steps=ten"),
 ])
 def test_pacs_train_refuses_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -258,8 +258,8 @@ def _table(stdout: str) -> list[str]:
 
 
 def test_demo_config_overrides_and_errors(tmp_path: Path) -> None:
-    config = load_demo_config(None, ["xe.steps=7", "demo.clip.steps=3"])
-    assert config.xe.steps == 7 and config.clip.steps == 3 and str(config.run_path()) == "runs/demo"
+    config = load_demo_config(None, ["xe.max_steps=7", "demo.clip.max_steps=3"])
+    assert config.xe.max_steps == 7 and config.clip.max_steps == 3 and str(config.run_path()) == "runs/demo"
     smoke = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", [])
     assert str(smoke.run_path()) == "runs/demo_smoke"
     assert smoke.clip.embed_dim == config.clip.embed_dim  # inherited via _base_
