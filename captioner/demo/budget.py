@@ -63,8 +63,8 @@ def stage_estimates(config: Any) -> dict[str, tuple[int, str]]:
                  f"pacs.micro_batch_size (or batch_size), {clip_keys}"),
         "xe": (captioner_step(xe.micro_batch_size or xe.batch_size, xe.max_length),
                f"xe.micro_batch_size (or batch_size), {model_keys}"),
-        "scst": (captioner_step((scst.micro_batch_size or scst.batch_size) * scst.beam_size, xe.max_length),
-                 f"scst.micro_batch_size (or batch_size) × scst.beam_size, {model_keys}"),
+        "scst": (captioner_step((scst.micro_batch_size or scst.batch_size) * scst.k, xe.max_length),
+                 f"scst.micro_batch_size (or batch_size) × scst.k, {model_keys}"),
     }
 
 

@@ -157,7 +157,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         kl_coef = guards.get("kl_coef")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.max_steps, epochs=BIG, samples=stage.samples,
-                      k=stage.beam_size, max_length=config.xe.max_length, baseline=stage.baseline,
+                      k=stage.k, max_length=config.xe.max_length, baseline=stage.baseline,
                       save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
                       trackers=[], mix_normalisation=mix_normalisation, **guards)
     label = label or (guarded_label(spec, kl_coef) if guarded else reward_slug(spec))

@@ -150,8 +150,8 @@ class XEStageConfig:
 class ScstStageConfig:
     """SCST fine-tuning of the XE captioner with each reward."""
 
-    # SCSTConfig's name since 0.7 (the old one loads until 0.8; stages record it: RECORDED_NAMES)
-    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps"}
+    # SCSTConfig's names since 0.7 (the old ones load until 0.8; stages record them: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps", "beam_size": "k"}
 
     rewards: list[str] = field(default_factory=lambda: ["cider", "clip-s", "pac-s++", "ref-pac-s++"])
     # rewards also trained with `mix_normalisation: normalize_then_sum` (each component normalised within the
@@ -160,7 +160,7 @@ class ScstStageConfig:
     max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 60
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 32
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
-    beam_size: Annotated[PositiveInt, Le(MAX_BEAM)] = 5
+    k: Annotated[PositiveInt, Le(MAX_BEAM)] = 5  # samples per image (the beam's width with samples: beam)
     lr: PositiveFloat = 5e-5
     log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 5
     samples: str = "beam"  # or "multinomial" (pacs.captioner.modeling.train_scst.SAMPLINGS)
@@ -191,8 +191,8 @@ class ScstStageConfig:
             raise InputError(f"scst.samples={self.samples!r}: unknown (known: {', '.join(SAMPLINGS)})")
         if self.baseline not in BASELINES:
             raise InputError(f"scst.baseline={self.baseline!r}: unknown (known: {', '.join(BASELINES)})")
-        if self.baseline == "loo" and self.beam_size < 2:
-            raise InputError(f"scst.beam_size={self.beam_size}: the leave-one-out baseline needs >= 2 samples")
+        if self.baseline == "loo" and self.k < 2:
+            raise InputError(f"scst.k={self.k}: the leave-one-out baseline needs >= 2 samples")
         if self.normalised_rewards and self.baseline == "greedy":
             raise InputError("scst.normalised_rewards: normalize_then_sum needs a baseline over the k samples "
                              "(scst.baseline mean or loo)")
@@ -257,7 +257,7 @@ RECORDED_NAMES: dict[type, dict[str, str]] = {
     ClipStageConfig: {"max_steps": "steps"},
     PacsStageConfig: {"max_steps": "steps"},
     XEStageConfig: {"max_steps": "steps", "eval_every": "val_every", "val_max_images": "val_images"},
-    ScstStageConfig: {"max_steps": "steps"},
+    ScstStageConfig: {"max_steps": "steps", "k": "beam_size"},
 }
 """Section class -> {key: the name its stages' settings record it under}: the names of 0.6 and before. Stage
 fingerprints hash these settings, so a run folder finished before the 0.7 renames is reused, not re-run (done runs

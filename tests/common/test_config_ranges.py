@@ -47,7 +47,7 @@ DEMO_BAD = [
     ("xe.dropout", 1.5), ("xe.dropout", 1.0), ("xe.dropout", -0.1), ("xe.max_length", 0), ("xe.max_steps", 0),
     ("xe.batch_size", 0), ("xe.micro_batch_size", -1), ("xe.lr", 0.0), ("xe.warmup_steps", -1),
     ("xe.log_every", 0), ("xe.eval_every", 0), ("xe.val_max_images", -1),
-    ("scst.max_steps", 0), ("scst.batch_size", 0), ("scst.micro_batch_size", -1), ("scst.beam_size", 0),
+    ("scst.max_steps", 0), ("scst.batch_size", 0), ("scst.micro_batch_size", -1), ("scst.k", 0),
     ("scst.lr", 0.0), ("scst.log_every", 0), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
     ("evaluate.beam_size", 0), ("evaluate.gallery_size", -1), ("evaluate.bootstrap_resamples", 0),
     ("captioner.hidden_size", 1), ("captioner.layers", 0), ("captioner.heads", 0), ("captioner.intermediate_size", 0),
@@ -298,7 +298,7 @@ def test_cross_field_checks_of_the_demo(override: str, expected: str | None) -> 
     if expected is None:  # loo with the smoke preset's 2 samples per image is fine; with 1 it is not
         load_demo_config(SMOKE, [override])
         with pytest.raises(InputError, match="leave-one-out baseline needs >= 2 samples"):
-            load_demo_config(SMOKE, [override, "scst.beam_size=1"])
+            load_demo_config(SMOKE, [override, "scst.k=1"])
         return
     with pytest.raises(InputError) as error:
         load_demo_config(SMOKE, [override])

@@ -1,6 +1,6 @@
 """The demo's XE/SCST/metric-stage keys are the recipe trainers' names (issue 40, item 2): `max_steps` for the
-training lengths of clip, pacs, xe and scst, xe's `eval_every` and `val_max_images`. The old names (`steps`,
-`val_every`, `val_images`) still load until 0.8 with one deprecation line per key, and the stages record their
+training lengths of clip, pacs, xe and scst, xe's `eval_every` and `val_max_images`, scst's `k`. The old names
+(`steps`, `val_every`, `val_images`, `beam_size`) still load until 0.8 with one deprecation line per key, and the stages record their
 settings under the old names, so a run finished before the rename is reused."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SMOKE = REPO_CONFIGS / "demo_smoke.yaml"
 # (section, old, new, value): every renamed key, with a value other than demo_smoke's
 RENAMES = [("clip", "steps", "max_steps", 9), ("pacs", "steps", "max_steps", 5), ("xe", "steps", "max_steps", 11),
            ("xe", "val_every", "eval_every", 3), ("xe", "val_images", "val_max_images", 4),
-           ("scst", "steps", "max_steps", 7)]
+           ("scst", "steps", "max_steps", 7), ("scst", "beam_size", "k", 3)]
 MARK = "is deprecated (removed in pacs"
 
 
@@ -58,7 +58,7 @@ def test_old_names_in_a_yaml_load_as_the_new_with_one_warning_per_key(tmp_path: 
     assert quiet == []
     assert dataclasses.asdict(old) == dataclasses.asdict(new) and old == new
     assert (new.clip.max_steps, new.pacs.max_steps, new.xe.max_steps, new.xe.eval_every, new.xe.val_max_images,
-            new.scst.max_steps) == (9, 5, 11, 3, 4, 7)
+            new.scst.max_steps, new.scst.k) == (9, 5, 11, 3, 4, 7, 3)
     where = f"{(tmp_path / 'old.yaml').resolve()}:demo"
     assert sorted(said) == sorted(f"{where}: {section}.{old_key} is deprecated (removed in pacs 0.8): use "
                                   f"{section}.{new_key}" for section, old_key, new_key, _ in RENAMES)
@@ -137,7 +137,7 @@ EXPECTED_XE_SECTION = {"d_model": 128, "n_heads": 4, "encoder_layers": 2, "decod
                        "dropout": 0.1, "max_length": 20, "steps": 11, "batch_size": 64, "lr": 1e-3,
                        "warmup_steps": 50, "val_every": 3, "val_images": 4}
 EXPECTED_SCST = {"seed": 1, "reward": "cider", "scst": {
-    "steps": 7, "batch_size": 32, "beam_size": 5, "lr": 5e-5, "samples": "beam", "baseline": "mean",
+    "steps": 7, "batch_size": 32, "beam_size": 3, "lr": 5e-5, "samples": "beam", "baseline": "mean",
     "monitor_every": 10, "monitor_images": 100, "hacking_monitor_every": 10, "hacking_monitor_images": 300}}
 
 
