@@ -17,6 +17,8 @@ GUARD_PROMISE = " keeps judge accuracy while its reward rises"
 CLAIM_GUARD = "the KL guard" + GUARD_PROMISE
 """The KL row's "guard worked" claim; another guard's row claims "the <guard> guard" + `GUARD_PROMISE`."""
 CLAIM_FLAT_REWARD = "its SCST reward had no spread for most steps, so no guard claim is made"
+CLAIM_INERT = ("the guard never acted: its test captions are the unguarded run's in every seed, so no guard claim "
+               "is made")
 CLAIM_HUMAN = {1: "ranks it above humans", -1: "ranks humans above it", 0: "ranks it level with humans within noise"}
 HUMAN_SUBJECT = "best SCST row vs human"
 """The subject of the human-row claims: a fixed phrase, the row (the best SCST model by judge accuracy, a choice by

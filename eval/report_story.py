@@ -22,6 +22,7 @@ from typing import Any
 
 from pacs.eval.finding_claims import (
     CLAIM_FLAT_REWARD,
+    CLAIM_INERT,
     CLAIM_JUDGE,
     CLAIM_REWARD_RISES,
     FRAGILE,
@@ -185,6 +186,9 @@ def guards(found: Sequence[Mapping[str, Any]]) -> str | None:
             mark = _mark(record) if record.get("holds") != SEED_DEPENDENT else ""
             (held if record.get("holds") is True else other).append(
                 (f"{guard} of {record['subject']}", verdict, f"({_interval(record)}){mark}"))
+        elif record["claim"] == CLAIM_INERT:
+            idle = "never acted (its test captions are the unguarded run's)"
+            other.append((f"the guard of {record['subject']}", idle, ""))
         elif record["claim"] == CLAIM_FLAT_REWARD:
             guard = "the KL guard" if str(record["subject"]).endswith(" +KL") else "the guard"
             flat = "has no verdict: its SCST reward had no spread for most steps"

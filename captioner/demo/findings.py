@@ -34,6 +34,7 @@ from pacs.eval.finding_claims import (  # the claim vocabulary, shared with the 
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
     CLAIM_HUMAN,
+    CLAIM_INERT,
     CLAIM_JUDGE,
     CLAIM_REWARD_RISES,
     DEGENERATE_SIGNS,
@@ -228,7 +229,7 @@ def opposed_seeds(directions: Mapping[str, Mapping[str, int | None]]) -> dict[st
 def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[str, Any]],
                     guarded: Mapping[str, str] | None = None,
                     flat_steps: Mapping[str, Mapping[str, float]] | None = None,
-                    level: float = LEVEL) -> list[dict[str, Any]]:
+                    level: float = LEVEL, inert: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The findings as records `{subject, claim, holds, interval, seeds, text}` (plus `opposed` when seed-dependent),
     each from the intervals of the views (`pacs.captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
     `per_seed[seed]` each seed's own).
@@ -236,13 +237,15 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
     `holds` is the pooled interval's verdict (over seeds and images), or "seed-dependent" when the seeds disagree
     beyond noise on a difference the claim rests on (`opposed_seeds`); `seeds` keeps each seed's own verdict.
     `guarded` maps each guarded reward to its row; `flat_steps[reward][seed]` is the share of its guarded
-    run's SCST steps whose reward spread was 0 (above `FLAT_SHARE` in a seed: no guard claim, `CLAIM_FLAT_REWARD`).
+    run's SCST steps whose reward spread was 0 (above `FLAT_SHARE` in a seed: no guard claim, `CLAIM_FLAT_REWARD`);
+    `inert` the guarded rows whose test captions are their unguarded row's in every seed (the guard never acted,
+    e.g. an early stop that never fired: no guard claim, `CLAIM_INERT`, which would only restate the unguarded row).
     `replication.agrees` is the probability that an independent replication of the experiment reaches the same
     verdict (`Rule.replication`; not given for a seed-dependent claim); below `FRAGILE` the claim prints as fragile.
     """
     records = []
     inflation = seed_inflation(len(per_seed))
-    for rule in _rules(pooled, guarded or {}, flat_steps or {}):
+    for rule in _rules(pooled, guarded or {}, flat_steps or {}, inert or {}):
         holds = rule.holds(pooled)
         if holds is None or (rule.only_when_holds and not holds):
             continue
@@ -355,8 +358,8 @@ def _gain_interval(model: str):
     return interval
 
 
-def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[str, Mapping[str, float]]
-           ) -> list[Rule]:
+def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[str, Mapping[str, float]],
+           inert: Mapping[str, str] | frozenset = frozenset()) -> list[Rule]:
     """Every rule, the claims fixed from the pooled view."""
     rows, gains = pooled["rows"], pooled["gains"]
     rules: list[Rule] = []
@@ -385,6 +388,9 @@ def _rules(pooled: Mapping[str, Any], guarded: Mapping[str, str], flat: Mapping[
                               _delta_estimate(gain["model"], column), only_when_holds=True))
     for reward, model in guarded.items():  # 4. the guard kept the judge while the reward rose
         if model not in rows or JUDGE not in (rows[model].get("ci") or {}):
+            continue
+        if reward in inert:  # the guard changed no test caption of any seed: its row is the unguarded one's
+            rules.append(Rule(model, CLAIM_INERT, lambda view: {}, {}, _delta_estimate(model, JUDGE)))
             continue
         shares = flat.get(reward, {})
         if any(share > FLAT_SHARE for share in shares.values()):
@@ -421,15 +427,19 @@ def guard_verdicts(records: Sequence[Mapping[str, Any]], rows: Mapping[str, Sequ
     lines = []
     for reward, models in rows.items():
         verdicts = {r["subject"]: r["holds"] for r in records if r["subject"] in models and r["claim"] in GUARD_CLAIMS}
+        idle = [r["subject"] for r in records if r["subject"] in models and r["claim"] == CLAIM_INERT]
+        never = f" {_names(idle)} never acted (its test captions are the unguarded run's)." if idle else ""
         if not verdicts:
+            if idle:
+                lines.append(f"{reward}:{never}")
             continue
         held = [model for model, holds in verdicts.items() if holds is True]
         if held:
             lines.append(f"{reward}: judge accuracy kept while the reward rose under {_names(held)} (each guard's "
-                         "setting chosen on validation, without the judge).")
+                         f"setting chosen on validation, without the judge).{never}")
         else:
             lines.append(f"{reward}: no guard chosen without the judge kept judge accuracy while the reward rose "
-                         f"({_names(list(verdicts))}: the finding does not hold or is seed-dependent).")
+                         f"({_names(list(verdicts))}: the finding does not hold or is seed-dependent).{never}")
     return lines
 
 

@@ -707,7 +707,11 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     if oracle is not None and findings.direction(oracle) <= 0:  # what SCST reaches when the reward is right
         logger.warning("the oracle %s did not raise judge accuracy beyond noise (%s): the SCST settings (steps, lr, "
                        "samples), not the rewards, bound what any reward can show", pooled["oracle"], oracle)
-    records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat)
+    inert = {key: unguarded for key, (reward, model) in _guarded_rows_of(config).items()
+             for unguarded in [findings.scst_model_name(reward)] if reward in config.scst.rewards
+             and all(e.captions.get(model) == e.captions.get(unguarded) for e in evaluations)}
+    records = findings.finding_records(pooled, {str(seed): view for seed, view in views.items()}, guarded_rows, flat,
+                                       inert=inert)
     normalised = _normalisation_comparisons(config, evidence)
     gains = [gain for gain in pooled["gains"] if gain["model"] not in guarded_rows.values()]
     guarded_gains = [gain for gain in pooled["gains"] if gain["model"] in guarded_rows.values()]

@@ -11,6 +11,7 @@ import pytest
 from pacs.captioner.demo.findings import (
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
+    CLAIM_INERT,
     CLAIM_REWARD_RISES,
     HUMAN_SUBJECT,
     SEED_DEPENDENT,
@@ -216,6 +217,15 @@ def test_a_guarded_reward_that_never_varied_gets_no_guard_claim() -> None:
     assert CLAIM_GUARD not in claims and CLAIM_FLAT_REWARD in claims
     varied = finding_records(pooled, {"0": pooled}, {"clip-s": "scst clip-s +KL"}, {"clip-s": {"0": 0.2}})
     assert CLAIM_GUARD in [r["claim"] for r in varied]
+
+
+def test_a_guard_that_never_acted_gets_no_guard_claim_but_says_so() -> None:
+    pooled = _view([-9.0, -1.0], [0.1, 0.5])
+    idle = finding_records(pooled, {"0": pooled}, {"clip-s": "scst clip-s +KL"}, {"clip-s": {"0": 0.2}},
+                           inert={"clip-s": "scst clip-s"})
+    mine = [r for r in idle if r["subject"] == "scst clip-s +KL"]
+    assert [r["claim"] for r in mine if "guard" in r["claim"]] == [CLAIM_INERT]
+    assert mine[-1]["interval"]["column"] == "Judge-acc"  # the row's own Judge-acc change, as the unguarded row's
 
 
 def test_the_human_rule_names_the_best_model_and_each_metric() -> None:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from pacs.captioner.demo import captioning, guard_choice
-from pacs.captioner.demo.findings import CLAIM_GUARD, guard_claim, guard_verdicts
+from pacs.captioner.demo.findings import CLAIM_GUARD, CLAIM_INERT, guard_claim, guard_verdicts
 from pacs.captioner.demo.pipeline import REPO_CONFIGS, guarded_stage_names, load_demo_config
 from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
 from pacs.metric.common.errors import InputError
@@ -159,9 +159,12 @@ def test_the_outcome_line_names_the_guards_that_held_or_says_none_did() -> None:
     records = [record("scst pac-s++ +KL", False), record("scst pac-s++ +length mask", True),
                record("scst pac-s++ +guards", True), record("scst ref-pac-s++ +KL", False),
                record("scst ref-pac-s++ +guards", "seed-dependent"),
-               {"subject": "scst pac-s++ +KL", "claim": "judge accuracy falls", "holds": True}]
+               {"subject": "scst pac-s++ +KL", "claim": "judge accuracy falls", "holds": True},
+               {"subject": "scst pac-s++ +early stop", "claim": CLAIM_INERT, "holds": True}]
+    rows["pac-s++"].append("scst pac-s++ +early stop")
     assert guard_verdicts(records, rows) == [
         ("pac-s++: judge accuracy kept while the reward rose under scst pac-s++ +length mask and scst pac-s++ +guards "
-        "(each guard's setting chosen on validation, without the judge)."),
+        "(each guard's setting chosen on validation, without the judge). scst pac-s++ +early stop never acted (its "
+        "test captions are the unguarded run's)."),
         ("ref-pac-s++: no guard chosen without the judge kept judge accuracy while the reward rose (scst ref-pac-s++ "
         "+KL and scst ref-pac-s++ +guards: the finding does not hold or is seed-dependent).")]

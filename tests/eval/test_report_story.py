@@ -7,7 +7,14 @@ import re
 import subprocess
 from pathlib import Path
 
-from pacs.eval.finding_claims import CLAIM_GUARD, CLAIM_JUDGE, CLAIM_REWARD_RISES, gamed_claim, guard_of_claim
+from pacs.eval.finding_claims import (
+    CLAIM_GUARD,
+    CLAIM_INERT,
+    CLAIM_JUDGE,
+    CLAIM_REWARD_RISES,
+    gamed_claim,
+    guard_of_claim,
+)
 from pacs.eval.report import build_report
 from pacs.eval.report_figures import constant_columns, forest_rows, gain_points, story_figure, unique_labels
 from pacs.eval.report_provenance import record_provenance
@@ -81,11 +88,13 @@ def test_every_guard_of_the_menu_is_read_and_many_guarded_rows_are_named_when_he
         "holds when its reward rises and judge accuracy does not fall).")
     many = [*one, _record("scst pac-s++ +KL", CLAIM_GUARD, -3.0, -5.0, -1.0, holds=False),
             _record("scst pac-s++ +guards", combined, 0.2, -1.0, 1.4, holds="seed-dependent", agrees=None),
-            _record("scst ref-pac-s++ +KL", CLAIM_GUARD, 2.0, 1.0, 3.0, agrees=0.8)]
+            _record("scst ref-pac-s++ +KL", CLAIM_GUARD, 2.0, 1.0, 3.0, agrees=0.8),
+            _record("scst pac-s++ +early stop", CLAIM_INERT, -7.0, -17.0, 1.0)]
     assert headline({"findings": many, "oracle": "scst judge"})[2] == (
         "The length mask guard of scst pac-s++ +length mask (Judge-acc +1.50 pts [+0.500, +2.50]) and the KL guard "
         "of scst ref-pac-s++ +KL (Judge-acc +2.00 pts [+1.00, +3.00]) (fragile: a replication agrees with "
-        "probability 0.80) held; of the other 2 guarded rows, 1 did not hold and 1 is seed-dependent (a guard holds when its reward rises and judge "
+        "probability 0.80) held; of the other 3 guarded rows, 1 did not hold, 1 is seed-dependent and 1 never acted "
+        "(its test captions are the unguarded run's) (a guard holds when its reward rises and judge "
         "accuracy does not fall).")
 
 
