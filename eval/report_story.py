@@ -175,6 +175,11 @@ def gamed(found: Sequence[Mapping[str, Any]]) -> str | None:
     return f"{_names(parts)} were gamed: each one's own reward rose beyond noise while judge accuracy did not."
 
 
+#: how a verdict reads when counted ("3 seed-dependent"), whatever the number
+_COUNTED = {"did not hold": "did not hold", f"is {SEED_DEPENDENT}": SEED_DEPENDENT, "never acted": "never acted",
+            "has no verdict": "without a verdict (flat reward)"}
+
+
 def guards(found: Sequence[Mapping[str, Any]]) -> str | None:
     """Sentence 3: whether each guard held (its reward rose and judge accuracy did not fall); None without a
     guarded row. Past two guarded rows the sentence names the ones that held and counts the others."""
@@ -202,9 +207,10 @@ def guards(found: Sequence[Mapping[str, Any]]) -> str | None:
         if other:  # counted by verdict: "did not hold", "is seed-dependent", "has no verdict ..."
             counts: dict[str, int] = {}
             for _, verdict, _ in other:
-                counts[verdict.split(":")[0]] = counts.get(verdict.split(":")[0], 0) + 1
+                kind = _COUNTED.get(verdict.split(" (")[0].split(":")[0], verdict)
+                counts[kind] = counts.get(kind, 0) + 1
             text += (f"; of the other {len(other)} guarded row{'s' if len(other) > 1 else ''}, "
-                     f"{_names([f'{n} {verdict}' for verdict, n in counts.items()])}")
+                     f"{_names([f'{n} {kind}' for kind, n in counts.items()])}")
     return f"{text[0].upper()}{text[1:]} (a guard holds when its reward rises and judge accuracy does not fall)."
 
 

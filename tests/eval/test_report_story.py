@@ -93,8 +93,8 @@ def test_every_guard_of_the_menu_is_read_and_many_guarded_rows_are_named_when_he
     assert headline({"findings": many, "oracle": "scst judge"})[2] == (
         "The length mask guard of scst pac-s++ +length mask (Judge-acc +1.50 pts [+0.500, +2.50]) and the KL guard "
         "of scst ref-pac-s++ +KL (Judge-acc +2.00 pts [+1.00, +3.00]) (fragile: a replication agrees with "
-        "probability 0.80) held; of the other 3 guarded rows, 1 did not hold, 1 is seed-dependent and 1 never acted "
-        "(its test captions are the unguarded run's) (a guard holds when its reward rises and judge "
+        "probability 0.80) held; of the other 3 guarded rows, 1 did not hold, 1 seed-dependent and 1 never acted "
+        "(a guard holds when its reward rises and judge "
         "accuracy does not fall).")
 
 
