@@ -1,12 +1,13 @@
 """The parts of a recipe run that every captioner kind's stages share: the run directory and its data, the trainer
 settings, the SCST stages (one per reward), the test sets, the evaluation rows and the results files.
 
-`pacs.captioner.orchestration.pipeline` runs pacs' captioner through them, `hf_stages` a transformers one.
+`pacs.captioner.orchestration.pipeline` runs them for every captioner kind (`pacs.captioner.orchestration.captioner_kinds`).
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import logging
@@ -169,8 +170,13 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
         stages.run(name, body, scst_settings(config, spec, settings),
                    scst_inputs(stages, config, scst, init, inputs),
                    upstream=upstream, resumable=True, distributed=True, progress=out / "checkpoints")
-        chosen[spec] = (name, out / ("final" if scst.select_by == "last" else "best"))
+        chosen[spec] = (name, selected_model(out, scst))
     return chosen
+
+
+def selected_model(out: Path, scst: SCSTConfig) -> Path:
+    """The model an SCST stage writing to `out` hands on (the one `scst.select_by` chose)."""
+    return out / ("final" if scst.select_by == "last" else "best")
 
 
 def scst_stage(run: RecipeRun, spec: str, scst_micro: int) -> tuple[str, Path, SCSTConfig]:
@@ -247,14 +253,15 @@ def same_file_test_sets(config: PipelineConfig) -> dict[str, dict[str, Any]]:
     return same
 
 
-def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None) -> list[tuple[str, list, Any]]:
-    """Every test set and its features (stage `features/<set>`, split over the processes): [(name, items, cache)].
+def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None,
+                      features: Callable[[RecipeRun, str, list, dict[str, Any]], Any] | None = None,
+                      ) -> list[tuple[str, list, Any]]:
+    """Every test set and what its captioner reads besides the images: [(name, items, features)].
 
     `loaded`: the items of test sets already taken from a loaded data set (`{set name: items}`); the others are
-    loaded from their files.
+    loaded from their files. `features(run, name, items, set_config)`: a test set's features (default
+    `test_feature_stage`, stage `features/<set>`).
     """
-    from pacs.captioner.orchestration.stage_fingerprints import data_inputs
-
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():
@@ -262,10 +269,16 @@ def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None) -> 
             items = loaded[set_name]
         else:
             items = select_test_items(run.dataset(set_config), set_config, config.evaluation.max_images)
-        selection = test_set_selection(config, set_config)
-        prepared.append((set_name, items, run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
-                                                             selection, data_inputs(set_config))))
+        prepared.append((set_name, items, (features or test_feature_stage)(run, set_name, items, set_config)))
     return prepared
+
+
+def test_feature_stage(run: RecipeRun, set_name: str, items: list, set_config: dict[str, Any]) -> Any:
+    """Stage `features/<set>` of a test set's `items` (split over the processes): its feature cache."""
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs
+
+    return run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
+                             test_set_selection(run.config, set_config), data_inputs(set_config))
 
 
 def test_set_selection(config: PipelineConfig, set_config: dict[str, Any]) -> dict[str, Any]:
@@ -273,19 +286,38 @@ def test_set_selection(config: PipelineConfig, set_config: dict[str, Any]) -> di
     return {"test_set": set_config, "max_images": config.evaluation.max_images}
 
 
-def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tuple[str, list, Any]]) -> dict[str, Any]:
+def caption_with_features(run: RecipeRun, folder: Path, items: list, features: Any,
+                          scorers: Callable[[], Any]) -> tuple[dict[str, str], dict[str, Any]] | None:
+    """pacs' captioner in `folder` on a test set's `items`: beam search over `features` and the contrastive scores
+    of `scorers()`, split over the processes (`pacs.captioner.orchestration.eval_processes`); (captions, scores)
+    on the main process, None on the others."""
+    from pacs.captioner.modeling.checkpoints import load_captioner
+    from pacs.captioner.orchestration.eval_processes import caption_and_score
+
+    config, state = run.config, process_state()
+    chosen = scorers()
+    device = resolve_device(config.device)
+    model, vocab, _ = load_captioner(folder, device)
+    paths = {i.image_id: i.image_path for i in items}
+    references = {i.image_id: i.captions for i in items}
+    result = caption_and_score(model, vocab, features, list(paths), paths, references, chosen,
+                               config.evaluation.beam_size, config.evaluation.batch_size, device, state)
+    return (result.captions, result.contrastive) if state.is_main_process else None
+
+
+def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tuple[str, list, Any]],
+                    caption: Callable[..., Any] | None = None, reference_row: str = "xe") -> dict[str, Any]:
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
 
-    Call it on every process: captioning and contrastive scoring are split over the processes
-    (`pacs.captioner.orchestration.eval_processes`, identical to one process); corpus metrics, paired bootstrap intervals against
-    the XE row (`evaluation.bootstrap` resamples) and the files are computed on the main process, which returns
-    the rows (the others return no rows).
+    Call it on every process. `caption(run, folder, items, features, scorers)`: a model's captions of a test set
+    and their contrastive scores (None: scored from `scorers()` with the rows) on the main process, None on the
+    others (default `caption_with_features`: pacs' captioner, split over the processes, identical to one process);
+    corpus metrics, paired bootstrap intervals against the `reference_row` row (`evaluation.bootstrap` resamples)
+    and the files are computed on the main process, which returns the rows (the others return no rows).
     """
-    from pacs.captioner.modeling.checkpoints import load_captioner
-    from pacs.captioner.modeling.training_setup import process_state
     from pacs.captioner.orchestration.eval_intervals import add_intervals
-    from pacs.captioner.orchestration.eval_processes import caption_and_score
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from pacs.captioner.orchestration.preflight import evaluation_slots
 
     config = run.config
     state = process_state()
@@ -297,36 +329,28 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
         todo = broadcast_object_list([todo])[0]
     rows: list[dict[str, Any]] = []
     per_image: dict[tuple[str, str], dict[str, Any]] = {}
-    scorers = None
+    scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))  # the columns' models, once
     for set_name, items, features in test_sets:
-        paths = {i.image_id: i.image_path for i in items}
-        references = {i.image_id: i.captions for i in items}
         for model_name, folder in models.items():
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
             if (set_name, model_name) not in todo:
                 if state.is_main_process:
                     collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
                 continue
-            if scorers is None:
-                from pacs.captioner.orchestration.preflight import evaluation_slots
-
-                scorers = reward_scorers(config, evaluation_slots(config))  # only the columns' models
-            device = resolve_device(config.device)
-            model, vocab, _ = load_captioner(folder, device)
-            result = caption_and_score(model, vocab, features, list(paths), paths, references, scorers,
-                                       config.evaluation.beam_size, config.evaluation.batch_size, device, state)
+            captioned = (caption or caption_with_features)(run, folder, items, features, scorers)
             if not state.is_main_process:
                 continue
-            detailed = evaluation_rows(set_name, result.captions, items, None, config.evaluation.text_metrics,
-                                       contrastive=result.contrastive, per_image=True)
+            captions, contrastive = captioned
+            detailed = evaluation_rows(set_name, captions, items, scorers() if contrastive is None else None,
+                                       config.evaluation.text_metrics, contrastive=contrastive, per_image=True)
             record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],  # NaN: null
                                         "per_image": {row["test_set"]: values for row, values in detailed}})
-            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(result.captions))
+            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
             write_json_atomic(out, record)
             collect(record, rows, per_image)
     if not state.is_main_process:
         return {"rows": []}
-    add_intervals(rows, per_image, "xe", config.evaluation.bootstrap, config.seed)
+    add_intervals(rows, per_image, reference_row, config.evaluation.bootstrap, config.seed)
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(run.dir / "eval", rows, columns)
     return {"rows": rows}
