@@ -1,7 +1,7 @@
 """The recipe's `captioner:` section: pacs' own captioner (default) or a transformers image-to-text folder.
 
 `kind: transformers` with `checkpoint: FOLDER` (a BLIP, GIT or LLaVA-style folder `pacs caption` loads) makes
-`pacs train` run its stages on that model (`pacs.captioner.orchestration.captioner_kinds.TransformersCaptioner`):
+`pacs train` run its stages on that model (`pacs.captioner.orchestration.captioner_stages.TransformersCaptioner`):
 optional XE fine-tuning on the references (`xe: true`), SCST with every reward of `rewards`, evaluation. The other keys are
 `pacs.captioner.modeling.hf_policy.HFTrainOptions` (prompt, full or LoRA fine-tuning, vision tower, checkpointing).
 """

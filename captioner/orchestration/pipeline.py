@@ -6,7 +6,7 @@ re-running a run directory skips the stages whose settings, inputs and upstream 
 the changed ones and everything below them (logging what changed), resumes an interrupted XE / SCST from its
 checkpoints when its fingerprint matches and refuses otherwise; `force` (`--force STAGE`) re-runs a stage.
 The captioner kind (`captioner.kind`: pacs' captioner, or a transformers folder without vocabulary and features)
-is chosen once per run (`pacs.captioner.orchestration.captioner_kinds`) and asked what differs by the one runner.
+is chosen once per run (`pacs.captioner.orchestration.captioner_stages`) and asked what differs by the one runner.
 A YAML with a top-level `demo:` section is handed to `pacs.captioner.demo.run_demo`.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.captioner.modeling.train_xe import XEConfig
-from pacs.captioner.orchestration.captioner_kinds import CaptionerKind, captioner_kind
+from pacs.captioner.orchestration.captioner_stages import CaptionerKind, captioner_kind
 from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,

@@ -1,7 +1,7 @@
 """The parts of a recipe run that every captioner kind's stages share: the run directory and its data, the trainer
 settings, the SCST stages (one per reward), the test sets, the evaluation rows and the results files.
 
-`pacs.captioner.orchestration.pipeline` runs them for every captioner kind (`pacs.captioner.orchestration.captioner_kinds`).
+`pacs.captioner.orchestration.pipeline` runs them for every captioner kind (`pacs.captioner.orchestration.captioner_stages`).
 """
 from __future__ import annotations
 
