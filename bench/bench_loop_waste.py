@@ -81,6 +81,7 @@ class Child:
         self.config.dropout = dropout
         torch.manual_seed(0)
         model = Captioner(self.config)
+        model.share_image_work = True  # the opt-in sharing measured (absent in trees before it: no effect there)
         return model, torch.optim.Adam(model.parameters(), lr=1e-5)
 
     def data(self, images: int) -> tuple[Any, Any]:

@@ -20,11 +20,14 @@ from pacs.metric.common.errors import InputError
 GRAD_RTOL = 1e-5
 
 
-def _model(dropout: float) -> Captioner:
+def _model(dropout: float, share: bool = True) -> Captioner:
+    """The tiny captioner in training mode; `share`: the opt-in shared image work these tests measure."""
     config = CaptionerConfig(vocab_size=40, feature_dim=24, d_model=64, n_heads=4, encoder_layers=2,
                              decoder_layers=2, ffn_dim=128, dropout=dropout, max_length=10)
     torch.manual_seed(0)
-    return Captioner(config).train()
+    model = Captioner(config).train()
+    model.share_image_work = share
+    return model
 
 
 def _loss_and_grads(model: Captioner, run) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -82,6 +85,28 @@ def test_grouped_xe_without_dropout_encodes_each_image_once():
     decoder_only = {name for name in before[2] if name.startswith(("embedding", "positions", "decoder.", "head",
                                                                     "decoder_norm"))}
     _assert_grads_close(before[2], after[2], exact={n for n in decoder_only if "cross_attention.key_value" not in n})
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_by_default_rows_and_repeats_compute_exactly_what_one_encode_per_caption_did(dropout):
+    # the exact path is the default: logits, loss and every gradient equal bit for bit (no tolerance), so a long
+    # run (the main command's 2,000 XE steps) picks the checkpoint it picked before the sharing existed
+    model = _model(dropout, share=False)
+    before, after = _xe(model, grouped=False), _xe(model, grouped=True)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+    _assert_grads_close(before[2], after[2], exact=set(before[2]))
+    tokens = TOKENS[:6]
+
+    def update(forward):
+        def run():
+            with model.example_rng(ExampleRNG(example_generators(7, 1, [5, 8, 2], DROPOUT))):
+                logits = forward(model, FEATS, shift_right(tokens), 2)
+            return logits, token_log_probs(logits, tokens).sum()
+        return _loss_and_grads(model, run)
+
+    old, new = update(_old_forward), update(lambda m, f, t, k: m(f, t, repeats=k))
+    assert torch.equal(old[0], new[0]) and torch.equal(old[1], new[1])
+    _assert_grads_close(old[2], new[2], exact=set(old[2]))
 
 
 def test_image_rows_fetch_each_image_once_in_first_seen_order():
