@@ -9,12 +9,17 @@ PAC-S, PAC-S++), then fluency (Rep-n, %Incorrect, grammar, length).
 A column may be named by its metric (`bleu4`, `ref-pac-s++`) or by its paper label (`B-4`, `RefPAC-S++`,
 the demo's columns); an unknown name is taken as higher-is-better, scale 1.
 
+`TABLE_COLUMNS` is the one order of every column a results table can show (a recipe's evaluation, the demo's
+system-level table, a pooled or compared table); each table shows the ones its run computes (`table_columns`).
+
 >>> label("bleu4"), label("ref-pac-s++"), direction("rep2"), direction("%Incorrect"), printed_scale("cider")
 ('B-4', 'RefPAC-S++', -1, -1, 100.0)
 >>> group("meteor"), group("ref-clip-s"), group("PAC-S"), group("incorrect")
 ('reference-based', 'reference-based', 'reference-free', 'fluency')
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from pacs.eval.registry import get_metric
 from pacs.metric.common.errors import InputError
@@ -29,6 +34,22 @@ LABELS: dict[str, str] = {
     "clip-s": "CLIP-S", "ref-clip-s": "RefCLIP-S", "pac-s": "PAC-S", "ref-pac-s": "RefPAC-S",
     "pac-s++": "PAC-S++", "ref-pac-s++": "RefPAC-S++", **{f"rep{k}": f"Rep-{k}" for k in range(1, 5)},
     "incorrect": "%Incorrect", "grammar": "Grammar", "length": "Length"}
+TABLE_COLUMNS: tuple[str, ...] = (
+    "B-4", "M", "C", "S", "CLIP-S", "PAC-S++", "RefCLIP-S", "RefPAC-S++", "Rep-1", "Rep-2", "Rep-3", "Rep-4",
+    "%Incorrect", "Judge-acc", "Judge", "Halluc.", "Length")
+"""Every results-table column, in the order every table shows them (PAC-S++ Table 10's: text metrics, the
+reference-free scores, their reference-based variants, fluency; then the demo judge's columns and length)."""
+
+
+def table_columns(computed: Iterable[str]) -> list[str]:
+    """The columns of `TABLE_COLUMNS` that a run computes, in the table's order (an unknown name is an error)."""
+    computed = set(computed)
+    unknown = sorted(computed - set(TABLE_COLUMNS))
+    if unknown:
+        raise ValueError(f"not results-table columns: {', '.join(unknown)} (pacs.eval.columns.TABLE_COLUMNS)")
+    return [column for column in TABLE_COLUMNS if column in computed]
+
+
 _BY_LABEL = {text.lower(): name for name, text in LABELS.items()}
 #: metrics (or other columns, by label) where a lower value is better
 LOWER_IS_BETTER = frozenset({"rep1", "rep2", "rep3", "rep4", "incorrect", "grammar", "halluc."})

@@ -1,5 +1,5 @@
 """The vocabulary of a finding record (results.json `findings: [{subject, claim, holds, interval, replication, ...}]`):
-the fixed claim phrases the demo's rules state (`pacs.captioner.demo.findings`) and the marks of a verdict, in one
+the fixed claim phrases the demo's rules state (`pacs.captioner.orchestration.findings`) and the marks of a verdict, in one
 place for the rules that write them and the report that reads them (`pacs.eval.report_story`)."""
 from __future__ import annotations
 

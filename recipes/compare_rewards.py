@@ -4,7 +4,7 @@ PAC-S++ Table 9/10-style comparison (markdown + CSV) into `<run_dir>/compare_rew
     accelerate launch recipes/compare_rewards.py --config recipes/configs/coco_vitb32_base.yaml \
         [--reward cider --reward pac-s++ ...] [--seeds 0 1 2] [key=value ...]
 
-Columns: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++, Rep-1..4, %Incorrect; one block of rows per
+Columns: B-4, M, C, S, CLIP-S, PAC-S++, RefCLIP-S, RefPAC-S++, Rep-1..4, %Incorrect; one block of rows per
 test set (COCO, nocaps overall + in/near/out-domain, VizWiz, CC3M — whichever `evaluation.test_sets` lists).
 Every non-XE row gets paired bootstrap 95% intervals of (row − XE) over the test images for C, S and the
 contrastive columns (`pacs.eval.intervals`, `evaluation.bootstrap` resamples; `captioner/orchestration/eval_intervals.py`):

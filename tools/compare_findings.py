@@ -8,7 +8,7 @@ Prints the claims both runs make alike, then those that differ (only in one run,
 independent replication agrees (`replication.agrees`): each differing claim then shows it for both runs, and the
 summary gives the number of disagreements each run's own intervals predicted, the number observed (its rated claims
 the other run states otherwise), and the *robust contradictions*: differing claims that no run stating them marks
-fragile (agrees below `pacs.captioner.demo.findings.FRAGILE`) or seed-dependent — the ones the findings' replication
+fragile (agrees below `pacs.captioner.orchestration.findings.FRAGILE`) or seed-dependent — the ones the findings' replication
 estimate failed to flag.
 
 Every input is data: a file that is not a regular file (a FIFO, a device), is larger than `MAX_INPUT_BYTES`, is not
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.demo.findings import FRAGILE, SEED_DEPENDENT
+from pacs.captioner.orchestration.findings import FRAGILE, SEED_DEPENDENT
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.json_input import read_json_file
 from pacs.metric.common.terminal import escape_control

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pacs.captioner.demo import guard_choice
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import per_caption_text_metrics
 from pacs.captioner.demo.data import DemoData
@@ -25,7 +24,9 @@ from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds, tr
 from pacs.captioner.modeling.train_xe import generate_captions, train_xe
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
+from pacs.captioner.orchestration import guard_choice
 from pacs.captioner.orchestration.reward_record import announce_reward
+from pacs.eval.columns import table_columns
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 from pacs.rewards.slug import reward_slug
 
@@ -278,10 +279,11 @@ SYSTEM_COLUMNS: dict[str, tuple[str, float]] = {
     "Length": ("length", 1.0)}
 #: the columns the demo's judge adds to every row (percentages of captions)
 JUDGE_COLUMNS = ("Judge-acc", "Judge", "Halluc.")
+DEMO_COLUMNS = table_columns((*SYSTEM_COLUMNS, *JUDGE_COLUMNS))
+"""The demo table's columns: the ones of `pacs.eval.columns.TABLE_COLUMNS` it computes."""
 #: every column of the table in its order, with where its values come from (judge columns: the demo's own, factor 1)
-COLUMN_SOURCES: dict[str, tuple[str, float]] = {
-    column: SYSTEM_COLUMNS.get(column, (column, 1.0))
-    for column in (*list(SYSTEM_COLUMNS)[:-1], *JUDGE_COLUMNS, "Length")}
+COLUMN_SOURCES: dict[str, tuple[str, float]] = {column: SYSTEM_COLUMNS.get(column, (column, 1.0))
+                                                 for column in DEMO_COLUMNS}
 
 
 def judge_values(captions: Sequence[str], scenes: Sequence[Scene]) -> tuple[dict[str, np.ndarray], list[Judgement]]:

@@ -204,7 +204,7 @@ class ScstStageConfig:
 class GuardedScstConfig:
     """Guarded SCST runs (docs/demo.md "Guards"; docs/captioner.md "SCST guards"): the same SCST as `scst` plus one
     guard of the recipe's menu at a time, every candidate setting trained and chosen on validation
-    (`pacs.captioner.demo.guard_choice`: best validation CIDEr-D, ties fewest gaming signatures; never test, never
+    (`pacs.captioner.orchestration.guard_choice`: best validation CIDEr-D, ties fewest gaming signatures; never test, never
     the judge). `kl_coefs` is the KL guard's grid (stages `scst-<reward>-kl<coef>`); `grid` declares the other
     guards' grids (`length_mask_slack`, `cider_anchor`, `stop_on_gaming`, `rep_penalty`, `length_penalty`), each
     trained alone (stages `scst-<reward>-<guard><setting>`); with two guards or more a last run combines every
@@ -224,7 +224,7 @@ class GuardedScstConfig:
     def validate(self) -> None:
         """Guarded rewards must be trained by the demo; a known guard per grid key, at least one setting to
         train, no duplicates; a grid's penalty is not also fixed."""
-        from pacs.captioner.demo.guard_choice import check_grid
+        from pacs.captioner.orchestration.guard_choice import check_grid
 
         ScstStageConfig(rewards=list(self.rewards)).validate()
         check_grid(self.grid)
@@ -248,7 +248,7 @@ class GuardedScstConfig:
     def reward_spec(self, reward: str, settings: dict | None = None) -> str:
         """The reward spec a guarded run trains on: `reward` plus the enabled penalty components (and the CIDEr-D
         anchor of `settings`, `guard_choice.reward_spec`)."""
-        from pacs.captioner.demo.guard_choice import reward_spec
+        from pacs.captioner.orchestration.guard_choice import reward_spec
 
         return reward_spec(reward, settings or {}, self.rep_penalty, self.length_penalty)
 

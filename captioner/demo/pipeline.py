@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 
-from pacs.captioner.demo import captioning, correlation, findings, metric_stages, run_records
-from pacs.captioner.demo import guard_choice as guard_menu
-from pacs.captioner.demo.captioning import guarded_label, normalised_label
+from pacs.captioner.demo import captioning, correlation, metric_stages
+from pacs.captioner.demo.captioning import DEMO_COLUMNS, guarded_label, normalised_label
 from pacs.captioner.demo.config import DemoConfig, recorded_settings
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
-from pacs.captioner.demo.seeds import SeedEvidence, single_seed
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
+from pacs.captioner.orchestration import findings, run_records
+from pacs.captioner.orchestration import guard_choice as guard_menu
+from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING
 from pacs.captioner.orchestration.stages import StageRunner, check_force
 from pacs.eval.report import write_report
@@ -56,8 +57,6 @@ from pacs.rewards.slug import reward_slug
 
 logger = logging.getLogger(__name__)
 
-TABLE_COLUMNS = ["B-4", "C", "CLIP-S", "PAC-S++", "RefCLIP-S", "RefPAC-S++", "Rep-1", "Rep-2", "Rep-3", "Rep-4",
-                 "%Incorrect", "Judge-acc", "Judge", "Halluc.", "Length"]
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "configs"
 
 
@@ -667,7 +666,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     drawn with `seed`) scored in one system-level table per seed by `pacs.eval.system_table` (the code path of `pacs
     evaluate --candidates NAME=FILE ... --human-baseline`; `captioning.evaluate_systems`; several seeds:
     `evaluate/seed-<s>/`), the judge's columns per row; then every row, difference against XE and against the
-    human row and reward gain over seeds and images (`pacs.captioner.demo.seeds`), the findings from those intervals
+    human row and reward gain over seeds and images (`pacs.captioner.orchestration.seed_evidence`), the findings from those intervals
     (`findings.finding_records`), and the gallery (the first seed's captions)."""
 
     seeds = list(models)
@@ -686,15 +685,15 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     pairs = [(spec, findings.scst_model_name(spec)) for spec in config.scst.rewards]
     pairs += [(spec, captioning.normalised_model_name(spec)) for spec in config.scst.normalised_rewards]
     pairs += list(_guarded_rows_of(config).values())
-    evidence = SeedEvidence(per_image, bleu, TABLE_COLUMNS, resamples, config.seed)
+    evidence = SeedEvidence(per_image, bleu, DEMO_COLUMNS, resamples, config.seed)
     pooled = evidence.view(pairs, HUMAN_ROW)
     views = {seed: pooled} if len(seeds) == 1 else {
-        seed: SeedEvidence(*single_seed(per_image, bleu, index), TABLE_COLUMNS, resamples, config.seed).view(
+        seed: SeedEvidence(*single_seed(per_image, bleu, index), DEMO_COLUMNS, resamples, config.seed).view(
             pairs, HUMAN_ROW) for index, seed in enumerate(seeds)}
     rows = []
     for name in names:
         entry = pooled["rows"][name]
-        row: dict[str, Any] = {"model": name, **{c: entry["value"].get(c) for c in TABLE_COLUMNS}}
+        row: dict[str, Any] = {"model": name, **{c: entry["value"].get(c) for c in DEMO_COLUMNS}}
         if "delta" in entry:
             row.update(delta=entry["delta"], ci=entry["ci"], delta_per_seed=entry["delta_per_seed"])
         row.update(value_ci=entry["value_ci"], per_seed=entry["per_seed"])
@@ -723,7 +722,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
     table = first.table
     write_json_atomic(out / "captions.json", first.captions)
     write_json_atomic(out / "results.json", {
-        "columns": TABLE_COLUMNS, "rows": rows, "baseline": findings.BASELINE, "bootstrap_resamples": resamples,
+        "columns": DEMO_COLUMNS, "rows": rows, "baseline": findings.BASELINE, "bootstrap_resamples": resamples,
         "seeds": seeds, "bootstrap": evidence.boot.describe(),
         "seed_rows": [{"model": name, "seed": seed, **evaluation.row(name)}
                       for seed, evaluation in zip(seeds, evaluations) for name in names],
@@ -741,7 +740,7 @@ def _evaluate(config: DemoConfig, data: Any, models: dict[int, dict[str, Path]],
                            "system_table": "evaluate/system_table.json" if len(seeds) == 1
                            else f"evaluate/seed-{seeds[0]}/system_table.json"},
         "versus_human": versus_human,
-        "system_table": captioning.display_table(first, rows, intervals, TABLE_COLUMNS),
+        "system_table": captioning.display_table(first, rows, intervals, DEMO_COLUMNS),
         "provenance": provenance(config=to_dict(config), seed=config.seed)})
     captioning.write_gallery(run_dir, data, first, config.evaluate.gallery_size)
     return {"models": list(models[seeds[0]]), "seeds": seeds, "images": len(first.image_ids)}
@@ -786,7 +785,7 @@ def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, A
     rows = results["rows"]
     write_json_atomic(run_dir / "results.json", results)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["model", *TABLE_COLUMNS], extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=["model", *DEMO_COLUMNS], extrasaction="ignore")
     writer.writeheader()
     writer.writerows(csv_cells(row) for row in rows)  # a system name is never a live spreadsheet formula
     write_text_atomic(run_dir / "results.csv", buffer.getvalue())
@@ -834,11 +833,11 @@ def results_markdown(results: dict[str, Any]) -> str:
                      + findings.share_table(results["share_of_oracle"]))
     if any(row.get("ci") for row in results["rows"]):
         parts.append("Change of every column against XE (95% interval):\n\n"
-                     + findings.delta_table(results["rows"], TABLE_COLUMNS))
+                     + findings.delta_table(results["rows"], DEMO_COLUMNS))
     if results.get("versus_human"):
         rows = [{"model": name, **values} for name, values in results["versus_human"].items()]
         parts.append("Change of every column against the human row (paired 95% interval of row − human):\n\n"
-                     + findings.delta_table(rows, TABLE_COLUMNS, "Δ vs human"))
+                     + findings.delta_table(rows, DEMO_COLUMNS, "Δ vs human"))
     by_seed = (results.get("guarded") or {}).get("choices_by_seed") or {}
     if by_seed:
         chosen = {}
@@ -868,10 +867,10 @@ def results_markdown(results: dict[str, Any]) -> str:
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
     """The results table as markdown: a row per model (and the human row; a blank value, the human B-4, is '-')."""
-    header = "| model | " + " | ".join(TABLE_COLUMNS) + " |"
-    lines = [header, "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
+    header = "| model | " + " | ".join(DEMO_COLUMNS) + " |"
+    lines = [header, "|---" * (len(DEMO_COLUMNS) + 1) + "|"]
     for row in rows:
         cells = [f"{row[c]:.2f}" if isinstance(row.get(c), (int, float)) else "-" if c in row else ""
-                 for c in TABLE_COLUMNS]
+                 for c in DEMO_COLUMNS]
         lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.demo import run_records
 from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.orchestration import run_records
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.errors import InputError, PacsError
@@ -154,7 +154,8 @@ def seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str,
 def _seed_models(config: DemoConfig, run_dir: Path, seed: int) -> tuple[dict[str, Path], dict[str, Any],
                                                                           dict[str, tuple]]:
     """`seed_models` and, per row, the model's identity (`run_records.model_identity`: its weights' digests)."""
-    from pacs.captioner.demo import captioning, findings, pipeline
+    from pacs.captioner.demo import captioning, pipeline
+    from pacs.captioner.orchestration import findings
 
     prefix = pipeline.seed_prefix(config, seed)
     stages = {"xe": (f"{prefix}xe", "best")}

@@ -4,7 +4,7 @@ of per-image values.
 Each row is paired with the baseline row of its test set over the same images; the interval is
 `pacs.eval.intervals.paired_interval` (the images resampled with replacement by `pacs.eval.intervals.bootstrap`, the
 same resampler as `pacs correlate --bootstrap`; mean(model[idx]) − mean(baseline[idx]) for every column in
-`pacs.captioner.orchestration.evaluation.PER_IMAGE_COLUMNS`: C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++; the
+`pacs.captioner.orchestration.evaluation.PER_IMAGE_COLUMNS`: C, S, CLIP-S, PAC-S++, RefCLIP-S, RefPAC-S++; the
 2.5–97.5 percentile). B-4, M, Rep-n and %Incorrect are corpus statistics, not means of per-image values, and get no
 interval.
 """

@@ -1,4 +1,4 @@
-"""Evaluate captions the way PAC-S++ Tables 9/10/A1 do: B-4, M, C, S, RefCLIP-S, RefPAC-S++, CLIP-S, PAC-S++,
+"""Evaluate captions the way PAC-S++ Tables 9/10/A1 do: B-4, M, C, S, CLIP-S, PAC-S++, RefCLIP-S, RefPAC-S++,
 Rep-1..4 and %Incorrect — through eval/ (text metrics, fluency) and pacs.metric.Scorer (contrastive scores)."""
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ from typing import Any
 
 import numpy as np
 
+from pacs.eval.columns import table_columns
 from pacs.metric.common.io import finite_or_none
 
 logger = logging.getLogger(__name__)
 
 TEXT_COLUMNS = {"B-4": "bleu4", "M": "meteor", "C": "cider", "S": "spice"}
-CONTRASTIVE_COLUMNS = {"RefCLIP-S": ("clip", True), "RefPAC-S++": ("pac-s++", True), "CLIP-S": ("clip", False),
-                       "PAC-S++": ("pac-s++", False)}
+CONTRASTIVE_COLUMNS = {"CLIP-S": ("clip", False), "PAC-S++": ("pac-s++", False), "RefCLIP-S": ("clip", True),
+                       "RefPAC-S++": ("pac-s++", True)}
 FLUENCY_COLUMNS = ("Rep-1", "Rep-2", "Rep-3", "Rep-4", "%Incorrect")
-TABLE_COLUMNS = (*TEXT_COLUMNS, *CONTRASTIVE_COLUMNS, *FLUENCY_COLUMNS)
+TABLE_COLUMNS = tuple(table_columns((*TEXT_COLUMNS, *CONTRASTIVE_COLUMNS, *FLUENCY_COLUMNS)))
+"""A recipe table's columns: the ones of `pacs.eval.columns.TABLE_COLUMNS` its evaluation computes."""
 # Columns that are the mean of per-image values, so a paired bootstrap over the test images applies (B-4, M and
 # the fluency columns are corpus statistics, not means of per-image values: they get no interval).
 PER_IMAGE_COLUMNS = ("C", "S", *CONTRASTIVE_COLUMNS)

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from pacs.captioner.demo.findings import (
+from pacs.captioner.orchestration.findings import (
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
     CLAIM_INERT,
@@ -21,7 +21,7 @@ from pacs.captioner.demo.findings import (
     reward_values,
     signed,
 )
-from pacs.captioner.demo.seeds import SeedEvidence
+from pacs.captioner.orchestration.seed_evidence import SeedEvidence
 from pacs.eval.intervals import StratifiedBootstrap, aggregate
 from pacs.metric.common.errors import InputError
 
@@ -249,7 +249,7 @@ def test_the_human_rule_names_the_best_model_and_each_metric() -> None:
 
 def test_gains_table_tells_apart_two_runs_of_one_reward():
     """A mix trained summed and normalised has one reward spec but two rows: the model column names each."""
-    from pacs.captioner.demo.findings import gains_table
+    from pacs.captioner.orchestration.findings import gains_table
 
     gains = [{"model": "scst cider:1,pac-s++:0.5", "reward": "cider:1,pac-s++:0.5", "xe": 4.5, "scst": 4.75,
               "delta": 0.25, "ci": [0.125, 0.5]},

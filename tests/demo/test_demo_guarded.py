@@ -5,8 +5,8 @@ import pytest
 
 from pacs.captioner.demo.captioning import choose_guarded, guarded_label
 from pacs.captioner.demo.config import GuardedScstConfig
-from pacs.captioner.demo.findings import CLAIM_GUARD, finding_records, guarded_model_name
 from pacs.captioner.demo.pipeline import load_demo_config
+from pacs.captioner.orchestration.findings import CLAIM_GUARD, finding_records, guarded_model_name
 from pacs.metric.common.errors import InputError
 
 

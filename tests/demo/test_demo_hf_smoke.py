@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pacs.captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo, stage_names
+from pacs.captioner.demo.captioning import DEMO_COLUMNS
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo, stage_names
 from pacs.metric.common.errors import InputError
 
 SEEDS = [0, 1]
@@ -41,7 +42,7 @@ def test_demo_hf_smoke_run_end_to_end_then_cached(tmp_path: Path, capsys: pytest
     results = json.loads((run_dir / "results.json").read_text())
     assert [row["model"] for row in results["rows"]] == MODELS
     for row in results["rows"]:
-        for column in TABLE_COLUMNS:
+        for column in DEMO_COLUMNS:
             if row["model"] == "human" and column == "B-4":
                 assert row[column] is None  # left out for humans, as in the papers
                 continue

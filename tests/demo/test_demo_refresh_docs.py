@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from script_modules import load_tool
 
-from pacs.captioner.demo.pipeline import TABLE_COLUMNS
+from pacs.captioner.demo.captioning import DEMO_COLUMNS
 from pacs.metric.common.errors import InputError
 
 
@@ -18,14 +18,14 @@ def tool():
 
 
 def _row(model: str, value: float | None, **extra: object) -> dict:
-    return {"model": model, **{c: value if c != "B-4" or model != "human" else None for c in TABLE_COLUMNS}, **extra}
+    return {"model": model, **{c: value if c != "B-4" or model != "human" else None for c in DEMO_COLUMNS}, **extra}
 
 
 def test_demo_refresh_block_shows_the_human_row_its_protocol_and_comparisons(tool, tmp_path: Path) -> None:
-    ci = {c: [0.5, 1.5] for c in TABLE_COLUMNS}
+    ci = {c: [0.5, 1.5] for c in DEMO_COLUMNS}
     results = {
-        "columns": TABLE_COLUMNS, "baseline": "xe", "bootstrap_resamples": 10,
-        "rows": [_row("xe", 1.0), _row("scst cider", 2.0, delta=dict.fromkeys(TABLE_COLUMNS, 1.0), ci=ci),
+        "columns": DEMO_COLUMNS, "baseline": "xe", "bootstrap_resamples": 10,
+        "rows": [_row("xe", 1.0), _row("scst cider", 2.0, delta=dict.fromkeys(DEMO_COLUMNS, 1.0), ci=ci),
                  _row("human", 3.0)],
         "reward_gains": [{"reward": "cider", "xe": 0.01, "scst": 0.02, "delta": 0.01, "ci": [0.005, 0.015]}],
         "human_baseline": {"protocol": "papers", "seed": 0, "held_out": {"a": 1}, "row": "human",
@@ -38,9 +38,9 @@ def test_demo_refresh_block_shows_the_human_row_its_protocol_and_comparisons(too
     block = tool.block(tmp_path)
     assert "seed 0): 2 images; human row: one reference per image against the others; systems against all " \
            "references (the papers' protocol); B-4 left out for humans." in block
-    assert "| human | - | " + " | ".join(["3.00"] * (len(TABLE_COLUMNS) - 1)) + " |" in block
+    assert "| human | - | " + " | ".join(["3.00"] * (len(DEMO_COLUMNS) - 1)) + " |" in block
     assert "| Δ vs xe |" in block and "| Δ vs human |" in block
-    assert "| xe |  | -2.00 [-3.00, -1.00] |" + "  |" * (len(TABLE_COLUMNS) - 2) + "\n" in block
+    assert "| xe |  | -2.00 [-3.00, -1.00] |" + "  |" * (len(DEMO_COLUMNS) - 2) + "\n" in block
     assert "| human |" not in block.split("| Δ vs xe |")[1].split("Change of every column against the human")[0]
     assert block.endswith("* A line.\n")
     page = "head\n<!-- demo-results:begin -->\nold\n<!-- demo-results:end -->\ntail\n"
@@ -50,7 +50,7 @@ def test_demo_refresh_block_shows_the_human_row_its_protocol_and_comparisons(too
 
 
 def test_demo_refresh_block_of_a_run_without_a_human_row(tool, tmp_path: Path) -> None:
-    results = {"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10}
+    results = {"columns": DEMO_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10}
     (tmp_path / "results.json").write_text(json.dumps(results))
     block = tool.block(tmp_path)
     assert block.startswith("| model | B-4 |") and "human" not in block
@@ -63,7 +63,7 @@ def test_demo_refresh_writes_the_findings_records_and_every_seeds_stage_seconds(
                {"subject": "scst cider", "claim": "its own reward rises beyond noise", "holds": True,
                 "interval": {"column": "reward", "point": 0.3, "low": 0.1, "high": 0.5, "unit": ""},
                 "seeds": {"0": True, "1": True}, "text": "scst cider: its own reward rises beyond noise."}]
-    results = {"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10, "seeds": [0, 1],
+    results = {"columns": DEMO_COLUMNS, "rows": [_row("xe", 1.0)], "bootstrap_resamples": 10, "seeds": [0, 1],
                "bootstrap": {"method": "paired stratified bootstrap", "resamples": 10, "seeds": 2},
                "findings": records}
     (tmp_path / "results.json").write_text(json.dumps(results))
@@ -86,7 +86,7 @@ def test_demo_refresh_writes_the_block_into_docs_demo_only(tool, tmp_path: Path,
     """The generated block has one home, docs/demo.md: the README is not touched."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "results.json").write_text(json.dumps({"columns": TABLE_COLUMNS, "rows": [_row("xe", 1.0)],
+    (run / "results.json").write_text(json.dumps({"columns": DEMO_COLUMNS, "rows": [_row("xe", 1.0)],
                                                   "bootstrap_resamples": 10}))
     tree = tmp_path / "tree"
     (tree / "docs").mkdir(parents=True)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pacs.captioner.demo.findings import (
+from pacs.captioner.orchestration.findings import (
     CLAIM_REWARD_RISES,
     FRAGILE,
     SEED_DEPENDENT,

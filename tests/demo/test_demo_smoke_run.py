@@ -15,7 +15,8 @@ import pytest
 from report_checks import check_story_report
 
 from pacs import cli as pacs_cli
-from pacs.captioner.demo.pipeline import REPO_CONFIGS, TABLE_COLUMNS, load_demo_config, run_demo
+from pacs.captioner.demo.captioning import DEMO_COLUMNS
+from pacs.captioner.demo.pipeline import REPO_CONFIGS, load_demo_config, run_demo
 from pacs.metric.common.errors import InputError
 
 SEEDS = [0, 1]
@@ -35,7 +36,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capfd: pytest.Cap
     run_dir = tmp_path / "demo_smoke"
     assert set(first["ran"]) == STAGES and first["skipped"] == []
     # the printed table has one row per model and every column
-    assert "| model | " + " | ".join(TABLE_COLUMNS) + " |" in out
+    assert "| model | " + " | ".join(DEMO_COLUMNS) + " |" in out
     for model in MODELS:
         assert f"| {model} |" in out
     assert "systems against all references (the papers' protocol); B-4 left out for humans" in out
@@ -65,8 +66,8 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capfd: pytest.Cap
     assert human_row["B-4"] is None and "ci" not in human_row and "| human | - |" in out  # B-4 blank, as the papers
     # every SCST row carries (row - XE) and its interval for every column; each reward its own gain
     for row in results["rows"][1:-1]:
-        assert set(row["ci"]) == set(TABLE_COLUMNS) == set(row["delta"])
-        for column in TABLE_COLUMNS:
+        assert set(row["ci"]) == set(DEMO_COLUMNS) == set(row["delta"])
+        for column in DEMO_COLUMNS:
             low, high = row["ci"][column]
             assert low <= row["delta"][column] + 1e-9 and row["delta"][column] <= high + 1e-9, (row["model"], column)
             assert row["delta"][column] == pytest.approx(row[column] - results["rows"][0][column])
@@ -203,7 +204,7 @@ def test_demo_smoke_run_end_to_end_then_cached(tmp_path: Path, capfd: pytest.Cap
         {(r["subject"], r["claim"], str(r["holds"])) for r in results["findings"]}
     assert [r["model"] for r in rows_two] == [r["model"] for r in results["rows"]]
     for row_one, row_two in zip(results["rows"], rows_two):
-        for column in TABLE_COLUMNS:
+        for column in DEMO_COLUMNS:
             if row_one[column] is None:  # the human row's B-4
                 assert row_two[column] is None
                 continue

@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pacs.captioner.demo import captioning, guard_choice
-from pacs.captioner.demo.findings import CLAIM_GUARD, CLAIM_INERT, guard_claim, guard_verdicts
+from pacs.captioner.demo import captioning
 from pacs.captioner.demo.pipeline import REPO_CONFIGS, guarded_stage_names, load_demo_config
 from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
+from pacs.captioner.orchestration import guard_choice
+from pacs.captioner.orchestration.findings import CLAIM_GUARD, CLAIM_INERT, guard_claim, guard_verdicts
 from pacs.metric.common.errors import InputError
 
 SMOKE = REPO_CONFIGS / "demo_guards_smoke.yaml"

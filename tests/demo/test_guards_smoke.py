@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from script_modules import load_tool
 
-from pacs.captioner.demo import captioning, guard_choice
+from pacs.captioner.demo import captioning
 from pacs.captioner.demo.pipeline import REPO_CONFIGS, guarded_stage_names, load_demo_config, run_demo
 from pacs.captioner.modeling.hacking_monitor import read_monitor_rows
 from pacs.captioner.modeling.scst_guards import stop_point
 from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
+from pacs.captioner.orchestration import guard_choice
 
 CONFIG = REPO_CONFIGS / "demo_guards_smoke.yaml"
 ROWS = ["scst pac-s++ +KL", "scst pac-s++ +length mask", "scst pac-s++ +CIDEr-D anchor", "scst pac-s++ +early stop",

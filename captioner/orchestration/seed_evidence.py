@@ -1,7 +1,7 @@
 """The demo's numbers over training seeds: every row, difference and reward gain as a paired, stratified bootstrap
 over seeds and, within each seed, the test images (`pacs.eval.intervals.StratifiedBootstrap`), point estimates aggregated over
 seeds (the mean; the IQM from 5 seeds). `SeedEvidence.view()` gives one "view" of the evidence (the pooled one, or
-one seed's alone), the input of the findings' rules (`pacs.captioner.demo.findings.finding_records`)."""
+one seed's alone), the input of the findings' rules (`pacs.captioner.orchestration.findings.finding_records`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.captioner.demo.findings import BASELINE, reward_values
+from pacs.captioner.orchestration.findings import BASELINE, reward_values
 from pacs.eval.intervals import Estimate, StratifiedBootstrap
 from pacs.eval.system_scoring import corpus_bleu
 

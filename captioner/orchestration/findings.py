@@ -9,7 +9,7 @@ resampler and seed, so the same resamples). A difference "holds" when its interv
 compares it with the best SCST model by the judge (`human_finding`). The findings are generated from these rules
 only, never written by hand.
 
-Over several seeds a claim's verdict is the pooled interval's (seeds and images, `pacs.captioner.demo.seeds`); it is
+Over several seeds a claim's verdict is the pooled interval's (seeds and images, `pacs.captioner.orchestration.seed_evidence`); it is
 "seed-dependent" instead when the seeds disagree beyond noise, one seed's own interval above 0 and another's below
 on a difference the claim rests on (`opposed_seeds`). A seed whose own interval merely contains 0 does not make a
 claim seed-dependent: with a few seeds that is what a true effect near the size of the noise shows, and which
@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
-from pacs.captioner.demo.guard_choice import COMBINATION, GUARDS
+from pacs.captioner.orchestration.guard_choice import COMBINATION, GUARDS
 from pacs.eval.finding_claims import (  # the claim vocabulary, shared with the report
     CLAIM_FLAT_REWARD,
     CLAIM_GUARD,
@@ -94,7 +93,7 @@ def guard_claim(model: str) -> str:
 
 
 GUARD_CLAIMS = frozenset(guard_claim(f"x +{row}") for row in (*(g.row for g in GUARDS.values()), COMBINATION))
-"""Every guard's "guard worked" claim (the rows of `pacs.captioner.demo.guard_choice.GUARDS`): its finding also
+"""Every guard's "guard worked" claim (the rows of `pacs.captioner.orchestration.guard_choice.GUARDS`): its finding also
 gives the row's Judge-acc change as a share of the oracle's."""
 
 
@@ -231,7 +230,7 @@ def finding_records(pooled: Mapping[str, Any], per_seed: Mapping[str, Mapping[st
                     flat_steps: Mapping[str, Mapping[str, float]] | None = None,
                     level: float = LEVEL, inert: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The findings as records `{subject, claim, holds, interval, seeds, text}` (plus `opposed` when seed-dependent),
-    each from the intervals of the views (`pacs.captioner.demo.seeds.SeedEvidence.view`: `pooled` over every seed,
+    each from the intervals of the views (`pacs.captioner.orchestration.seed_evidence.SeedEvidence.view`: `pooled` over every seed,
     `per_seed[seed]` each seed's own).
 
     `holds` is the pooled interval's verdict (over seeds and images), or "seed-dependent" when the seeds disagree
