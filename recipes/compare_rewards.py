@@ -25,7 +25,8 @@ from pathlib import Path
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
-from pacs.captioner.orchestration.pipeline import PipelineConfig, run_pipeline, write_results
+from pacs.captioner.orchestration.pipeline import PipelineConfig, run_pipeline
+from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.seed_runs import run_seeds
 from pacs.metric.common.config import load_config
 from pacs.metric.common.os_errors import user_error_line

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from pacs.captioner.demo.config import DemoConfig, recorded_settings
 from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
-from pacs.captioner.orchestration import findings, run_records
+from pacs.captioner.orchestration import findings, results_files, run_records
 from pacs.captioner.orchestration import guard_choice as guard_menu
 from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING
@@ -41,7 +40,7 @@ from pacs.metric.common.config import (
 )
 from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import csv_cells, write_json_atomic, write_text_atomic
+from pacs.metric.common.io import write_json_atomic
 from pacs.metric.common.progress import set_progress_tag
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.run_lock import hold_run_directory
@@ -782,95 +781,17 @@ def _flat_share(recorded: float | None, model_folder: Path | None) -> float:
 def _publish(run_dir: Path, runner: Any, config: DemoConfig) -> list[dict[str, Any]]:
     """Copy the evaluation table to the run dir as results.{json,csv,md} (+ stage timings)."""
     results = json.loads((run_dir / "evaluate" / "results.json").read_text(encoding="utf-8"))
-    rows = results["rows"]
-    write_json_atomic(run_dir / "results.json", results)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["model", *DEMO_COLUMNS], extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(csv_cells(row) for row in rows)  # a system name is never a live spreadsheet formula
-    write_text_atomic(run_dir / "results.csv", buffer.getvalue())
-    write_text_atomic(run_dir / "results.md", results_markdown(results))
+    results_files.write_results(run_dir, results, ["model", *DEMO_COLUMNS], DEMO_DIGITS)
     write_json_atomic(run_dir / "stages.json", {"ran": runner.ran, "resumed": runner.resumed, "skipped": runner.skipped,
                                                 "seconds": {k: round(v, 1) for k, v in runner.seconds.items()},
                                                 "keys": runner.ids})
-    return rows
+    return results["rows"]
+
+
+DEMO_DIGITS = 2
+"""Decimals of the demo table's values in results.md and on the terminal (the README's and docs' blocks)."""
 
 
 def results_markdown(results: dict[str, Any]) -> str:
-    """The printed results: the table (with the human row and its protocol), each reward's own gain, every
-    column's change against XE and against the human row, the findings."""
-
-    parts = []
-    human = results.get("human_baseline")
-    if human:
-        parts.append(f"System-level table (`pacs.eval.system_table`, the code path of `pacs evaluate --candidates NAME=FILE "
-                     f"... --human-baseline`, seed {human.get('seed')}): {human.get('header')}. The `human` row is "
-                     "one of the world's references per test image (its index in `results.json` "
-                     "`human_baseline.held_out`); its Judge-acc, Judge and Halluc. are the judge's verdicts on it.\n")
-    seeds, boot = results.get("seeds") or [], results.get("bootstrap") or {}
-    if len(seeds) > 1:
-        parts.append(f"Every value is the {boot.get('point', 'mean over seeds')} ({len(seeds)} training seeds: "
-                     f"{', '.join(map(str, seeds))}; XE and every SCST run trained once per seed on the same data); "
-                     f"every interval a {boot.get('method', 'paired stratified bootstrap')} "
-                     f"({boot.get('resamples')} resamples).\n")
-    parts.append(_markdown(results["rows"]))
-    if len(seeds) > 1:
-        parts.append(f"Judge-acc per seed, and its {boot.get('point', 'mean over seeds')} with the 95% interval:\n\n"
-                     + findings.seed_table(results["rows"], seeds, "Judge-acc"))
-    interval = "paired stratified bootstrap over seeds and images" if len(seeds) > 1 else "paired bootstrap"
-    if results.get("reward_gains"):
-        parts.append(f"Each reward's own value on the test split ({interval}, "
-                     f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
-                     + findings.gains_table(results["reward_gains"]))
-    for comparison in results.get("mix_normalisation") or []:  # scst.normalised_rewards against the weighted sum
-        parts.append(f"`{comparison['model']}` − `{comparison['versus']}` ({comparison['column']}, each component "
-                     f"normalised within the image's k samples vs the weighted sum; {interval}, 95% interval): "
-                     f"{findings.signed(comparison['delta'])} pts [{findings.signed(comparison['ci'][0])}, "
-                     f"{findings.signed(comparison['ci'][1])}]\n")
-    if results.get("share_of_oracle"):
-        parts.append(f"Each model's Judge-acc change against XE as a share of the oracle's (`{results.get('oracle')}`, "
-                     "SCST with the judge as the reward; 95% interval on the same resamples):\n\n"
-                     + findings.share_table(results["share_of_oracle"]))
-    if any(row.get("ci") for row in results["rows"]):
-        parts.append("Change of every column against XE (95% interval):\n\n"
-                     + findings.delta_table(results["rows"], DEMO_COLUMNS))
-    if results.get("versus_human"):
-        rows = [{"model": name, **values} for name, values in results["versus_human"].items()]
-        parts.append("Change of every column against the human row (paired 95% interval of row − human):\n\n"
-                     + findings.delta_table(rows, DEMO_COLUMNS, "Δ vs human"))
-    by_seed = (results.get("guarded") or {}).get("choices_by_seed") or {}
-    if by_seed:
-        chosen = {}
-        for seed, choices in by_seed.items():
-            for reward, choice in choices.items():
-                if "chosen_kl_coef" not in choice:
-                    continue
-                tried = ", ".join(choice.get("val_cider", {}))
-                chosen.setdefault((reward, tried), []).append(f"seed {seed}: {choice['chosen_kl_coef']:g}")
-        if chosen:
-            parts.append("The KL coefficient of each guarded row, chosen on the validation split by CIDEr-D (never on "
-                         "test): " + "; ".join(f"{reward} (among {tried}) {', '.join(items)}"
-                                               for (reward, tried), items in chosen.items()) + ".\n")
-        menu = guard_menu.choices_table(by_seed)
-        if menu:
-            parts.append(menu)
-    if results.get("findings"):
-        parts.append("What the run found:\n\n" + "".join(f"* {findings.finding_text(line)}\n"
-                                                           for line in results["findings"]))
-    verdicts = (results.get("guarded") or {}).get("verdicts") or []
-    if verdicts:
-        parts.append("Which guards held:\n\n" + "".join(f"* {line}\n" for line in verdicts))
-    if (results.get("replication") or {}).get("text"):
-        parts.append(results["replication"]["text"])
-    return "\n".join(parts)
-
-
-def _markdown(rows: list[dict[str, Any]]) -> str:
-    """The results table as markdown: a row per model (and the human row; a blank value, the human B-4, is '-')."""
-    header = "| model | " + " | ".join(DEMO_COLUMNS) + " |"
-    lines = [header, "|---" * (len(DEMO_COLUMNS) + 1) + "|"]
-    for row in rows:
-        cells = [f"{row[c]:.2f}" if isinstance(row.get(c), (int, float)) else "-" if c in row else ""
-                 for c in DEMO_COLUMNS]
-        lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    """The demo's printed results (`pacs.captioner.orchestration.results_files.results_markdown`, 2 decimals)."""
+    return results_files.results_markdown(results, ["model", *DEMO_COLUMNS], DEMO_DIGITS)

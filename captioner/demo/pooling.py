@@ -2,7 +2,7 @@
 
 Seeds trained in different run directories — more seeds added later in a copy of a run, or seeds trained on
 several machines from one run's copied metric stages — pool into one comparison over all of them: the `evaluate`
-stage's own code (`pipeline.evaluate_seed_models`) on every seed's finished models, its results.json, results.md
+stage's own code (`pipeline.evaluate_seed_models`) on every seed's finished models, its results.json / .csv / .md
 and findings as a run of those seeds would write them.
 
 Pooling is refused unless it is the same experiment: every run's settings equal apart from where and how it ran
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pacs.captioner.demo.config import DemoConfig
-from pacs.captioner.orchestration import run_records
+from pacs.captioner.orchestration import results_files, run_records
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.errors import InputError, PacsError
-from pacs.metric.common.io import write_json_atomic, write_text_atomic
+from pacs.metric.common.io import write_json_atomic
 from pacs.metric.common.run_lock import hold_run_directory
 from pacs.rewards.slug import reward_slug
 
@@ -210,7 +210,7 @@ def check_distinct_models(identities: dict[int, dict[str, tuple]], folders: dict
 
 
 def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
-    """Evaluate the seeds of `sources` as one run into the new folder `out` (results.json, results.md, pooled.json
+    """Evaluate the seeds of `sources` as one run into the new folder `out` (results.json / .csv / .md, pooled.json
     naming each seed's run, and the evaluate stage's files), holding every source run's lock; its results.
 
     `out` is checked (and its temporary folder made next to it) before any work; nothing is left there when
@@ -280,7 +280,7 @@ def _work_folder(out: Path) -> tuple[list[Path], Path]:
 
 def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out: Path,
                  work: Path) -> dict[str, Any]:
-    from pacs.captioner.demo import pipeline
+    from pacs.captioner.demo import captioning, pipeline
     from pacs.captioner.demo.data import DemoData
 
     check_same_experiment(configs)
@@ -305,7 +305,7 @@ def _pool_locked(sources: list[SeedSource], configs: dict[Path, DemoConfig], out
     data = DemoData.build(pooled.world, first / "data" / "images")
     pipeline.evaluate_seed_models(pooled, data, models, guarded, first, work)
     results = json.loads((work / "results.json").read_text(encoding="utf-8"))
-    write_text_atomic(work / "results.md", pipeline.results_markdown(results))
+    results_files.write_results(work, results, ["model", *captioning.DEMO_COLUMNS], pipeline.DEMO_DIGITS)
     write_json_atomic(work / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds},
                                              "metric_stages": str(first)})
     work.rename(out)

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from pacs.eval.intervals import paired_interval
 
 logger = logging.getLogger(__name__)
@@ -23,7 +25,7 @@ PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-ima
 
 def add_intervals(rows: list[dict[str, Any]], per_image: Mapping[tuple[str, str], PerImage],
                   baseline: str = "xe", n_resamples: int = 1000, seed: int = 0) -> int:
-    """Set `row["ci"]` on every non-baseline row whose test set has baseline per-image values; return the count.
+    """Set `row["delta"]` (mean of row − baseline) and `row["ci"]` on every non-baseline row whose test set has baseline per-image values; return the count.
 
     `per_image[(model, test_set)]` holds the row's image ids and per-image values; rows are paired with the
     baseline row of the same test set over the same images (a row whose images differ gets no interval, logged).
@@ -42,7 +44,10 @@ def add_intervals(rows: list[dict[str, Any]], per_image: Mapping[tuple[str, str]
             skipped += 1
             continue
         intervals = paired_interval(mine["values"], base["values"], n_resamples, seed)
-        if intervals:
+        if intervals:  # the point of each interval: the mean paired difference on all the images
+            row["delta"] = {column: float(np.mean(np.asarray(mine["values"][column], dtype=np.float64))
+                                          - np.mean(np.asarray(base["values"][column], dtype=np.float64)))
+                            for column in intervals}
             row["ci"] = intervals
             done += 1
     if skipped:

@@ -135,30 +135,3 @@ def evaluate_captions(captions: Mapping[str, str], references: Mapping[str, Sequ
 def results_json(captions: Mapping[str, str]) -> list[dict[str, str]]:
     """COCO results format: `[{"image_id", "caption"}]`."""
     return [{"image_id": image_id, "caption": caption} for image_id, caption in captions.items()]
-
-
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A markdown table of `rows` with the given columns (numbers with 3 decimals, blanks when absent)."""
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:.3f}"
-        return "" if value is None else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def interval_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str], columns: Sequence[str]) -> str:
-    """A markdown table of the rows' paired bootstrap 95% intervals (`row["ci"]`) of (row − XE), per column."""
-    def cell(interval: Any) -> str:
-        return "" if interval is None else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
-
-    lines = ["Paired bootstrap 95% intervals of (row − XE) over the test images:", "",
-             "| " + " | ".join([*labels, *(f"Δ{c}" for c in columns)]) + " |",
-             "|" + "---|" * (len(labels) + len(columns))]
-    for row in rows:
-        if row.get("ci"):
-            cells = [str(row.get(label, "")) for label in labels] + [cell(row["ci"].get(c)) for c in columns]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"

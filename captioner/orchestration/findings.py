@@ -481,13 +481,21 @@ def _names(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def delta_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], label: str = "Δ vs xe") -> str:
-    """Markdown: per row with intervals and column, (row − baseline) and its paired bootstrap 95% interval."""
-    lines = [f"| {label} | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+def delta_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], label: str = "Δ vs xe",
+                labels: Sequence[str] = ("model",)) -> str:
+    """Markdown: per row with intervals and column, (row − baseline) and its paired bootstrap 95% interval (the
+    interval alone when the row holds no `delta`). Rows named by `model` alone are headed `label`; rows named by
+    several `labels` (test set, reward) keep those as headers and head each column `Δ<column>`."""
+    named = list(labels) != ["model"]
+    head = [*labels, *(f"Δ{c}" for c in columns)] if named else [label, *columns]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row in rows:
-        if row.get("ci"):
-            cells = [_change(row["delta"][c], row["ci"][c]) if c in row["ci"] else "" for c in columns]
-            lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+        ci, delta = row.get("ci") or {}, row.get("delta") or {}
+        if ci:
+            cells = [("" if c not in ci else _change(delta[c], ci[c]) if c in delta
+                      else f"[{signed(ci[c][0])}, {signed(ci[c][1])}]") for c in columns]
+            names = [str(row.get(name, "")) for name in labels] if named else [str(row["model"])]
+            lines.append("| " + " | ".join([*names, *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     reward_scorers,
 )
 from pacs.captioner.orchestration.recipe_gallery import gallery_sources
+from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.shared_stages import (
     evaluate_models,
     evaluation_rows,
@@ -47,7 +48,6 @@ from pacs.captioner.orchestration.shared_stages import (
     selected_model,
     trainer_config,
     training_summary,
-    write_results,
 )
 from pacs.captioner.orchestration.stages import check_force
 from pacs.metric.common.errors import InputError

@@ -17,7 +17,6 @@ import numpy as np
 
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
 from pacs.eval.intervals import LEVEL, METHOD, StratifiedBootstrap, aggregate, point_name
-from pacs.metric.common.io import write_json_atomic
 
 logger = logging.getLogger(__name__)
 BASELINE = "xe"
@@ -128,12 +127,9 @@ def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list
                        n_resamples: int) -> None:
     """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
-    from pacs.captioner.orchestration.pipeline import write_results
+    from pacs.captioner.orchestration.results_files import write_results
 
     columns = ["model", "test_set", *TABLE_COLUMNS]
-    write_results(folder, rows, columns)
-    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    results.update(seeds=seeds, seed_rows=seed_rows,
-                   bootstrap={"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
-                              "point": point_name(len(seeds)), "level": LEVEL})
-    write_json_atomic(folder / "results.json", results)
+    write_results(folder, {"columns": columns, "rows": rows, "seeds": seeds, "seed_rows": seed_rows,
+                           "bootstrap": {"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
+                                         "point": point_name(len(seeds)), "level": LEVEL}}, columns)

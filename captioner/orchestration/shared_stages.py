@@ -5,10 +5,8 @@ settings, the SCST stages (one per reward), the test sets, the evaluation rows a
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import io
 import json
 import logging
 from collections.abc import Callable
@@ -27,11 +25,12 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     guard_reward_settings,
     reward_scorers,
 )
+from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.captioner.orchestration.stages import StageRunner
 from pacs.metric.common.config import dump_yaml, from_dict, to_dict
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import csv_cells, nonfinite_to_none, write_json_atomic, write_text_atomic
+from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 from pacs.rewards.slug import legacy_folders_problem, reward_slug
 
 logger = logging.getLogger(__name__)
@@ -398,31 +397,3 @@ def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorer
         out.append((row, {"image_ids": [str(k) for k in ids],
                           "values": {c: np.asarray(v).tolist() for c, v in values.items()}}) if per_image else row)
     return out
-
-
-def write_results(folder: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """results.json, results.csv and results.md (the Table 9/10 layout) in `folder`.
-
-    Rows with paired bootstrap intervals (`row["ci"] = {column: [low, high]}`, see `pacs.captioner.orchestration.eval_intervals`)
-    keep them in results.json, get `Δ<column> low` / `Δ<column> high` columns in results.csv, and a second
-    table in results.md.
-    """
-    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, interval_table, markdown_table
-
-    write_json_atomic(folder / "results.json", {"columns": columns, "rows": rows})
-    ci_columns = [c for c in columns if any(c in row.get("ci", {}) for row in rows)]
-    csv_columns = columns + [f"Δ{c} {end}" for c in ci_columns for end in ("low", "high")]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=csv_columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        flat = dict(row)
-        for column, (low, high) in row.get("ci", {}).items():
-            flat[f"Δ{column} low"], flat[f"Δ{column} high"] = low, high
-        writer.writerow(csv_cells(flat))  # a model or test-set name is never a live spreadsheet formula
-    write_text_atomic(folder / "results.csv", buffer.getvalue())
-    text = markdown_table(rows, columns)
-    if ci_columns:
-        labels = [c for c in columns if c not in TABLE_COLUMNS]
-        text += "\n" + interval_table(rows, labels, ci_columns)
-    write_text_atomic(folder / "results.md", text)

@@ -115,5 +115,6 @@ def test_results_files_show_the_intervals(tmp_path):
     assert csv_lines[0] == "test_set,reward,B-4,C,ΔC low,ΔC high"
     assert csv_lines[1] == "coco,– (XE),,30.0,," and csv_lines[2] == "coco,cider,,32.5,0.5,4.25"
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
-    assert "| test_set | reward | ΔC |\n|---|---|---|\n| coco | cider | [+0.500, +4.250] |\n" in markdown
+    # a row with an interval but no point estimate (`delta`) shows the interval alone
+    assert "| test_set | reward | ΔC |\n|---|---|---|\n| coco | cider | [+0.500, +4.25] |\n" in markdown
     assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["rows"][1]["ci"] == {"C": [0.5, 4.25]}

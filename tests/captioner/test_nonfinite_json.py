@@ -13,17 +13,19 @@ from pacs.captioner.modeling.train_xe import XEConfig, train_xe
 from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import build_vocab
 from pacs.captioner.orchestration.eval_intervals import add_intervals
-from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, markdown_table
+from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed
+from pacs.captioner.orchestration.results_files import table_markdown
 from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 
 
-def test_fluency_of_no_captions_is_null_in_the_row_and_blank_in_the_table(tmp_path):
+def test_fluency_of_no_captions_is_null_in_the_row_and_a_dash_in_the_table(tmp_path):
     row, per_image = evaluate_captions_detailed({}, {}, text_metrics=())
     assert row == {"Rep-1": None, "Rep-2": None, "Rep-3": None, "Rep-4": None, "%Incorrect": None}
     assert per_image == {}
     write_json_atomic(tmp_path / "row.json", row)  # strict JSON accepts it
     assert json.loads((tmp_path / "row.json").read_text()) == row
-    assert markdown_table([row], ["Rep-1"]).splitlines()[-1] == "|  |"
+    # undefined ('-'), not blank: a blank cell is a column the run did not compute
+    assert table_markdown([{"model": "xe", **row}], ["model"], ["Rep-1"]).splitlines()[-1] == "| xe | - |"
 
 
 def test_null_per_image_values_get_no_interval_and_no_crash():
