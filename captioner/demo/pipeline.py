@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from pacs.captioner.modeling.training_setup import micro_batch_for, process_stat
 from pacs.captioner.orchestration import findings, results_files, run_records
 from pacs.captioner.orchestration import guard_choice as guard_menu
 from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
+from pacs.captioner.orchestration.seed_processes import each_seed, parallel_seed_count, threads_per_seed
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING
 from pacs.captioner.orchestration.stages import StageRunner, check_force
 from pacs.eval.report import write_report
@@ -41,13 +43,11 @@ from pacs.metric.common.config import (
 from pacs.metric.common.device import accelerator_state
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import write_json_atomic
-from pacs.metric.common.progress import set_progress_tag
 from pacs.metric.common.provenance import provenance
 from pacs.metric.common.run_lock import hold_run_directory
 from pacs.metric.common.seeding import seed_everything
-from pacs.metric.common.terminal import run_log, setup_terminal_logging
+from pacs.metric.common.terminal import run_log
 from pacs.metric.models.factory import load_backbone
-from pacs.metric.scoring import decode_pool
 from pacs.metric.scoring.registry import METRICS
 from pacs.metric.scoring.scorer import Scorer
 from pacs.rewards import build_reward
@@ -215,20 +215,23 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
     if not config.captioner.transformers:
         runner.run("features", extract, {}, upstream=["clip"], resumable=True, distributed=True)
     seeds = config.seed_list()
-    models: dict[int, dict[str, Path]] = {}
-    guard_choices: dict[int, dict[str, Any]] = {}
-    one_cpu_process = state.num_processes == 1 and str(getattr(state, "device", "cpu")) == "cpu"
-    parallel = min(config.parallel_seeds, len(seeds)) if one_cpu_process else 1
-    if parallel > 1:  # one process per seed at threads / parallel_seeds torch threads each
-        models, guard_choices = _run_seeds_in_processes(config, seeds, runner, xe_micro, scst_micro, parallel)
-    for seed in seeds if parallel == 1 else []:  # XE and every SCST run once per seed, on the same data and models
+    parallel = parallel_seed_count(config.parallel_seeds, seeds, state)
+
+    def in_turn(seed: int) -> tuple[dict[str, Path], dict[str, Any]]:
+        """XE and every SCST of one seed, on the same data and models as every other seed."""
         seed_logs = _seed_logs(run_dir, seeds, seed)
         if state.is_main_process:
             seed_logs.mkdir(parents=True, exist_ok=True)
-        set_progress_tag(f"seed {seed}" if len(seeds) > 1 else "")
-        models[seed], guard_choices[seed] = _run_seed(config, seed, data, runner, features, scorers, seed_logs,
-                                                      xe_micro, scst_micro)
-    set_progress_tag("")
+        return _run_seed(config, seed, data, runner, features, scorers, seed_logs, xe_micro, scst_micro)
+
+    shared = {name: runner.ids[name] for name in SHARED_STAGES if name in runner.ids}
+    worker = functools.partial(_seed_worker_stages, config, seeds, shared, xe_micro, scst_micro)
+    done = each_seed(seeds, in_turn, worker, parallel, threads_per_seed(config.threads, parallel),
+                     lambda seed: run_dir / "logs" / f"seed-{seed}.log")
+    if parallel > 1:  # the stage records the seed processes wrote are this runner's as if it had run them
+        done = {seed: _merge_seed_process(runner, result) for seed, result in done.items()}
+    models = {seed: models_of for seed, (models_of, _) in done.items()}
+    guard_choices = {seed: choices for seed, (_, choices) in done.items()}
     per_seed = [name for name in stage_names(config) if name not in SHARED_STAGES]
     runner.run("evaluate", lambda: _evaluate(config, data, models, _test_captioner(config, data, features),
                                              scorers(), run_dir, runner.folder("evaluate"), guard_choices),
@@ -310,50 +313,21 @@ def _seed_logs(run_dir: Path, seeds: list[int], seed: int) -> Path:
     return run_dir / "logs" if seed == seeds[0] else run_dir / f"seed-{seed}" / "logs"
 
 
-def _run_seeds_in_processes(config: DemoConfig, seeds: list[int], runner: Any, xe_micro: int, scst_micro: int,
-                            parallel: int) -> tuple[dict[int, dict[str, Path]], dict[int, dict[str, Any]]]:
-    """Every seed's stages in `parallel` spawned processes (`parallel_seeds`, one-process runs only); the stage
-    records they write are this runner's as if it had run them."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    shared = {name: runner.ids[name] for name in SHARED_STAGES if name in runner.ids}
-    threads = max(1, config.threads // parallel)
-    logger.info("seeds %s: %d processes at %d torch thread(s) each", seeds, parallel, threads)
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_seed_worker, config, seeds, seed, shared, xe_micro, scst_micro, threads)
-                   for seed in seeds]
-        results = [future.result() for future in futures]
-    models, choices = {}, {}
-    for seed, result in zip(seeds, results):
-        runner.ids.update(result["ids"])
-        runner.ran += result["ran"]
-        runner.resumed += result["resumed"]
-        runner.skipped += result["skipped"]
-        runner.seconds.update(result["seconds"])
-        models[seed] = {name: Path(folder) for name, folder in result["models"].items()}
-        choices[seed] = result["choices"]
-    return models, choices
+def _merge_seed_process(runner: Any, result: dict[str, Any]) -> tuple[dict[str, Path], dict[str, Any]]:
+    """What one seed process's runner did (`_seed_worker_stages`), added to this runner; its models and choices."""
+    runner.ids.update(result["ids"])
+    runner.ran += result["ran"]
+    runner.resumed += result["resumed"]
+    runner.skipped += result["skipped"]
+    runner.seconds.update(result["seconds"])
+    return {name: Path(folder) for name, folder in result["models"].items()}, result["choices"]
 
 
-def _seed_worker(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
-                 scst_micro: int, threads: int) -> dict[str, Any]:
-    """One seed's stages in a process of its own (`_run_seeds_in_processes`); what its runner did."""
-
-    setup_terminal_logging(tag=f"seed {seed}")
-    set_progress_tag(f"seed {seed}", position=seeds.index(seed))  # each seed's bars on a line of their own
-    torch.set_num_threads(threads)
+def _seed_worker_stages(config: DemoConfig, seeds: list[int], shared: dict[str, str], xe_micro: int,
+                        scst_micro: int, seed: int) -> dict[str, Any]:
+    """One seed's stages in a process of its own (`pacs.captioner.orchestration.seed_processes`); what its runner
+    did."""
     run_dir = config.run_path()
-    try:
-        with run_log(run_dir / "logs" / f"seed-{seed}.log"):
-            return _seed_worker_stages(config, seeds, seed, shared, xe_micro, scst_micro, run_dir)
-    finally:  # this process is reused by the executor and must be able to exit: no decoding workers left behind
-        decode_pool.close_all()
-
-
-def _seed_worker_stages(config: DemoConfig, seeds: list[int], seed: int, shared: dict[str, str], xe_micro: int,
-                        scst_micro: int, run_dir: Path) -> dict[str, Any]:
-    """The stages of `_seed_worker`'s seed, in its process (logging and bars set up); what its runner did."""
     data = DemoData.build(config.world, run_dir / "data" / "images")
     runner = StageRunner(run_dir, config.force)
     runner.ids.update(shared)

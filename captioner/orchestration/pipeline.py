@@ -70,8 +70,9 @@ def stage_names(config: PipelineConfig) -> list[str]:
             *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in [kind.start, *config.rewards]]]
 
 
-def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
+def run_pipeline(config: PipelineConfig, features_only: bool = False) -> dict[str, Any]:
     """Run every stage of `config` that is not already done with the same fingerprint; return the evaluation rows.
+    `features_only`: the stages before XE and the test sets' features, no rows (what parallel seeds read).
 
     Stages are `pacs.captioner.orchestration.stages` stages: a stage re-runs (and everything below it) when its settings, inputs
     or upstream stages changed, resumes when interrupted with the same fingerprint, and `config.force` re-runs
@@ -91,7 +92,7 @@ def run_pipeline(config: PipelineConfig) -> dict[str, Any]:
     kind.check()  # the kind's own inputs (a transformers folder): refused before any work when unusable
     check_before_start(config, f"run {config.run_dir}")  # every model, file, tool and folder, before any work
     with hold_run_directory(config.run_dir, state):  # one run at a time: a second one stops here, naming this one
-        return _run_stages(config, kind, state, xe_micro, scst_micro)
+        return _run_stages(config, kind, state, xe_micro, scst_micro, features_only)
 
 
 def eval_stage(config: PipelineConfig, set_name: str, model_name: str) -> tuple[str, list[Any]]:
@@ -167,9 +168,10 @@ def _first_model(run: Any, kind: CaptionerKind) -> tuple[dict[str, Path], dict[s
     return {"init": kind.init_model()}, {"init": []}
 
 
-def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micro: int,
-                scst_micro: int) -> dict[str, Any]:
-    """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows."""
+def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micro: int, scst_micro: int,
+                features_only: bool = False) -> dict[str, Any]:
+    """Every stage of `config` in its run directory, whose lock the caller holds; the evaluation rows
+    (`features_only`: the stages before XE and the test sets' features, then no rows)."""
     from pacs.captioner.modeling.train_scst import train_scst
     from pacs.eval.text_metrics import TextMetricSession
 
@@ -180,6 +182,10 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
     logger.info("pipeline: %d training images, %d validation images", train_store.num_images, len(val_references))
     stages = run.stages
     kind.prepare(run, train_store, images)
+    if features_only:
+        prepare_test_sets(run, test_items, kind.test_features)
+        state.wait_for_everyone()
+        return {"rows": []}
     init_inputs = kind.init_inputs(stages)
     if kind.trains_xe:
         xe_dir = run.dir / "xe"

@@ -226,6 +226,9 @@ class PipelineConfig:
     # training seeds: with two or more, the whole pipeline once per seed into run_dir/seed-<s> (features extracted
     # once) and the rows pooled over seeds into run_dir/seeds/ (pacs.captioner.orchestration.seed_runs)
     seeds: list[Seed] = field(default_factory=list)
+    # seeds trained at once, each in its own process at cores // parallel_seeds torch threads (one-process CPU runs;
+    # under accelerate launch or on an accelerator they run in turn); the features are made first, once
+    parallel_seeds: Annotated[PositiveInt, Le(64)] = 1
     # every stage's device: auto (accelerate's process device: cuda:<local rank>, mps or cpu) or cpu / an explicit
     # device that must be the process's (pacs.metric.common.device); features / reward_models `device` default to it
     device: str = "auto"

@@ -7,6 +7,7 @@ for every row but XE, the paired stratified bootstrap over seeds and images (`pa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -15,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from pacs.captioner.modeling.training_setup import process_state
+from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.pipeline import run_pipeline
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.results_files import write_results
+from pacs.captioner.orchestration.seed_processes import each_seed, parallel_seed_count, threads_per_seed
 from pacs.eval.intervals import LEVEL, METHOD, StratifiedBootstrap, aggregate, point_name
+from pacs.metric.common.device import accelerator_state
 
 logger = logging.getLogger(__name__)
 BASELINE = "xe"
@@ -37,15 +44,22 @@ def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
 
 def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, Any]] | None = None
               ) -> dict[str, Any]:
-    """Run the pipeline once per seed and pool the rows (main process: the pooled rows; others: none)."""
-    from pacs.captioner.modeling.training_setup import process_state
+    """Run the pipeline once per seed, in turn or `parallel_seeds` at once (`pacs.captioner.orchestration.seed_processes`;
+    `run`, a stand-in for the pipeline: in turn), and pool the rows (main process: the pooled rows; others: none)."""
+    configs = dict(seed_configs(config))
+    parallel = 1 if run is not None else parallel_seed_count(config.parallel_seeds, config.seeds,
+                                                             accelerator_state(config.device))
+    if parallel > 1 and not config.features.cache_dir:  # the other seeds read the first's features: made first
+        logger.info("seed %d: the features every seed reads", config.seeds[0])
+        run_pipeline(configs[config.seeds[0]], features_only=True)
 
-    if run is None:
-        from pacs.captioner.orchestration.pipeline import run_pipeline as run
-    rows_by_seed = {}
-    for seed, seed_config in seed_configs(config):
-        logger.info("seed %d: %s", seed, seed_config.run_dir)
-        rows_by_seed[seed] = run(seed_config)["rows"]
+    def in_turn(seed: int) -> list[dict[str, Any]]:
+        logger.info("seed %d: %s", seed, configs[seed].run_dir)
+        return (run or run_pipeline)(configs[seed])["rows"]
+
+    rows_by_seed = each_seed(config.seeds, in_turn, functools.partial(_seed_rows, configs), parallel,
+                             threads_per_seed(None, parallel),
+                             lambda seed: Path(config.run_dir) / "logs" / f"seed-{seed}.log")
     if not process_state().is_main_process:
         return {"rows": [], "seed_rows": []}
     per_image = {seed: read_per_image(Path(config.run_dir) / f"seed-{seed}") for seed in config.seeds}
@@ -54,6 +68,11 @@ def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, 
     seed_rows = [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of]
     write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot)
     return {"rows": rows, "seed_rows": seed_rows, "seeds": list(config.seeds)}
+
+
+def _seed_rows(configs: Mapping[int, PipelineConfig], seed: int) -> list[dict[str, Any]]:
+    """One seed's pipeline in a seed process of its own; its rows."""
+    return run_pipeline(configs[seed])["rows"]
 
 
 def read_per_image(run_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -126,9 +145,6 @@ def _add_intervals(row: dict[str, Any], mine: list[Any], base: list[Any], n_resa
 def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list[dict[str, Any]], seeds: list[int],
                        n_resamples: int) -> None:
     """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
-    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
-    from pacs.captioner.orchestration.results_files import write_results
-
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(folder, {"columns": columns, "rows": rows, "seeds": seeds, "seed_rows": seed_rows,
                            "bootstrap": {"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),

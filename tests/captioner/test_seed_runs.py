@@ -75,3 +75,34 @@ def test_a_recipe_with_two_seeds_runs_once_per_seed_and_pools_the_rows(tmp_path,
     table = json.loads((run / "compare_rewards" / "results.json").read_text())
     assert table["seeds"] == [0, 1] and len(table["seed_rows"]) == len(pooled["seed_rows"])
     assert [r["CLIP-S"] for r in table["rows"]] == [r["CLIP-S"] for r in pooled["rows"]]
+
+
+def _stage_records(run: Path) -> dict[str, str]:
+    return {str(path.relative_to(run)): path.read_text(encoding="utf-8")
+            for path in sorted(run.glob("seed-*/stages/**/*.json")) if path.name != "hashes.json"}
+
+
+@pytest.mark.slow
+def test_seeds_in_parallel_processes_train_what_seeds_in_turn_train(tmp_path, shared_data) -> None:
+    """`parallel_seeds: 2`: each seed in a spawned process (one torch thread each here, as the in-turn run), the
+    first seed's features made before either starts; the same rows as seeds in turn, and a re-run in turn reuses
+    every stage the processes recorded (the setting is in no fingerprint)."""
+    rows = {}
+    for name, parallel in (("in_turn", 1), ("parallel", 2)):
+        recipe = _config(tmp_path / name, shared_data)
+        recipe["parallel_seeds"] = parallel
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        run_from_config(str(path), [])
+        rows[name] = json.loads((tmp_path / name / "run" / "seeds" / "results.json").read_text())["seed_rows"]
+    assert rows["parallel"] == rows["in_turn"]
+    run = tmp_path / "parallel" / "run"
+    assert {p.name for p in (run / "logs").iterdir()} == {"seed-0.log", "seed-1.log"}
+    for seed in (0, 1):  # each seed process's own log holds its pipeline's lines
+        assert "pacs.captioner.orchestration.pipeline: pipeline: " in \
+            (run / "logs" / f"seed-{seed}.log").read_text(encoding="utf-8")
+    features = json.loads((run / "seed-1" / "stages" / "features" / "train.json").read_text())
+    assert features["settings"]["cache_dir"] == str(run / "seed-0" / "features" / "train")
+    before = _stage_records(run)
+    run_from_config(str(tmp_path / "parallel.yaml"), ["parallel_seeds=1"])
+    assert _stage_records(run) == before
