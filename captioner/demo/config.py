@@ -10,6 +10,7 @@ from annotated_types import Ge, Le
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from pacs.captioner.demo.world import WorldConfig
+from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.metric.common.config import (
     MAX_BEAM,
@@ -201,20 +202,12 @@ class ScstStageConfig:
 
 
 @dataclass
-class GuardedScstConfig:
-    """Guarded SCST runs (docs/demo.md "Guards"; docs/captioner.md "SCST guards"): the same SCST as `scst` plus one
-    guard of the recipe's menu at a time, every candidate setting trained and chosen on validation
-    (`pacs.captioner.orchestration.guard_choice`: best validation CIDEr-D, ties fewest gaming signatures; never test, never
-    the judge). `kl_coefs` is the KL guard's grid (stages `scst-<reward>-kl<coef>`); `grid` declares the other
-    guards' grids (`length_mask_slack`, `cider_anchor`, `stop_on_gaming`, `rep_penalty`, `length_penalty`), each
-    trained alone (stages `scst-<reward>-<guard><setting>`); with two guards or more a last run combines every
-    guard's chosen setting (stage `scst-<reward>-guards`, row `scst <reward> +guards`)."""
+class GuardedScstConfig(GuardedConfig):
+    """The demo's guarded SCST runs (docs/demo.md "Guards"; docs/captioner.md "SCST guards"): a recipe's `guarded:`
+    (`pacs.captioner.orchestration.guard_choice.GuardedConfig`: best validation CIDEr-D, ties fewest gaming
+    signatures; never test, never the judge), the KL row `scst <reward> +KL`, the combination `scst <reward> +guards`,
+    and the cadence of the guarded runs' hacking monitor."""
 
-    rewards: list[str] = field(default_factory=list)  # rewards to guard (each also an unguarded `scst.rewards` run)
-    kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.2])
-    grid: dict[str, list[float | bool]] = field(default_factory=dict)  # guard -> its candidate settings
-    rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
-    length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
     # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
     monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 0  # the hacking monitor's cadence in the guarded
     # runs, the steps their checkpoint is chosen among (0: scst.hacking_monitor_every, as in the unguarded runs)
@@ -222,35 +215,9 @@ class GuardedScstConfig:
     # monitor, whose CIDEr-D chooses their checkpoint (0: scst.hacking_monitor_images)
 
     def validate(self) -> None:
-        """Guarded rewards must be trained by the demo; a known guard per grid key, at least one setting to
-        train, no duplicates; a grid's penalty is not also fixed."""
-        from pacs.captioner.orchestration.guard_choice import check_grid
-
+        """Guarded rewards must be trained by the demo, and the guards' grids be valid (`GuardedConfig.validate`)."""
         ScstStageConfig(rewards=list(self.rewards)).validate()
-        check_grid(self.grid)
-        if self.rewards and not (self.kl_coefs or self.grid):
-            raise InputError("guarded.kl_coefs: expected at least one coefficient (or a guard in guarded.grid)")
-        if len(set(self.kl_coefs)) != len(self.kl_coefs):
-            raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
-        for key in ("rep_penalty", "length_penalty"):
-            if key in self.grid and getattr(self, key):
-                raise InputError(f"guarded.grid.{key}: the penalty is also fixed by guarded.{key}="
-                                 f"{getattr(self, key):g}; set one of them")
-
-    def guards(self) -> dict[str, list]:
-        """Every guard to choose and its candidate settings, in training order: the KL grid first."""
-        return {**({"kl_coef": list(self.kl_coefs)} if self.kl_coefs else {}), **self.grid}
-
-    def combines(self) -> bool:
-        """Whether a best-combination run is trained (two guards or more)."""
-        return len(self.guards()) > 1
-
-    def reward_spec(self, reward: str, settings: dict | None = None) -> str:
-        """The reward spec a guarded run trains on: `reward` plus the enabled penalty components (and the CIDEr-D
-        anchor of `settings`, `guard_choice.reward_spec`)."""
-        from pacs.captioner.orchestration.guard_choice import reward_spec
-
-        return reward_spec(reward, settings or {}, self.rep_penalty, self.length_penalty)
+        super().validate()
 
 
 RECORDED_NAMES: dict[type, dict[str, str]] = {

@@ -1,4 +1,5 @@
-"""The demo's menu of SCST guards (issue 44) and their choice on the validation split, never with the judge.
+"""The menu of SCST guards (issue 44) and their choice on the validation split, never with the judge: the demo's
+and a recipe's `guarded:` section (`GuardedConfig`).
 
 Each guard of `guarded.grid` (and the KL grid `guarded.kl_coefs`) is trained alone at every candidate setting, as
 a run of the recipe's SCST (`pacs.captioner.modeling.train_scst.SCSTConfig` keys: nothing is re-implemented
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from annotated_types import Ge
 
 from pacs.captioner.modeling.hacking_monitor import GamingThresholds, gaming_signatures
 from pacs.captioner.modeling.scst_guards import anchored_reward_spec
+from pacs.metric.common.config import NonNegativeFloat
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.suggest import known_hint
 
@@ -188,3 +192,44 @@ def choices_table(by_seed: Mapping[str, Mapping[str, Any]]) -> str:
             "judge; the chosen one in bold; records: `[seed-<s>/]guard_choice-<reward>.json`):\n\n"
             "| reward | seed | guard | validation CIDEr-D per setting |\n|---|---|---|---|\n"
             + "\n".join(lines) + "\n")
+
+
+@dataclass
+class GuardedConfig:
+    """`guarded:` of a recipe or the demo: the same SCST as `scst` plus one guard of the menu at a time, every candidate
+    setting trained and chosen on validation (`choose`). `kl_coefs` is the KL guard's grid (stages
+    `scst-<reward>-kl<coef>`); `grid` declares the other guards' grids (`length_mask_slack`, `cider_anchor`,
+    `stop_on_gaming`, `rep_penalty`, `length_penalty`), each trained alone (stages `scst-<reward>-<guard><setting>`);
+    with two guards or more a last run combines every guard's chosen setting (stage `scst-<reward>-guards`)."""
+
+    rewards: list[str] = field(default_factory=list)  # rewards to guard (each also an unguarded run of the rewards)
+    kl_coefs: list[Annotated[float, Ge(0)]] = field(default_factory=lambda: [0.02, 0.05, 0.1, 0.2])
+    grid: dict[str, list[float | bool]] = field(default_factory=dict)  # guard -> its candidate settings
+    rep_penalty: NonNegativeFloat = 0.0  # weight of the `rep-penalty` component mixed into each guarded reward
+    length_penalty: NonNegativeFloat = 0.0  # weight of the `length-penalty` component
+
+    def validate(self) -> None:
+        """A known guard per grid key, at least one setting to train, no duplicates; a grid's penalty is not also
+        fixed."""
+        check_grid(self.grid)
+        if self.rewards and not (self.kl_coefs or self.grid):
+            raise InputError("guarded.kl_coefs: expected at least one coefficient (or a guard in guarded.grid)")
+        if len(set(self.kl_coefs)) != len(self.kl_coefs):
+            raise InputError(f"guarded.kl_coefs={self.kl_coefs}: a coefficient is listed twice")
+        for key in ("rep_penalty", "length_penalty"):
+            if key in self.grid and getattr(self, key):
+                raise InputError(f"guarded.grid.{key}: the penalty is also fixed by guarded.{key}="
+                                 f"{getattr(self, key):g}; set one of them")
+
+    def guards(self) -> dict[str, list]:
+        """Every guard to choose and its candidate settings, in training order: the KL grid first."""
+        return {**({"kl_coef": list(self.kl_coefs)} if self.kl_coefs else {}), **self.grid}
+
+    def combines(self) -> bool:
+        """Whether a best-combination run is trained (two guards or more)."""
+        return len(self.guards()) > 1
+
+    def reward_spec(self, reward: str, settings: dict | None = None) -> str:
+        """The reward spec a guarded run trains on: `reward` plus the enabled penalty components (and the CIDEr-D
+        anchor of `settings`, `reward_spec`)."""
+        return reward_spec(reward, settings or {}, self.rep_penalty, self.length_penalty)

@@ -17,6 +17,13 @@ from typing import Any
 
 from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.orchestration.captioner_stages import CaptionerKind, captioner_kind
+from pacs.captioner.orchestration.guarded_stages import (
+    guarded_rows,
+    guarded_stage_names,
+    plan_guarded_stages,
+    reward_rows,
+    run_guarded_stages,
+)
 from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,
@@ -49,7 +56,7 @@ from pacs.captioner.orchestration.shared_stages import (
     trainer_config,
     training_summary,
 )
-from pacs.captioner.orchestration.stages import check_force
+from pacs.captioner.orchestration.stages import check_force, upstream_reason
 from pacs.metric.common.errors import InputError
 from pacs.rewards.slug import reward_slug
 
@@ -64,10 +71,11 @@ __all__ = ["REWARD_MODEL_SLOTS", "DataConfig", "EvalConfig", "FeaturesConfig", "
 def stage_names(config: PipelineConfig) -> list[str]:
     """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
     kind = captioner_kind(config)
-    trained = [*(["xe"] if kind.trains_xe else []), *[f"scst-{reward_slug(spec)}" for spec in config.rewards]]
-    sets = list(config.evaluation.test_sets)
+    trained = [*(["xe"] if kind.trains_xe else []), *[f"scst-{reward_slug(spec)}" for spec in config.rewards],
+               *guarded_stage_names(config)]
+    sets, models = list(config.evaluation.test_sets), [kind.start, *config.rewards, *guarded_rows(config)]
     return [*kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
-            *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in [kind.start, *config.rewards]]]
+            *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in models]]
 
 
 def run_pipeline(config: PipelineConfig, features_only: bool = False) -> dict[str, Any]:
@@ -151,6 +159,11 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
                     upstream=[*model_stages[kind.start], *kind.feature_stages("train")], resumable=True,
                     progress=out / "checkpoints")
         models[spec], model_stages[spec] = selected_model(out, scst), [name]
+    guarded = plan_guarded_stages(run, scst_micro, init, kind.scst_settings(), init_inputs,
+                                  [*model_stages[kind.start], *kind.feature_stages("train")])
+    for row, found in guarded.items():  # a row whose chosen run is known (every candidate reused) plans its eval
+        if isinstance(found, tuple):
+            models[row], model_stages[row] = found[1], [found[0]]
     for set_name, set_config in config.evaluation.test_sets.items():
         kind.plan_test_features(set_name, set_config, plan_features)
     for set_name in config.evaluation.test_sets:
@@ -158,6 +171,9 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
             name, outputs = eval_stage(config, set_name, model_name)
             stages.plan(name, *kind.eval_parts(stages, set_name, folder, not model_stages[model_name]),
                         upstream=[*model_stages[model_name], *kind.feature_stages(set_name)], outputs=outputs)
+        for row, found in guarded.items():  # the others: known once the guarded runs before them have trained
+            if not isinstance(found, tuple):
+                stages.plan_unknown(eval_stage(config, set_name, row)[0], upstream_reason(found))
     return stages.planned, checks
 
 
@@ -196,13 +212,18 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
                    progress=xe_dir / "checkpoints")
     models, model_stages = _first_model(run, kind)
     init = models[kind.start]
-    scst_stages = run_scst_stages(
-        run, scst_micro, train_store, images,
-        lambda scst, reward: train_scst(scst, init, kind.train_features, train_store.reference_sets(), reward,
-                                        validation=val_references,
-                                        policy=kind.scst_policy(init, images, scst, state)),
-        init, kind.scst_settings(), init_inputs, [*model_stages[kind.start], *kind.feature_stages("train")])
-    for spec, (name, selected) in scst_stages.items():
+
+    def train(scst: Any, reward: Any) -> Any:
+        """One SCST run from the kind's starting model (every process)."""
+        return train_scst(scst, init, kind.train_features, train_store.reference_sets(), reward,
+                          validation=val_references, policy=kind.scst_policy(init, images, scst, state))
+
+    scst_upstream = [*model_stages[kind.start], *kind.feature_stages("train")]
+    scst_stages = run_scst_stages(run, scst_micro, train_store, images, train, init, kind.scst_settings(),
+                                  init_inputs, scst_upstream)
+    guarded, choices = run_guarded_stages(run, scst_micro, train_store, images, train, init, kind.scst_settings(),
+                                          init_inputs, scst_upstream)
+    for spec, (name, selected) in {**scst_stages, **guarded}.items():
         models[spec], model_stages[spec] = selected, [name]
     test_sets = prepare_test_sets(run, test_items, kind.test_features)
     # the report's gallery, from the items read here (not the data set again)
@@ -219,7 +240,7 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
                 eval_stages.append(name)
     with TextMetricSession():  # one METEOR process and PTB memo for every evaluation of the run
         # split over the processes as the kind captions; rows on the main process
-        result = evaluate_models(run, models, test_sets, kind.caption, kind.start)
+        result = evaluate_models(run, models, test_sets, kind.caption, kind.start, choices, reward_rows(config))
     for name in eval_stages:
         stages.finish(name)
     state.wait_for_everyone()

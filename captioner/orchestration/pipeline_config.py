@@ -17,6 +17,7 @@ from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from pacs.captioner.orchestration.backbone_source import BackboneSource
 from pacs.captioner.orchestration.captioner_kind import CaptionerKindConfig
+from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.metric.common.config import (
     MAX_BEAM,
     MAX_IMAGES,
@@ -222,6 +223,9 @@ class PipelineConfig:
     reward_guards: RewardGuardsConfig = field(default_factory=RewardGuardsConfig)
     contrastive_reward: ContrastiveRewardConfig = field(default_factory=ContrastiveRewardConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    # guarded SCST runs of some `rewards`: every setting of every guard trained, chosen on validation CIDEr-D
+    # (pacs.captioner.orchestration.guarded_stages; the hacking monitor, scst.monitor_every, must be on)
+    guarded: GuardedConfig = field(default_factory=GuardedConfig)
     seed: Seed = 42
     # training seeds: with two or more, the whole pipeline once per seed into run_dir/seed-<s> (features extracted
     # once) and the rows pooled over seeds into run_dir/seeds/ (pacs.captioner.orchestration.seed_runs)
@@ -244,6 +248,13 @@ class PipelineConfig:
         from pacs.rewards.registry import check_reward_list  # the registry imports torch; configs load without it
 
         check_reward_list(self.rewards, "rewards")
+        unguarded = [reward for reward in self.guarded.rewards if reward not in self.rewards]
+        if unguarded:
+            raise InputError(f"guarded.rewards: {', '.join(unguarded)} not in rewards={self.rewards} (a guarded run is "
+                             "compared with the unguarded run of its reward)")
+        if self.guarded.rewards and not self.scst.monitor_every:
+            raise InputError("guarded.rewards: each guard's setting is chosen on the hacking monitor's validation "
+                             "CIDEr-D; set scst.monitor_every > 0")
 
 
 def default_config_path() -> Path:

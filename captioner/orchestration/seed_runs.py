@@ -18,8 +18,10 @@ import numpy as np
 
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.guarded_stages import reward_rows
 from pacs.captioner.orchestration.pipeline import run_pipeline
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.recipe_findings import reward_findings
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.seed_processes import each_seed, parallel_seed_count, threads_per_seed
 from pacs.eval.intervals import LEVEL, METHOD, StratifiedBootstrap, aggregate, point_name
@@ -66,7 +68,8 @@ def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, 
     boot = config.evaluation.bootstrap
     rows = pool_rows(rows_by_seed, per_image, boot, config.seed)
     seed_rows = [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of]
-    write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot)
+    write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot,
+                       reward_findings(per_image, reward_rows(config), boot, config.seed))
     return {"rows": rows, "seed_rows": seed_rows, "seeds": list(config.seeds)}
 
 
@@ -143,9 +146,11 @@ def _add_intervals(row: dict[str, Any], mine: list[Any], base: list[Any], n_resa
 
 
 def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list[dict[str, Any]], seeds: list[int],
-                       n_resamples: int) -> None:
-    """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row and the method."""
+                       n_resamples: int, found: Mapping[str, Any] | None = None) -> None:
+    """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row, the method and
+    `found` (`pacs.captioner.orchestration.recipe_findings.reward_findings`: the reward gains and findings)."""
     columns = ["model", "test_set", *TABLE_COLUMNS]
     write_results(folder, {"columns": columns, "rows": rows, "seeds": seeds, "seed_rows": seed_rows,
                            "bootstrap": {"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
-                                         "point": point_name(len(seeds)), "level": LEVEL}}, columns)
+                                         "point": point_name(len(seeds)), "level": LEVEL}, **(found or {})},
+                  columns)

@@ -16,6 +16,7 @@ from typing import Any
 from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
+from pacs.captioner.orchestration.findings import BASELINE
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
     PipelineConfig,
@@ -25,6 +26,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     guard_reward_settings,
     reward_scorers,
 )
+from pacs.captioner.orchestration.recipe_findings import reward_findings
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.captioner.orchestration.stages import StageRunner
@@ -305,7 +307,9 @@ def caption_with_features(run: RecipeRun, folder: Path, items: list, features: A
 
 
 def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tuple[str, list, Any]],
-                    caption: Callable[..., Any] | None = None, reference_row: str = "xe") -> dict[str, Any]:
+                    caption: Callable[..., Any] | None = None, reference_row: str = "xe",
+                    guard_choices: dict[str, Any] | None = None,
+                    reward_rows: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
 
     Call it on every process. `caption(run, folder, items, features, scorers)`: a model's captions of a test set
@@ -313,6 +317,9 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     others (default `caption_with_features`: pacs' captioner, split over the processes, identical to one process);
     corpus metrics, paired bootstrap intervals against the `reference_row` row (`evaluation.bootstrap` resamples)
     and the files are computed on the main process, which returns the rows (the others return no rows).
+    `reward_rows`: (reward spec, row) of the rows whose reward gain and findings are reported (default: each reward's
+    own row); `guard_choices[reward]`: the guarded runs' choice records (`guarded_stages.run_guarded_stages`), kept in
+    results.json `guarded` and printed under the table.
     """
     from pacs.captioner.orchestration.eval_intervals import add_intervals
     from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
@@ -351,7 +358,13 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
         return {"rows": []}
     add_intervals(rows, per_image, reference_row, config.evaluation.bootstrap, config.seed)
     columns = ["model", "test_set", *TABLE_COLUMNS]
-    write_results(run.dir / "eval", rows, columns)
+    # each reward's own gain and the findings, by the demo's rules (against XE: a transformers run starts elsewhere)
+    pairs = reward_rows if reward_rows is not None else [(spec, spec) for spec in config.rewards]
+    found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap,
+                            config.seed) if reference_row == BASELINE else {}
+    guarded = {"guarded": {"choices_by_seed": {str(config.seed): {reward: {"guards": record} for reward, record
+                                                                  in guard_choices.items()}}}} if guard_choices else {}
+    write_results(run.dir / "eval", {"columns": columns, "rows": rows, **found, **guarded}, columns)
     return {"rows": rows}
 
 

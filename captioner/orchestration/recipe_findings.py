@@ -1,0 +1,96 @@
+"""A recipe's findings, by the demo's rules (`pacs.captioner.orchestration.findings`): each reward's own value on
+each test set under XE and under the SCST model trained on it, the paired (over seeds: stratified) bootstrap
+interval of the gain (`pacs.captioner.orchestration.seed_evidence.SeedEvidence`), the claims those intervals
+support and how likely an independent replication reaches each verdict.
+
+A recipe has no judge, so the claims that rest on one (judge accuracy, "gamed", the guards', the oracle's share)
+are not made; a reward whose terms have no per-image table column (`findings.REWARD_COLUMNS`) gets no gain.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pacs.captioner.orchestration.evaluation import PER_IMAGE_COLUMNS
+from pacs.captioner.orchestration.findings import (
+    BASELINE,
+    REWARD_COLUMNS,
+    finding_records,
+    render_finding,
+    replication_summary,
+)
+from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
+from pacs.rewards.registry import parse_reward_spec
+
+logger = logging.getLogger(__name__)
+
+PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-image values]}}
+
+
+def reward_findings(per_image: Mapping[int, Mapping[tuple[str, str], PerImage]], rewards: Sequence[tuple[str, str]],
+                    n_resamples: int, seed: int) -> dict[str, Any]:
+    """`{"reward_gains", "findings", "replication"}` of a recipe run (`per_image[s][(model, test set)]`: training
+    seed `s`'s per-image values; one seed: a single run; `seed` seeds the resampling) for each `(reward spec, row)`
+    of `rewards` whose row is in every seed (a guarded row: its reward's gain); {} when no reward has a gain."""
+    if n_resamples < 1 or not per_image:
+        return {}
+    sets = sorted({test_set for model, test_set in next(iter(per_image.values())) if model == BASELINE})
+    gains, records = [], []
+    for test_set in sets:
+        found = _test_set_findings(per_image, rewards, test_set, n_resamples, seed, len(sets) > 1)
+        if found is not None:
+            gains += found[0]
+            records += found[1]
+    if not gains:
+        return {}
+    return {"bootstrap_resamples": n_resamples, "reward_gains": gains, "findings": records,
+            "replication": replication_summary(records)}
+
+
+def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]], rewards: Sequence[tuple[str, str]],
+                       test_set: str, n_resamples: int, seed: int, named: bool
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The gains and findings of one test set (`named`: several test sets, so each row says which)."""
+    seeds, per_image = list(by_seed), list(by_seed.values())
+    pairs = [(spec, row) for spec, row in rewards if _has_columns(spec)]
+    models = [BASELINE, *dict.fromkeys(row for _, row in pairs)]
+    models = [m for m in models if all((m, test_set) in seed_values for seed_values in per_image)]
+    ids = [list(per_image[0][(BASELINE, test_set)]["image_ids"])]
+    if BASELINE not in models or len(models) < 2 or any(
+            list(seed_values[(m, test_set)]["image_ids"]) != ids[0] for seed_values in per_image for m in models):
+        logger.warning("no reward findings on %s: a model is missing in some seed or its images differ", test_set)
+        return None
+    columns = [c for c in PER_IMAGE_COLUMNS
+               if all(c in seed_values[(m, test_set)]["values"] for seed_values in per_image for m in models)
+               and all(np.isfinite(np.asarray(seed_values[(m, test_set)]["values"][c], dtype=np.float64)).all()
+                       for seed_values in per_image for m in models)]
+    values = {m: [{c: np.asarray(seed_values[(m, test_set)]["values"][c], dtype=np.float64) for c in columns}
+                  for seed_values in per_image] for m in models}
+    rewards_here = [(spec, row) for spec, row in pairs if row in models and all(
+        REWARD_COLUMNS[name][0] in columns for name, _ in parse_reward_spec(spec))]
+    if not rewards_here:
+        return None
+    bleu = {m: [None] * len(per_image) for m in models}  # B-4 is not a per-image column: no interval here
+    pooled = SeedEvidence(values, bleu, columns, n_resamples, seed).view(rewards_here, None)
+    views = {str(seeds[0]): pooled} if len(seeds) == 1 else {
+        str(name): SeedEvidence(*single_seed(values, bleu, index), columns, n_resamples, seed).view(rewards_here,
+                                                                                                    None)
+        for index, name in enumerate(seeds)}
+    records = finding_records(pooled, views)
+    label = (lambda model: f"{model} on {test_set}") if named else (lambda model: model)
+    for record in records:
+        record.update(subject=label(record["subject"]), test_set=test_set)
+        record["text"] = render_finding(record)
+    gains = [{**gain, "model": label(gain["model"]), "test_set": test_set} for gain in pooled["gains"]]
+    return gains, records
+
+
+def _has_columns(spec: str) -> bool:
+    """Whether every term of reward `spec` has a per-image table column its gain can be computed from."""
+    known = all(name in REWARD_COLUMNS for name, _ in parse_reward_spec(spec))
+    if not known:
+        logger.info("no reward gain for %s: a term has no per-image table column", spec)
+    return known
