@@ -1,4 +1,5 @@
-"""The seeds of several finished demo runs evaluated as one run (`tools/pool_seeds.py`).
+"""The seeds of several finished demo runs evaluated as one run (`tools/pool_seeds.py`; recipe runs pool through
+`pacs.captioner.orchestration.recipe_pooling`, with the same folder, lock and refusal rules).
 
 Seeds trained in different run directories — more seeds added later in a copy of a run, or seeds trained on
 several machines from one run's copied metric stages — pool into one comparison over all of them: the `evaluate`
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs.captioner.demo.config import DemoConfig
-from pacs.captioner.orchestration import results_files, run_records
+from pacs.captioner.orchestration import recipe_pooling, results_files, run_records
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.errors import InputError, PacsError
@@ -221,12 +222,20 @@ def pool_seed_runs(sources: list[SeedSource], out: Path) -> dict[str, Any]:
         raise InputError(f"{out}: exists; pooling writes a new folder (remove it or choose another)")
     if len({source.run_dir.resolve() for source in sources}) != len(sources):
         raise InputError("a run is named twice; take several seeds from it as RUN:S,S,...")
-    configs = {source.run_dir: run_config(source.run_dir) for source in sources}
+    recipe = recipe_pooling.is_recipe_run(sources[0].run_dir)  # a recipe's seeds pool by its own records
+    configs = {} if recipe else {source.run_dir: run_config(source.run_dir) for source in sources}
     created, work = _work_folder(out)
     try:
         with ExitStack() as locks:  # no run trains in a source while its seeds are read
-            for run_dir in configs:
+            folders = [folder for source in sources for folder in recipe_pooling.seed_runs(source.run_dir,
+                                                                                           source.seeds).values()] \
+                if recipe else list(configs)
+            for run_dir in folders:
                 locks.enter_context(hold_run_directory(run_dir))
+            if recipe:
+                results = recipe_pooling.pool_recipe_runs([(s.run_dir, s.seeds) for s in sources], work)
+                work.rename(out)
+                return results
             return _pool_locked(sources, configs, out, work)
     except OSError as error:  # a full disk, an unwritable folder: one line naming `out` and the file
         if isinstance(error, PacsError):  # MissingResourceError is one too, with its own line

@@ -106,3 +106,50 @@ def test_seeds_in_parallel_processes_train_what_seeds_in_turn_train(tmp_path, sh
     before = _stage_records(run)
     run_from_config(str(tmp_path / "parallel.yaml"), ["parallel_seeds=1"])
     assert _stage_records(run) == before
+
+
+@pytest.mark.slow
+def test_recipe_runs_of_one_seed_each_pool_as_a_run_over_both_seeds(tmp_path, shared_data, capsys) -> None:
+    """tools/pool_seeds.py on two single-seed recipe runs gives the rows `seeds: [0, 1]` gives; a run of other
+    settings, a seed taken twice and an existing --out are refused in one line, exit 2, nothing written."""
+    pool = runpy.run_path(str(REPO / "tools" / "pool_seeds.py"))["main"]
+
+    def recipe(name: str) -> dict:  # C: the cider reward's own value, so its gain and finding are pooled too
+        config = _config(tmp_path / name, shared_data)
+        config["evaluation"]["text_metrics"] = ["bleu4", "cider"]
+        return config
+
+    both = recipe("both")
+    (tmp_path / "both.yaml").write_text(yaml.safe_dump(both))
+    run_from_config(str(tmp_path / "both.yaml"), [])
+    for seed in (0, 1):
+        single = recipe(f"s{seed}")
+        single.update(seeds=[], seed=seed)
+        (tmp_path / f"s{seed}.yaml").write_text(yaml.safe_dump(single))
+        run_from_config(str(tmp_path / f"s{seed}.yaml"), [])
+    out = tmp_path / "pooled"
+    assert pool([str(tmp_path / "s0" / "run"), str(tmp_path / "s1" / "run"), "--out", str(out)]) == 0
+    pooled = json.loads((out / "results.json").read_text())
+    expected = json.loads((tmp_path / "both" / "run" / "seeds" / "results.json").read_text())
+    assert pooled["rows"] == expected["rows"] and pooled["seeds"] == [0, 1]
+    assert pooled["reward_gains"] == expected["reward_gains"] and pooled["findings"] == expected["findings"]
+    assert json.loads((out / "pooled.json").read_text())["seeds"] == {
+        "0": str(tmp_path / "s0" / "run"), "1": str(tmp_path / "s1" / "run")}
+    capsys.readouterr()
+
+    other = recipe("lr")
+    other.update(seeds=[], seed=1)
+    other["scst"]["lr"] = 1e-5
+    (tmp_path / "lr.yaml").write_text(yaml.safe_dump(other))
+    run_from_config(str(tmp_path / "lr.yaml"), [])
+    capsys.readouterr()  # its training's bars
+    for argv, message in (([str(tmp_path / "s0" / "run"), str(tmp_path / "lr" / "run")], "setting scst.lr differs"),
+                          ([str(tmp_path / "s0" / "run"), str(tmp_path / "both" / "run") + ":0"],
+                           "seed 0 is taken from both"),
+                          ([str(tmp_path / "s0" / "run"), str(tmp_path / "s1" / "run")], "exists")):
+        target = out if message == "exists" else tmp_path / "refused"
+        assert pool([*argv, "--out", str(target)]) == 2
+        error = capsys.readouterr().err
+        assert message in error and len(error.strip().splitlines()) == 1, error
+        assert not (tmp_path / "refused").exists()
+    assert not list(tmp_path.glob(".refused.*")) and not list(tmp_path.glob(".pooled.*"))
