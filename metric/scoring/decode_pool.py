@@ -165,6 +165,7 @@ def _stop(executor: ProcessPoolExecutor) -> None:
     pool was still open then never exits (a demo seed process did). Terminating them cannot lose work: the pool
     is only closed once its results are read or abandoned."""
     processes = list((getattr(executor, "_processes", None) or {}).values())  # no public handle on the workers
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
@@ -174,6 +175,11 @@ def _stop(executor: ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+    # The executor's manager thread joins the same workers: when it reaps one first, our join returns before
+    # that thread has stored the exit code, and the worker still reads as alive. Its end means every worker is
+    # reaped and recorded; the workers are dead by now, so it ends at once (the timeout guards a stuck queue).
+    if manager is not None and manager.is_alive():
+        manager.join(timeout=10)
 
 
 def close_all() -> None:
