@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pacs.captioner import demo
+from pacs.captioner.demo import world_source  # noqa: F401  (registers the data set demo-world and its judge)
 from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, plan_stages, run_pipeline
 from pacs.metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
 from pacs.metric.common.config_files import resolve_config

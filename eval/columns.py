@@ -41,6 +41,11 @@ TABLE_COLUMNS: tuple[str, ...] = (
 reference-free scores, their reference-based variants, fluency; then the demo judge's columns and length)."""
 
 
+JUDGE_COLUMNS: tuple[str, ...] = ("Judge-acc", "Judge", "Halluc.")
+"""The columns an exact judge of captions adds (the demo world's, `pacs.captioner.demo.judge`): the percentage of
+captions it finds correct, its mean score x 100, and the percentage that name an object the image lacks."""
+
+
 def table_columns(computed: Iterable[str]) -> list[str]:
     """The columns of `TABLE_COLUMNS` that a run computes, in the table's order (an unknown name is an error)."""
     computed = set(computed)

@@ -249,20 +249,22 @@ def _row_labels(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _gains_html(gains: Any) -> str:
-    """Each reward's own value under XE and under its SCST row (`#reward-gains`), one row per SCST row: two runs of
-    one reward (a mix summed or normalised) are told apart by their row names."""
+    """Each reward's own value under the baseline (XE, or a transformers run's `init`) and under its SCST row
+    (`#reward-gains`), one row per SCST row: two runs of one reward (a mix summed or normalised) are told apart by
+    their row names."""
     if not isinstance(gains, list) or not gains:
         return ""
     gains = [g for g in gains if isinstance(g, dict)]
+    base = str(gains[0].get("baseline", "xe")) if gains else "xe"
     labels = _figures.unique_labels([str(g.get("model") or g.get("reward")) for g in gains],
                                     [str(g.get("reward")) for g in gains])
     lines = "".join(f'<tr><td class="name">{html.escape(label)}</td><td class="name">{html.escape(str(g.get("reward")))}'
-                    f'</td><td>{_format(g.get("xe"))}</td><td>{_format(g.get("scst"))}</td>'
+                    f'</td><td>{_format(g.get(base))}</td><td>{_format(g.get("scst"))}</td>'
                     f'{_interval_cell(g.get("delta"), g.get("ci"), g.get("reward"))}</tr>'
                     for g, label in zip(gains, labels))
     return ("<h3>Each reward's own value on the test split</h3>"
-            '<table id="reward-gains"><thead><tr><th class="name">system</th><th class="name">reward</th><th>xe</th>'
-            f"<th>scst</th><th>Δ [95% interval]</th></tr></thead><tbody>{lines}</tbody></table>")
+            '<table id="reward-gains"><thead><tr><th class="name">system</th><th class="name">reward</th>'
+            f"<th>{html.escape(base)}</th><th>scst</th><th>Δ [95% interval]</th></tr></thead><tbody>{lines}</tbody></table>")
 
 
 def _delta_html(columns: list[str], rows: list[dict[str, Any]], baseline: str) -> str:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from pacs.captioner.modeling.training_setup import process_state
-from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.launching import relaunch_cpu_processes
 from pacs.captioner.orchestration.pipeline import PipelineConfig, run_pipeline
 from pacs.captioner.orchestration.results_files import write_results
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if process_state().is_main_process:  # the other processes hold no rows
             rows = comparison_rows(result["rows"], config.rewards)
             folder = Path(config.run_dir) / "compare_rewards"
-            write_results(folder, rows, ["test_set", "reward", *TABLE_COLUMNS])
+            write_results(folder, rows, ["test_set", "reward", *row_columns(rows)])
             if result.get("seed_rows"):
                 add_seed_rows(folder / "results.json", result["seed_rows"], config)
             print((Path(config.run_dir) / "compare_rewards" / "results.md").read_text(encoding="utf-8"))

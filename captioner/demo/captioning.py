@@ -14,8 +14,8 @@ import numpy as np
 from pacs.captioner.demo.config import DemoConfig
 from pacs.captioner.demo.correlation import per_caption_text_metrics
 from pacs.captioner.demo.data import DemoData
-from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_caption
-from pacs.captioner.demo.world import Scene, ptb_tokenize_world
+from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_values
+from pacs.captioner.demo.world import ptb_tokenize_world
 from pacs.captioner.demo.xe_settings import BIG, finish_xe, xe_trainer_config
 from pacs.captioner.modeling.features import FeatureCache, extract_features
 from pacs.captioner.modeling.hacking_monitor import read_monitor_rows
@@ -26,7 +26,7 @@ from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.captioner.orchestration import guard_choice
 from pacs.captioner.orchestration.reward_record import announce_reward
-from pacs.eval.columns import table_columns
+from pacs.eval.columns import JUDGE_COLUMNS, table_columns
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
 from pacs.rewards.slug import reward_slug
 
@@ -277,23 +277,11 @@ SYSTEM_COLUMNS: dict[str, tuple[str, float]] = {
     "RefCLIP-S": ("ref-clip-s", 1.0), "RefPAC-S++": ("ref-pac-s++", 1.0), "Rep-1": ("rep1", 1.0),
     "Rep-2": ("rep2", 1.0), "Rep-3": ("rep3", 1.0), "Rep-4": ("rep4", 1.0), "%Incorrect": ("incorrect", 1.0),
     "Length": ("length", 1.0)}
-#: the columns the demo's judge adds to every row (percentages of captions)
-JUDGE_COLUMNS = ("Judge-acc", "Judge", "Halluc.")
 DEMO_COLUMNS = table_columns((*SYSTEM_COLUMNS, *JUDGE_COLUMNS))
 """The demo table's columns: the ones of `pacs.eval.columns.TABLE_COLUMNS` it computes."""
 #: every column of the table in its order, with where its values come from (judge columns: the demo's own, factor 1)
 COLUMN_SOURCES: dict[str, tuple[str, float]] = {column: SYSTEM_COLUMNS.get(column, (column, 1.0))
                                                  for column in DEMO_COLUMNS}
-
-
-def judge_values(captions: Sequence[str], scenes: Sequence[Scene]) -> tuple[dict[str, np.ndarray], list[Judgement]]:
-    """Per-caption Judge-acc (100: correct), Judge (100 x score) and Halluc. (100: an absent shape named), and the
-    judgements (`pacs.captioner.demo.judge.judge_caption`)."""
-    judgements = [judge_caption(caption, scene) for caption, scene in zip(captions, scenes)]
-    values = {"Judge-acc": 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float),
-              "Judge": 100.0 * np.asarray([j.score for j in judgements], dtype=float),
-              "Halluc.": 100.0 * np.asarray([j.hallucinated > 0 for j in judgements], dtype=float)}
-    return values, judgements
 
 
 def evaluate_model(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]

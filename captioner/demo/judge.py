@@ -9,8 +9,11 @@ halved for every further error (wrong relation, wrong count, repetition, danglin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+
+import numpy as np
 
 from pacs.captioner.demo.world import COLOURS, NUMBER_WORDS, SHAPE_WORDS, SIZE_WORDS, Scene
 
@@ -196,3 +199,13 @@ def judge_accuracy(captions: list[str], scenes: list[Scene]) -> float:
     if not captions:
         return 0.0
     return 100.0 * sum(judge_caption(c, s).is_correct for c, s in zip(captions, scenes)) / len(captions)
+
+
+def judge_values(captions: Sequence[str], scenes: Sequence[Scene]) -> tuple[dict[str, np.ndarray], list[Judgement]]:
+    """Per-caption Judge-acc (100: correct), Judge (100 x score) and Halluc. (100: an absent shape named), and the
+    judgements (`judge_caption`); the columns of `pacs.eval.columns.JUDGE_COLUMNS`."""
+    judgements = [judge_caption(caption, scene) for caption, scene in zip(captions, scenes)]
+    values = {"Judge-acc": 100.0 * np.asarray([j.is_correct for j in judgements], dtype=float),
+              "Judge": 100.0 * np.asarray([j.score for j in judgements], dtype=float),
+              "Halluc.": 100.0 * np.asarray([j.hallucinated > 0 for j in judgements], dtype=float)}
+    return values, judgements

@@ -3,7 +3,8 @@
 SCST with it (`scst.rewards: [..., judge]`, the row `scst judge`) shows what the SCST machinery reaches when the
 reward is right; every learned reward's change of judge accuracy is also given as a share of its gain. It is
 registered in the reward registry when `pacs.captioner.demo` is imported; `build_reward("judge", scenes=...)` needs
-the world's scenes (`DemoData.scenes()`), which only the demo has.
+the world's scenes (`DemoData.scenes()`): the demo's, or a recipe's on data set `demo-world`
+(`pacs.captioner.demo.world_source`).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ NAME = "judge"
 def judge_reward(scenes: Mapping[str, Scene] | None = None, **_: Any) -> Any:
     """The reward factory: `reward(image_ids, captions, references) -> [B, k]` judge scores in [0, 1]."""
     if not scenes:
-        raise InputError("reward 'judge' is the demo world's exact judge: it needs the world's scenes "
-                         "(only the embedded demo, `pacs train` with a `demo:` config, can train with it)")
+        raise InputError("reward 'judge' is the demo world's exact judge: it needs the world's scenes (the embedded "
+                         "demo, `pacs train` with a `demo:` config, or a recipe whose data set is demo-world)")
 
     def reward(image_ids: list[str], captions: list[list[str]], references: list[list[str]]) -> torch.Tensor:
         missing = [image_id for image_id in image_ids if image_id not in scenes]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs.eval.columns import table_columns
+from pacs.eval.columns import JUDGE_COLUMNS, table_columns
 from pacs.metric.common.io import finite_or_none
 
 logger = logging.getLogger(__name__)
@@ -21,8 +21,14 @@ FLUENCY_COLUMNS = ("Rep-1", "Rep-2", "Rep-3", "Rep-4", "%Incorrect")
 TABLE_COLUMNS = tuple(table_columns((*TEXT_COLUMNS, *CONTRASTIVE_COLUMNS, *FLUENCY_COLUMNS)))
 """A recipe table's columns: the ones of `pacs.eval.columns.TABLE_COLUMNS` its evaluation computes."""
 # Columns that are the mean of per-image values, so a paired bootstrap over the test images applies (B-4, M and
-# the fluency columns are corpus statistics, not means of per-image values: they get no interval).
-PER_IMAGE_COLUMNS = ("C", "S", *CONTRASTIVE_COLUMNS)
+# the fluency columns are corpus statistics, not means of per-image values: they get no interval); the judge's
+# columns only on a test set that has a judge (`pacs.captioner.orchestration.data_sources`: the demo world)
+PER_IMAGE_COLUMNS = ("C", "S", *CONTRASTIVE_COLUMNS, *JUDGE_COLUMNS)
+
+
+def row_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A recipe table's value columns: `TABLE_COLUMNS`, and the judge's columns when a row has them."""
+    return table_columns((*TABLE_COLUMNS, *(c for c in JUDGE_COLUMNS if any(c in row for row in rows))))
 
 
 def text_scores_detailed(captions: Mapping[str, str], references: Mapping[str, Sequence[str]],

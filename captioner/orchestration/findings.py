@@ -502,8 +502,9 @@ def delta_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], label
 def gains_table(gains: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: each SCST model's own reward on the test split under XE and under that model, with the interval of
     the gain (the model column tells apart two runs of one reward, e.g. a mix summed and normalised)."""
-    lines = ["| model | reward | xe | scst | Δ [95% interval] |", "|---|---|---|---|---|"]
-    lines += [f"| {g.get('model', '')} | {g['reward']} | {g['xe']:.4f} | {g['scst']:.4f} | "
+    base = gains[0].get("baseline", BASELINE) if gains else BASELINE  # `init`: a transformers run without XE
+    lines = [f"| model | reward | {base} | scst | Δ [95% interval] |", "|---|---|---|---|---|"]
+    lines += [f"| {g.get('model', '')} | {g['reward']} | {g[base]:.4f} | {g['scst']:.4f} | "
               f"{_change(g['delta'], g['ci'])} |" for g in gains]
     return "\n".join(lines) + "\n"
 

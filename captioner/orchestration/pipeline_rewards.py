@@ -1,12 +1,14 @@
 """The pipeline's rewards: one model per contrastive family (`reward_models`), checked before any work."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from pacs.captioner.modeling.scst_guards import anchored_reward_spec
 from pacs.captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
+from pacs.captioner.orchestration.data_sources import data_source
 from pacs.captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
 from pacs.metric.common.errors import InputError
 
@@ -16,12 +18,16 @@ logger = logging.getLogger(__name__)
 def reward_context(config: PipelineConfig, dataset_references: dict[str, list[str]],
                    image_paths: dict[str, Any], spec: str | None = None) -> dict[str, Any]:
     """The `build_reward` context of a pipeline: training references, image paths, reward models, the guard
-    rewards' options and the contrastive rewards' `score` / `long_captions` (`contrastive_reward`).
+    rewards' options, the contrastive rewards' `score` / `long_captions` (`contrastive_reward`) and what the data
+    set's own rewards read (`pacs.captioner.orchestration.data_sources`).
 
     With `spec`, only the reward models its contrastive terms use are loaded (none for `cider`)."""
     context: dict[str, Any] = {"train_references": dataset_references, "image_paths": image_paths,
                                "device": resolve_device(config.reward_models.device),
                                **config.reward_guards.context(), **config.contrastive_reward.context()}
+    source = data_source(config.data.name)
+    if source.reward_context is not None:  # what the data set's own rewards read (the demo world's scenes: judge)
+        context.update(source.reward_context(dataclasses.asdict(config.data)))
     from pacs.captioner.orchestration.preflight import reward_slots
     from pacs.metric.scoring.registry import METRICS
 

@@ -137,6 +137,7 @@ def source_problem(source: BackboneSource, key: str) -> str | None:
 def _data_problems(key: str, data: Any) -> list[str]:
     """Missing annotation path / image folder / unknown loader of a `data` section or a test-set mapping."""
     from pacs.captioner.data import DATASETS
+    from pacs.captioner.orchestration.data_sources import data_source
 
     get = data.get if isinstance(data, dict) else lambda name, default=None: getattr(data, name, default)
     problems = []
@@ -149,7 +150,7 @@ def _data_problems(key: str, data: Any) -> list[str]:
     elif not Path(path).expanduser().exists():
         problems.append(f"{key}.path: {path} not found; set {key}.path to the {name or 'data set'} annotations")
     root = get("image_root", None)
-    if root and not Path(root).expanduser().is_dir():
+    if root and not data_source(name).makes_image_root and not Path(root).expanduser().is_dir():
         problems.append(f"{key}.image_root: folder {root} not found; set {key}.image_root to the image folder")
     return problems
 

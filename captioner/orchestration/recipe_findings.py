@@ -3,8 +3,9 @@ each test set under XE and under the SCST model trained on it, the paired (over 
 interval of the gain (`pacs.captioner.orchestration.seed_evidence.SeedEvidence`), the claims those intervals
 support and how likely an independent replication reaches each verdict.
 
-A recipe has no judge, so the claims that rest on one (judge accuracy, "gamed", the guards', the oracle's share)
-are not made; a reward whose terms have no per-image table column (`findings.REWARD_COLUMNS`) gets no gain.
+The claims that rest on a judge (judge accuracy, "gamed", the guards', the oracle's share) are made on a test set
+that has one (`pacs.captioner.orchestration.data_sources`: the demo world's, with the oracle reward `judge`), not
+on files of captions; a reward whose terms have no per-image table column (`findings.REWARD_COLUMNS`) gets no gain.
 """
 from __future__ import annotations
 
@@ -31,35 +32,40 @@ PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-ima
 
 
 def reward_findings(per_image: Mapping[int, Mapping[tuple[str, str], PerImage]], rewards: Sequence[tuple[str, str]],
-                    n_resamples: int, seed: int) -> dict[str, Any]:
+                    n_resamples: int, seed: int, baseline: str = BASELINE) -> dict[str, Any]:
     """`{"reward_gains", "findings", "replication"}` of a recipe run (`per_image[s][(model, test set)]`: training
     seed `s`'s per-image values; one seed: a single run; `seed` seeds the resampling) for each `(reward spec, row)`
-    of `rewards` whose row is in every seed (a guarded row: its reward's gain); {} when no reward has a gain."""
+    of `rewards` whose row is in every seed (a guarded row: its reward's gain), against row `baseline` (`xe`, or
+    a transformers run's `init`); {} when no reward has a gain."""
     if n_resamples < 1 or not per_image:
         return {}
-    sets = sorted({test_set for model, test_set in next(iter(per_image.values())) if model == BASELINE})
-    gains, records = [], []
+    sets = sorted({test_set for model, test_set in next(iter(per_image.values())) if model == baseline})
+    gains, records, shares, oracle = [], [], {}, None
     for test_set in sets:
-        found = _test_set_findings(per_image, rewards, test_set, n_resamples, seed, len(sets) > 1)
+        found = _test_set_findings(per_image, rewards, test_set, n_resamples, seed, len(sets) > 1, baseline)
         if found is not None:
             gains += found[0]
             records += found[1]
+            shares.update(found[2])
+            oracle = found[3] or oracle
     if not gains:
         return {}
     return {"bootstrap_resamples": n_resamples, "reward_gains": gains, "findings": records,
-            "replication": replication_summary(records)}
+            "replication": replication_summary(records),
+            **({"share_of_oracle": shares, "oracle": oracle} if shares else {})}
 
 
 def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]], rewards: Sequence[tuple[str, str]],
-                       test_set: str, n_resamples: int, seed: int, named: bool
-                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """The gains and findings of one test set (`named`: several test sets, so each row says which)."""
+                       test_set: str, n_resamples: int, seed: int, named: bool, baseline: str
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], str | None] | None:
+    """The gains, findings, shares of the oracle's Judge-acc gain and the oracle's row of one test set (`named`:
+    several test sets, so each row says which)."""
     seeds, per_image = list(by_seed), list(by_seed.values())
     pairs = [(spec, row) for spec, row in rewards if _has_columns(spec)]
-    models = [BASELINE, *dict.fromkeys(row for _, row in pairs)]
+    models = [baseline, *dict.fromkeys(row for _, row in pairs)]
     models = [m for m in models if all((m, test_set) in seed_values for seed_values in per_image)]
-    ids = [list(per_image[0][(BASELINE, test_set)]["image_ids"])]
-    if BASELINE not in models or len(models) < 2 or any(
+    ids = [list(per_image[0][(baseline, test_set)]["image_ids"])]
+    if baseline not in models or len(models) < 2 or any(
             list(seed_values[(m, test_set)]["image_ids"]) != ids[0] for seed_values in per_image for m in models):
         logger.warning("no reward findings on %s: a model is missing in some seed or its images differ", test_set)
         return None
@@ -74,10 +80,10 @@ def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]]
     if not rewards_here:
         return None
     bleu = {m: [None] * len(per_image) for m in models}  # B-4 is not a per-image column: no interval here
-    pooled = SeedEvidence(values, bleu, columns, n_resamples, seed).view(rewards_here, None)
+    pooled = SeedEvidence(values, bleu, columns, n_resamples, seed, baseline).view(rewards_here, None)
     views = {str(seeds[0]): pooled} if len(seeds) == 1 else {
-        str(name): SeedEvidence(*single_seed(values, bleu, index), columns, n_resamples, seed).view(rewards_here,
-                                                                                                    None)
+        str(name): SeedEvidence(*single_seed(values, bleu, index), columns, n_resamples, seed,
+                                baseline).view(rewards_here, None)
         for index, name in enumerate(seeds)}
     records = finding_records(pooled, views)
     label = (lambda model: f"{model} on {test_set}") if named else (lambda model: model)
@@ -85,7 +91,8 @@ def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]]
         record.update(subject=label(record["subject"]), test_set=test_set)
         record["text"] = render_finding(record)
     gains = [{**gain, "model": label(gain["model"]), "test_set": test_set} for gain in pooled["gains"]]
-    return gains, records
+    shares = {label(model): share for model, share in pooled["share_of_oracle"].items()}
+    return gains, records, shares, label(pooled["oracle"]) if pooled["oracle"] else None
 
 
 def _has_columns(spec: str) -> bool:

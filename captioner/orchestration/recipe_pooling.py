@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.captioner_stages import captioner_kind
+from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.guarded_stages import reward_rows
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
 from pacs.captioner.orchestration.recipe_findings import reward_findings
@@ -146,13 +147,14 @@ def pool_recipe_runs(sources: list[tuple[Path, tuple[int, ...]]], out: Path) -> 
                     for seed in seeds}
     config = configs[first]
     boot = config.evaluation.bootstrap
-    rows = pool_rows(rows_by_seed, per_image, boot, config.seed)
-    columns = ["model", "test_set", *TABLE_COLUMNS]
+    baseline = captioner_kind(config).start  # xe, or a transformers run's init
+    rows = pool_rows(rows_by_seed, per_image, boot, config.seed, baseline)
+    columns = ["model", "test_set", *row_columns(rows)]
     results = {"columns": columns, "rows": rows, "seeds": seeds,
                "seed_rows": [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of],
                "bootstrap": {"method": METHOD, "resamples": boot, "seeds": len(seeds), "point": point_name(len(seeds)),
                              "level": LEVEL},
-               **reward_findings(per_image, reward_rows(config), boot, config.seed)}
+               **reward_findings(per_image, reward_rows(config), boot, config.seed, baseline)}
     write_results(out, results, columns)
     write_json_atomic(out / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds}})
     return results

@@ -23,11 +23,14 @@ class SeedEvidence:
     """Per-image values of every row of every seed (`[S, N]` per column) and their stratified bootstrap."""
 
     def __init__(self, per_image: Mapping[str, Sequence[Mapping[str, np.ndarray]]],
-                 bleu: Mapping[str, Sequence[Any]], columns: Sequence[str], n_resamples: int, seed: int) -> None:
+                 bleu: Mapping[str, Sequence[Any]], columns: Sequence[str], n_resamples: int, seed: int,
+                 baseline: str = BASELINE) -> None:
         """`per_image[name][s][column]`: the row's per-image values in seed `s` (the same images, in the same
         order, in every seed and row); `bleu[name][s]`: its BLEU statistics (`pacs.eval.system_scoring.BleuStats`;
-        None: no B-4, the human row)."""
+        None: no B-4, the human row); `baseline`: the row every difference and gain is taken against (`xe`, or a
+        transformers run's `init` without XE)."""
         self.names = list(per_image)
+        self.baseline = baseline
         self.columns = list(columns)
         first = per_image[self.names[0]]
         n_seeds, n_images = len(first), len(next(iter(first[0].values())))
@@ -70,8 +73,9 @@ class SeedEvidence:
         return None if base is None else self.boot.estimate(mine[0] - base[0], mine[1] - base[1])
 
     def reward_estimate(self, spec: str, model: str) -> tuple[float, float, Estimate]:
-        """Reward `spec`'s own value under XE and `model` (aggregates over seeds) and the paired difference."""
-        xe = reward_values(spec, self.values[BASELINE])
+        """Reward `spec`'s own value under the baseline and `model` (aggregates over seeds) and the paired
+        difference."""
+        xe = reward_values(spec, self.values[self.baseline])
         mine = reward_values(spec, self.values[model])
         base_value = self.boot.estimate(xe.mean(axis=1), self.boot.per_seed_means(xe)).point
         own_value = self.boot.estimate(mine.mean(axis=1), self.boot.per_seed_means(mine)).point
@@ -80,7 +84,7 @@ class SeedEvidence:
     def share(self, model: str, oracle: str, column: str = "Judge-acc") -> Estimate | None:
         """`model`'s change of `column` against XE as a share of `oracle`'s change (ratio of the aggregates, on the
         same resamples); None when either is unavailable or the oracle's change is 0."""
-        mine, best, base = (self.samples(n, column) for n in (model, oracle, BASELINE))
+        mine, best, base = (self.samples(n, column) for n in (model, oracle, self.baseline))
         if mine is None or best is None or base is None:
             return None
         return self.boot.ratio((mine[0] - base[0], mine[1] - base[1]), (best[0] - base[0], best[1] - base[1]))
@@ -98,22 +102,24 @@ class SeedEvidence:
                 if own is not None:
                     entry["value"][column], entry["value_ci"][column] = own.point, own.interval
                     entry["per_seed"][column] = own.per_seed
-            if name not in (BASELINE, human):
-                entry.update(_differences(self, name, BASELINE))
+            if name not in (self.baseline, human):
+                entry.update(_differences(self, name, self.baseline))
             if human is not None and name != human:
                 entry["versus_human"] = _differences(self, name, human)
             rows[name] = entry
         gains = []
         for spec, model in rewards:
             xe, scst, gain = self.reward_estimate(spec, model)
-            gains.append({"reward": spec, "model": model, "xe": xe, "scst": scst, "delta": gain.point,
-                          "ci": gain.interval, "per_seed": gain.per_seed})
+            # the value under the baseline is keyed by its row (`xe`; `init` with `"baseline": "init"`)
+            gains.append({"reward": spec, "model": model, self.baseline: xe, "scst": scst, "delta": gain.point,
+                          "ci": gain.interval, "per_seed": gain.per_seed,
+                          **({} if self.baseline == BASELINE else {"baseline": self.baseline})})
         shares = {}
         oracle = next((model for spec, model in rewards if spec == ORACLE), None)
         oracle_gain = (rows.get(oracle, {}).get("ci") or {}).get("Judge-acc") if oracle is not None else None
         if oracle_gain is not None and oracle_gain[0] > 0:  # a share of a gain that is noise would be noise too
             for name in self.names:
-                if name in (BASELINE, human, oracle):
+                if name in (self.baseline, human, oracle):
                     continue
                 share = self.share(name, oracle)
                 if share is not None:

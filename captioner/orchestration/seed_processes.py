@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pacs.captioner.orchestration.data_sources import registered_modules
 from pacs.metric.common.progress import set_progress_tag
 
 logger = logging.getLogger(__name__)
@@ -51,15 +52,23 @@ def each_seed(seeds: Sequence[int], in_turn: Callable[[int], Any], worker: Calla
 
     logger.info("seeds %s: %d processes at %d torch thread(s) each", seeds, parallel, threads)
     with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_seed_process, worker, seed, index, threads, log_file(seed))
+        plugins = registered_modules()  # the data sets registered from above (the demo world): again in each child
+        futures = [pool.submit(_seed_process, worker, seed, index, threads, log_file(seed), plugins)
                    for index, seed in enumerate(seeds)]
         return {seed: future.result() for seed, future in zip(seeds, futures)}
 
 
-def _seed_process(worker: Callable[[int], Any], seed: int, position: int, threads: int, log_file: Path) -> Any:
-    """One seed's work in a process of its own (`each_seed`): logging, bars and threads set up, decoding workers
-    closed at the end (the executor reuses the process, which must be able to exit)."""
+def _seed_process(worker: Callable[[int], Any], seed: int, position: int, threads: int, log_file: Path,
+                  plugins: Sequence[str] = ()) -> Any:
+    """One seed's work in a process of its own (`each_seed`): the `plugins` modules imported (they register data
+    sets), logging, bars and threads set up, decoding workers closed at the end (the executor reuses the process,
+    which must be able to exit)."""
+    import importlib
+
     import torch
+
+    for module in plugins:
+        importlib.import_module(module)
 
     from pacs.metric.common.terminal import run_log, setup_terminal_logging
     from pacs.metric.scoring import decode_pool

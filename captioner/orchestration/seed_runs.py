@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.modeling.training_setup import process_state
-from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS
+from pacs.captioner.orchestration.captioner_stages import captioner_kind
+from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.guarded_stages import reward_rows
 from pacs.captioner.orchestration.pipeline import run_pipeline
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
@@ -28,7 +29,6 @@ from pacs.eval.intervals import LEVEL, METHOD, StratifiedBootstrap, aggregate, p
 from pacs.metric.common.device import accelerator_state
 
 logger = logging.getLogger(__name__)
-BASELINE = "xe"
 
 
 def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
@@ -66,10 +66,11 @@ def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, 
         return {"rows": [], "seed_rows": []}
     per_image = {seed: read_per_image(Path(config.run_dir) / f"seed-{seed}") for seed in config.seeds}
     boot = config.evaluation.bootstrap
-    rows = pool_rows(rows_by_seed, per_image, boot, config.seed)
+    baseline = captioner_kind(config).start  # xe, or a transformers run's init
+    rows = pool_rows(rows_by_seed, per_image, boot, config.seed, baseline)
     seed_rows = [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of]
     write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot,
-                       reward_findings(per_image, reward_rows(config), boot, config.seed))
+                       reward_findings(per_image, reward_rows(config), boot, config.seed, baseline))
     return {"rows": rows, "seed_rows": seed_rows, "seeds": list(config.seeds)}
 
 
@@ -94,10 +95,11 @@ def read_per_image(run_dir: Path) -> dict[tuple[str, str], Mapping[str, Any]]:
 
 def pool_rows(rows_by_seed: Mapping[int, Sequence[Mapping[str, Any]]],
               per_image: Mapping[int, Mapping[tuple[str, str], Mapping[str, Any]]], n_resamples: int,
-              seed: int) -> list[dict[str, Any]]:
+              seed: int, baseline: str = "xe") -> list[dict[str, Any]]:
     """One row per (model, test set) of the first seed found in every seed: each numeric column aggregated over the
-    seeds (`pacs.eval.intervals.aggregate`), `per_seed` values, and for a non-XE row `delta` / `ci` /
-    `delta_per_seed` of its per-image columns against the XE row of the same test set."""
+    seeds (`pacs.eval.intervals.aggregate`), `per_seed` values, and for every other row than `baseline` (`xe`, or a
+    transformers run's `init`) `delta` / `ci` / `delta_per_seed` of its per-image columns against the baseline row
+    of the same test set."""
     seeds = list(rows_by_seed)
     keyed = {s: {(r["model"], r["test_set"]): r for r in rows} for s, rows in rows_by_seed.items()}
     pooled = []
@@ -113,8 +115,8 @@ def pool_rows(rows_by_seed: Mapping[int, Sequence[Mapping[str, Any]]],
                 continue
             row[column] = float(aggregate(np.asarray(values, dtype=np.float64)))
             row["per_seed"][column] = [float(v) for v in values]
-        base_key = (BASELINE, key[1])
-        if key[0] != BASELINE and n_resamples > 0:
+        base_key = (baseline, key[1])
+        if key[0] != baseline and n_resamples > 0:
             _add_intervals(row, [per_image[s].get(key) for s in seeds], [per_image[s].get(base_key) for s in seeds],
                            n_resamples, seed, StratifiedBootstrap)
         pooled.append(row)
@@ -149,7 +151,7 @@ def write_seed_results(folder: Path, rows: list[dict[str, Any]], seed_rows: list
                        n_resamples: int, found: Mapping[str, Any] | None = None) -> None:
     """`folder/results.{json,csv,md}` of the pooled rows; results.json also keeps every seed's row, the method and
     `found` (`pacs.captioner.orchestration.recipe_findings.reward_findings`: the reward gains and findings)."""
-    columns = ["model", "test_set", *TABLE_COLUMNS]
+    columns = ["model", "test_set", *row_columns(rows)]
     write_results(folder, {"columns": columns, "rows": rows, "seeds": seeds, "seed_rows": seed_rows,
                            "bootstrap": {"method": METHOD, "resamples": n_resamples, "seeds": len(seeds),
                                          "point": point_name(len(seeds)), "level": LEVEL}, **(found or {})},

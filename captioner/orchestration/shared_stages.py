@@ -16,7 +16,7 @@ from typing import Any
 from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
-from pacs.captioner.orchestration.findings import BASELINE
+from pacs.captioner.orchestration.data_sources import CaptionJudge, judge_of
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
     PipelineConfig,
@@ -322,7 +322,7 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     results.json `guarded` and printed under the table.
     """
     from pacs.captioner.orchestration.eval_intervals import add_intervals
-    from pacs.captioner.orchestration.evaluation import TABLE_COLUMNS, results_json
+    from pacs.captioner.orchestration.evaluation import results_json, row_columns
     from pacs.captioner.orchestration.preflight import evaluation_slots
 
     config = run.config
@@ -336,6 +336,8 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     rows: list[dict[str, Any]] = []
     per_image: dict[tuple[str, str], dict[str, Any]] = {}
     scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))  # the columns' models, once
+    judges = {name: judge_of(config.evaluation.test_sets[name]) for name, _, _ in test_sets} \
+        if state.is_main_process else {}  # a test set with an exact judge (the demo world): its columns too
     for set_name, items, features in test_sets:
         for model_name, folder in models.items():
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
@@ -348,7 +350,8 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
                 continue
             captions, contrastive = captioned
             detailed = evaluation_rows(set_name, captions, items, scorers() if contrastive is None else None,
-                                       config.evaluation.text_metrics, contrastive=contrastive, per_image=True)
+                                       config.evaluation.text_metrics, contrastive=contrastive, per_image=True,
+                                       judge=judges[set_name])
             record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],  # NaN: null
                                         "per_image": {row["test_set"]: values for row, values in detailed}})
             write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
@@ -357,11 +360,10 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     if not state.is_main_process:
         return {"rows": []}
     add_intervals(rows, per_image, reference_row, config.evaluation.bootstrap, config.seed)
-    columns = ["model", "test_set", *TABLE_COLUMNS]
-    # each reward's own gain and the findings, by the demo's rules (against XE: a transformers run starts elsewhere)
+    columns = ["model", "test_set", *row_columns(rows)]
+    # each reward's own gain and the findings, by the demo's rules, against the reference row (xe, or init)
     pairs = reward_rows if reward_rows is not None else [(spec, spec) for spec in config.rewards]
-    found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap,
-                            config.seed) if reference_row == BASELINE else {}
+    found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap, config.seed, reference_row)
     guarded = {"guarded": {"choices_by_seed": {str(config.seed): {reward: {"guards": record} for reward, record
                                                                   in guard_choices.items()}}}} if guard_choices else {}
     write_results(run.dir / "eval", {"columns": columns, "rows": rows, **found, **guarded}, columns)
@@ -380,11 +382,13 @@ def collect(record: dict[str, Any], rows: list[dict[str, Any]], per_image: dict[
 
 def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorers: dict[str, Any] | None,
                     text_metrics: list[str], contrastive: dict[str, Any] | None = None,
-                    per_image: bool = False) -> list[Any]:
+                    per_image: bool = False, judge: CaptionJudge | None = None) -> list[Any]:
     """One row for the whole test set, then one per `extra["domain"]` (nocaps in/near/out-domain).
 
     `contrastive`: per-image contrastive scores in caption order (from `caption_and_score`) instead of
-    `scorers`. With `per_image=True` each entry is `(row, {"image_ids", "values": {column: [...]}})`.
+    `scorers`. With `per_image=True` each entry is `(row, {"image_ids", "values": {column: [...]}})`. `judge`: the
+    test set's exact judge (`pacs.captioner.orchestration.data_sources`), whose columns each row adds (the mean of
+    its per-caption values).
     """
     import numpy as np
 
@@ -406,6 +410,10 @@ def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorer
             subset_scores = {column: np.asarray(values)[index] for column, values in contrastive.items()}
         row, values = evaluate_captions_detailed({k: captions[k] for k in ids}, references, paths,
                                                  scorers, text_metrics, contrastive=subset_scores)
+        if judge is not None and ids:
+            judged = judge(ids, [captions[k] for k in ids])
+            row.update({column: float(np.mean(found)) for column, found in judged.items()})
+            values.update(judged)
         row = {"test_set": name, **row}
         out.append((row, {"image_ids": [str(k) for k in ids],
                           "values": {c: np.asarray(v).tolist() for c, v in values.items()}}) if per_image else row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -71,8 +72,16 @@ def test_overrides_turn_flickr8k_tiny_into_a_transformers_run(tmp_path, shared_d
     assert set(finished_stages(run)) == {"scst-cider", "eval/init/flickr8k", "eval/cider/flickr8k"}
     final = run / "scst-cider" / "final"
     assert (final / "adapter" / "adapter_config.json").is_file() and (final / "config.json").is_file()
-    rows = json.loads((run / "eval" / "results.json").read_text())["rows"]
-    assert [r["model"] for r in rows] == ["init", "cider"]
+    results = json.loads((run / "eval" / "results.json").read_text())
+    assert [r["model"] for r in results["rows"]] == ["init", "cider"]
+    # the reward's gain against init, from the two evaluation records' per-image CIDEr-D (on its scale, C / 100)
+    c = {model: np.asarray(json.loads((run / "eval" / model / "flickr8k.json").read_text())
+                           ["per_image"]["flickr8k"]["values"]["C"]) / 100 for model in ("init", "cider")}
+    (gain,) = results["reward_gains"]
+    assert gain["baseline"] == "init" and gain["init"] == pytest.approx(c["init"].mean(), abs=1e-12)
+    assert gain["delta"] == pytest.approx((c["cider"] - c["init"]).mean(), abs=1e-12)
+    assert [f["subject"] for f in results["findings"]] == ["cider"]
+    assert "| model | reward | init | scst |" in (run / "eval" / "results.md").read_text()
 
 
 def test_preflight_asks_no_feature_backbone_of_a_transformers_run(tmp_path, shared_data):

@@ -54,3 +54,21 @@ def test_seeds_pool_per_test_set_and_a_reward_without_a_column_gets_no_gain():
     assert texts[0].startswith(f"cider on coco: {CLAIM_REWARD_RISES} (reward +0.015 [")
     assert "per seed 0: +0.015, 1: +0.015" in texts[0]
     assert reward_findings(by_seed, [("ref-pac-s++", "ref-pac-s++")], 200, 3) == {}  # no RefPAC-S++ values: no gain, no finding
+
+
+def test_a_transformers_run_without_xe_takes_its_gains_against_init():
+    """Baseline `init` (a transformers run with `captioner.xe: false`): the gain is against the init row, keyed by
+    it, and an `xe` row, if one were there, is ignored."""
+    other = _values([0.0] * 6, [0.0] * 6)  # an unrelated row named xe: nothing is taken against it
+    found = reward_findings({0: {("init", "coco"): XE, ("xe", "coco"): other, ("cider", "coco"): MIX}},
+                            [("cider", "cider")], 300, 0, baseline="init")
+    (gain,) = found["reward_gains"]
+    c_init, c_mix = np.asarray(XE["values"]["C"]) / 100, np.asarray(MIX["values"]["C"]) / 100
+    assert gain["baseline"] == "init" and "xe" not in gain
+    assert gain["init"] == pytest.approx(c_init.mean(), abs=1e-12)
+    assert gain["delta"] == pytest.approx((c_mix - c_init).mean(), abs=1e-12)
+    expected = StratifiedBootstrap(1, len(IDS), 300, 0).mean_difference(c_mix[None], c_init[None])
+    assert gain["ci"] == pytest.approx(list(expected.interval), abs=1e-12)
+    (record,) = found["findings"]
+    assert record["claim"] == CLAIM_REWARD_RISES and record["holds"] is (expected.interval[0] > 0)
+    assert reward_findings({0: {("init", "coco"): XE, ("cider", "coco"): MIX}}, [("cider", "cider")], 300, 0) == {}

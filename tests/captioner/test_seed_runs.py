@@ -43,6 +43,23 @@ def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_
     assert 0.0 <= low <= high <= 8.0  # every resample's difference is a mean of per-image differences in [0, 8]
 
 
+def test_pooled_rows_of_a_run_without_xe_are_taken_against_init() -> None:
+    """Baseline `init` (a transformers run with `captioner.xe: false`): the same numbers as against xe above."""
+    rows = {0: [{"model": "init", "test_set": "t", "C": 10.0}, {"model": "cider", "test_set": "t", "C": 16.0}],
+            1: [{"model": "init", "test_set": "t", "C": 20.0}, {"model": "cider", "test_set": "t", "C": 22.0}]}
+    per_image = {0: {("init", "t"): {"image_ids": ["a", "b"], "values": {"C": [5.0, 15.0]}},
+                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [12.0, 20.0]}}},
+                 1: {("init", "t"): {"image_ids": ["a", "b"], "values": {"C": [18.0, 22.0]}},
+                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [20.0, 24.0]}}}}
+    pooled = pool_rows(rows, per_image, 40, 3, baseline="init")
+    assert "ci" not in pooled[0]
+    assert pooled[1]["delta"]["C"] == pytest.approx(4.0) and pooled[1]["delta_per_seed"]["C"] == [6.0, 2.0]
+    expected = StratifiedBootstrap(2, 2, 40, 3).mean_difference(np.array([[12.0, 20.0], [20.0, 24.0]]),
+                                                                np.array([[5.0, 15.0], [18.0, 22.0]]))
+    assert pooled[1]["ci"]["C"] == expected.interval
+    assert all("ci" not in row for row in pool_rows(rows, per_image, 40, 3))  # against xe: no such row, no interval
+
+
 @pytest.mark.slow
 def test_a_recipe_with_two_seeds_runs_once_per_seed_and_pools_the_rows(tmp_path, shared_data) -> None:
     config = tmp_path / "recipe.yaml"

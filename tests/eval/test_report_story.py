@@ -241,3 +241,19 @@ def test_provenance_is_recorded_and_shown(tmp_path: Path) -> None:
                          ("stages", "ran: data, xe; skipped: none")):
         assert f'<td class="name">{label}</td><td class="prov">{value}' in section, label
     assert "cpu cores" in section and "wall time" in section
+
+
+def test_the_gains_of_a_run_without_xe_are_shown_against_init(tmp_path: Path) -> None:
+    """A transformers run with `captioner.xe: false` keys each gain's baseline value by its row, `init`."""
+    run = tmp_path / "run"
+    run.mkdir()
+    gains = [{"reward": "cider", "model": "cider", "init": 0.1234, "scst": 0.2345, "delta": 0.1111,
+              "ci": [0.05, 0.17], "baseline": "init"}]
+    results = {"columns": ["model", "test_set", "C"], "reward_gains": gains,
+               "rows": [{"model": "init", "test_set": "t", "C": 12.34},
+                        {"model": "cider", "test_set": "t", "C": 23.45, "delta": {"C": 11.11}, "ci": {"C": [5, 17]}}]}
+    (run / "results.json").write_text(json.dumps(results))
+    page = build_report(run)
+    table = page[page.index('id="reward-gains"'):page.index("</table>", page.index('id="reward-gains"'))]
+    assert re.findall(r"<th>(.*?)</th>", table)[:2] == ["init", "scst"]
+    assert re.findall(r"<td>(.*?)</td>", table)[:2] == ["0.12", "0.23"]  # the page shows two decimals

@@ -1,0 +1,112 @@
+"""The demo world as a caption data set of the recipe pipeline: `data: {name: demo-world, path: WORLD.yaml,
+image_root: FOLDER}`.
+
+`path` is a YAML file holding the world: a demo config (its `demo.world` section, `_base_` files merged, as
+`pacs train --config` reads it: `recipes/configs/demo.yaml` gives the main job's world), a file with a `world:`
+section, or the world's keys at its top level (`pacs.captioner.demo.config.DemoWorldConfig`; `{}`: the defaults).
+Its items are the world's train / val / test splits (ids `<split>-<index>`, the references as captions); the images
+are rendered into `image_root` (made when missing), each one re-rendered and compared with the file there, which
+is replaced when it differs, so a folder is never trusted blindly. The data set's extras
+(`pacs.captioner.orchestration.data_sources`): the world's exact judge gives every test set of it the columns
+Judge-acc, Judge and Halluc., and its scenes are the context of the oracle reward `judge`.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pacs.captioner.data import CaptionDataset, CaptionItem, register_dataset
+from pacs.captioner.demo.config import DemoWorldConfig
+from pacs.captioner.demo.data import DemoData
+from pacs.captioner.demo.judge import judge_values
+from pacs.captioner.orchestration.data_sources import DataSource, register_data_source
+from pacs.metric.common.config import from_dict, load_yaml
+from pacs.metric.common.errors import InputError
+from pacs.metric.common.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+NAME = "demo-world"
+
+
+def world_config(path: str | Path) -> DemoWorldConfig:
+    """The world a `demo-world` file describes (its `demo.world`, `world:` or top-level keys)."""
+    data = load_yaml(path)
+    if "demo" in data:
+        from pacs.captioner.demo.pipeline import load_demo_config  # the demo's own reading: _base_, renamed keys
+
+        return load_demo_config(path, []).world
+    section = data.get("world", data)
+    if not isinstance(section, dict):
+        raise InputError(f"{path}: world: expected a mapping of world settings, got {type(section).__name__}")
+    return from_dict(DemoWorldConfig, section, f"{path}:world" if "world" in data else str(path))
+
+
+def world_data(data: Mapping[str, Any]) -> DemoData:
+    """The items of a `demo-world` data set mapping (`path`, `image_root`), nothing rendered."""
+    root = data.get("image_root")
+    if not root:
+        raise InputError(f"data set {NAME} ({data.get('path')}): set image_root, the folder its images are rendered "
+                         "into")
+    if data.get("options"):
+        raise InputError(f"data set {NAME}: options {sorted(data['options'])} are not read; the world's settings "
+                         f"belong in its file ({data.get('path')})")
+    return DemoData.build(world_config(data["path"]), Path(root))
+
+
+def render_images(data: DemoData) -> int:
+    """Render every image into `data.image_dir`, replacing a file that differs from its rendering; how many were
+    written."""
+    written = 0
+    items = [item for split in data.splits.values() for item in split]
+    for item in tqdm(items, desc="render world", unit="img", leave=False):
+        buffer = io.BytesIO()
+        data.world.render(item).save(buffer, format="PNG")
+        target = data.image_path(item.image_id)
+        if target.is_file() and target.read_bytes() == buffer.getvalue():
+            continue
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+        written += 1
+    return written
+
+
+@register_dataset(NAME)
+def load_world(path: Path, image_root: Path | None = None, **options: Any) -> CaptionDataset:
+    """The world of file `path` as a caption data set, its images rendered into `image_root`."""
+    data = world_data({"path": str(path), "image_root": image_root, "options": options})
+    written = render_images(data)
+    logger.info("%s: %d images rendered into %s (the others there were already their renderings)", NAME, written,
+                data.image_dir)
+    items = [CaptionItem(image_id=item.image_id, image_path=data.image_path(item.image_id),
+                         captions=list(item.references), split=split)
+             for split, split_items in data.splits.items() for item in split_items]
+    return CaptionDataset(name=NAME, items=items, source=str(path))
+
+
+def world_judge(data: Mapping[str, Any]) -> Any:
+    """The judge of a `demo-world` data set: `judge(image_ids, captions)` -> the judge's columns per caption."""
+    scenes = world_data(data).scenes()
+
+    def judge(image_ids: Sequence[str], captions: Sequence[str]) -> dict[str, np.ndarray]:
+        missing = [image_id for image_id in image_ids if image_id not in scenes]
+        if missing:
+            raise InputError(f"data set {NAME} ({data.get('path')}): image {missing[0]!r} is not in its world")
+        return judge_values(list(captions), [scenes[image_id] for image_id in image_ids])[0]
+
+    return judge
+
+
+def world_reward_context(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the rewards of a recipe on a `demo-world` data set read besides the references: the scenes (`judge`)."""
+    return {"scenes": world_data(data).scenes()}
+
+
+register_data_source(NAME, DataSource(judge=world_judge, reward_context=world_reward_context,
+                                      makes_image_root=True))

@@ -1,0 +1,58 @@
+"""What a data set brings to a recipe run besides its items: an exact judge of captions (evaluation columns), the
+context its own rewards need, and whether its loader makes its image folder.
+
+A data set registers its extras under its `pacs.captioner.data.DATASETS` name (`register_data_source`); the recipe
+pipeline asks `data_source(name)` and never imports the data set's package. The embedded demo world
+(`pacs.captioner.demo.world_source`, data set `demo-world`) is one: its judge gives every test set the columns
+`Judge-acc`, `Judge` and `Halluc.`, and its scenes are the context of the oracle reward `judge`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CaptionJudge = Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]]
+"""`judge(image_ids, captions) -> {column: per-caption values}` (columns of `pacs.eval.columns.JUDGE_COLUMNS`)."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A data set's extras; `judge(data)` and `reward_context(data)` take the data set's mapping (`name`, `path`,
+    `image_root`, `options`, as in a `data` section or a test set)."""
+
+    judge: Callable[[Mapping[str, Any]], CaptionJudge] | None = None
+    reward_context: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    makes_image_root: bool = False  # the loader writes the images into `image_root` (it need not exist yet)
+
+
+PLAIN = DataSource()
+"""A data set of files: no judge, no reward context, its image folder given."""
+_SOURCES: dict[str, DataSource] = {}
+
+
+def register_data_source(name: str, source: DataSource) -> None:
+    """Register the extras of data set `name` (case-insensitive; again with the same extras: a no-op)."""
+    key = name.lower()
+    if _SOURCES.get(key, source) != source:
+        raise ValueError(f"data set {name!r} already has other extras registered")
+    _SOURCES[key] = source
+
+
+def data_source(name: str) -> DataSource:
+    """The extras of data set `name` (`PLAIN` for a data set that registered none)."""
+    return _SOURCES.get(str(name).lower(), PLAIN)
+
+
+def judge_of(data: Mapping[str, Any]) -> CaptionJudge | None:
+    """The caption judge of a data set mapping (None: it has none)."""
+    source = data_source(data.get("name", ""))
+    return None if source.judge is None else source.judge(data)
+
+
+def registered_modules() -> list[str]:
+    """The modules that registered data sources (a spawned process imports them to know the same data sets)."""
+    return sorted({function.__module__ for source in _SOURCES.values()
+                   for function in (source.judge, source.reward_context) if function is not None})

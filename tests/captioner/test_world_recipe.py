@@ -1,0 +1,167 @@
+"""The demo world as a data set of the recipe pipeline (`data: {name: demo-world}`): its rendered images, the judge's
+columns on its test set, the oracle reward `judge`, and the judge's findings (tiny models, a tiny world)."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from captioner_testkit import tiny_pipeline_recipe
+
+from pacs.captioner.data import load_dataset
+from pacs.captioner.demo.judge import judge_caption
+from pacs.captioner.demo.world import DemoWorld, WorldConfig
+from pacs.captioner.entry import plan_from_config, run_from_config
+from pacs.metric.common.errors import InputError
+
+torch.set_num_threads(1)
+WORLD = {"seed": 3, "n_train": 16, "n_val": 4, "n_test": 6, "n_references": 3}
+
+
+def _world_file(tmp_path: Path) -> Path:
+    path = tmp_path / "world.yaml"
+    path.write_text(yaml.safe_dump({"world": WORLD}), encoding="utf-8")
+    return path
+
+
+def _expected_world():
+    """The world's items by id, made here from `DemoWorld` (the data set's loader is not used)."""
+    world = DemoWorld(WorldConfig(**{k: v for k, v in WORLD.items() if not k.startswith("n_") or k == "n_references"}))
+    sizes = {"train": WORLD["n_train"], "val": WORLD["n_val"], "test": WORLD["n_test"]}
+    return world, {item.image_id: item for split, n in sizes.items() for item in world.items(split, n)}
+
+
+def test_the_world_loads_as_a_caption_data_set_with_its_images_rendered_and_verified(tmp_path):
+    import pacs.captioner.demo.world_source  # noqa: F401  (registers demo-world)
+
+    path, root = _world_file(tmp_path), tmp_path / "images"
+    world, expected = _expected_world()
+    dataset = load_dataset("demo-world", path, root)
+    assert {item.image_id: (item.split, item.captions) for item in dataset.items} == {
+        image_id: (image_id.split("-")[0], item.references) for image_id, item in expected.items()}
+    first = expected["test-000000"]
+    buffer = io.BytesIO()
+    world.render(first).save(buffer, format="PNG")
+    assert (root / "test-000000.png").read_bytes() == buffer.getvalue()
+    (root / "test-000000.png").write_bytes(b"not this image")  # a file that is not its rendering is replaced
+    (root / "train-000001.png").unlink()
+    load_dataset("demo-world", path, root)
+    assert (root / "test-000000.png").read_bytes() == buffer.getvalue()
+    assert (root / "train-000001.png").is_file()
+    with pytest.raises(InputError, match="set image_root"):
+        load_dataset("demo-world", path)
+    with pytest.raises(InputError, match=r"options \['n_test'\] are not read"):
+        load_dataset("demo-world", path, root, n_test=3)
+
+
+def _world_recipe(tmp_path: Path) -> dict:
+    """A recipe on the tiny world: 200 XE steps and 12 SCST steps of cider and of the oracle `judge`."""
+    path = _world_file(tmp_path)
+    world_set = {"name": "demo-world", "path": str(path), "image_root": str(tmp_path / "images")}
+    recipe = tiny_pipeline_recipe(tmp_path / "run", path, bootstrap=50)
+    recipe["data"] = {**world_set, "max_train_images": 0, "max_val_images": 0}
+    recipe["vocab"]["min_count"] = 1
+    recipe["model"].update(d_model=32, n_heads=4, ffn_dim=64)
+    recipe["xe"].update(max_steps=200, batch_size=16, micro_batch_size=16, eval_every=200, save_every=200,
+                        schedule={"warmup_steps": 10, "constant_until": 150, "decay_until": 200, "peak_lr": 3e-3,
+                                  "final_lr": 1e-4})
+    recipe["scst"].update(max_steps=12, k=4, lr=3e-3, save_every=12)  # enough to move the captions
+    recipe["rewards"] = ["cider", "judge"]
+    recipe["evaluation"].update(test_sets={"world": {**world_set, "split": "test"}}, max_images=0,
+                                text_metrics=["bleu4", "cider"])
+    return recipe
+
+
+def _write(tmp_path: Path, recipe: dict) -> str:
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return str(config)
+
+
+@pytest.mark.slow
+def test_a_recipe_on_the_world_reports_the_judge_and_trains_the_oracle(tmp_path):
+    config = _write(tmp_path, _world_recipe(tmp_path))
+    assert _verdicts(plan_from_config(config, [])) == ["run"] * 9  # planned like any data set's run
+    result = run_from_config(config, [])
+    assert all(verdict == "reuse" for verdict in _verdicts(plan_from_config(config, [])))
+    run = tmp_path / "run"
+    _, expected = _expected_world()
+    per_image, captioned = {}, {}
+    for model in ("xe", "cider", "judge"):
+        captions = {entry["image_id"]: entry["caption"] for entry in json.loads(
+            (run / "eval" / model / "world.results.json").read_text())}
+        assert sorted(captions) == [f"test-{k:06d}" for k in range(WORLD["n_test"])]
+        record = json.loads((run / "eval" / model / "world.json").read_text())
+        ids = record["per_image"]["world"]["image_ids"]
+        values = record["per_image"]["world"]["values"]
+        verdicts = [judge_caption(captions[i], expected[i].scene) for i in ids]  # the judge on each caption here
+        assert values["Judge-acc"] == [100.0 * v.is_correct for v in verdicts]
+        assert values["Judge"] == pytest.approx([100.0 * v.score for v in verdicts], abs=1e-12)
+        assert values["Halluc."] == [100.0 * (v.hallucinated > 0) for v in verdicts]
+        (row,) = record["rows"]
+        assert row["Judge"] == pytest.approx(np.mean(values["Judge"]), abs=1e-9)
+        per_image[model], captioned[model] = values, captions
+    assert captioned["judge"] != captioned["xe"] != captioned["cider"]  # SCST moved the captions
+    results = json.loads((run / "eval" / "results.json").read_text())
+    assert results["columns"][-3:] == ["Judge-acc", "Judge", "Halluc."]
+    assert {r["model"] for r in result["rows"]} == {"xe", "cider", "judge"}
+    judge_row = next(r for r in results["rows"] if r["model"] == "judge")
+    delta = np.mean(per_image["judge"]["Judge-acc"]) - np.mean(per_image["xe"]["Judge-acc"])
+    assert judge_row["delta"]["Judge-acc"] == pytest.approx(delta, abs=1e-9)
+    gain = next(g for g in results["reward_gains"] if g["reward"] == "judge")  # the judge reward: Judge / 100
+    assert gain["delta"] == pytest.approx((np.mean(per_image["judge"]["Judge"])
+                                           - np.mean(per_image["xe"]["Judge"])) / 100, abs=1e-9)
+    claims = {(f["subject"], f["claim"]) for f in results["findings"]}
+    assert any(subject == "cider" and "judge" in claim.lower() for subject, claim in claims), claims
+    assert "| Judge-acc | Judge | Halluc. |" in (run / "eval" / "results.md").read_text()
+
+
+def _verdicts(plan: str) -> list[str]:
+    """The verdict of every stage of a `--dry-run` plan."""
+    stages = plan.split("stages, in order:\n", 1)[1].splitlines()
+    return [line.split()[0] for line in stages if line.startswith("  ")]
+
+
+@pytest.mark.slow
+def test_world_seeds_in_parallel_processes_know_the_world(tmp_path):
+    """Seed processes are spawned: they register the world again (`data_sources.registered_modules`)."""
+    recipe = _world_recipe(tmp_path)
+    recipe.update(seeds=[0, 1], parallel_seeds=2, rewards=["judge"])
+    run_from_config(_write(tmp_path, recipe), [])
+    pooled = json.loads((tmp_path / "run" / "seeds" / "results.json").read_text())
+    assert {row["model"] for row in pooled["rows"]} == {"xe", "judge"}
+    assert all(len(row["per_seed"]["Judge"]) == 2 for row in pooled["rows"])
+
+
+def test_the_judge_columns_of_a_world_test_set_are_the_judge_on_each_caption(tmp_path):
+    """The references as captions (the judge finds most correct, some not): every row and per-image value."""
+    from pacs.captioner.demo import world_source
+    from pacs.captioner.orchestration.data_sources import judge_of
+    from pacs.captioner.orchestration.shared_stages import evaluation_rows
+
+    world_set = {"name": "demo-world", "path": str(_world_file(tmp_path)), "image_root": str(tmp_path / "images")}
+    items = world_source.load_world(Path(world_set["path"]), Path(world_set["image_root"])).split("test").items
+    _, expected = _expected_world()
+    captions = {item.image_id: item.captions[k % 3] + ("" if k % 2 else " a red circle")
+                for k, item in enumerate(items)}  # every other caption names one more (maybe absent) object
+    ((row, values),) = evaluation_rows("world", captions, items, None, [], per_image=True, judge=judge_of(world_set))
+    verdicts = [judge_caption(captions[i], expected[i].scene) for i in values["image_ids"]]
+    assert values["image_ids"] == [item.image_id for item in items]
+    assert values["values"]["Judge-acc"] == [100.0 * v.is_correct for v in verdicts]
+    assert values["values"]["Judge"] == pytest.approx([100.0 * v.score for v in verdicts], abs=1e-12)
+    assert values["values"]["Halluc."] == [100.0 * (v.hallucinated > 0) for v in verdicts]
+    assert 0 < row["Judge-acc"] < 100 and row["Judge-acc"] == pytest.approx(
+        100.0 * np.mean([v.is_correct for v in verdicts]), abs=1e-12)
+    assert row["Halluc."] == pytest.approx(100.0 * np.mean([v.hallucinated > 0 for v in verdicts]), abs=1e-12)
+
+
+def test_the_oracle_reward_needs_a_world(tmp_path, shared_data):
+    recipe = tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k", rewards=["judge"])
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    with pytest.raises(InputError, match="a recipe whose data set is demo-world"):
+        run_from_config(str(config), [])
