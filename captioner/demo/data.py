@@ -1,6 +1,7 @@
 """The demo's data: world items of every split, their images on disk, and lookups by image id."""
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,16 +47,27 @@ class DemoData:
         return {item.image_id: item.references for items in self.splits.values() for item in items}
 
 
+def render_images(data: DemoData) -> int:
+    """Render every image of every split into `data.image_dir`, writing each file that is missing or differs from
+    its rendering (a folder is never trusted blindly); how many were written."""
+    data.image_dir.mkdir(parents=True, exist_ok=True)
+    written = 0
+    items = [item for split in data.splits.values() for item in split]
+    for item in tqdm(items, desc="render world", unit="img"):
+        buffer = io.BytesIO()
+        data.world.render(item).save(buffer, format="PNG")
+        target = data.image_path(item.image_id)
+        if target.is_file() and target.read_bytes() == buffer.getvalue():
+            continue
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(buffer.getvalue())
+        written += 1
+    return written
+
+
 def write_images(data: DemoData, folder: Path) -> dict[str, int]:
     """Render every image of every split into `data.image_dir` and describe the world in `folder/world.json`."""
-    data.image_dir.mkdir(parents=True, exist_ok=True)
-    total = sum(len(items) for items in data.splits.values())
-    with tqdm(total=total, desc="render world", unit="img") as progress:
-        for items in data.splits.values():
-            for item in items:
-                with atomic_path(data.image_path(item.image_id)) as tmp:
-                    data.world.render(item).save(tmp, format="PNG")
-                progress.update(1)
+    render_images(data)
     summary = {split: len(items) for split, items in data.splits.items()}
     write_json_atomic(folder / "world.json", {
         "config": to_dict(data.world.config), "counts": summary,

@@ -1,9 +1,10 @@
 """The demo world as a caption data set of the recipe pipeline: `data: {name: demo-world, path: WORLD.yaml,
 image_root: FOLDER}`.
 
-`path` is a YAML file holding the world: a demo config (its `demo.world` section, `_base_` files merged, as
-`pacs train --config` reads it: `recipes/configs/demo.yaml` gives the main job's world), a file with a `world:`
-section, or the world's keys at its top level (`pacs.captioner.demo.config.DemoWorldConfig`; `{}`: the defaults).
+`path` is a YAML file holding the world, or a packaged config's name (`demo`, `demo_smoke`): a demo config (its
+`demo.world` section, `_base_` files merged, as `pacs train --config` reads it: `demo` gives the main job's world),
+a file with a `world:` section, or the world's keys at its top level (`pacs.captioner.demo.config.DemoWorldConfig`;
+`{}`: the defaults). The stages fingerprint the world's merged settings, not only the file.
 Its items are the world's train / val / test splits (ids `<split>-<index>`, the references as captions); the images
 are rendered into `image_root` (made when missing), each one re-rendered and compared with the file there, which
 is replaced when it differs, so a folder is never trusted blindly. The data set's extras
@@ -12,23 +13,21 @@ Judge-acc, Judge and Halluc., and its scenes are the context of the oracle rewar
 """
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from pacs.captioner.data import CaptionDataset, CaptionItem, register_dataset
 from pacs.captioner.demo.config import DemoWorldConfig
-from pacs.captioner.demo.data import DemoData
+from pacs.captioner.demo.data import DemoData, render_images
 from pacs.captioner.demo.judge import judge_values
 from pacs.captioner.orchestration.data_sources import DataSource, register_data_source
-from pacs.metric.common.config import from_dict, load_yaml
+from pacs.metric.common.config import from_dict, load_yaml, to_dict
+from pacs.metric.common.config_files import resolve_config
 from pacs.metric.common.errors import InputError
-from pacs.metric.common.io import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -60,23 +59,6 @@ def world_data(data: Mapping[str, Any]) -> DemoData:
     return DemoData.build(world_config(data["path"]), Path(root))
 
 
-def render_images(data: DemoData) -> int:
-    """Render every image into `data.image_dir`, replacing a file that differs from its rendering; how many were
-    written."""
-    written = 0
-    items = [item for split in data.splits.values() for item in split]
-    for item in tqdm(items, desc="render world", unit="img", leave=False):
-        buffer = io.BytesIO()
-        data.world.render(item).save(buffer, format="PNG")
-        target = data.image_path(item.image_id)
-        if target.is_file() and target.read_bytes() == buffer.getvalue():
-            continue
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(buffer.getvalue())
-        written += 1
-    return written
-
-
 @register_dataset(NAME)
 def load_world(path: Path, image_root: Path | None = None, **options: Any) -> CaptionDataset:
     """The world of file `path` as a caption data set, its images rendered into `image_root`."""
@@ -103,10 +85,15 @@ def world_judge(data: Mapping[str, Any]) -> Any:
     return judge
 
 
+def world_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies a `demo-world` data set's content in a fingerprint: the world's merged settings."""
+    return {"world": to_dict(world_config(data["path"]))}
+
+
 def world_reward_context(data: Mapping[str, Any]) -> dict[str, Any]:
     """What the rewards of a recipe on a `demo-world` data set read besides the references: the scenes (`judge`)."""
     return {"scenes": world_data(data).scenes()}
 
 
 register_data_source(NAME, DataSource(judge=world_judge, reward_context=world_reward_context,
-                                      makes_image_root=True))
+                                      makes_image_root=True, locate=resolve_config, content=world_settings))

@@ -1,5 +1,6 @@
 """What a data set brings to a recipe run besides its items: an exact judge of captions (evaluation columns), the
-context its own rewards need, and whether its loader makes its image folder.
+context its own rewards need, whether its loader makes its image folder, where its `path` leads and what else
+identifies its content in the stages' fingerprints.
 
 A data set registers its extras under its `pacs.captioner.data.DATASETS` name (`register_data_source`); the recipe
 pipeline asks `data_source(name)` and never imports the data set's package. The embedded demo world
@@ -8,8 +9,10 @@ pipeline asks `data_source(name)` and never imports the data set's package. The 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,13 @@ class DataSource:
     judge: Callable[[Mapping[str, Any]], CaptionJudge] | None = None
     reward_context: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     makes_image_root: bool = False  # the loader writes the images into `image_root` (it need not exist yet)
+    locate: Callable[[str], Path] | None = None  # the file `path` names (e.g. a packaged config's name); None: itself
+    content: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None  # fingerprinted besides the file: what
+    # the file leads to (a world's settings merged from its `_base_` files)
+
+    def path_of(self, path: str) -> Path:
+        """The file or folder a data set's `path` names."""
+        return Path(path).expanduser() if self.locate is None else self.locate(path)
 
 
 PLAIN = DataSource()
@@ -46,6 +56,11 @@ def data_source(name: str) -> DataSource:
     return _SOURCES.get(str(name).lower(), PLAIN)
 
 
+def data_mapping(data: Any) -> dict[str, Any]:
+    """A data set's settings as a mapping (a `DataConfig` or a test set's mapping)."""
+    return dataclasses.asdict(data) if dataclasses.is_dataclass(data) else dict(data)
+
+
 def judge_of(data: Mapping[str, Any]) -> CaptionJudge | None:
     """The caption judge of a data set mapping (None: it has none)."""
     source = data_source(data.get("name", ""))
@@ -55,4 +70,5 @@ def judge_of(data: Mapping[str, Any]) -> CaptionJudge | None:
 def registered_modules() -> list[str]:
     """The modules that registered data sources (a spawned process imports them to know the same data sets)."""
     return sorted({function.__module__ for source in _SOURCES.values()
-                   for function in (source.judge, source.reward_context) if function is not None})
+                   for function in (source.judge, source.reward_context, source.locate, source.content)
+                   if function is not None})

@@ -17,6 +17,7 @@ from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from pacs.captioner.orchestration.backbone_source import BackboneSource
 from pacs.captioner.orchestration.captioner_kind import CaptionerKindConfig
+from pacs.captioner.orchestration.data_sources import data_source
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.metric.common.config import (
     MAX_BEAM,
@@ -47,6 +48,11 @@ class DataConfig:
     val_split: str = "val"
     max_train_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
     max_val_images: Annotated[NonNegativeInt, Le(MAX_IMAGES)] = 0
+
+    def loader_arguments(self) -> tuple[str, Path, str | None, str]:
+        """`(name, path, image_root, missing_images)` for `pacs.captioner.data.load_dataset` / `stream_dataset`
+        (`**options` besides), the path as the data set locates it (a packaged world config's file)."""
+        return self.name, data_source(self.name).path_of(self.path), self.image_root, self.missing_images
 
 
 @dataclass

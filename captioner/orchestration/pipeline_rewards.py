@@ -1,14 +1,13 @@
 """The pipeline's rewards: one model per contrastive family (`reward_models`), checked before any work."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from pacs.captioner.modeling.scst_guards import anchored_reward_spec
 from pacs.captioner.orchestration.backbone_source import BackboneSource, load_source_backbone, resolve_device
-from pacs.captioner.orchestration.data_sources import data_source
+from pacs.captioner.orchestration.data_sources import data_mapping, data_source
 from pacs.captioner.orchestration.pipeline_config import GUARD_REWARDS, REWARD_MODEL_SLOTS, PipelineConfig
 from pacs.metric.common.errors import InputError
 
@@ -27,7 +26,7 @@ def reward_context(config: PipelineConfig, dataset_references: dict[str, list[st
                                **config.reward_guards.context(), **config.contrastive_reward.context()}
     source = data_source(config.data.name)
     if source.reward_context is not None:  # what the data set's own rewards read (the demo world's scenes: judge)
-        context.update(source.reward_context(dataclasses.asdict(config.data)))
+        context.update(source.reward_context(data_mapping(config.data)))
     from pacs.captioner.orchestration.preflight import reward_slots
     from pacs.metric.scoring.registry import METRICS
 

@@ -147,7 +147,7 @@ def _data_problems(key: str, data: Any) -> list[str]:
     path = get("path", "")
     if not path:
         problems.append(f"{key}.path: not set; set it to the {name or 'data set'} annotation file or folder")
-    elif not Path(path).expanduser().exists():
+    elif not data_source(name).path_of(path).exists():
         problems.append(f"{key}.path: {path} not found; set {key}.path to the {name or 'data set'} annotations")
     root = get("image_root", None)
     if root and not data_source(name).makes_image_root and not Path(root).expanduser().is_dir():

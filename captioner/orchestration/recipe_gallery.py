@@ -77,7 +77,7 @@ def gallery_entries(config: PipelineConfig, folder: str = "eval",
                  for key, value in sources.items()}
     else:
         data = from_dict(DataConfig, {k: v for k, v in set_config.items() if k != "split"}, "evaluation.test_sets")
-        dataset = load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+        dataset = load_dataset(*data.loader_arguments(), **data.options)
         items = {str(i.image_id): i for i in select_test_items(dataset, set_config, config.evaluation.max_images)}
     first = next(iter(captions.values()))
     entries = []

@@ -61,7 +61,7 @@ class RecipeRun:
             data = from_dict(DataConfig, {k: v for k, v in data.items() if k != "split"}, "evaluation.test_sets")
         if not data.path:
             raise InputError(f"data set {data.name!r}: no path given (set data.path)")
-        return load_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+        return load_dataset(*data.loader_arguments(), **data.options)
 
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
         """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pacs.captioner.orchestration.data_sources import data_mapping, data_source
 from pacs.captioner.orchestration.stages import StageRunner, file_input
 
 NOT_DETERMINING = frozenset({"output_dir", "resume", "micro_batch_size", "log_every", "tensorboard",
@@ -54,9 +55,17 @@ def _without(data: Any, drop: frozenset[str] | set[str]) -> Any:
 
 
 def data_inputs(data: Any) -> dict[str, Any]:
-    """The annotation file (or folder of annotation files) of a data set config or test-set mapping."""
-    path = data.get("path", "") if isinstance(data, Mapping) else data.path
-    return {"annotations": file_input(path)} if path else {}
+    """The annotation file (or folder of annotation files) of a data set config or test-set mapping, and what the
+    data set says identifies its content besides (`pacs.captioner.orchestration.data_sources.DataSource.content`)."""
+    mapping = data_mapping(data)
+    path = mapping.get("path", "")
+    if not path:
+        return {}
+    source = data_source(mapping.get("name", ""))
+    inputs = {"annotations": file_input(source.path_of(path))}
+    if source.content is not None:
+        inputs["content"] = source.content(mapping)
+    return inputs
 
 
 def source_inputs(runner: StageRunner, source: Any) -> dict[str, Any]:

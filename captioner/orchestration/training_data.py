@@ -44,7 +44,7 @@ def read_training_data(config: Any, folder: Path, same_file_test_sets: dict[str,
     """One pass over `config.data` (a `PipelineConfig`'s): see the module. `same_file_test_sets`: `{name: test set
     config}` of the test sets read from the same file; one whose split the file lacks is left out."""
     data = config.data
-    dataset = stream_dataset(data.name, data.path, data.image_root, data.missing_images, **data.options)
+    dataset = stream_dataset(*data.loader_arguments(), **data.options)
     train_splits, val_split = set(data.train_splits), data.val_split
     max_train, max_val = data.max_train_images, data.max_val_images
     store_builder = CaptionStore.builder(folder)

@@ -214,10 +214,11 @@ def _read_config_text(path: Path, base_of: Path | None) -> str:
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """Return `base` with `update` merged in recursively (dicts merge, everything else replaces)."""
+    """Return `base` with `update` merged in recursively (dicts merge, everything else replaces; an empty dict
+    replaces too: `{}` is how a file or an override clears a mapping, e.g. `features.source.random_config={}`)."""
     merged = dict(base)
     for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+        if isinstance(value, Mapping) and value and isinstance(merged.get(key), Mapping):
             merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value

@@ -8,7 +8,7 @@ import yaml
 
 from pacs.captioner.orchestration.pipeline import PipelineConfig
 from pacs.captioner.orchestration.stages import StageRunner
-from pacs.metric.common.config import expand_env, from_dict
+from pacs.metric.common.config import expand_env, from_dict, load_config
 from pacs.metric.common.errors import InputError
 from pacs.metric.models.backbones import tiny_clip_config
 
@@ -113,8 +113,6 @@ def test_environment_variables_in_config_values(monkeypatch):
 
 
 def test_an_override_replaces_a_value_whose_variable_is_unset(tmp_path, monkeypatch):
-    from pacs.metric.common.config import load_config
-
     monkeypatch.delenv("PACS_TEST_UNSET", raising=False)
     path = _write(tmp_path, {"run_dir": "${PACS_TEST_UNSET}/run"})
     assert load_config(PipelineConfig, path, [f"run_dir={tmp_path}/r"]).run_dir == f"{tmp_path}/r"
@@ -124,7 +122,6 @@ def test_an_override_replaces_a_value_whose_variable_is_unset(tmp_path, monkeypa
 
 def test_the_vitb32_recipe_names_the_three_files_to_set_and_accepts_them_once_set(tmp_path, monkeypatch):
     from pacs.captioner.orchestration.preflight import preflight_problems
-    from pacs.metric.common.config import load_config
 
     monkeypatch.chdir(tmp_path)  # the recipe's relative model paths resolve here: nothing there
     monkeypatch.setattr("pacs.eval.java_metrics.java_executable", lambda: "java")  # METEOR's Java, found
@@ -162,3 +159,9 @@ def test_a_model_source_with_two_origins_is_refused_naming_both(section, key, va
     assert (f"{section}: two origins for one model: {section}.random_config (a random model) and "
             f"{section}.{key}={shown}; keep one") in err
     assert not (tmp_path / "run").exists()
+    # the advice works: `random_config={}` clears the preset's random model (an empty mapping replaces)
+    advised = load_config(PipelineConfig, "flickr8k_tiny", [f"run_dir={tmp_path / 'run'}",
+                                                            f"{section}.{key}={given if key == 'checkpoint' else value}",
+                                                            f"{section}.random_config={{}}"])
+    source = advised.features.source if section == "features.source" else advised.reward_models.pac
+    assert source.random_config == {} and getattr(source, key) == (str(given) if key == "checkpoint" else value)

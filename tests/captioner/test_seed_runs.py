@@ -24,13 +24,19 @@ def _config(tmp_path: Path, shared_data: Path) -> dict:
     return tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k", max_images=3, bootstrap=30, seeds=[0, 1])
 
 
-def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_difference() -> None:
-    rows = {0: [{"model": "xe", "test_set": "t", "C": 10.0}, {"model": "cider", "test_set": "t", "C": 16.0}],
-            1: [{"model": "xe", "test_set": "t", "C": 20.0}, {"model": "cider", "test_set": "t", "C": 22.0}]}
-    per_image = {0: {("xe", "t"): {"image_ids": ["a", "b"], "values": {"C": [5.0, 15.0]}},
+def _two_seeds(baseline: str) -> tuple[dict, dict]:
+    """The rows and per-image values of two seeds of a baseline row and a cider row, on two images."""
+    rows = {0: [{"model": baseline, "test_set": "t", "C": 10.0}, {"model": "cider", "test_set": "t", "C": 16.0}],
+            1: [{"model": baseline, "test_set": "t", "C": 20.0}, {"model": "cider", "test_set": "t", "C": 22.0}]}
+    per_image = {0: {(baseline, "t"): {"image_ids": ["a", "b"], "values": {"C": [5.0, 15.0]}},
                      ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [12.0, 20.0]}}},
-                 1: {("xe", "t"): {"image_ids": ["a", "b"], "values": {"C": [18.0, 22.0]}},
+                 1: {(baseline, "t"): {"image_ids": ["a", "b"], "values": {"C": [18.0, 22.0]}},
                      ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [20.0, 24.0]}}}}
+    return rows, per_image
+
+
+def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_difference() -> None:
+    rows, per_image = _two_seeds("xe")
     pooled = pool_rows(rows, per_image, 40, 3)
     assert [r["C"] for r in pooled] == [15.0, 19.0] and pooled[1]["per_seed"]["C"] == [16.0, 22.0]
     assert "ci" not in pooled[0]
@@ -45,12 +51,7 @@ def test_pooled_rows_are_the_mean_over_seeds_and_the_stratified_interval_of_the_
 
 def test_pooled_rows_of_a_run_without_xe_are_taken_against_init() -> None:
     """Baseline `init` (a transformers run with `captioner.xe: false`): the same numbers as against xe above."""
-    rows = {0: [{"model": "init", "test_set": "t", "C": 10.0}, {"model": "cider", "test_set": "t", "C": 16.0}],
-            1: [{"model": "init", "test_set": "t", "C": 20.0}, {"model": "cider", "test_set": "t", "C": 22.0}]}
-    per_image = {0: {("init", "t"): {"image_ids": ["a", "b"], "values": {"C": [5.0, 15.0]}},
-                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [12.0, 20.0]}}},
-                 1: {("init", "t"): {"image_ids": ["a", "b"], "values": {"C": [18.0, 22.0]}},
-                     ("cider", "t"): {"image_ids": ["a", "b"], "values": {"C": [20.0, 24.0]}}}}
+    rows, per_image = _two_seeds("init")
     pooled = pool_rows(rows, per_image, 40, 3, baseline="init")
     assert "ci" not in pooled[0]
     assert pooled[1]["delta"]["C"] == pytest.approx(4.0) and pooled[1]["delta_per_seed"]["C"] == [6.0, 2.0]

@@ -165,3 +165,68 @@ def test_the_oracle_reward_needs_a_world(tmp_path, shared_data):
     config.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     with pytest.raises(InputError, match="a recipe whose data set is demo-world"):
         run_from_config(str(config), [])
+
+
+@pytest.mark.slow
+def test_the_worlds_own_clip_and_pacs_from_a_metric_only_demo_feed_a_recipe_on_that_world(tmp_path):
+    """The two commands of world_smoke.yaml at toy sizes: a metric-only demo (data, clip, pacs, correlation) on a
+    world, then a recipe on the same world whose features, CLIP-S and PAC-S++ come from the demo's checkpoints."""
+    from pacs.metric.common.config_files import packaged_config
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.scoring.scorer import Scorer
+
+    demo = tmp_path / "demo.yaml"  # a demo config with a `_base_`: the recipe reads its merged world
+    demo.write_text(yaml.safe_dump({"_base_": str(packaged_config("demo_smoke")), "demo": {
+        "run_dir": str(tmp_path / "metrics"), "captioning": False, "world": {"n_train": 64, "n_val": 32, "n_test": 6},
+        "clip": {"max_steps": 20, "eval_every": 10}, "pacs": {"max_steps": 2, "eval_every": 1},
+        "correlation": {"n_images": 6, "candidates_per_image": 2, "bootstrap_resamples": 10}}}), encoding="utf-8")
+    run_from_config(str(demo), [])
+    clip, pacs = (tmp_path / "metrics" / stage / "checkpoint.safetensors" for stage in ("clip", "pacs"))
+    recipe = yaml.safe_load(packaged_config("world_smoke").read_text(encoding="utf-8"))
+    world_set = {"name": "demo-world", "path": str(demo), "image_root": str(tmp_path / "images")}
+    recipe.update(run_dir=str(tmp_path / "run"), rewards=["pac-s++"])
+    recipe["data"].update(world_set, max_val_images=4)
+    recipe["features"]["source"]["checkpoint"] = str(clip)
+    recipe["reward_models"]["clip"]["checkpoint"] = str(clip)
+    recipe["reward_models"]["pac"]["checkpoint"] = str(pacs)
+    recipe["xe"].update(max_steps=4, eval_every=4, save_every=4,
+                        schedule={"warmup_steps": 1, "constant_until": 2, "decay_until": 4})
+    recipe["scst"].update(max_steps=2, save_every=2, monitor_every=0)
+    recipe["evaluation"].update(test_sets={"world": {**world_set, "split": "test"}}, bootstrap=20)
+    run_from_config(_write(tmp_path, recipe), [])
+    run = tmp_path / "run"
+    captioner = json.loads((run / "xe" / "best" / "captioner.json").read_text())
+    assert captioner["features"]["checkpoint"] == str(clip)
+    for model in ("xe", "pac-s++"):
+        captions = {e["image_id"]: e["caption"] for e in json.loads(
+            (run / "eval" / model / "world.results.json").read_text())}
+        record = json.loads((run / "eval" / model / "world.json").read_text())["per_image"]["world"]
+        images = [str(tmp_path / "images" / f"{image_id}.png") for image_id in record["image_ids"]]
+        texts = [captions[image_id] for image_id in record["image_ids"]]
+        for column, checkpoint in (("CLIP-S", clip), ("PAC-S++", pacs)):  # scored here by that checkpoint
+            expected = Scorer(load_backbone(checkpoint=str(checkpoint)), device="cpu", progress=False).score(
+                images, texts).scores
+            assert record["values"][column] == pytest.approx(list(expected), abs=1e-5), (model, column)
+        assert "Judge-acc" in record["values"]
+
+
+def test_a_world_is_fingerprinted_by_its_merged_settings_and_a_packaged_name_is_a_world(tmp_path):
+    """Changing a world file's `_base_` changes every stage that reads the data set; `path: demo_smoke` works."""
+    from pacs.captioner.demo import world_source  # noqa: F401  (registers demo-world)
+    from pacs.captioner.orchestration.pipeline_config import DataConfig
+    from pacs.captioner.orchestration.stage_fingerprints import data_inputs
+    from pacs.metric.common.config_files import packaged_config
+
+    base, child = tmp_path / "base.yaml", tmp_path / "world.yaml"
+    base.write_text(yaml.safe_dump({"demo": {"world": {"seed": 1}}}), encoding="utf-8")
+    child.write_text(yaml.safe_dump({"_base_": "base.yaml", "demo": {"world": {"n_test": 5}}}), encoding="utf-8")
+    before = data_inputs({"name": "demo-world", "path": str(child)})
+    assert before["content"]["world"]["seed"] == 1 and before["content"]["world"]["n_test"] == 5
+    base.write_text(yaml.safe_dump({"demo": {"world": {"seed": 2}}}), encoding="utf-8")
+    after = data_inputs({"name": "demo-world", "path": str(child)})
+    assert after["annotations"] == before["annotations"] and after["content"]["world"]["seed"] == 2
+    plain = data_inputs(DataConfig(name="flickr8k", path=str(child)))  # a data set of files: the file alone
+    assert set(plain) == {"annotations"}
+    packaged = DataConfig(name="demo-world", path="demo_smoke", image_root=str(tmp_path / "images"))
+    assert packaged.loader_arguments()[1] == packaged_config("demo_smoke")
+    assert data_inputs(packaged)["content"]["world"]["n_train"] == 160  # demo_smoke.yaml's world

@@ -91,3 +91,20 @@ class _FixedParser:
 
     def parse_args(self, argv):
         return self._args
+
+
+@dataclasses.dataclass
+class WithMapping:
+    random_config: dict = dataclasses.field(default_factory=dict)
+    checkpoint: str = ""
+
+
+def test_an_empty_mapping_clears_the_one_below_it_and_a_full_one_merges(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("random_config: {width: 32, layers: 2}\n")
+    (tmp_path / "more.yaml").write_text("_base_: base.yaml\nrandom_config: {layers: 4}\n")
+    (tmp_path / "clear.yaml").write_text("_base_: base.yaml\nrandom_config: {}\ncheckpoint: clip.safetensors\n")
+    assert load_config(WithMapping, tmp_path / "more.yaml").random_config == {"width": 32, "layers": 4}
+    cleared = load_config(WithMapping, tmp_path / "clear.yaml")
+    assert cleared.random_config == {} and cleared.checkpoint == "clip.safetensors"
+    by_override = load_config(WithMapping, tmp_path / "base.yaml", ["random_config={}", "checkpoint=c.pt"])
+    assert by_override.random_config == {} and by_override.checkpoint == "c.pt"
