@@ -24,6 +24,7 @@ from pacs.captioner.orchestration.guarded_stages import (
     reward_rows,
     run_guarded_stages,
 )
+from pacs.captioner.orchestration.human_row import HUMAN_ROW, check_human_rows, human_stage_parts
 from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,
@@ -53,6 +54,7 @@ from pacs.captioner.orchestration.shared_stages import (
     scst_settings,
     scst_stage,
     selected_model,
+    test_set_items,
     trainer_config,
     training_summary,
 )
@@ -74,6 +76,7 @@ def stage_names(config: PipelineConfig) -> list[str]:
     trained = [*(["xe"] if kind.trains_xe else []), *[f"scst-{reward_slug(spec)}" for spec in config.rewards],
                *guarded_stage_names(config)]
     sets, models = list(config.evaluation.test_sets), [kind.start, *config.rewards, *guarded_rows(config)]
+    models += [HUMAN_ROW] if config.evaluation.human_baseline else []
     return [*kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
             *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in models]]
 
@@ -174,6 +177,9 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
         for row, found in guarded.items():  # the others: known once the guarded runs before them have trained
             if not isinstance(found, tuple):
                 stages.plan_unknown(eval_stage(config, set_name, row)[0], upstream_reason(found))
+        if config.evaluation.human_baseline:
+            name, outputs = eval_stage(config, set_name, HUMAN_ROW)
+            stages.plan(name, *human_stage_parts(config, stages, set_name), outputs=outputs)
     return stages.planned, checks
 
 
@@ -195,6 +201,9 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
     if not config.data.path:
         raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
     train_store, images, val_references, test_items = read_data(config, run)
+    if config.evaluation.human_baseline:  # refused before any training when a test set cannot give one
+        check_human_rows({name: test_set_items(run, name, test_items) for name in config.evaluation.test_sets},
+                         config.seed)
     logger.info("pipeline: %d training images, %d validation images", train_store.num_images, len(val_references))
     stages = run.stages
     kind.prepare(run, train_store, images)
@@ -237,6 +246,10 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
                                   upstream=[*model_stages[model_name], *kind.feature_stages(set_name)],
                                   outputs=outputs)
             if action != "skipped":
+                eval_stages.append(name)
+        if config.evaluation.human_baseline:
+            name, outputs = eval_stage(config, set_name, HUMAN_ROW)
+            if stages.begin(name, *human_stage_parts(config, stages, set_name), outputs=outputs) != "skipped":
                 eval_stages.append(name)
     with TextMetricSession():  # one METEOR process and PTB memo for every evaluation of the run
         # split over the processes as the kind captions; rows on the main process

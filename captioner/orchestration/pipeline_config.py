@@ -185,6 +185,9 @@ class EvalConfig:
     # the reward_models slots (clip, pacs, pac) whose CLIP-S / PAC-S / PAC-S++ columns (and Ref- variants) are
     # reported; null: every slot that names a model; []: none (no reward model is loaded for the evaluation)
     contrastive_models: list[str] | None = None
+    # a human row per test set: one reference of every image held out (drawn with the run's seed) and scored
+    # against the others (`pacs.captioner.orchestration.human_row`); every image needs two references or more
+    human_baseline: bool = False
 
     def validate(self) -> None:
         """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""

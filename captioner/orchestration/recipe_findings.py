@@ -24,6 +24,7 @@ from pacs.captioner.orchestration.findings import (
     replication_summary,
 )
 from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
+from pacs.eval.system_inputs import HUMAN_ROW
 from pacs.rewards.registry import parse_reward_spec
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]]
             list(seed_values[(m, test_set)]["image_ids"]) != ids[0] for seed_values in per_image for m in models):
         logger.warning("no reward findings on %s: a model is missing in some seed or its images differ", test_set)
         return None
+    human = HUMAN_ROW if all(list(seed_values.get((HUMAN_ROW, test_set), {}).get("image_ids", [])) == ids[0]
+                             for seed_values in per_image) else None  # `evaluation.human_baseline`: versus humans
+    models += [human] if human else []
     columns = [c for c in PER_IMAGE_COLUMNS
                if all(c in seed_values[(m, test_set)]["values"] for seed_values in per_image for m in models)
                and all(np.isfinite(np.asarray(seed_values[(m, test_set)]["values"][c], dtype=np.float64)).all()
@@ -80,10 +84,10 @@ def _test_set_findings(by_seed: Mapping[int, Mapping[tuple[str, str], PerImage]]
     if not rewards_here:
         return None
     bleu = {m: [None] * len(per_image) for m in models}  # B-4 is not a per-image column: no interval here
-    pooled = SeedEvidence(values, bleu, columns, n_resamples, seed, baseline).view(rewards_here, None)
+    pooled = SeedEvidence(values, bleu, columns, n_resamples, seed, baseline).view(rewards_here, human)
     views = {str(seeds[0]): pooled} if len(seeds) == 1 else {
         str(name): SeedEvidence(*single_seed(values, bleu, index), columns, n_resamples, seed,
-                                baseline).view(rewards_here, None)
+                                baseline).view(rewards_here, human)
         for index, name in enumerate(seeds)}
     records = finding_records(pooled, views)
     label = (lambda model: f"{model} on {test_set}") if named else (lambda model: model)

@@ -17,6 +17,7 @@ from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
 from pacs.captioner.orchestration.data_sources import CaptionJudge, judge_of
+from pacs.captioner.orchestration.human_row import HUMAN_ROW, human_captions
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
     PipelineConfig,
@@ -266,12 +267,18 @@ def prepare_test_sets(run: RecipeRun, loaded: dict[str, list] | None = None,
     config = run.config
     prepared = []
     for set_name, set_config in config.evaluation.test_sets.items():
-        if loaded is not None and set_name in loaded:
-            items = loaded[set_name]
-        else:
-            items = select_test_items(run.dataset(set_config), set_config, config.evaluation.max_images)
+        items = test_set_items(run, set_name, loaded)
         prepared.append((set_name, items, (features or test_feature_stage)(run, set_name, items, set_config)))
     return prepared
+
+
+def test_set_items(run: RecipeRun, set_name: str, loaded: dict[str, list] | None = None) -> list:
+    """The items of test set `set_name`: `loaded[set_name]` when it was taken from a loaded data set, else read
+    from its file (`evaluation.max_images` applied)."""
+    if loaded is not None and set_name in loaded:
+        return loaded[set_name]
+    set_config = run.config.evaluation.test_sets[set_name]
+    return select_test_items(run.dataset(set_config), set_config, run.config.evaluation.max_images)
 
 
 def test_feature_stage(run: RecipeRun, set_name: str, items: list, set_config: dict[str, Any]) -> Any:
@@ -327,7 +334,8 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
 
     config = run.config
     state = process_state()
-    todo = [(set_name, model_name) for set_name, _, _ in test_sets for model_name in models
+    rows_of = [*models, *([HUMAN_ROW] if config.evaluation.human_baseline else [])]
+    todo = [(set_name, model_name) for set_name, _, _ in test_sets for model_name in rows_of
              if not (run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json").is_file()]
     if state.num_processes > 1:  # every process follows the main process's view of what is left to do
         from accelerate.utils import broadcast_object_list
@@ -338,25 +346,33 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))  # the columns' models, once
     judges = {name: judge_of(config.evaluation.test_sets[name]) for name, _, _ in test_sets} \
         if state.is_main_process else {}  # a test set with an exact judge (the demo world): its columns too
+
+    def score(set_name: str, model_name: str, captions: dict[str, str], items: list,
+              contrastive: dict[str, Any] | None) -> None:
+        """Row `model_name` of test set `set_name` (main process): its record, its captions, collected."""
+        out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
+        detailed = evaluation_rows(set_name, captions, items, scorers() if contrastive is None else None,
+                                   config.evaluation.text_metrics, contrastive=contrastive, per_image=True,
+                                   judge=judges[set_name])
+        record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],  # NaN: null
+                                    "per_image": {row["test_set"]: values for row, values in detailed}})
+        write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
+        write_json_atomic(out, record)
+        collect(record, rows, per_image)
+
     for set_name, items, features in test_sets:
-        for model_name, folder in models.items():
+        for model_name in rows_of:
             out = run.dir / "eval" / reward_slug(model_name) / f"{set_name}.json"
             if (set_name, model_name) not in todo:
                 if state.is_main_process:
                     collect(json.loads(out.read_text(encoding="utf-8")), rows, per_image)
-                continue
-            captioned = (caption or caption_with_features)(run, folder, items, features, scorers)
-            if not state.is_main_process:
-                continue
-            captions, contrastive = captioned
-            detailed = evaluation_rows(set_name, captions, items, scorers() if contrastive is None else None,
-                                       config.evaluation.text_metrics, contrastive=contrastive, per_image=True,
-                                       judge=judges[set_name])
-            record = nonfinite_to_none({"rows": [{"model": model_name, **row} for row, _ in detailed],  # NaN: null
-                                        "per_image": {row["test_set"]: values for row, values in detailed}})
-            write_json_atomic(out.with_name(f"{set_name}.results.json"), results_json(captions))
-            write_json_atomic(out, record)
-            collect(record, rows, per_image)
+            elif model_name not in models:  # the human row: held-out references, scored against the others
+                if state.is_main_process:
+                    score(set_name, model_name, *human_captions(set_name, items, config.seed), None)
+            else:
+                captioned = (caption or caption_with_features)(run, models[model_name], items, features, scorers)
+                if state.is_main_process:
+                    score(set_name, model_name, captioned[0], items, captioned[1])
     if not state.is_main_process:
         return {"rows": []}
     add_intervals(rows, per_image, reference_row, config.evaluation.bootstrap, config.seed)

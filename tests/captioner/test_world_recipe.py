@@ -16,6 +16,7 @@ from pacs.captioner.data import load_dataset
 from pacs.captioner.demo.judge import judge_caption
 from pacs.captioner.demo.world import DemoWorld, WorldConfig
 from pacs.captioner.entry import plan_from_config, run_from_config
+from pacs.eval.finding_claims import HUMAN_SUBJECT
 from pacs.metric.common.errors import InputError
 
 torch.set_num_threads(1)
@@ -230,3 +231,55 @@ def test_a_world_is_fingerprinted_by_its_merged_settings_and_a_packaged_name_is_
     packaged = DataConfig(name="demo-world", path="demo_smoke", image_root=str(tmp_path / "images"))
     assert packaged.loader_arguments()[1] == packaged_config("demo_smoke")
     assert data_inputs(packaged)["content"]["world"]["n_train"] == 160  # demo_smoke.yaml's world
+
+
+@pytest.mark.slow
+def test_the_human_row_holds_one_reference_out_of_each_image_with_the_runs_seed(tmp_path):
+    """`evaluation.human_baseline`: row `human`, its captions the references drawn here with the run's seed, the
+    judge on them, its interval against XE, the comparison of the best model with it; a re-run reuses it."""
+    recipe = _world_recipe(tmp_path)
+    recipe.update(seed=5, rewards=["judge"])
+    recipe["evaluation"]["human_baseline"] = True
+    config = _write(tmp_path, recipe)
+    run_from_config(config, [])
+    run = tmp_path / "run"
+    _, expected = _expected_world()
+    ids = [f"test-{k:06d}" for k in range(WORLD["n_test"])]
+    rng = np.random.default_rng(5)  # one draw per image, in the test set's order (PAC-S Table 7's human row)
+    held = {image_id: int(rng.integers(WORLD["n_references"])) for image_id in ids}
+    human = {e["image_id"]: e["caption"] for e in json.loads((run / "eval" / "human" / "world.results.json").read_text())}
+    assert human == {image_id: expected[image_id].references[held[image_id]] for image_id in ids}
+    record = json.loads((run / "eval" / "human" / "world.json").read_text())["per_image"]["world"]
+    assert record["image_ids"] == ids
+    assert record["values"]["Judge-acc"] == [100.0 * judge_caption(human[i], expected[i].scene).is_correct for i in ids]
+    results = json.loads((run / "eval" / "results.json").read_text())
+    human_row = next(row for row in results["rows"] if row["model"] == "human")
+    xe = json.loads((run / "eval" / "xe" / "world.json").read_text())["per_image"]["world"]["values"]
+    assert human_row["delta"]["Judge"] == pytest.approx(np.mean(record["values"]["Judge"]) - np.mean(xe["Judge"]),
+                                                        abs=1e-9)
+    versus = [f for f in results["findings"] if f["subject"] == HUMAN_SUBJECT]  # the only SCST row: judge
+    assert versus and all(f["model"] == "judge" for f in versus), results["findings"]
+    assert "| human | world |" in (run / "eval" / "results.md").read_text()
+    assert all(verdict == "reuse" for verdict in _verdicts(plan_from_config(config, [])))
+    assert "eval/human/world" in plan_from_config(config, [])
+
+
+def test_a_test_set_with_an_image_of_one_reference_cannot_give_a_human_row_and_nothing_trains(tmp_path):
+    """The refusal names the test set and the image, and comes before the vocabulary or any training."""
+    import pacs.captioner.demo.world_source  # noqa: F401  (registers demo-world)
+
+    recipe = _world_recipe(tmp_path)
+    load_dataset("demo-world", _world_file(tmp_path), tmp_path / "images")  # the world's images, on disk
+    _, expected = _expected_world()
+    entries = [{"filename": f"{image_id}.png", "split": "test",
+                "sentences": [{"raw": c} for c in expected[image_id].references[:1 if k == 1 else 3]]}
+               for k, image_id in enumerate(f"test-{k:06d}" for k in range(3))]
+    split_file = tmp_path / "dataset_world.json"
+    split_file.write_text(json.dumps({"images": entries}), encoding="utf-8")
+    recipe["evaluation"]["test_sets"] = {"karpathy": {"name": "flickr8k-karpathy", "path": str(split_file),
+                                                      "image_root": str(tmp_path / "images"), "split": "test"}}
+    recipe["evaluation"]["human_baseline"] = True
+    with pytest.raises(InputError, match=r"evaluation.test_sets.karpathy: the human baseline needs at least 2 "
+                                         r"references per image; image id\(s\) 'test-000001'"):
+        run_from_config(_write(tmp_path, recipe), [])
+    assert not (tmp_path / "run" / "xe").exists() and not (tmp_path / "run" / "vocab.json").exists()
