@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from pacs.captioner.demo.pipeline import correlation_extras, results_markdown
+from pacs.captioner.demo.pipeline import results_markdown
+from pacs.captioner.orchestration.judge_correlation import correlation_extras, read_correlation
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import replace_marked_block, write_text_atomic
 
@@ -59,7 +60,7 @@ def block(run_dir: Path) -> str:
                   for name, value in correlation.items() if isinstance(value, dict) and "tau_b" in value]
         parts.append("Kendall ×100 of each metric against the judge (`correlation/correlation.json`; "
                      "`chunk`: `--long-captions chunk`):\n\n" + "\n".join(lines) + "\n")
-        parts += correlation_extras(run_dir)  # the paired comparisons and the long-caption table
+        parts += correlation_extras(read_correlation(run_dir / "correlation"))  # the paired comparisons and the long-caption table
     return "\n".join(parts)
 
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pacs.captioner.demo.config import DemoConfig
-from pacs.captioner.demo.correlation import per_caption_text_metrics
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.judge import Judgement, highlight_spans, judge_values
 from pacs.captioner.demo.world import ptb_tokenize_world
@@ -25,6 +24,7 @@ from pacs.captioner.modeling.train_xe import generate_captions, train_xe
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.captioner.orchestration import guard_choice
+from pacs.captioner.orchestration.judge_correlation import per_caption_text_metrics
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.eval.columns import JUDGE_COLUMNS, table_columns
 from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic

@@ -11,6 +11,7 @@ from annotated_types import Ge, Le
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from pacs.captioner.demo.world import WorldConfig
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
+from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.metric.common.config import (
     MAX_BEAM,
@@ -105,16 +106,6 @@ class PacsStageConfig:
         """Micro-batches split the batch."""
         if self.micro_batch_size:
             check_batch_split("", self.batch_size, self.micro_batch_size)
-
-
-@dataclass
-class CorrelationStageConfig:
-    """Candidates of varied quality on validation images, scored by every metric and the judge."""
-
-    n_images: Annotated[PositiveInt, Le(20_000)] = 300  # at most world.n_val are used
-    candidates_per_image: Annotated[int, Ge(2), Le(100)] = 5  # the held-out reference and at least one corruption
-    long_captions: bool = True  # + a correct paragraph and one whose last sentence names an absent shape, per image
-    bootstrap_resamples: Annotated[PositiveInt, Le(MAX_RESAMPLES)] = 1000  # paired bootstrap over images of tau_b(PAC-S++) − tau_b(CLIP-S)
 
 
 @dataclass
@@ -318,7 +309,7 @@ class DemoConfig:
     world: DemoWorldConfig = field(default_factory=DemoWorldConfig)
     clip: ClipStageConfig = field(default_factory=ClipStageConfig)
     pacs: PacsStageConfig = field(default_factory=PacsStageConfig)
-    correlation: CorrelationStageConfig = field(default_factory=CorrelationStageConfig)
+    correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
     captioner: DemoCaptionerConfig = field(default_factory=DemoCaptionerConfig)  # pacs' own, or transformers
     xe: XEStageConfig = field(default_factory=XEStageConfig)
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)

@@ -20,10 +20,9 @@ import torch
 from pacs.captioner.demo import captioning, correlation, metric_stages
 from pacs.captioner.demo.captioning import DEMO_COLUMNS, guarded_label, normalised_label
 from pacs.captioner.demo.config import DemoConfig, recorded_settings
-from pacs.captioner.demo.correlation import comparison_findings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
-from pacs.captioner.orchestration import findings, results_files, run_records
+from pacs.captioner.orchestration import findings, judge_correlation, results_files, run_records
 from pacs.captioner.orchestration import guard_choice as guard_menu
 from pacs.captioner.orchestration.seed_evidence import SeedEvidence, single_seed
 from pacs.captioner.orchestration.seed_processes import each_seed, parallel_seed_count, threads_per_seed
@@ -402,38 +401,8 @@ def _run_seed(config: DemoConfig, seed: int, data: Any, runner: Any, features: A
 
 def correlation_markdown(run_dir: Path) -> str:
     """Kendall tau of every metric against the judge, the paired comparisons, and the long-caption subset."""
-    folder = run_dir / "correlation"
-    summary = json.loads((folder / "correlation.json").read_text(encoding="utf-8"))
-    lines = ["| metric | τb | τc |", "|---|---|---|"]
-    lines += [f"| {name} | {_tau_cell(v.get('tau_b'))} | {_tau_cell(v.get('tau_c'))} |"
-              for name, v in summary.items() if isinstance(v, dict)]
-    parts = ["Kendall ×100 of each metric against the judge (`correlation/correlation.json`):\n\n"
-             + "\n".join(lines) + "\n"]
-    return "\n".join(parts + correlation_extras(run_dir))
-
-
-def correlation_extras(run_dir: Path) -> list[str]:
-    """The paired τb comparisons (PAC-S++ vs CLIP-S) and the long-caption table of a run's correlation stage."""
-
-    folder, parts = run_dir / "correlation", []
-    comparisons = folder / "comparisons.json"
-    if comparisons.is_file():
-        findings = comparison_findings(json.loads(comparisons.read_text(encoding="utf-8")))
-        parts.append("".join(f"* {line}\n" for line in findings))
-    long_path = folder / "long_captions.json"
-    if long_path.is_file():
-        long = json.loads(long_path.read_text(encoding="utf-8"))
-        rows = ["| metric | τb truncated | τb chunked |", "|---|---|---|"]
-        rows += [f"| {name} | {_tau_cell(v['truncate'])} | {_tau_cell(v['chunk'])} |"
-                 for name, v in long["tau_b"].items()]
-        parts.append(f"On the {long['n_long']} long candidates alone ({long['n_long_truncated'].get('clip', 0)} "
-                     "longer than the CLIP's text context), truncated vs chunked (`--long-captions chunk`):\n\n"
-                     + "\n".join(rows) + "\n")
-    return parts
-
-
-def _tau_cell(value: Any) -> str:
-    return "" if value is None else f"{value:.1f}"
+    return judge_correlation.correlation_markdown(judge_correlation.read_correlation(run_dir / "correlation"),
+                                                  "correlation")
 
 
 def _finish_metrics_only(run_dir: Path, runner: Any, state: Any) -> dict[str, Any]:

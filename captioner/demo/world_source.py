@@ -9,7 +9,8 @@ Its items are the world's train / val / test splits (ids `<split>-<index>`, the 
 are rendered into `image_root` (made when missing), each one re-rendered and compared with the file there, which
 is replaced when it differs, so a folder is never trusted blindly. The data set's extras
 (`pacs.captioner.orchestration.data_sources`): the world's exact judge gives every test set of it the columns
-Judge-acc, Judge and Halluc., and its scenes are the context of the oracle reward `judge`.
+Judge-acc, Judge and Halluc., its scenes are the context of the oracle reward `judge`, and it makes the demo's
+correlation candidates of any of its images (a recipe's `evaluation.correlation`).
 """
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ import numpy as np
 
 from pacs.captioner.data import CaptionDataset, CaptionItem, register_dataset
 from pacs.captioner.demo.config import DemoWorldConfig
+from pacs.captioner.demo.correlation import world_candidates
 from pacs.captioner.demo.data import DemoData, render_images
 from pacs.captioner.demo.judge import judge_values
 from pacs.captioner.orchestration.data_sources import DataSource, register_data_source
+from pacs.captioner.orchestration.judge_correlation import Candidates, CorrelationConfig
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.config_files import resolve_config
 from pacs.metric.common.errors import InputError
@@ -95,5 +98,18 @@ def world_reward_context(data: Mapping[str, Any]) -> dict[str, Any]:
     return {"scenes": world_data(data).scenes()}
 
 
+def world_candidates_of(data: Mapping[str, Any], image_ids: Sequence[str], settings: CorrelationConfig,
+                        seed: int) -> Candidates:
+    """The correlation candidates of images `image_ids` of a `demo-world` data set (the demo's, drawn with
+    `seed` over those images: `pacs.captioner.demo.correlation.world_candidates`)."""
+    world = world_data(data)
+    items = {item.image_id: item for split in world.splits.values() for item in split}
+    missing = [image_id for image_id in image_ids if image_id not in items]
+    if missing:
+        raise InputError(f"data set {NAME} ({data.get('path')}): image {missing[0]!r} is not in its world")
+    return world_candidates([items[image_id] for image_id in image_ids], settings, seed, world.image_path)
+
+
 register_data_source(NAME, DataSource(judge=world_judge, reward_context=world_reward_context,
-                                      makes_image_root=True, locate=resolve_config, content=world_settings))
+                                      makes_image_root=True, locate=resolve_config, content=world_settings,
+                                      candidates=world_candidates_of))

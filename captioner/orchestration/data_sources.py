@@ -32,6 +32,10 @@ class DataSource:
     locate: Callable[[str], Path] | None = None  # the file `path` names (e.g. a packaged config's name); None: itself
     content: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None  # fingerprinted besides the file: what
     # the file leads to (a world's settings merged from its `_base_` files)
+    # `candidates(data, image_ids, settings, seed)`: captions of varied quality for those images with the judge's
+    # verdicts (`pacs.captioner.orchestration.judge_correlation.Candidates`; `settings` a `CorrelationConfig`):
+    # what a recipe's `correlation/<set>` stage correlates every metric with
+    candidates: Callable[[Mapping[str, Any], Sequence[str], Any, int], Any] | None = None
 
     def path_of(self, path: str) -> Path:
         """The file or folder a data set's `path` names."""
@@ -70,5 +74,6 @@ def judge_of(data: Mapping[str, Any]) -> CaptionJudge | None:
 def registered_modules() -> list[str]:
     """The modules that registered data sources (a spawned process imports them to know the same data sets)."""
     return sorted({function.__module__ for source in _SOURCES.values()
-                   for function in (source.judge, source.reward_context, source.locate, source.content)
+                   for function in (source.judge, source.reward_context, source.locate, source.content,
+                                     source.candidates)
                    if function is not None})

@@ -11,12 +11,19 @@ A YAML with a top-level `demo:` section is handed to `pacs.captioner.demo.run_de
 """
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
 
 from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.orchestration.captioner_stages import CaptionerKind, captioner_kind
+from pacs.captioner.orchestration.correlation_stage import (
+    check_correlation,
+    correlation_sets,
+    correlation_stage_parts,
+    run_correlation_stage,
+)
 from pacs.captioner.orchestration.guarded_stages import (
     guarded_rows,
     guarded_stage_names,
@@ -25,6 +32,7 @@ from pacs.captioner.orchestration.guarded_stages import (
     run_guarded_stages,
 )
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, check_human_rows, human_stage_parts
+from pacs.captioner.orchestration.judge_correlation import read_correlation
 from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,
@@ -41,6 +49,7 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     reward_context,
     reward_scorers,
 )
+from pacs.captioner.orchestration.preflight import check_before_start, evaluation_slots
 from pacs.captioner.orchestration.recipe_gallery import gallery_sources
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.shared_stages import (
@@ -78,6 +87,7 @@ def stage_names(config: PipelineConfig) -> list[str]:
     sets, models = list(config.evaluation.test_sets), [kind.start, *config.rewards, *guarded_rows(config)]
     models += [HUMAN_ROW] if config.evaluation.human_baseline else []
     return [*kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
+            *[f"correlation/{name}" for name in correlation_sets(config)],
             *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in models]]
 
 
@@ -90,7 +100,6 @@ def run_pipeline(config: PipelineConfig, features_only: bool = False) -> dict[st
     the named ones. Every process calls this; the main process owns the run directory.
     """
     from pacs.captioner.modeling.training_setup import micro_batch_for
-    from pacs.captioner.orchestration.preflight import check_before_start
     from pacs.metric.common.device import accelerator_state
     from pacs.metric.common.run_lock import hold_run_directory
 
@@ -99,6 +108,7 @@ def run_pipeline(config: PipelineConfig, features_only: bool = False) -> dict[st
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
                                    "scst")
     check_force(config.force, stage_names(config))
+    check_correlation(config)
     kind = captioner_kind(config)
     kind.check()  # the kind's own inputs (a transformers folder): refused before any work when unusable
     check_before_start(config, f"run {config.run_dir}")  # every model, file, tool and folder, before any work
@@ -120,7 +130,6 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
     import dataclasses
 
     from pacs.captioner.modeling.training_setup import micro_batch_for
-    from pacs.captioner.orchestration.preflight import check_before_start
     from pacs.metric.common.device import accelerator_state
 
     state = accelerator_state(config.device)
@@ -128,6 +137,7 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes, "scst")
     names = stage_names(config)
     check_force(config.force, names)
+    check_correlation(config)
     checks = ["config read and validated (every section, key and value)",
               f"micro-batch split of xe and scst over {state.num_processes} process(es)",
               f"--force names ({', '.join(config.force) or 'none'}) among the {len(names)} stages (check_force)"]
@@ -169,6 +179,8 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
             models[row], model_stages[row] = found[1], [found[0]]
     for set_name, set_config in config.evaluation.test_sets.items():
         kind.plan_test_features(set_name, set_config, plan_features)
+    for set_name in correlation_sets(config):
+        stages.plan(f"correlation/{set_name}", *correlation_stage_parts(config, stages, set_name))
     for set_name in config.evaluation.test_sets:
         for model_name, folder in models.items():
             name, outputs = eval_stage(config, set_name, model_name)
@@ -238,6 +250,15 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
     # the report's gallery, from the items read here (not the data set again)
     sources = gallery_sources(config, {name: items for name, items, _ in test_sets})
     del test_items
+    scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))  # the columns' models, once
+    correlations = {}
+    for set_name, items, _ in test_sets:
+        if set_name in correlation_sets(config):
+            name = f"correlation/{set_name}"
+            stages.run(name, lambda s=set_name, i=items, n=name: run_correlation_stage(config, s, i, scorers,
+                                                                                       stages.folder(n)),
+                       *correlation_stage_parts(config, stages, set_name))
+            correlations[set_name] = read_correlation(stages.folder(name)) if state.is_main_process else {}
     eval_stages = []
     for set_name, _, _ in test_sets:
         for model_name, folder in models.items():
@@ -253,7 +274,8 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
                 eval_stages.append(name)
     with TextMetricSession():  # one METEOR process and PTB memo for every evaluation of the run
         # split over the processes as the kind captions; rows on the main process
-        result = evaluate_models(run, models, test_sets, kind.caption, kind.start, choices, reward_rows(config))
+        result = evaluate_models(run, models, test_sets, kind.caption, kind.start, choices, reward_rows(config),
+                                 scorers, {"correlation": correlations} if correlations else None)
     for name in eval_stages:
         stages.finish(name)
     state.wait_for_everyone()

@@ -19,6 +19,7 @@ from pacs.captioner.orchestration.backbone_source import BackboneSource
 from pacs.captioner.orchestration.captioner_kind import CaptionerKindConfig
 from pacs.captioner.orchestration.data_sources import data_source
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
+from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.metric.common.config import (
     MAX_BEAM,
     MAX_IMAGES,
@@ -188,6 +189,9 @@ class EvalConfig:
     # a human row per test set: one reference of every image held out (drawn with the run's seed) and scored
     # against the others (`pacs.captioner.orchestration.human_row`); every image needs two references or more
     human_baseline: bool = False
+    # stage correlation/<set> on every test set whose data set makes candidates with a judge (the demo world):
+    # Kendall tau of every metric against the judge (`pacs.captioner.orchestration.judge_correlation`); null: none
+    correlation: CorrelationConfig | None = None
 
     def validate(self) -> None:
         """Check the text metric names and every test set (a folder name; a DataConfig plus `split`) when loaded."""

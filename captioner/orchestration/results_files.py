@@ -5,7 +5,8 @@ results.json is the run's results as given. results.csv has the label columns (`
 the value columns (`pacs.eval.columns.TABLE_COLUMNS` order) and, for every column some row has an interval of,
 `Δ<column> low` / `Δ<column> high`. results.md is `results_markdown`: the table, then each section the results
 hold (seeds, each reward's own gain, the share of the oracle's gain, the change of every column against XE and
-against the human row, the guards' choices, the findings and their replication).
+against the human row, the guards' choices, the findings and their replication, the metrics' correlation with
+the judge).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from pacs.captioner.orchestration import findings
 from pacs.captioner.orchestration import guard_choice as guard_menu
+from pacs.captioner.orchestration.judge_correlation import correlation_markdown
 from pacs.eval.columns import TABLE_COLUMNS
 from pacs.metric.common.io import csv_cells, write_json_atomic, write_text_atomic
 
@@ -110,6 +112,8 @@ def results_markdown(results: Mapping[str, Any], columns: Sequence[str] | None =
         parts.append("Which guards held:\n\n" + "".join(f"* {line}\n" for line in verdicts))
     if (results.get("replication") or {}).get("text"):
         parts.append(results["replication"]["text"])
+    for set_name, record in (results.get("correlation") or {}).items():  # a recipe's `evaluation.correlation`
+        parts.append(correlation_markdown(record, f"correlation/{set_name}"))
     return "\n".join(parts)
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -316,7 +316,9 @@ def caption_with_features(run: RecipeRun, folder: Path, items: list, features: A
 def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tuple[str, list, Any]],
                     caption: Callable[..., Any] | None = None, reference_row: str = "xe",
                     guard_choices: dict[str, Any] | None = None,
-                    reward_rows: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+                    reward_rows: list[tuple[str, str]] | None = None,
+                    scorers: Callable[[], dict[str, Any]] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Caption every test set with every model, score, and write eval/results.{json,csv,md}.
 
     Call it on every process. `caption(run, folder, items, features, scorers)`: a model's captions of a test set
@@ -326,7 +328,9 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     and the files are computed on the main process, which returns the rows (the others return no rows).
     `reward_rows`: (reward spec, row) of the rows whose reward gain and findings are reported (default: each reward's
     own row); `guard_choices[reward]`: the guarded runs' choice records (`guarded_stages.run_guarded_stages`), kept in
-    results.json `guarded` and printed under the table.
+    results.json `guarded` and printed under the table. `scorers()`: the evaluation's contrastive models by family
+    (default: loaded here once, `evaluation.contrastive_models`); `extra`: more keys of results.json (the
+    correlation stages' tables).
     """
     from pacs.captioner.orchestration.eval_intervals import add_intervals
     from pacs.captioner.orchestration.evaluation import results_json, row_columns
@@ -343,7 +347,8 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
         todo = broadcast_object_list([todo])[0]
     rows: list[dict[str, Any]] = []
     per_image: dict[tuple[str, str], dict[str, Any]] = {}
-    scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))  # the columns' models, once
+    if scorers is None:  # the columns' models, loaded once
+        scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))
     judges = {name: judge_of(config.evaluation.test_sets[name]) for name, _, _ in test_sets} \
         if state.is_main_process else {}  # a test set with an exact judge (the demo world): its columns too
 
@@ -382,7 +387,7 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap, config.seed, reference_row)
     guarded = {"guarded": {"choices_by_seed": {str(config.seed): {reward: {"guards": record} for reward, record
                                                                   in guard_choices.items()}}}} if guard_choices else {}
-    write_results(run.dir / "eval", {"columns": columns, "rows": rows, **found, **guarded}, columns)
+    write_results(run.dir / "eval", {"columns": columns, "rows": rows, **found, **guarded, **(extra or {})}, columns)
     return {"rows": rows}
 
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from captioner_testkit import tiny_data, tiny_model_config
 
-from pacs.captioner.demo.correlation import kendall
 from pacs.captioner.modeling.train_xe import XEConfig, train_xe
 from pacs.captioner.modeling.training_setup import ScheduleConfig
 from pacs.captioner.modeling.vocab import build_vocab
 from pacs.captioner.orchestration.eval_intervals import add_intervals
 from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed
+from pacs.captioner.orchestration.judge_correlation import kendall_record as kendall
 from pacs.captioner.orchestration.results_files import table_markdown
 from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 

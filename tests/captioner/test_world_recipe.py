@@ -2,6 +2,7 @@
 columns on its test set, the oracle reward `judge`, and the judge's findings (tiny models, a tiny world)."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -283,3 +284,56 @@ def test_a_test_set_with_an_image_of_one_reference_cannot_give_a_human_row_and_n
                                          r"references per image; image id\(s\) 'test-000001'"):
         run_from_config(_write(tmp_path, recipe), [])
     assert not (tmp_path / "run" / "xe").exists() and not (tmp_path / "run" / "vocab.json").exists()
+
+
+def _plan_of(plan: str) -> dict[str, str]:
+    """{stage: verdict} of a `--dry-run` plan."""
+    stages = plan.split("stages, in order:\n", 1)[1].splitlines()
+    return {line.split()[1]: line.split()[0] for line in stages if line.startswith("  ")}
+
+
+@pytest.mark.slow
+def test_a_recipe_on_the_world_correlates_every_metric_with_the_judge(tmp_path):
+    """`evaluation.correlation`: stage correlation/<set> on the world's test images, the demo's candidates drawn
+    with the run's seed (made here from the candidate generator and the judge), Kendall tau of each metric's
+    scores against the judge (scipy here), in results.json / .md; a changed setting re-runs that stage alone."""
+    from scipy import stats
+
+    from pacs.captioner.demo.candidates import candidates_for
+
+    recipe = _world_recipe(tmp_path)
+    recipe.update(seed=9, rewards=["judge"])
+    recipe["evaluation"]["correlation"] = {"n_images": 4, "candidates_per_image": 4, "long_captions": False,
+                                           "bootstrap_resamples": 30}
+    config = _write(tmp_path, recipe)
+    assert _plan_of(plan_from_config(config, []))["correlation/world"] == "run"
+    run_from_config(config, [])
+    folder = tmp_path / "run" / "correlation" / "world"
+    _, expected = _expected_world()
+    items = [expected[f"test-{k:06d}"] for k in range(4)]
+    rng = np.random.default_rng([9, 7])
+    wanted = [(item.image_id, kind, caption, judge_caption(caption, item.scene).score)
+              for item in items for kind, caption in candidates_for(item, items, rng, 4)]
+    with (folder / "scores.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["image_id"], r["kind"], r["caption"], float(r["judge"])) for r in rows] == wanted  # repr: exact
+    judge = np.asarray([float(r["judge"]) for r in rows])
+    summary = json.loads((folder / "correlation.json").read_text())
+    assert set(summary) == {"clip-s", "ref-clip-s", "bleu4", "cider", "length"}  # the tiny recipe has no PAC-S++
+    for name in ("clip-s", "cider", "length"):
+        values = np.asarray([float(r[name]) for r in rows])  # rounded to 1e-6 in the file: tau on ranks, unchanged
+        assert summary[name]["tau_b"] == pytest.approx(100 * stats.kendalltau(values, judge).statistic, abs=1e-6)
+    results = json.loads((tmp_path / "run" / "eval" / "results.json").read_text())
+    assert results["correlation"]["world"]["correlation"] == summary
+    assert "(`correlation/world/correlation.json`)" in (tmp_path / "run" / "eval" / "results.md").read_text()
+    changed = _plan_of(plan_from_config(config, ["evaluation.correlation.n_images=3"]))
+    assert {name for name, verdict in changed.items() if verdict != "reuse"} == {"correlation/world"}
+
+
+def test_correlation_needs_a_test_set_whose_data_set_makes_candidates(tmp_path, shared_data):
+    recipe = tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k")
+    recipe["evaluation"]["correlation"] = {}
+    with pytest.raises(InputError, match=r"evaluation.correlation: no test set's data set makes candidates with a "
+                                         r"judge \(test sets: flickr8k \(flickr8k\); data set demo-world does\)"):
+        plan_from_config(_write(tmp_path, recipe), [])
+    assert not (tmp_path / "run").exists()

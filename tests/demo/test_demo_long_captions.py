@@ -7,9 +7,9 @@ import pytest
 from scipy import stats
 
 from pacs.captioner.demo.candidates import LONG_KINDS, late_error_paragraph, long_candidates_for, paragraph
-from pacs.captioner.demo.correlation import CONTRASTIVE, chunking_scorers, long_caption_summary
 from pacs.captioner.demo.judge import judge_caption, parse_caption
 from pacs.captioner.demo.world import SHAPE_WORDS, DemoWorld, WorldConfig
+from pacs.captioner.orchestration.judge_correlation import CONTRASTIVE, chunking_scorers, long_caption_summary
 
 WORLD = DemoWorld(WorldConfig(image_size=48))
 ITEMS = [WORLD.item("val", i) for i in range(60)]
