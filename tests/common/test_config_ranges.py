@@ -82,6 +82,8 @@ PIPELINE_BAD = [
     ("captioner.lora_r", 0), ("captioner.lora_alpha", 0.0), ("scst.degenerate_window", 0),
     ("scst.degenerate_fraction", 1.5),
     ("evaluation.max_images", -1), ("evaluation.bootstrap", -1), ("seed", -1),
+    ("evaluation.correlation.n_images", 0), ("evaluation.correlation.candidates_per_image", 1),
+    ("evaluation.correlation.bootstrap_resamples", 0),
 ]
 METRIC_BAD = [
     ("seed", -1), ("save_every", -1), ("eval_every", -1), ("log_every", -1), ("lora.rank", 0), ("lora.alpha", 0.0),
