@@ -10,6 +10,7 @@ from typing import Any
 from pacs.captioner import demo
 from pacs.captioner.demo import world_source  # noqa: F401  (registers the data set demo-world and its judge)
 from pacs.captioner.orchestration.pipeline import PipelineConfig, default_config_path, plan_stages, run_pipeline
+from pacs.captioner.orchestration.pipeline_config import made_checkpoints
 from pacs.metric.common.config import config_data, deep_merge, from_dict, load_yaml, parse_overrides
 from pacs.metric.common.config_files import resolve_config
 from pacs.metric.scoring import decode_pool
@@ -69,13 +70,15 @@ def plan_from_config(config_path: str | None, overrides: list[str], force: list[
     if len(config.seeds) > 1:
         from pacs.captioner.orchestration.seed_runs import seed_configs
 
-        parts, pending = [], ""
+        parts, pending, made = [], "", []
         for index, (seed, seed_config) in enumerate(seed_configs(config)):
-            planned, checks = plan_stages(seed_config, pending)
+            planned, checks = plan_stages(seed_config, pending, made)
             parts.append(format_plan(seed_config.run_dir, planned, checks, f"seed {seed}: "))
-            made = [name for name, verdict, _ in planned if name.startswith("features/") and verdict != "reuse"]
-            if index == 0 and made and not config.features.cache_dir:  # the other seeds read the first's features
-                pending = f"its features are seed {seed}'s, which this run makes first ({', '.join(made)})"
+            features = [name for name, verdict, _ in planned if name.startswith("features/") and verdict != "reuse"]
+            if index == 0 and features and not config.features.cache_dir:  # the other seeds read the first's features
+                pending = f"its features are seed {seed}'s, which this run makes first ({', '.join(features)})"
+            if index == 0:  # and its metric_training checkpoints, made before the others start
+                made = [*made_checkpoints(seed_config)]
         return "\n".join(parts)
     if config.seeds:
         config.seed = config.seeds[0]

@@ -347,30 +347,55 @@ class DemoConfig:
             raise InputError("guarded.rewards: the guarded runs are selected by the hacking monitor's validation "
                              "CIDEr-D; set scst.hacking_monitor_every and scst.hacking_monitor_images > 0")
         world = self.world
-        patches = [("clip", self.clip.patch_size)]
+        check_metric_fit(world, self.clip, self.pacs)
         if self.captioner.transformers:  # the transformers captioner's own ViT
-            patches.append(("captioner", self.captioner.patch_size))
-        for section, patch in patches:
-            if patch > world.image_size:
-                raise InputError(f"{section}.patch_size={patch}: expected <= world.image_size ({world.image_size})")
-            tokens = (world.image_size // patch) ** 2
-            if tokens > MAX_VISION_TOKENS:
-                raise InputError(f"{section}.patch_size={patch}: expected (world.image_size // "
-                                 f"{section}.patch_size)² <= {MAX_VISION_TOKENS} vision tokens, got {tokens}")
+            check_patch(world, "captioner", self.captioner.patch_size)
         # (key, batch, what the split offers): the trainers refuse a batch larger than their data set
-        fits = (("clip.batch_size", self.clip.batch_size, world.n_train * world.web_captions_per_image,
-                 "world.n_train × world.web_captions_per_image training pairs"),
-                ("clip.batch_size", self.clip.batch_size, world.n_val, "world.n_val validation pairs"),
-                ("pacs.batch_size", self.pacs.batch_size, world.n_train * min(3, world.n_references),
-                 "world.n_train × min(3, world.n_references) training pairs"),
-                ("pacs.batch_size", self.pacs.batch_size, world.n_val, "world.n_val validation pairs"),
-                ("xe.batch_size", self.xe.batch_size, world.n_train * world.n_references,
+        fits = (("xe.batch_size", self.xe.batch_size, world.n_train * world.n_references,
                  "world.n_train × world.n_references training captions"),
                 ("scst.batch_size", self.scst.batch_size, world.n_train, "world.n_train training images"))
-        for key, batch, available, what in fits:
-            if batch > available:
-                raise InputError(f"{key}={batch}: expected <= the {available} {what}")
+        check_fits(fits)
 
         from pacs.captioner.demo.budget import check_memory
 
         check_memory(self)  # sizes within their bounds must also fit together (captioner/demo/budget.py)
+
+
+def check_patch(world: DemoWorldConfig, section: str, patch: int) -> None:
+    """A ViT patch of `section` fits the world's images, in at most `MAX_VISION_TOKENS` tokens."""
+    if patch > world.image_size:
+        raise InputError(f"{section}.patch_size={patch}: expected <= world.image_size ({world.image_size})")
+    tokens = (world.image_size // patch) ** 2
+    if tokens > MAX_VISION_TOKENS:
+        raise InputError(f"{section}.patch_size={patch}: expected (world.image_size // "
+                         f"{section}.patch_size)² <= {MAX_VISION_TOKENS} vision tokens, got {tokens}")
+
+
+def check_fits(fits: tuple[tuple[str, int, int, str], ...]) -> None:
+    """Each (key, batch, available, what): the batch is at most what its split offers (the trainers refuse more)."""
+    for key, batch, available, what in fits:
+        if batch > available:
+            raise InputError(f"{key}={batch}: expected <= the {available} {what}")
+
+
+def check_metric_fit(world: DemoWorldConfig, clip: ClipStageConfig, pacs: PacsStageConfig, prefix: str = "") -> None:
+    """The `clip` and `pacs` stages fit `world`: the CLIP's patches its images, their batches its splits (`prefix`:
+    where the two sections are, e.g. `metric_training.`)."""
+    check_patch(world, f"{prefix}clip", clip.patch_size)
+    check_fits(((f"{prefix}clip.batch_size", clip.batch_size, world.n_train * world.web_captions_per_image,
+                 "world.n_train × world.web_captions_per_image training pairs"),
+                (f"{prefix}clip.batch_size", clip.batch_size, world.n_val, "world.n_val validation pairs"),
+                (f"{prefix}pacs.batch_size", pacs.batch_size, world.n_train * min(3, world.n_references),
+                 "world.n_train × min(3, world.n_references) training pairs"),
+                (f"{prefix}pacs.batch_size", pacs.batch_size, world.n_val, "world.n_val validation pairs")))
+
+
+@dataclass
+class WorldMetricTrainingConfig:
+    """A recipe's `metric_training` on the demo world (`data: {name: demo-world}`): the world's own tiny CLIP
+    (stage `clip`, pre-trained on its web alt-text) and PAC-S++ (stage `pacs`, LoRA with its positives), trained
+    exactly as the demo's stages of the same names, with the recipe's `seed`."""
+
+    prompt: str = "A photo depicts "
+    clip: ClipStageConfig = field(default_factory=ClipStageConfig)
+    pacs: PacsStageConfig = field(default_factory=PacsStageConfig)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pacs.captioner.demo.config import ClipStageConfig, DemoConfig
+from pacs.captioner.demo.config import ClipStageConfig, PacsStageConfig
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.metric.common.io import atomic_path, csv_cells
@@ -75,12 +75,12 @@ def _trainer_config(mode: str, folder: Path, seed: int, steps: int, batch_size: 
                              seed=seed, output_dir=str(folder))  # device auto: the process state's, as every stage
 
 
-def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) -> dict:
-    """Stage `clip`: a randomly initialised tiny CLIP trained contrastively on noisy web alt-text."""
-    stage = config.clip
-    backbone = build_backbone_from_config(clip_arch(stage, config.world.image_size), seed=config.seed,
-                                          name="demo-tiny-clip")
-    per_image = config.world.web_captions_per_image
+def pretrain_clip(stage: ClipStageConfig, data: DemoData, seed: int, prompt: str, folder: Path, curve: Path) -> dict:
+    """Stage `clip`: a randomly initialised tiny CLIP trained contrastively on noisy web alt-text (the world's train
+    and val splits; `curve`: the validation history as CSV, for the report)."""
+    world = data.world.config
+    backbone = build_backbone_from_config(clip_arch(stage, world.image_size), seed=seed, name="demo-tiny-clip")
+    per_image = world.web_captions_per_image
     datasets = {}
     for split in ("train", "val"):
         items = data.splits[split]
@@ -90,45 +90,47 @@ def pretrain_clip(config: DemoConfig, data: DemoData, folder: Path, logs: Path) 
         if split == "val":
             rows = [(i, 0) for i in range(len(items))]
         datasets[split] = TensorPositivesDataset(
-            [pixels[i] for i, _ in rows], [config.prompt + web[i][k] for i, k in rows],
-            [pixels[i] for i, _ in rows], [config.prompt + web[i][(k + 1) % per_image] for i, k in rows],
+            [pixels[i] for i, _ in rows], [prompt + web[i][k] for i, k in rows],
+            [pixels[i] for i, _ in rows], [prompt + web[i][(k + 1) % per_image] for i, k in rows],
             image_ids=[items[i].image_id for i, _ in rows])
-    trainer = _trainer_config("full", folder, config.seed, stage.max_steps, stage.batch_size, stage.lr,
+    trainer = _trainer_config("full", folder, seed, stage.max_steps, stage.batch_size, stage.lr,
                               stage.weight_decay, stage.eval_every,
                               LossOptions(lambda_v=0.0, lambda_t=0.0, kind=stage.loss),
                               micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
     if process_state().is_main_process:
-        history_to_csv(folder / "train_log.json", logs / "clip.csv")
+        history_to_csv(folder / "train_log.json", curve)
     return _summary(folder)
 
 
-def train_pacs(config: DemoConfig, data: DemoData, clip_folder: Path, folder: Path, logs: Path) -> dict:
-    """Stage `pacs`: LoRA fine-tuning of the tiny CLIP on clean captions with synthetic positives (v', t')."""
-    stage = config.pacs
+def train_pacs(stage: PacsStageConfig, data: DemoData, seed: int, prompt: str, clip_folder: Path, folder: Path,
+               curve: Path) -> dict:
+    """Stage `pacs`: LoRA fine-tuning of the tiny CLIP in `clip_folder` on clean captions with synthetic positives
+    (v', t'); `curve`: the validation history as CSV."""
     backbone = load_backbone(checkpoint=str(clip_folder / CHECKPOINT))
+    n_references = data.world.config.n_references
     datasets = {}
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(seed)
     for split in ("train", "val"):
         items = data.splits[split]
         pixels = _load_pixels(backbone, data, split)
-        n_captions = min(3, config.world.n_references) if split == "train" else 1
+        n_captions = min(3, n_references) if split == "train" else 1
         images, captions, gen_images, gen_captions, ids = [], [], [], [], []
         for index, item in enumerate(items):
-            for k in (range(n_captions) if split == "train" else [int(rng.integers(config.world.n_references))]):
+            for k in (range(n_captions) if split == "train" else [int(rng.integers(n_references))]):
                 gen_image, gen_caption = data.world.positive(item, k)
                 images.append(pixels[index])
-                captions.append(config.prompt + item.references[k])
+                captions.append(prompt + item.references[k])
                 gen_images.append(backbone.preprocess(gen_image))
-                gen_captions.append(config.prompt + gen_caption)
+                gen_captions.append(prompt + gen_caption)
                 ids.append(item.image_id)
         datasets[split] = TensorPositivesDataset(images, captions, gen_images, gen_captions, image_ids=ids)
-    trainer = _trainer_config("lora", folder, config.seed, stage.max_steps, stage.batch_size, stage.lr, 0.0,
+    trainer = _trainer_config("lora", folder, seed, stage.max_steps, stage.batch_size, stage.lr, 0.0,
                               stage.eval_every, LossOptions(lambda_v=stage.lambda_v, lambda_t=stage.lambda_t),
                               LoraOptions(rank=stage.rank, alpha=stage.alpha), micro_batch_size=stage.micro_batch_size)
     train_metric(trainer, datasets["train"], datasets["val"], backbone=backbone)
     if process_state().is_main_process:
-        history_to_csv(folder / "train_log.json", logs / "pacs.csv")
+        history_to_csv(folder / "train_log.json", curve)
     return _summary(folder)
 
 

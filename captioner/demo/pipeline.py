@@ -193,10 +193,12 @@ def _run_stages(config: DemoConfig, state: Any, run_dir: Path, xe_micro: int, sc
 
     parts = metric_stage_parts(config)
     runner.run("data", lambda: write_images(data, runner.folder("data")), parts["data"][0])
-    runner.run("clip", lambda: metric_stages.pretrain_clip(config, data, runner.folder("clip"), logs),
+    runner.run("clip", lambda: metric_stages.pretrain_clip(config.clip, data, config.seed, config.prompt,
+                                                           runner.folder("clip"), logs / "clip.csv"),
                parts["clip"][0], upstream=parts["clip"][1], distributed=True)
-    runner.run("pacs", lambda: metric_stages.train_pacs(config, data, runner.folder("clip"), runner.folder("pacs"),
-                                                        logs),
+    runner.run("pacs", lambda: metric_stages.train_pacs(config.pacs, data, config.seed, config.prompt,
+                                                        runner.folder("clip"), runner.folder("pacs"),
+                                                        logs / "pacs.csv"),
                parts["pacs"][0], upstream=parts["pacs"][1], distributed=True)
     runner.run("correlation", lambda: correlation.run_correlation(config, data, scorers(),
                                                                   runner.folder("correlation")),

@@ -9,8 +9,9 @@ Its items are the world's train / val / test splits (ids `<split>-<index>`, the 
 are rendered into `image_root` (made when missing), each one re-rendered and compared with the file there, which
 is replaced when it differs, so a folder is never trusted blindly. The data set's extras
 (`pacs.captioner.orchestration.data_sources`): the world's exact judge gives every test set of it the columns
-Judge-acc, Judge and Halluc., its scenes are the context of the oracle reward `judge`, and it makes the demo's
-correlation candidates of any of its images (a recipe's `evaluation.correlation`).
+Judge-acc, Judge and Halluc., its scenes are the context of the oracle reward `judge`, it makes the demo's
+correlation candidates of any of its images (a recipe's `evaluation.correlation`) and it trains its own CLIP and
+PAC-S++ as the demo does (a recipe's `metric_training`: `WorldMetricTrainingConfig`).
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from pacs.captioner.data import CaptionDataset, CaptionItem, register_dataset
-from pacs.captioner.demo.config import DemoWorldConfig
+from pacs.captioner.demo import metric_stages
+from pacs.captioner.demo.config import DemoWorldConfig, WorldMetricTrainingConfig, check_metric_fit
 from pacs.captioner.demo.correlation import world_candidates
 from pacs.captioner.demo.data import DemoData, render_images
 from pacs.captioner.demo.judge import judge_values
-from pacs.captioner.orchestration.data_sources import DataSource, register_data_source
+from pacs.captioner.orchestration.data_sources import DataSource, MetricTraining, register_data_source
 from pacs.captioner.orchestration.judge_correlation import Candidates, CorrelationConfig
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
 from pacs.metric.common.config_files import resolve_config
@@ -110,6 +112,28 @@ def world_candidates_of(data: Mapping[str, Any], image_ids: Sequence[str], setti
     return world_candidates([items[image_id] for image_id in image_ids], settings, seed, world.image_path)
 
 
+CURVE = "history.csv"
+"""The validation history of a metric stage as CSV, in its folder (the demo writes it to `logs/<stage>.csv`)."""
+
+
+def world_metric_check(data: Mapping[str, Any], settings: WorldMetricTrainingConfig) -> None:
+    """A recipe's `metric_training` fits the world of its `demo-world` data set (patches, batches)."""
+    check_metric_fit(world_config(data["path"]), settings.clip, settings.pacs, "metric_training.")
+
+
+def world_clip(data: Mapping[str, Any], settings: WorldMetricTrainingConfig, seed: int, folder: Path) -> dict:
+    """Stage `clip` of a recipe on a `demo-world` data set: the demo's tiny CLIP of that world (images rendered)."""
+    return metric_stages.pretrain_clip(settings.clip, world_data(data), seed, settings.prompt, folder, folder / CURVE)
+
+
+def world_pacs(data: Mapping[str, Any], settings: WorldMetricTrainingConfig, seed: int, clip_folder: Path,
+               folder: Path) -> dict:
+    """Stage `pacs` of a recipe on a `demo-world` data set: the demo's PAC-S++ LoRA from the CLIP in `clip_folder`."""
+    return metric_stages.train_pacs(settings.pacs, world_data(data), seed, settings.prompt, clip_folder, folder, folder / CURVE)
+
+
 register_data_source(NAME, DataSource(judge=world_judge, reward_context=world_reward_context,
                                       makes_image_root=True, locate=resolve_config, content=world_settings,
-                                      candidates=world_candidates_of))
+                                      candidates=world_candidates_of,
+                                      metric_training=MetricTraining(WorldMetricTrainingConfig, world_metric_check,
+                                                                     world_clip, world_pacs)))

@@ -5,7 +5,8 @@ identifies its content in the stages' fingerprints.
 A data set registers its extras under its `pacs.captioner.data.DATASETS` name (`register_data_source`); the recipe
 pipeline asks `data_source(name)` and never imports the data set's package. The embedded demo world
 (`pacs.captioner.demo.world_source`, data set `demo-world`) is one: its judge gives every test set the columns
-`Judge-acc`, `Judge` and `Halluc.`, and its scenes are the context of the oracle reward `judge`.
+`Judge-acc`, `Judge` and `Halluc.`, its scenes are the context of the oracle reward `judge`, and it trains its own
+CLIP and PAC-S++ (a recipe's `metric_training`, `pacs.captioner.orchestration.metric_training`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,20 @@ import numpy as np
 
 CaptionJudge = Callable[[Sequence[str], Sequence[str]], dict[str, np.ndarray]]
 """`judge(image_ids, captions) -> {column: per-caption values}` (columns of `pacs.eval.columns.JUDGE_COLUMNS`)."""
+
+
+@dataclass(frozen=True)
+class MetricTraining:
+    """How a data set trains its own contrastive models: `settings`, the dataclass of a recipe's `metric_training`
+    section; `check(data, settings)` raises an InputError when they do not fit the data set; `train_clip(data,
+    settings, seed, folder)` trains a CLIP into `folder` (its checkpoint
+    `folder/checkpoint.safetensors`) and `train_pacs(data, settings, seed, clip_folder, folder)` PAC-S++ from
+    that CLIP; both run on every process and return the stage's JSON summary (`data`: the data set's mapping)."""
+
+    settings: type
+    check: Callable[[Mapping[str, Any], Any], None]
+    train_clip: Callable[[Mapping[str, Any], Any, int, Path], dict[str, Any]]
+    train_pacs: Callable[[Mapping[str, Any], Any, int, Path, Path], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,7 @@ class DataSource:
     # verdicts (`pacs.captioner.orchestration.judge_correlation.Candidates`; `settings` a `CorrelationConfig`):
     # what a recipe's `correlation/<set>` stage correlates every metric with
     candidates: Callable[[Mapping[str, Any], Sequence[str], Any, int], Any] | None = None
+    metric_training: MetricTraining | None = None  # the stages `clip` and `pacs` of a recipe on it
 
     def path_of(self, path: str) -> Path:
         """The file or folder a data set's `path` names."""
@@ -60,6 +76,11 @@ def data_source(name: str) -> DataSource:
     return _SOURCES.get(str(name).lower(), PLAIN)
 
 
+def training_data_sets() -> list[str]:
+    """The data sets that train their own contrastive models (`DataSource.metric_training`)."""
+    return sorted(name for name, source in _SOURCES.items() if source.metric_training is not None)
+
+
 def data_mapping(data: Any) -> dict[str, Any]:
     """A data set's settings as a mapping (a `DataConfig` or a test set's mapping)."""
     return dataclasses.asdict(data) if dataclasses.is_dataclass(data) else dict(data)
@@ -75,5 +96,5 @@ def registered_modules() -> list[str]:
     """The modules that registered data sources (a spawned process imports them to know the same data sets)."""
     return sorted({function.__module__ for source in _SOURCES.values()
                    for function in (source.judge, source.reward_context, source.locate, source.content,
-                                     source.candidates)
+                                     source.candidates, source.metric_training and source.metric_training.train_clip)
                    if function is not None})

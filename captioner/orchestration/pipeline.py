@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ from pacs.captioner.orchestration.guarded_stages import (
 )
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, check_human_rows, human_stage_parts
 from pacs.captioner.orchestration.judge_correlation import read_correlation
+from pacs.captioner.orchestration.metric_training import (
+    METRIC_STAGES,
+    plan_metric_stages,
+    run_metric_stages,
+    with_metric_models,
+)
 from pacs.captioner.orchestration.pipeline_config import (
     REWARD_MODEL_SLOTS,
     DataConfig,
@@ -86,7 +93,8 @@ def stage_names(config: PipelineConfig) -> list[str]:
                *guarded_stage_names(config)]
     sets, models = list(config.evaluation.test_sets), [kind.start, *config.rewards, *guarded_rows(config)]
     models += [HUMAN_ROW] if config.evaluation.human_baseline else []
-    return [*kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
+    metrics = list(METRIC_STAGES) if config.metric_training is not None else []
+    return [*metrics, *kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
             *[f"correlation/{name}" for name in correlation_sets(config)],
             *[f"eval/{reward_slug(model)}/{name}" for name in sets for model in models]]
 
@@ -103,6 +111,7 @@ def run_pipeline(config: PipelineConfig, features_only: bool = False) -> dict[st
     from pacs.metric.common.device import accelerator_state
     from pacs.metric.common.run_lock import hold_run_directory
 
+    config = with_metric_models(config)  # the models its own metric_training stages make
     state = accelerator_state(config.device)  # set up here (device cpu: on the CPU); every stage runs on it
     xe_micro = micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes,
@@ -122,16 +131,19 @@ def eval_stage(config: PipelineConfig, set_name: str, model_name: str) -> tuple[
     return f"eval/{reward_slug(model_name)}/{set_name}", [out, out.with_name(f"{set_name}.results.json")]
 
 
-def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[list[tuple[str, str, str]], list[str]]:
+def plan_stages(config: PipelineConfig, features_pending: str = "", made_earlier: Sequence[Path] = ()
+                ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """`pacs train --dry-run` of a recipe: every stage's verdict (reuse / run / resume / refused, and why), from the
     fingerprints the run would compute, and the checks that ran; nothing is written. ([(stage, verdict, why)],
     [check]). `features_pending`: why the features its `features.cache_dir` names are made earlier in the same run
-    (another seed's), so its feature stages run and that folder is not checked yet."""
+    (another seed's), so its feature stages run and that folder is not checked yet; `made_earlier`: model files
+    made earlier in the same run (another seed's metric_training checkpoints), not checked yet either."""
     import dataclasses
 
     from pacs.captioner.modeling.training_setup import micro_batch_for
     from pacs.metric.common.device import accelerator_state
 
+    config = with_metric_models(config)
     state = accelerator_state(config.device)
     micro_batch_for(config.xe.batch_size, config.xe.micro_batch_size, state.num_processes, "xe")
     scst_micro = micro_batch_for(config.scst.batch_size, config.scst.micro_batch_size, state.num_processes, "scst")
@@ -145,7 +157,7 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
     checks += kind.check()
     checked = dataclasses.replace(config, features=dataclasses.replace(config.features, cache_dir="")) \
         if features_pending else config
-    check_before_start(checked, f"run {config.run_dir}")
+    check_before_start(checked, f"run {config.run_dir}", made_earlier)
     checks.append("preflight: every model, file, tool and folder (check_before_start)")
     if not config.data.path:
         raise InputError(f"data set {config.data.name!r}: no path given (set data.path)")
@@ -158,6 +170,7 @@ def plan_stages(config: PipelineConfig, features_pending: str = "") -> tuple[lis
         else:
             run.plan_feature_stage(name, selection, inputs)
 
+    plan_metric_stages(run)
     kind.plan_prepare(run, plan_features)
     init_inputs = kind.init_inputs(stages)
     models, model_stages = _first_model(run, kind)
@@ -218,6 +231,7 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
                          config.seed)
     logger.info("pipeline: %d training images, %d validation images", train_store.num_images, len(val_references))
     stages = run.stages
+    run_metric_stages(run)  # the data set's own CLIP and PAC-S++ (metric_training), before the features
     kind.prepare(run, train_store, images)
     if features_only:
         prepare_test_sets(run, test_items, kind.test_features)

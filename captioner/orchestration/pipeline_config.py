@@ -17,7 +17,7 @@ from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.modeling.vocab import DEFAULT_MAX_LENGTH
 from pacs.captioner.orchestration.backbone_source import BackboneSource
 from pacs.captioner.orchestration.captioner_kind import CaptionerKindConfig
-from pacs.captioner.orchestration.data_sources import data_source
+from pacs.captioner.orchestration.data_sources import MetricTraining, data_mapping, data_source, training_data_sets
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.metric.common.config import (
@@ -239,6 +239,10 @@ class PipelineConfig:
     # guarded SCST runs of some `rewards`: every setting of every guard trained, chosen on validation CIDEr-D
     # (pacs.captioner.orchestration.guarded_stages; the hacking monitor, scst.monitor_every, must be on)
     guarded: GuardedConfig = field(default_factory=GuardedConfig)
+    # the data set's own contrastive models, trained before the vocabulary (a data set that offers it: the demo
+    # world, keys `pacs.captioner.demo.config.WorldMetricTrainingConfig`): stage `clip` and stage `pacs`, whose
+    # checkpoints are the features' backbone and reward_models.clip / reward_models.pac (leave those unset)
+    metric_training: dict[str, Any] | None = None
     seed: Seed = 42
     # training seeds: with two or more, the whole pipeline once per seed into run_dir/seed-<s> (features extracted
     # once) and the rows pooled over seeds into run_dir/seeds/ (pacs.captioner.orchestration.seed_runs)
@@ -268,6 +272,69 @@ class PipelineConfig:
         if self.guarded.rewards and not self.scst.monitor_every:
             raise InputError("guarded.rewards: each guard's setting is chosen on the hacking monitor's validation "
                              "CIDEr-D; set scst.monitor_every > 0")
+        if self.metric_training is not None:
+            check_metric_training(self)
+
+
+METRIC_STAGES = ("clip", "pacs")
+"""The stages of `metric_training`, in order: the data set's CLIP, then its PAC-S++ from that CLIP."""
+METRIC_CHECKPOINT = "checkpoint.safetensors"
+
+
+def metric_checkpoints(run_dir: str | Path) -> dict[str, Path]:
+    """{stage: its checkpoint} of the `metric_training` stages of a run folder."""
+    return {stage: Path(run_dir) / stage / METRIC_CHECKPOINT for stage in METRIC_STAGES}
+
+
+def made_checkpoints(config: PipelineConfig) -> set[Path]:
+    """The checkpoints this run's own `metric_training` stages make (not there before it starts)."""
+    return set(metric_checkpoints(config.run_dir).values()) if config.metric_training is not None else set()
+
+
+def metric_sources(run_dir: str | Path) -> dict[str, tuple[BackboneSource, BackboneSource, str]]:
+    """{config key: (the source `metric_training` gives it, the key's default, the stage whose checkpoint it is)}."""
+    clip, pacs = (str(path) for path in metric_checkpoints(run_dir).values())
+    return {"features.source": (BackboneSource(backbone="", checkpoint=clip), BackboneSource(), "clip"),
+            "reward_models.clip": (BackboneSource(backbone="", checkpoint=clip), BackboneSource(), "clip"),
+            "reward_models.pac": (BackboneSource(backbone="", checkpoint=pacs), BackboneSource(backbone=""), "pacs")}
+
+
+def metric_training_of(config: PipelineConfig) -> tuple[MetricTraining, Any] | None:
+    """The data set's metric training and the recipe's settings of it (None: `metric_training` not set)."""
+    if config.metric_training is None:
+        return None
+    training = data_source(config.data.name).metric_training
+    if training is None:
+        offered = ", ".join(training_data_sets()) or "none is registered"
+        raise InputError(f"metric_training: data set {config.data.name!r} does not train its own contrastive models "
+                         f"(data sets that do: {offered}); remove metric_training and name the models in "
+                         "features.source and reward_models")
+    return training, from_dict(training.settings, config.metric_training, "metric_training")
+
+
+def check_metric_training(config: PipelineConfig) -> None:
+    """`metric_training` on a data set that offers it, fitting that data set, and no other origin for the models
+    its stages make (the features' backbone, reward_models.clip and .pac) nor precomputed features."""
+    import dataclasses
+
+    found = metric_training_of(config)
+    assert found is not None
+    training, settings = found
+    for key, (given, default, stage) in metric_sources(config.run_dir).items():
+        section, name = key.split(".")
+        value = dataclasses.replace(getattr(getattr(config, section), name), device="auto")
+        if value not in (given, default):
+            raise InputError(f"metric_training: {key} is stage {stage}'s checkpoint ({given.checkpoint}), but the "
+                             f"recipe names another model ({value.to_record()}); remove {key}, or remove "
+                             "metric_training to use that model")
+    if config.features.cache_dir:
+        raise InputError(f"metric_training: the features are extracted with stage clip's CLIP, but "
+                         f"features.cache_dir={config.features.cache_dir} names features made elsewhere; set "
+                         "features.cache_dir=''")
+    data = data_mapping(config.data)
+    path = data_source(config.data.name).path_of(config.data.path) if config.data.path else None
+    if path is not None and path.exists():  # a missing file: preflight names it with the others
+        training.check({**data, "path": str(path)}, settings)
 
 
 def default_config_path() -> Path:

@@ -10,12 +10,12 @@ refused once, listing three, instead of failing on the first after hours of work
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from pacs.captioner.orchestration.backbone_source import BackboneSource
-from pacs.captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig
+from pacs.captioner.orchestration.pipeline_config import REWARD_MODEL_SLOTS, PipelineConfig, made_checkpoints
 from pacs.metric.common.errors import InputError
 
 #: evaluation.contrastive_models accepts the slot names of `reward_models`
@@ -97,11 +97,14 @@ def two_origins_problem(source: BackboneSource, key: str) -> str | None:
             f"keep one (to load the file, remove {key}.random_config: {key}.random_config={{}})")
 
 
-def source_problem(source: BackboneSource, key: str) -> str | None:
-    """Why the model a `BackboneSource` describes cannot be built (None when it can, as far as files tell)."""
+def source_problem(source: BackboneSource, key: str, made: Collection[Path] = ()) -> str | None:
+    """Why the model a `BackboneSource` describes cannot be built (None when it can, as far as files tell;
+    `made`: checkpoints a stage of the run makes before any stage reads them, not checked)."""
     problem = two_origins_problem(source, key)
     if problem or source.random_config:
         return problem
+    if source.checkpoint and Path(source.checkpoint) in made:
+        return None
     if source.checkpoint:
         path = Path(source.checkpoint).expanduser()
         if not path.exists():
@@ -172,14 +175,17 @@ def _run_dir_problem(run_dir: str) -> str | None:
     return None
 
 
-def preflight_problems(config: PipelineConfig) -> list[str]:
-    """One line per thing the run's stages need and do not have (empty: ready to start)."""
+def preflight_problems(config: PipelineConfig, made_earlier: Collection[Path] = ()) -> list[str]:
+    """One line per thing the run's stages need and do not have (empty: ready to start; `made_earlier`: model
+    files made earlier in the same run, by another seed's stages)."""
+
     from pacs.eval.java_metrics import missing_java_problems
     from pacs.metric.scoring.registry import METRICS
     from pacs.rewards.registry import parse_reward_spec
     from pacs.rewards.slug import reward_slug
 
     problems: list[str] = []
+    made = {*made_checkpoints(config), *(Path(path) for path in made_earlier)}  # checkpoints of the run's stages
     problem = _run_dir_problem(config.run_dir)
     if problem:
         problems.append(problem)
@@ -190,7 +196,7 @@ def preflight_problems(config: PipelineConfig) -> list[str]:
     if features and config.features.cache_dir and not Path(config.features.cache_dir).expanduser().is_dir():
         problems.append(f"features.cache_dir: folder {config.features.cache_dir} not found; set it to the folder "
                         "of precomputed feature caches, or to '' to extract features")
-    problem = source_problem(config.features.source, "features.source") if features else None
+    problem = source_problem(config.features.source, "features.source", made) if features else None
     if problem:
         problems.append(problem)
     slots = dict(REWARD_MODEL_SLOTS)
@@ -203,7 +209,7 @@ def preflight_problems(config: PipelineConfig) -> list[str]:
     for slot in needed_slots(config):
         source = getattr(config.reward_models, slot)
         if source_given(source):
-            problem = source_problem(source, f"reward_models.{slot}")
+            problem = source_problem(source, f"reward_models.{slot}", made)
             if problem:
                 users = [f"reward {spec}" for spec in config.rewards if slot in reward_slots([spec])]
                 if slot in evaluation_slots(config):
@@ -227,9 +233,9 @@ def preflight_problems(config: PipelineConfig) -> list[str]:
     return problems
 
 
-def check_before_start(config: PipelineConfig, where: str = "config") -> None:
+def check_before_start(config: PipelineConfig, where: str = "config", made_earlier: Collection[Path] = ()) -> None:
     """InputError listing every `preflight_problems` line (one error for all of them); nothing when ready."""
-    problems = preflight_problems(config)
+    problems = preflight_problems(config, made_earlier)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         raise InputError(f"{where}: the run cannot start ({count}, nothing was written): "

@@ -20,6 +20,7 @@ from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.captioner_stages import captioner_kind
 from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.guarded_stages import reward_rows
+from pacs.captioner.orchestration.metric_training import with_metric_models
 from pacs.captioner.orchestration.pipeline import run_pipeline
 from pacs.captioner.orchestration.pipeline_config import PipelineConfig
 from pacs.captioner.orchestration.recipe_findings import reward_findings
@@ -32,15 +33,20 @@ logger = logging.getLogger(__name__)
 
 
 def seed_configs(config: PipelineConfig) -> list[tuple[int, PipelineConfig]]:
-    """One config per seed of `config.seeds`: its own run directory `<run_dir>/seed-<s>`, the first seed's features."""
+    """One config per seed of `config.seeds`: its own run directory `<run_dir>/seed-<s>`, the first seed's features
+    (and its `metric_training` models: the later seeds read them, as the demo's seeds share its metric stages)."""
     first = Path(config.run_dir) / f"seed-{config.seeds[0]}"
+    shared = with_metric_models(dataclasses.replace(config, run_dir=str(first)))  # the first seed's metric models
     out = []
     for index, seed in enumerate(config.seeds):
-        features = config.features
-        if index and not features.cache_dir:
-            features = dataclasses.replace(features, cache_dir=str(first / "features"))
-        out.append((seed, dataclasses.replace(config, seed=seed, seeds=[], features=features,
-                                              run_dir=str(Path(config.run_dir) / f"seed-{seed}"))))
+        seeded = dataclasses.replace(config, seed=seed, seeds=[], run_dir=str(Path(config.run_dir) / f"seed-{seed}"))
+        if index and config.metric_training is not None:  # metric_training: trained once, by the first seed
+            seeded = dataclasses.replace(seeded, metric_training=None, features=shared.features,
+                                         reward_models=shared.reward_models)
+        if index and not seeded.features.cache_dir:
+            seeded = dataclasses.replace(seeded, features=dataclasses.replace(seeded.features,
+                                                                              cache_dir=str(first / "features")))
+        out.append((seed, seeded))
     return out
 
 

@@ -17,6 +17,8 @@ hashed) and the output ids of the stages it reads from. On a re-run:
   makes the old checkpoints worthless: it then re-runs from scratch, and so does one whose earlier start never
   took a step: no checkpoint in its `progress` folder). A non-resumable unfinished stage simply starts over;
 - `force` names stages to re-run from scratch whatever their records say (`eval` names every `eval/...`).
+- a file one stage makes and others read (a checkpoint; `makes`) makes that stage upstream of each reader, found
+  in the reader's inputs.
 
 `plan` (a runner made with `planning=True`: `pacs train --dry-run`) makes the same decision from the same
 fingerprint without running, deleting or recording anything, and says why; a stage below one that would run
@@ -209,6 +211,28 @@ class StageRunner:
         self.skipped: list[str] = []
         self.seconds: dict[str, float] = {}
         self._started: dict[str, tuple[float, str]] = {}
+        self.made: dict[Path, str] = {}  # file -> the stage of this run that makes it (`makes`)
+
+    def makes(self, stage: str, path: str | os.PathLike) -> None:
+        """Record that stage `stage` makes file `path`: any later stage whose inputs name that file reads it from
+        `stage`, which becomes its upstream (it re-runs, and plans to, whenever `stage` does)."""
+        self.made[Path(path).expanduser().resolve()] = stage
+
+    def with_makers(self, upstream: Sequence[str], inputs: Mapping[str, Any] | None) -> list[str]:
+        """`upstream` plus the stages that make a file `inputs` names (`makes`), in the order they were recorded."""
+        named: set[Path] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, Mapping):
+                path = value.get("path")
+                if isinstance(path, str):
+                    named.add(Path(path))
+                for child in value.values():
+                    walk(child)
+
+        walk(inputs or {})
+        makers = [stage for path, stage in self.made.items() if path in named]
+        return [*upstream, *dict.fromkeys(stage for stage in makers if stage not in upstream)]
 
     def folder(self, name: str) -> Path:
         """The default output folder of stage `name` (`<run_dir>/<name>`)."""
@@ -258,6 +282,7 @@ class StageRunner:
 
         Unless skipped, the caller produces the outputs and then calls `finish(name)` (`run` does both).
         """
+        upstream = self.with_makers(upstream, inputs)
         missing = [u for u in upstream if u not in self.ids]
         if missing:
             raise ValueError(f"stage {name}: upstream stages {missing} have not run")
@@ -298,6 +323,9 @@ class StageRunner:
         missing = [u for u in upstream if u not in self.ids]
         if missing:
             raise ValueError(f"stage {name}: upstream stages {missing} have not been planned")
+        if self.made:  # the files it reads may be made by a stage of this run: their makers are upstream too
+            inputs = inputs() if callable(inputs) else inputs
+            upstream = self.with_makers(upstream, inputs)
         rerun = [u for u in upstream if u in self.ran + self.resumed]
         if rerun and not any(matches(force, name) for force in self.force):
             # its fingerprint needs what the upstream stage would make: it runs, whatever its record says

@@ -169,34 +169,64 @@ def test_the_oracle_reward_needs_a_world(tmp_path, shared_data):
         run_from_config(str(config), [])
 
 
-@pytest.mark.slow
-def test_the_worlds_own_clip_and_pacs_from_a_metric_only_demo_feed_a_recipe_on_that_world(tmp_path):
-    """The two commands of world_smoke.yaml at toy sizes: a metric-only demo (data, clip, pacs, correlation) on a
-    world, then a recipe on the same world whose features, CLIP-S and PAC-S++ come from the demo's checkpoints."""
-    from pacs.metric.common.config_files import packaged_config
-    from pacs.metric.models.factory import load_backbone
-    from pacs.metric.scoring.scorer import Scorer
+METRICS = {"clip": {"max_steps": 20, "eval_every": 10}, "pacs": {"max_steps": 2, "eval_every": 1}}
+"""The metric stages at toy sizes, over demo_smoke's."""
 
-    demo = tmp_path / "demo.yaml"  # a demo config with a `_base_`: the recipe reads its merged world
-    demo.write_text(yaml.safe_dump({"_base_": str(packaged_config("demo_smoke")), "demo": {
-        "run_dir": str(tmp_path / "metrics"), "captioning": False, "world": {"n_train": 64, "n_val": 32, "n_test": 6},
-        "clip": {"max_steps": 20, "eval_every": 10}, "pacs": {"max_steps": 2, "eval_every": 1},
-        "correlation": {"n_images": 6, "candidates_per_image": 2, "bootstrap_resamples": 10}}}), encoding="utf-8")
-    run_from_config(str(demo), [])
-    clip, pacs = (tmp_path / "metrics" / stage / "checkpoint.safetensors" for stage in ("clip", "pacs"))
+
+def _world_smoke(tmp_path: Path, demo: Path) -> dict:
+    """world_smoke.yaml at toy sizes on the world of the demo config `demo`, its metric stages `METRICS`."""
+    from pacs.metric.common.config_files import packaged_config
+
     recipe = yaml.safe_load(packaged_config("world_smoke").read_text(encoding="utf-8"))
     world_set = {"name": "demo-world", "path": str(demo), "image_root": str(tmp_path / "images")}
     recipe.update(run_dir=str(tmp_path / "run"), rewards=["pac-s++"])
     recipe["data"].update(world_set, max_val_images=4)
-    recipe["features"]["source"]["checkpoint"] = str(clip)
-    recipe["reward_models"]["clip"]["checkpoint"] = str(clip)
-    recipe["reward_models"]["pac"]["checkpoint"] = str(pacs)
+    for stage, settings in METRICS.items():
+        recipe["metric_training"][stage].update(settings)
     recipe["xe"].update(max_steps=4, eval_every=4, save_every=4,
                         schedule={"warmup_steps": 1, "constant_until": 2, "decay_until": 4})
     recipe["scst"].update(max_steps=2, save_every=2, monitor_every=0)
     recipe["evaluation"].update(test_sets={"world": {**world_set, "split": "test"}}, bootstrap=20)
-    run_from_config(_write(tmp_path, recipe), [])
+    return recipe
+
+
+def _metric_demo(tmp_path: Path) -> Path:
+    """A demo config on demo_smoke with a `_base_` and a toy world: the recipe reads its merged world."""
+    from pacs.metric.common.config_files import packaged_config
+
+    demo = tmp_path / "demo.yaml"
+    demo.write_text(yaml.safe_dump({"_base_": str(packaged_config("demo_smoke")), "demo": {
+        "run_dir": str(tmp_path / "metrics"), "captioning": False, "world": {"n_train": 64, "n_val": 32, "n_test": 6},
+        **METRICS, "correlation": {"n_images": 6, "candidates_per_image": 2, "bootstrap_resamples": 10}}}),
+        encoding="utf-8")
+    return demo
+
+
+@pytest.mark.slow
+def test_a_recipe_trains_the_worlds_clip_and_pacs_as_the_demo_does_and_reads_them(tmp_path):
+    """metric_training (world_smoke.yaml at toy sizes): stages clip and pacs make the models a metric-only demo run
+    makes on the same world with the same settings and seed; they are the features' backbone and the CLIP-S and
+    PAC-S++ models; a change of the PAC-S++ settings re-runs what reads PAC-S++ and keeps the features and XE."""
+    from safetensors.torch import load_file
+
+    from pacs.metric.models.factory import load_backbone
+    from pacs.metric.scoring.scorer import Scorer
+
+    demo = _metric_demo(tmp_path)
+    run_from_config(str(demo), [])
+    config = _write(tmp_path, _world_smoke(tmp_path, demo))
+    plan = _plan_of(plan_from_config(config, []))
+    assert list(plan)[:4] == ["clip", "pacs", "vocab", "features/train"]
+    assert plan["pacs"] == "upstream clip re-runs" and "upstream clip" in plan["features/train"]
+    run_from_config(config, [])
     run = tmp_path / "run"
+    for stage in ("clip", "pacs"):  # the demo's stage of the same name, on one thread in both: the same tensors
+        demo_tensors = load_file(tmp_path / "metrics" / stage / "checkpoint.safetensors")
+        recipe_tensors = load_file(run / stage / "checkpoint.safetensors")
+        assert recipe_tensors.keys() == demo_tensors.keys()
+        assert all(torch.equal(recipe_tensors[key], demo_tensors[key]) for key in demo_tensors), stage
+        assert (run / stage / "history.csv").read_text().startswith("step,")
+    clip, pacs = (run / stage / "checkpoint.safetensors" for stage in ("clip", "pacs"))
     captioner = json.loads((run / "xe" / "best" / "captioner.json").read_text())
     assert captioner["features"]["checkpoint"] == str(clip)
     for model in ("xe", "pac-s++"):
@@ -210,6 +240,59 @@ def test_the_worlds_own_clip_and_pacs_from_a_metric_only_demo_feed_a_recipe_on_t
                 images, texts).scores
             assert record["values"][column] == pytest.approx(list(expected), abs=1e-5), (model, column)
         assert "Judge-acc" in record["values"]
+    assert set(_plan_of(plan_from_config(config, [])).values()) == {("finished with the same fingerprint, its "
+                                                                     "outputs verified")}
+    changed = _plan_of(plan_from_config(config, ["metric_training.pacs.max_steps=3"]))
+    kept = [name for name, why in changed.items() if why.startswith("finished")]
+    assert kept == ["clip", "vocab", "features/train", "xe", "features/world", "eval/xe/world"] or \
+        kept == ["clip", "vocab", "features/train", "xe", "features/world"], changed
+    assert changed["pacs"] == "re-running: pacs.max_steps 2 -> 3"
+    assert "pacs" in changed["scst-pac-s++"]
+
+
+def test_metric_training_needs_a_world_and_no_other_model_for_what_it_trains(tmp_path, shared_data):
+    """metric_training is refused, naming the key, on a data set without training data of its own, beside another
+    feature backbone, CLIP-S or PAC-S++ model or precomputed features, and with a batch its world cannot fill."""
+    demo = _metric_demo(tmp_path)
+    recipe = _world_smoke(tmp_path, demo)
+    flickr = {"name": "flickr8k", "path": str(shared_data / "flickr8k" / "dataset_flickr8k.json")}
+    cases = [({"data": {**recipe["data"], **flickr}}, (r"data set 'flickr8k' does not train its own contrastive "
+              r"models \(data sets that do: demo-world\)")),
+             ({"features": {**recipe["features"], "source": {"backbone": "ViT-B-16/openai"}}},
+              r"metric_training: features.source is stage clip's checkpoint .*remove features.source"),
+             ({"reward_models": {**recipe["reward_models"], "pac": {"checkpoint": str(tmp_path / "x.pt")}}},
+              r"metric_training: reward_models.pac is stage pacs's checkpoint"),
+             ({"features": {**recipe["features"], "cache_dir": str(tmp_path)}},
+              r"features.cache_dir=.* names features made elsewhere"),
+             ({"metric_training": {**recipe["metric_training"], "clip": {"batch_size": 64}}},
+              r"metric_training.clip.batch_size=64: expected <= the 32 world.n_val validation pairs")]
+    for change, message in cases:
+        with pytest.raises(InputError, match=message):
+            run_from_config(_write(tmp_path, {**recipe, **change}), [])
+        assert not (tmp_path / "run").exists()
+
+
+def test_later_seeds_read_the_first_seeds_metric_models(tmp_path):
+    """With seeds, the first seed trains clip and pacs; the others plan no metric stage and read its checkpoints
+    (not made yet in a dry run: not refused)."""
+    from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+    from pacs.captioner.orchestration.seed_runs import seed_configs
+    from pacs.metric.common.config import config_data, from_dict
+
+    demo = _metric_demo(tmp_path)
+    recipe = {**_world_smoke(tmp_path, demo), "seeds": [0, 1]}
+    config = _write(tmp_path, recipe)
+    plan = plan_from_config(config, [])
+    first, second = plan.split("seed 1: ", 1)
+    assert "  run     clip " in first and "  run     pacs " in first
+    assert " clip " not in second and " pacs " not in second
+    loaded = from_dict(PipelineConfig, config_data(PipelineConfig, Path(config), []), config)
+    (_, zero), (_, one) = seed_configs(loaded)
+    made = {stage: str(tmp_path / "run" / "seed-0" / stage / "checkpoint.safetensors") for stage in ("clip", "pacs")}
+    assert zero.metric_training is not None and one.metric_training is None
+    assert (one.features.source.checkpoint, one.reward_models.clip.checkpoint, one.reward_models.pac.checkpoint) == (
+        made["clip"], made["clip"], made["pacs"])
+    assert one.features.cache_dir == str(tmp_path / "run" / "seed-0" / "features")
 
 
 def test_a_world_is_fingerprinted_by_its_merged_settings_and_a_packaged_name_is_a_world(tmp_path):
