@@ -137,7 +137,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     """Stage `scst-<reward>`: SCST from the XE captioner with one reward (beam samples, mean baseline).
 
     Runs on every process (`micro_batch_size` per process); only the main process writes files. With `scorers`
-    the model is also scored on held-out validation images every `scst.monitor_every` steps
+    the model is also scored on held-out validation images every `scst.judge_monitor_every` steps
     (`logs/scst_val-<reward>.csv`; its step 0 is the XE model, also written to `logs/scst_val.reference.json`).
     `seed` (default `config.seed`): the training seed. `mix_normalisation` (`scst.normalised_rewards`):
     `normalize_then_sum` normalises each reward component within the image's k samples first (`pacs.rewards.mix`).
@@ -149,12 +149,12 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
     if guard is None and kl_coef is not None:
         guard = {"kl_coef": kl_coef}
     stage, guarded = config.scst, guard is not None
-    guards: dict[str, Any] = {"monitor_every": stage.hacking_monitor_every,  # the hacking monitor, every run
-                              "monitor_images": stage.hacking_monitor_images}
+    guards: dict[str, Any] = {"monitor_every": stage.monitor_every,  # the hacking monitor, every run
+                              "monitor_images": stage.monitor_images}
     if guard is not None:  # docs/demo.md "Guards": the recipe's SCST guard keys, the checkpoint chosen on validation
         guards.update(guard_choice.scst_keys(guard),
-                      monitor_every=config.guarded.monitor_every or stage.hacking_monitor_every,
-                      monitor_images=config.guarded.monitor_images or stage.hacking_monitor_images)
+                      monitor_every=config.guarded.monitor_every or stage.monitor_every,
+                      monitor_images=config.guarded.monitor_images or stage.monitor_images)
         kl_coef = guards.get("kl_coef")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.max_steps, epochs=BIG, samples=stage.samples,
@@ -173,12 +173,11 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         policy = hf_captioner.load_policy(config, data, xe_folder / "best", process_state().device, scst.seed)
         captioner = hf_captioner.greedy_captioner(policy)
     monitor = None
-    if scorers is not None and stage.monitor_every:
+    if scorers is not None and stage.judge_monitor_every:
         vocab = None if policy is not None else load_vocab(xe_folder / "vocab.json")
-        monitor = ScstMonitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.monitor_every,
-                              stage.monitor_images, stage.max_steps, captioner)
-    validation = {item.image_id: item.references for item in data.splits["val"]} if stage.hacking_monitor_every \
-        else None
+        monitor = ScstMonitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.judge_monitor_every,
+                              stage.judge_monitor_images, stage.max_steps, captioner)
+    validation = {item.image_id: item.references for item in data.splits["val"]} if stage.monitor_every else None
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
                         on_step=monitor, validation=validation, policy=policy)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -14,6 +15,7 @@ from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 from pacs.metric.common.config import (
+    DEFAULT_ALIASES_REMOVED_IN,
     MAX_BEAM,
     MAX_RESAMPLES,
     MAX_THREADS,
@@ -157,10 +159,14 @@ class ScstStageConfig:
     log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 5
     samples: str = "beam"  # or "multinomial" (pacs.captioner.modeling.train_scst.SAMPLINGS)
     baseline: str = "mean"  # or "loo" (mean of the other samples), "greedy"
-    monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10  # held-out validation scores every N steps (0: off)
-    monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 100
-    hacking_monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10  # the hacking monitor (length, Rep-n, distinct-n, validation
-    hacking_monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 300  # CIDEr-D, reward) every N steps on these many val images (0: off)
+    # the hacking monitor (length, Rep-n, distinct-n, validation CIDEr-D, reward) every N steps on these many
+    # validation images (0: off): SCSTConfig's `monitor_every` / `monitor_images`, a recipe's keys
+    monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10
+    monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 300
+    # the judge's curves: greedy captions of these many validation images scored by the judge and the metrics every
+    # N steps (logs/scst_val-<reward>.csv; 0: off)
+    judge_monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 10
+    judge_monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 100
 
     def validate(self) -> None:
         """Rewards, sampling and baseline are checked when the config is loaded, before any stage runs."""
@@ -199,11 +205,11 @@ class GuardedScstConfig(GuardedConfig):
     signatures; never test, never the judge), the KL row `scst <reward> +KL`, the combination `scst <reward> +guards`,
     and the cadence of the guarded runs' hacking monitor."""
 
-    # the selection signal is the hacking monitor's validation CIDEr-D (scst.hacking_monitor_*; must be on)
+    # the selection signal is the hacking monitor's validation CIDEr-D (scst.monitor_*; must be on)
     monitor_every: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 0  # the hacking monitor's cadence in the guarded
-    # runs, the steps their checkpoint is chosen among (0: scst.hacking_monitor_every, as in the unguarded runs)
+    # runs, the steps their checkpoint is chosen among (0: scst.monitor_every, as in the unguarded runs)
     monitor_images: Annotated[NonNegativeInt, Le(20_000)] = 0  # validation images of the guarded runs' hacking
-    # monitor, whose CIDEr-D chooses their checkpoint (0: scst.hacking_monitor_images)
+    # monitor, whose CIDEr-D chooses their checkpoint (0: scst.monitor_images)
 
     def validate(self) -> None:
         """Guarded rewards must be trained by the demo, and the guards' grids be valid (`GuardedConfig.validate`)."""
@@ -215,12 +221,48 @@ RECORDED_NAMES: dict[type, dict[str, str]] = {
     ClipStageConfig: {"max_steps": "steps"},
     PacsStageConfig: {"max_steps": "steps"},
     XEStageConfig: {"max_steps": "steps", "eval_every": "val_every", "val_max_images": "val_images"},
-    ScstStageConfig: {"max_steps": "steps", "k": "beam_size"},
+    ScstStageConfig: {"max_steps": "steps", "k": "beam_size", "monitor_every": "hacking_monitor_every",
+                      "monitor_images": "hacking_monitor_images", "judge_monitor_every": "monitor_every",
+                      "judge_monitor_images": "monitor_images"},
 }
 """Section class -> {key: the name its stages' settings record it under}: the names of 0.6 and before. Stage
 fingerprints hash these settings, so a run folder finished before the 0.7 renames is reused, not re-run (done runs
 stay done). It outlives `DEPRECATED_ALIASES` (which only reads the old names from YAML and overrides, until 0.8):
 changing it re-runs every finished stage."""
+
+
+SCST_MONITOR_RENAMES = {"hacking_monitor_every": "monitor_every", "hacking_monitor_images": "monitor_images",
+                        "monitor_every": "judge_monitor_every", "monitor_images": "judge_monitor_images"}
+"""The demo's `scst` monitor keys of 0.6 -> 0.7: the hacking monitor takes a recipe's names (`monitor_*`), and the
+judge's curves, which had them, become `judge_monitor_*`. Applied to a section of the 0.6 layout (one that names a
+`hacking_monitor_*` key) until 0.8, with one deprecation line per key."""
+
+
+def migrate_scst_monitors(section: Any, where: str) -> Any:
+    """A demo `scst` section (a mapping) in 0.7's monitor names: a 0.6 section (naming `hacking_monitor_*`) renamed
+    by `SCST_MONITOR_RENAMES` (one deprecation line per key); a section naming `monitor_*` and neither `hacking_monitor_*` nor
+    `judge_monitor_*` is read in 0.7's names, with one warning that the meaning moved (never silently)."""
+    if not isinstance(section, dict):
+        return section
+    old = [key for key in section if key.startswith("hacking_monitor_")]
+    if old:
+        both = [key for key in section if key.startswith("judge_monitor_")]
+        if both:
+            raise InputError(f"{where}: scst.{old[0]} (0.6's name of the hacking monitor) and scst.{both[0]} (0.7's "
+                             "names) in one section; write 0.7's: monitor_every / monitor_images (the hacking "
+                             "monitor) and judge_monitor_every / judge_monitor_images (the judge's curves)")
+        for key, new in SCST_MONITOR_RENAMES.items():
+            if key in section:  # one line per key, as the other renamed keys (`DEPRECATED_ALIASES`)
+                message = (f"{where}: scst.{key} is deprecated (removed in pacs {DEFAULT_ALIASES_REMOVED_IN}): use "
+                           f"scst.{new} (0.7 gives the hacking monitor a recipe's names)")
+                warnings.warn(message, DeprecationWarning, stacklevel=2)
+                logger.warning("%s", message)
+        return {SCST_MONITOR_RENAMES.get(key, key): value for key, value in section.items()}
+    moved = [key for key in ("monitor_every", "monitor_images") if key in section]
+    if moved and not any(key.startswith("judge_monitor_") for key in section):
+        logger.warning("%s: scst.%s is the hacking monitor since 0.7 (a recipe's name); before 0.7 it set the judge's "
+                       "curves, now scst.judge_monitor_every / judge_monitor_images", where, " and ".join(moved))
+    return section
 
 
 def recorded_settings(section: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
@@ -343,9 +385,9 @@ class DemoConfig:
                            self.run_path())
         if len(set(self.seeds)) != len(self.seeds):
             raise InputError(f"seeds={self.seeds}: a seed is listed twice")
-        if self.guarded.rewards and not (self.scst.hacking_monitor_every and self.scst.hacking_monitor_images):
+        if self.guarded.rewards and not (self.scst.monitor_every and self.scst.monitor_images):
             raise InputError("guarded.rewards: the guarded runs are selected by the hacking monitor's validation "
-                             "CIDEr-D; set scst.hacking_monitor_every and scst.hacking_monitor_images > 0")
+                             "CIDEr-D; set scst.monitor_every and scst.monitor_images > 0")
         world = self.world
         check_metric_fit(world, self.clip, self.pacs)
         if self.captioner.transformers:  # the transformers captioner's own ViT

@@ -19,7 +19,7 @@ import torch
 
 from pacs.captioner.demo import captioning, correlation, metric_stages
 from pacs.captioner.demo.captioning import DEMO_COLUMNS, guarded_label, normalised_label
-from pacs.captioner.demo.config import DemoConfig, recorded_settings
+from pacs.captioner.demo.config import DemoConfig, migrate_scst_monitors, recorded_settings
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
 from pacs.captioner.orchestration import findings, judge_correlation, results_files, run_records
@@ -81,6 +81,8 @@ def _renamed_demo(data: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         return data
     where = source if source == "override" else f"{source}:demo"
+    if "scst" in section:
+        section = {**section, "scst": migrate_scst_monitors(section["scst"], where)}
     return {**data, "demo": rename_deprecated(DemoConfig, section, where)}
 
 

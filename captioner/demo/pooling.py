@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.demo.config import DemoConfig
+from pacs.captioner.demo.config import DemoConfig, migrate_scst_monitors
 from pacs.captioner.orchestration import recipe_pooling, results_files, run_records
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
@@ -66,7 +66,10 @@ def run_config(run_dir: Path) -> DemoConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise InputError(f"{run_dir}: not a demo run directory (no config.yaml)")
-    return from_dict(DemoConfig, load_yaml(path), str(path))
+    recorded = load_yaml(path)
+    if "scst" in recorded:  # a run of 0.6 recorded the monitors' old names
+        recorded = {**recorded, "scst": migrate_scst_monitors(recorded["scst"], str(path))}
+    return from_dict(DemoConfig, recorded, str(path))
 
 
 def _trained_settings(config: DemoConfig) -> dict[str, Any]:

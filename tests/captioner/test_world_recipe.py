@@ -173,6 +173,12 @@ METRICS = {"clip": {"max_steps": 20, "eval_every": 10}, "pacs": {"max_steps": 2,
 """The metric stages at toy sizes, over demo_smoke's."""
 
 
+def _reasons(plan: str) -> dict[str, str]:
+    """{stage: why} of a `--dry-run` plan (the text after its verdict and name)."""
+    stages = plan.split("stages, in order:\n", 1)[1].splitlines()
+    return {line.split()[1]: line.split(None, 2)[2] for line in stages if line.startswith("  ")}
+
+
 def _world_smoke(tmp_path: Path, demo: Path) -> dict:
     """world_smoke.yaml at toy sizes on the world of the demo config `demo`, its metric stages `METRICS`."""
     from pacs.metric.common.config_files import packaged_config
@@ -215,7 +221,7 @@ def test_a_recipe_trains_the_worlds_clip_and_pacs_as_the_demo_does_and_reads_the
     demo = _metric_demo(tmp_path)
     run_from_config(str(demo), [])
     config = _write(tmp_path, _world_smoke(tmp_path, demo))
-    plan = _plan_of(plan_from_config(config, []))
+    plan = _reasons(plan_from_config(config, []))
     assert list(plan)[:4] == ["clip", "pacs", "vocab", "features/train"]
     assert plan["pacs"] == "upstream clip re-runs" and "upstream clip" in plan["features/train"]
     run_from_config(config, [])
@@ -240,9 +246,9 @@ def test_a_recipe_trains_the_worlds_clip_and_pacs_as_the_demo_does_and_reads_the
                 images, texts).scores
             assert record["values"][column] == pytest.approx(list(expected), abs=1e-5), (model, column)
         assert "Judge-acc" in record["values"]
-    assert set(_plan_of(plan_from_config(config, [])).values()) == {("finished with the same fingerprint, its "
+    assert set(_reasons(plan_from_config(config, [])).values()) == {("finished with the same fingerprint, its "
                                                                      "outputs verified")}
-    changed = _plan_of(plan_from_config(config, ["metric_training.pacs.max_steps=3"]))
+    changed = _reasons(plan_from_config(config, ["metric_training.pacs.max_steps=3"]))
     kept = [name for name, why in changed.items() if why.startswith("finished")]
     assert kept == ["clip", "vocab", "features/train", "xe", "features/world", "eval/xe/world"] or \
         kept == ["clip", "vocab", "features/train", "xe", "features/world"], changed

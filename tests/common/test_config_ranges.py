@@ -28,7 +28,7 @@ SMOKE = REPO / "recipes" / "configs" / "demo_smoke.yaml"
 # (key, a value outside its range); the demo's through recipes/configs/demo_smoke.yaml
 DEMO_BAD = [
     ("correlation.bootstrap_resamples", 0), ("guarded.rep_penalty", -0.1), ("guarded.length_penalty", -0.1),
-    ("scst.hacking_monitor_every", -1), ("scst.hacking_monitor_images", -1), ("guarded.monitor_every", -1),
+    ("scst.monitor_every", -1), ("scst.monitor_images", -1), ("guarded.monitor_every", -1),
     ("guarded.monitor_images", -1),
     ("seed", -1), ("seed", 2**32), ("threads", 0), ("threads", -2), ("parallel_seeds", 0),
     ("world.seed", -1), ("world.image_size", 0), ("world.max_objects", 0), ("world.max_objects", 4),
@@ -48,7 +48,7 @@ DEMO_BAD = [
     ("xe.batch_size", 0), ("xe.micro_batch_size", -1), ("xe.lr", 0.0), ("xe.warmup_steps", -1),
     ("xe.log_every", 0), ("xe.eval_every", 0), ("xe.val_max_images", -1),
     ("scst.max_steps", 0), ("scst.batch_size", 0), ("scst.micro_batch_size", -1), ("scst.k", 0),
-    ("scst.lr", 0.0), ("scst.log_every", 0), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
+    ("scst.lr", 0.0), ("scst.log_every", 0), ("scst.judge_monitor_every", -1), ("scst.judge_monitor_images", -1),
     ("evaluate.beam_size", 0), ("evaluate.gallery_size", -1), ("evaluate.bootstrap_resamples", 0),
     ("captioner.hidden_size", 1), ("captioner.layers", 0), ("captioner.heads", 0), ("captioner.intermediate_size", 0),
     ("captioner.vision_hidden_size", 1), ("captioner.vision_layers", 0), ("captioner.vision_heads", 0),
@@ -267,7 +267,7 @@ DEMO_BOUNDARIES = [
     "clip.micro_batch_size=0", "clip.batch_size=2 clip.micro_batch_size=1", "pacs.batch_size=64", "pacs.lambda_v=0", "pacs.alpha=1e-3",
     "correlation.candidates_per_image=2", "correlation.n_images=1", "xe.dropout=0", "xe.dropout=0.999",
     "xe.warmup_steps=0", "xe.val_max_images=0", "xe.batch_size=480", "xe.micro_batch_size=0", "scst.batch_size=160",
-    "scst.monitor_every=0", "scst.monitor_images=0", "evaluate.gallery_size=0", "evaluate.gallery_size=100",
+    "scst.judge_monitor_every=0", "scst.judge_monitor_images=0", "evaluate.gallery_size=0", "evaluate.gallery_size=100",
     "name=my-run_2.b", "runs_dir=/tmp/elsewhere",
 ]
 

@@ -11,9 +11,9 @@ from pacs.metric.common.errors import InputError
 
 
 def test_guarded_runs_need_the_validation_signal_they_are_selected_by():
-    with pytest.raises(InputError, match="scst.hacking_monitor_every"):
-        load_demo_config(None, ["scst.hacking_monitor_every=0"])
-    assert load_demo_config(None, ["scst.hacking_monitor_every=0", "guarded.rewards=[]"]).guarded.rewards == []
+    with pytest.raises(InputError, match="set scst.monitor_every and scst.monitor_images > 0"):
+        load_demo_config(None, ["scst.monitor_every=0"])
+    assert load_demo_config(None, ["scst.monitor_every=0", "guarded.rewards=[]"]).guarded.rewards == []
     with pytest.raises(InputError, match="listed twice"):
         load_demo_config(None, ["guarded.kl_coefs=[0.1,0.1]"])
     with pytest.raises(InputError, match="needs a pac-s model"):

@@ -120,9 +120,52 @@ def test_the_removal_release_is_the_class_attribute(tmp_path: Path) -> None:
 
 
 def test_recorded_names_are_the_old_names_of_the_aliases() -> None:
-    """While the old names load, the names the stages record are exactly the renamed ones, reversed."""
+    """While the old names load, the names the stages record are exactly the renamed ones, reversed (scst: its
+    aliases and its monitors' renames, `SCST_MONITOR_RENAMES`)."""
     for cls, names in demo_config.RECORDED_NAMES.items():
-        assert {new: old for old, new in cls.DEPRECATED_ALIASES.items()} == names, cls
+        renamed = {**cls.DEPRECATED_ALIASES, **(demo_config.SCST_MONITOR_RENAMES
+                                                if cls is demo_config.ScstStageConfig else {})}
+        assert {new: old for old, new in renamed.items()} == names, cls
+
+
+# 0.6's scst monitor keys -> 0.7's: the hacking monitor takes a recipe's names, the judge's curves `judge_monitor_*`
+OLD_MONITORS = {"monitor_every": 4, "monitor_images": 6, "hacking_monitor_every": 3, "hacking_monitor_images": 5}
+NEW_MONITORS = {"judge_monitor_every": 4, "judge_monitor_images": 6, "monitor_every": 3, "monitor_images": 5}
+
+
+def test_a_06_scst_section_loads_its_monitors_under_their_new_names_with_one_line_per_key(tmp_path: Path) -> None:
+    old_file, new_file = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old_file.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {"scst": OLD_MONITORS}}))
+    new_file.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {"scst": NEW_MONITORS}}))
+    with pytest.warns(DeprecationWarning) as caught:
+        old = load_demo_config(old_file, [])
+    said = sorted(str(w.message) for w in caught if MARK in str(w.message))
+    assert said == sorted(f"{old_file}:demo: scst.{key} {MARK} 0.8): use scst.{new} (0.7 gives the hacking "
+                          "monitor a recipe's names)" for key, new in demo_config.SCST_MONITOR_RENAMES.items())
+    new, quiet = _load(new_file)
+    assert quiet == [] and old == new
+    assert (new.scst.monitor_every, new.scst.monitor_images, new.scst.judge_monitor_every,
+            new.scst.judge_monitor_images) == (3, 5, 4, 6)
+    # the stage records them under 0.6's names: a run finished before the rename is reused
+    assert scst_stage_settings(new, 1, "cider", {})["scst"] | OLD_MONITORS == scst_stage_settings(new, 1, "cider", {})[
+        "scst"]
+    record = tmp_path / "run"  # a 0.6 run folder's config.yaml (pooling reads it)
+    record.mkdir()
+    (record / "config.yaml").write_text(yaml.safe_dump({"scst": OLD_MONITORS}))
+    assert run_config(record).scst == from_dict(DemoConfig, {"scst": NEW_MONITORS}).scst
+
+
+def test_both_layouts_in_one_scst_section_are_refused_and_a_moved_key_is_said(tmp_path: Path, caplog) -> None:
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {"scst": {"hacking_monitor_every": 3,
+                                                                             "judge_monitor_every": 4}}}))
+    with pytest.raises(InputError, match=r"scst.hacking_monitor_every \(0.6's name of the hacking monitor\) and "
+                                         r"scst.judge_monitor_every \(0.7's names\) in one section"):
+        load_demo_config(mixed, [])
+    with caplog.at_level("WARNING"):
+        config = load_demo_config(SMOKE, ["scst.monitor_every=2"])
+    assert config.scst.monitor_every == 2
+    assert "override: scst.monitor_every is the hacking monitor since 0.7" in caplog.text
 
 
 # The settings of the stages (what their fingerprints hash), written out by hand in the names of 0.6.
