@@ -13,10 +13,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from pacs.captioner.data import load_dataset
+from pacs.captioner.modeling.checkpoints import load_captioner
+from pacs.captioner.modeling.features import FeatureCache, extract_features
 from pacs.captioner.modeling.train_scst import SCSTConfig, guard_settings
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.backbone_source import load_source_backbone, resolve_device
 from pacs.captioner.orchestration.data_sources import CaptionJudge, judge_of
+from pacs.captioner.orchestration.eval_intervals import add_intervals
+from pacs.captioner.orchestration.eval_processes import caption_and_score
+from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, results_json, row_columns
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, human_captions
 from pacs.captioner.orchestration.pipeline_config import (
     DataConfig,
@@ -27,10 +35,21 @@ from pacs.captioner.orchestration.pipeline_rewards import (
     guard_reward_settings,
     reward_scorers,
 )
+from pacs.captioner.orchestration.precomputed_features import precomputed_feature_stage, precomputed_parts
+from pacs.captioner.orchestration.preflight import evaluation_slots
 from pacs.captioner.orchestration.recipe_findings import reward_findings
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.reward_record import announce_reward
+from pacs.captioner.orchestration.stage_fingerprints import (
+    data_inputs,
+    reward_model_inputs,
+    reward_model_settings,
+    settings_of,
+    source_inputs,
+    trainer_settings,
+)
 from pacs.captioner.orchestration.stages import StageRunner
+from pacs.captioner.orchestration.training_data import read_training_data
 from pacs.metric.common.config import dump_yaml, from_dict, to_dict
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
@@ -56,8 +75,6 @@ class RecipeRun:
 
     def dataset(self, data: DataConfig | dict[str, Any]) -> Any:
         """Load a data set described by a DataConfig (or a test-set mapping with an extra `split`)."""
-        from pacs.captioner.data import load_dataset
-
         if isinstance(data, dict):
             data = from_dict(DataConfig, {k: v for k, v in data.items() if k != "split"}, "evaluation.test_sets")
         if not data.path:
@@ -66,9 +83,6 @@ class RecipeRun:
 
     def features(self, name: str, image_paths: dict[str, Any]) -> Any:
         """The feature cache of set `name`, extracting (split over processes) only the ids it lacks."""
-        from pacs.captioner.modeling.features import FeatureCache, extract_features
-        from pacs.captioner.modeling.training_setup import process_state
-
         folder = self.dir / "features" / name
         if (folder / "meta.json").is_file():
             cache = FeatureCache(folder)
@@ -84,13 +98,9 @@ class RecipeRun:
 
         `selection` / `inputs`: the settings and annotation inputs that decide which images the set holds.
         """
-        from pacs.captioner.modeling.features import FeatureCache
-
         stage = f"features/{name}"
         f = self.config.features
         if f.cache_dir:
-            from pacs.captioner.orchestration.precomputed_features import precomputed_feature_stage
-
             return precomputed_feature_stage(self.stages, f, self.backbone, name, image_paths, selection, inputs)
         self.stages.run(stage, lambda: {"images": len(self.features(name, image_paths))},
                         *self.feature_parts(selection, inputs), resumable=True, distributed=True)
@@ -98,8 +108,6 @@ class RecipeRun:
 
     def feature_parts(self, selection: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The settings and inputs of a feature stage extracted here (its run and its plan)."""
-        from pacs.captioner.orchestration.stage_fingerprints import settings_of, source_inputs
-
         f = self.config.features
         return ({"source": settings_of(f.source), "dtype": f.dtype, "images": selection,
                  **({"mixed_precision": f.mixed_precision} if f.mixed_precision != "no" else {})},
@@ -109,8 +117,6 @@ class RecipeRun:
         """`plan` of stage `features/<name>` (what `feature_stage` would decide)."""
         f = self.config.features
         if f.cache_dir:
-            from pacs.captioner.orchestration.precomputed_features import precomputed_parts
-
             return self.stages.plan(f"features/{name}", *precomputed_parts(self.stages, f, name, selection, inputs),
                                     outputs=[])
         return self.stages.plan(f"features/{name}", *self.feature_parts(selection, inputs), resumable=True)
@@ -137,8 +143,6 @@ def open_run(config: PipelineConfig, state: Any, planning: bool = False) -> Reci
 def read_data(config: PipelineConfig, run: RecipeRun) -> tuple[Any, Any, dict[str, list[str]], dict[str, list]]:
     """The data read once, one item at a time: (training store and image paths on disk, validation references,
     test items in memory; `pacs.captioner.orchestration.training_data.TrainingData`'s fields)."""
-    from pacs.captioner.orchestration.training_data import read_training_data
-
     data = read_training_data(config, run.dir, same_file_test_sets(config))
     return data.store, data.image_paths, data.val_references, data.test_items
 
@@ -190,8 +194,6 @@ def scst_stage(run: RecipeRun, spec: str, scst_micro: int) -> tuple[str, Path, S
 
 def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The settings of stage `scst-<reward>` (its run and its plan): `settings` added to its own."""
-    from pacs.captioner.orchestration.stage_fingerprints import reward_model_settings, settings_of, trainer_settings
-
     return {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
             "reward_models": reward_model_settings(config.reward_models), "data": settings_of(config.data),
             "seed": config.seed, **guard_reward_settings(config, spec)}
@@ -200,8 +202,6 @@ def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any]) -
 def scst_inputs(stages: StageRunner, config: PipelineConfig, scst: SCSTConfig, init: Path,
                 inputs: dict[str, Any]) -> dict[str, Any]:
     """The inputs of an SCST stage starting from model folder `init` (its run and its plan): `inputs` added."""
-    from pacs.captioner.orchestration.stage_fingerprints import reward_model_inputs
-
     return {"init_checkpoint": stages.checkpoint(init), **inputs,
             **reward_model_inputs(stages, config.reward_models), **kl_reference_input(stages, scst)}
 
@@ -283,8 +283,6 @@ def test_set_items(run: RecipeRun, set_name: str, loaded: dict[str, list] | None
 
 def test_feature_stage(run: RecipeRun, set_name: str, items: list, set_config: dict[str, Any]) -> Any:
     """Stage `features/<set>` of a test set's `items` (split over the processes): its feature cache."""
-    from pacs.captioner.orchestration.stage_fingerprints import data_inputs
-
     return run.feature_stage(set_name, {i.image_id: i.image_path for i in items},
                              test_set_selection(run.config, set_config), data_inputs(set_config))
 
@@ -299,9 +297,6 @@ def caption_with_features(run: RecipeRun, folder: Path, items: list, features: A
     """pacs' captioner in `folder` on a test set's `items`: beam search over `features` and the contrastive scores
     of `scorers()`, split over the processes (`pacs.captioner.orchestration.eval_processes`); (captions, scores)
     on the main process, None on the others."""
-    from pacs.captioner.modeling.checkpoints import load_captioner
-    from pacs.captioner.orchestration.eval_processes import caption_and_score
-
     config, state = run.config, process_state()
     chosen = scorers()
     device = resolve_device(config.device)
@@ -332,10 +327,6 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     (default: loaded here once, `evaluation.contrastive_models`); `extra`: more keys of results.json (the
     correlation stages' tables).
     """
-    from pacs.captioner.orchestration.eval_intervals import add_intervals
-    from pacs.captioner.orchestration.evaluation import results_json, row_columns
-    from pacs.captioner.orchestration.preflight import evaluation_slots
-
     config = run.config
     state = process_state()
     rows_of = [*models, *([HUMAN_ROW] if config.evaluation.human_baseline else [])]
@@ -411,10 +402,6 @@ def evaluation_rows(set_name: str, captions: dict[str, str], items: list, scorer
     test set's exact judge (`pacs.captioner.orchestration.data_sources`), whose columns each row adds (the mean of
     its per-caption values).
     """
-    import numpy as np
-
-    from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed
-
     references = {i.image_id: i.captions for i in items}
     paths = {i.image_id: i.image_path for i in items}
     order = list(captions)
