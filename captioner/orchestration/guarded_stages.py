@@ -17,7 +17,7 @@ from pacs.captioner.modeling.hacking_monitor import read_monitor_rows
 from pacs.captioner.modeling.train_scst import SCSTConfig, gaming_thresholds
 from pacs.captioner.orchestration import guard_choice as menu_of
 from pacs.captioner.orchestration import run_records
-from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig, normalised_row
 from pacs.captioner.orchestration.pipeline_rewards import build_pipeline_reward
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.captioner.orchestration.shared_stages import (
@@ -73,9 +73,11 @@ def guarded_rows(config: PipelineConfig) -> dict[str, str]:
 
 
 def reward_rows(config: PipelineConfig) -> list[tuple[str, str]]:
-    """(reward spec, table row) of every SCST row of a recipe: each reward's own run, then each guarded row (whose
-    gain is its reward's)."""
-    return [*((spec, spec) for spec in config.rewards), *((reward, row) for row, reward in guarded_rows(config).items())]
+    """(reward spec, table row) of every SCST row of a recipe: each reward's own run, each `normalised_rewards` run,
+    then each guarded row (whose gain is its reward's)."""
+    return [*((spec, spec) for spec in config.rewards),
+            *((spec, normalised_row(spec)) for spec in config.normalised_rewards),
+            *((reward, row) for row, reward in guarded_rows(config).items())]
 
 
 def _guarded_scst(run: RecipeRun, reward: str, guard: dict[str, Any], name: str,

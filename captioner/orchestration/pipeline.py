@@ -49,6 +49,7 @@ from pacs.captioner.orchestration.pipeline_config import (
     RewardModelConfig,
     VocabConfig,
     default_config_path,
+    normalised_row,
 )
 from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
@@ -67,6 +68,7 @@ from pacs.captioner.orchestration.shared_stages import (
     read_data,
     run_scst_stages,
     scst_inputs,
+    scst_runs,
     scst_settings,
     scst_stage,
     selected_model,
@@ -90,8 +92,10 @@ def stage_names(config: PipelineConfig) -> list[str]:
     """The stages of a pipeline run, in order (the names `--force` accepts; `features` / `eval` name groups)."""
     kind = captioner_kind(config)
     trained = [*(["xe"] if kind.trains_xe else []), *[f"scst-{reward_slug(spec)}" for spec in config.rewards],
+               *[f"scst-{reward_slug(spec)}-norm" for spec in config.normalised_rewards],
                *guarded_stage_names(config)]
-    sets, models = list(config.evaluation.test_sets), [kind.start, *config.rewards, *guarded_rows(config)]
+    sets = list(config.evaluation.test_sets)
+    models = [kind.start, *config.rewards, *map(normalised_row, config.normalised_rewards), *guarded_rows(config)]
     models += [HUMAN_ROW] if config.evaluation.human_baseline else []
     metrics = list(METRIC_STAGES) if config.metric_training is not None else []
     return [*metrics, *kind.before_xe(), *trained, *[stage for name in sets for stage in kind.feature_stages(name)],
@@ -178,13 +182,14 @@ def plan_stages(config: PipelineConfig, features_pending: str = "", made_earlier
         stages.plan("xe", *kind.xe_parts(stages, init_inputs), upstream=kind.before_xe(), resumable=True,
                     progress=run.dir / "xe" / "checkpoints")
     init = models[kind.start]
-    for spec in config.rewards:
-        name, out, scst = scst_stage(run, spec, scst_micro)
-        stages.plan(name, scst_settings(config, spec, kind.scst_settings()),
+    for spec, normalised in scst_runs(config):
+        name, out, scst = scst_stage(run, spec, scst_micro, normalised)
+        stages.plan(name, scst_settings(config, spec, kind.scst_settings(), normalised),
                     lambda scst=scst: scst_inputs(stages, config, scst, init, init_inputs),
                     upstream=[*model_stages[kind.start], *kind.feature_stages("train")], resumable=True,
                     progress=out / "checkpoints")
-        models[spec], model_stages[spec] = selected_model(out, scst), [name]
+        row = normalised_row(spec) if normalised else spec
+        models[row], model_stages[row] = selected_model(out, scst), [name]
     guarded = plan_guarded_stages(run, scst_micro, init, kind.scst_settings(), init_inputs,
                                   [*model_stages[kind.start], *kind.feature_stages("train")])
     for row, found in guarded.items():  # a row whose chosen run is known (every candidate reused) plans its eval

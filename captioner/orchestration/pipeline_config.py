@@ -232,6 +232,10 @@ class PipelineConfig:
     xe: XEConfig = field(default_factory=XEConfig)
     scst: SCSTConfig = field(default_factory=SCSTConfig)
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
+    # rewards also trained with each component normalised within the image's k samples before the weighting
+    # (scst.mix_normalisation normalize_then_sum, pacs.rewards.mix): stage scst-<reward>-norm, row `<reward> norm`,
+    # compared with the weighted-sum run of the same reward where `rewards` lists it (results.json mix_normalisation)
+    normalised_rewards: list[str] = field(default_factory=list)
     reward_models: RewardModelConfig = field(default_factory=RewardModelConfig)
     reward_guards: RewardGuardsConfig = field(default_factory=RewardGuardsConfig)
     contrastive_reward: ContrastiveRewardConfig = field(default_factory=ContrastiveRewardConfig)
@@ -265,6 +269,15 @@ class PipelineConfig:
         from pacs.rewards.registry import check_reward_list  # the registry imports torch; configs load without it
 
         check_reward_list(self.rewards, "rewards")
+        check_reward_list(self.normalised_rewards, "normalised_rewards")
+        if len(set(self.normalised_rewards)) != len(self.normalised_rewards):
+            raise InputError(f"normalised_rewards={self.normalised_rewards}: a reward is listed twice")
+        if self.normalised_rewards and self.scst.baseline == "greedy":
+            raise InputError("normalised_rewards: normalize_then_sum needs a baseline over the k samples (scst.baseline "
+                             "mean or loo)")
+        if self.normalised_rewards and self.scst.mix_normalisation == NORMALISED:
+            raise InputError(f"normalised_rewards: scst.mix_normalisation is already {NORMALISED}, so the runs of "
+                             "`rewards` are normalised too; set scst.mix_normalisation=weighted_sum to compare the two")
         unguarded = [reward for reward in self.guarded.rewards if reward not in self.rewards]
         if unguarded:
             raise InputError(f"guarded.rewards: {', '.join(unguarded)} not in rewards={self.rewards} (a guarded run is "
@@ -274,6 +287,22 @@ class PipelineConfig:
                              "CIDEr-D; set scst.monitor_every > 0")
         if self.metric_training is not None:
             check_metric_training(self)
+
+
+NORMALISED = "normalize_then_sum"
+"""The `scst.mix_normalisation` of the `normalised_rewards` runs."""
+
+
+def normalised_row(spec: str) -> str:
+    """The table row of the `normalised_rewards` run of reward `spec`: `<spec> norm` (its stage:
+    `scst-<slug>-norm`, its eval folder `eval/<slug>_norm/`)."""
+    return f"{spec} norm"
+
+
+def normalisation_pairs(config: PipelineConfig) -> list[tuple[str, str, str]]:
+    """(reward spec, its normalised row, its weighted-sum row) of every `normalised_rewards` reward that `rewards`
+    also trains."""
+    return [(spec, normalised_row(spec), spec) for spec in config.normalised_rewards if spec in config.rewards]
 
 
 METRIC_STAGES = ("clip", "pacs")

@@ -18,6 +18,7 @@ import numpy as np
 from pacs.captioner.orchestration.evaluation import PER_IMAGE_COLUMNS
 from pacs.captioner.orchestration.findings import (
     BASELINE,
+    JUDGE,
     REWARD_COLUMNS,
     finding_records,
     render_finding,
@@ -33,13 +34,57 @@ PerImage = Mapping[str, Any]  # {"image_ids": [...], "values": {column: [per-ima
 
 
 def reward_findings(per_image: Mapping[int, Mapping[tuple[str, str], PerImage]], rewards: Sequence[tuple[str, str]],
-                    n_resamples: int, seed: int, baseline: str = BASELINE) -> dict[str, Any]:
+                    n_resamples: int, seed: int, baseline: str = BASELINE,
+                    normalised: Sequence[tuple[str, str, str]] = ()) -> dict[str, Any]:
     """`{"reward_gains", "findings", "replication"}` of a recipe run (`per_image[s][(model, test set)]`: training
     seed `s`'s per-image values; one seed: a single run; `seed` seeds the resampling) for each `(reward spec, row)`
     of `rewards` whose row is in every seed (a guarded row: its reward's gain), against row `baseline` (`xe`, or
-    a transformers run's `init`); {} when no reward has a gain."""
+    a transformers run's `init`); {} when no reward has a gain. `normalised`: (reward, normalised row, weighted-sum
+    row) of the `normalised_rewards` runs, compared in `mix_normalisation` (`normalisation_comparisons`)."""
     if n_resamples < 1 or not per_image:
         return {}
+    comparisons = normalisation_comparisons(per_image, normalised, n_resamples, seed, baseline)
+    found = _gains_and_findings(per_image, rewards, n_resamples, seed, baseline)
+    return {**found, **({"mix_normalisation": comparisons} if comparisons else {})}
+
+
+def normalisation_comparisons(per_image: Mapping[int, Mapping[tuple[str, str], PerImage]],
+                              normalised: Sequence[tuple[str, str, str]], n_resamples: int, seed: int,
+                              baseline: str = BASELINE) -> list[dict[str, Any]]:
+    """Per test set and `normalised_rewards` reward: the paired (over seeds: stratified) bootstrap of (normalised
+    run − weighted-sum run) on judge accuracy where the test set has a judge, else on CIDEr-D (`C`), as the demo's
+    `mix_normalisation` records (each with its `test_set`)."""
+    out: list[dict[str, Any]] = []
+    if not normalised or not per_image:
+        return out
+    first = next(iter(per_image.values()))
+    for test_set in sorted({test_set for model, test_set in first if model == baseline}):
+        for spec, model, versus in normalised:
+            keys = [(model, test_set), (versus, test_set)]
+            if not all(key in seed_values for seed_values in per_image.values() for key in keys):
+                continue
+            records = [[seed_values[key] for key in keys] for seed_values in per_image.values()]
+            if any(list(a["image_ids"]) != list(b["image_ids"]) for a, b in records) or len(
+                    {tuple(a["image_ids"]) for a, _ in records}) != 1:
+                logger.warning("no comparison of %s with %s on %s: their images differ", model, versus, test_set)
+                continue
+            column = next((c for c in (JUDGE, "C") if all(c in r["values"] for pair in records for r in pair)), None)
+            if column is None:
+                continue
+            values = {row: [{column: np.asarray(pair[index]["values"][column], dtype=np.float64)} for pair in records]
+                      for index, row in enumerate((model, versus))}
+            bleu = {row: [None] * len(records) for row in values}
+            found = SeedEvidence(values, bleu, [column], n_resamples, seed, versus).estimate(model, column, versus)
+            if found is not None:
+                out.append({"reward": spec, "model": model, "versus": versus, "column": column, "test_set": test_set,
+                            "delta": found.point, "ci": list(found.interval), "per_seed": list(found.per_seed)})
+    return out
+
+
+def _gains_and_findings(per_image: Mapping[int, Mapping[tuple[str, str], PerImage]],
+                        rewards: Sequence[tuple[str, str]], n_resamples: int, seed: int,
+                        baseline: str) -> dict[str, Any]:
+    """The gains, findings and replication summary of `reward_findings` ({} when no reward has a gain)."""
     sets = sorted({test_set for model, test_set in next(iter(per_image.values())) if model == baseline})
     gains, records, shares, oracle = [], [], {}, None
     for test_set in sets:

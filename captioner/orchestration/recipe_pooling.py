@@ -20,7 +20,7 @@ from typing import Any
 from pacs.captioner.orchestration.captioner_stages import captioner_kind
 from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.guarded_stages import reward_rows
-from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig, normalisation_pairs
 from pacs.captioner.orchestration.recipe_findings import reward_findings
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.run_records import read_record
@@ -154,7 +154,8 @@ def pool_recipe_runs(sources: list[tuple[Path, tuple[int, ...]]], out: Path) -> 
                "seed_rows": [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of],
                "bootstrap": {"method": METHOD, "resamples": boot, "seeds": len(seeds), "point": point_name(len(seeds)),
                              "level": LEVEL},
-               **reward_findings(per_image, reward_rows(config), boot, config.seed, baseline)}
+               **reward_findings(per_image, reward_rows(config), boot, config.seed, baseline,
+                                 normalisation_pairs(config))}
     write_results(out, results, columns)
     write_json_atomic(out / "pooled.json", {"seeds": {str(seed): str(owner[seed]) for seed in seeds}})
     return results

@@ -87,7 +87,8 @@ def results_markdown(results: Mapping[str, Any], columns: Sequence[str] | None =
                      f"{results['bootstrap_resamples']} resamples, 95% interval of SCST − XE):\n\n"
                      + findings.gains_table(results["reward_gains"]))
     for comparison in results.get("mix_normalisation") or []:  # scst.normalised_rewards against the weighted sum
-        parts.append(f"`{comparison['model']}` − `{comparison['versus']}` ({comparison['column']}, each component "
+        where = f" on {comparison['test_set']}" if comparison.get("test_set") else ""  # a recipe's: per test set
+        parts.append(f"`{comparison['model']}` − `{comparison['versus']}`{where} ({comparison['column']}, each component "
                      f"normalised within the image's k samples vs the weighted sum; {interval}, 95% interval): "
                      f"{findings.signed(comparison['delta'])} pts [{findings.signed(comparison['ci'][0])}, "
                      f"{findings.signed(comparison['ci'][1])}]\n")

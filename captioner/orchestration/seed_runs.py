@@ -22,7 +22,7 @@ from pacs.captioner.orchestration.evaluation import row_columns
 from pacs.captioner.orchestration.guarded_stages import reward_rows
 from pacs.captioner.orchestration.metric_training import with_metric_models
 from pacs.captioner.orchestration.pipeline import run_pipeline
-from pacs.captioner.orchestration.pipeline_config import PipelineConfig
+from pacs.captioner.orchestration.pipeline_config import PipelineConfig, normalisation_pairs
 from pacs.captioner.orchestration.recipe_findings import reward_findings
 from pacs.captioner.orchestration.results_files import write_results
 from pacs.captioner.orchestration.seed_processes import each_seed, parallel_seed_count, threads_per_seed
@@ -76,7 +76,8 @@ def run_seeds(config: PipelineConfig, run: Callable[[PipelineConfig], dict[str, 
     rows = pool_rows(rows_by_seed, per_image, boot, config.seed, baseline)
     seed_rows = [dict(row, seed=seed) for seed, rows_of in rows_by_seed.items() for row in rows_of]
     write_seed_results(Path(config.run_dir) / "seeds", rows, seed_rows, list(config.seeds), boot,
-                       reward_findings(per_image, reward_rows(config), boot, config.seed, baseline))
+                       reward_findings(per_image, reward_rows(config), boot, config.seed, baseline,
+                                       normalisation_pairs(config)))
     return {"rows": rows, "seed_rows": seed_rows, "seeds": list(config.seeds)}
 
 

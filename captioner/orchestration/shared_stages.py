@@ -27,8 +27,11 @@ from pacs.captioner.orchestration.eval_processes import caption_and_score
 from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, results_json, row_columns
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, human_captions
 from pacs.captioner.orchestration.pipeline_config import (
+    NORMALISED,
     DataConfig,
     PipelineConfig,
+    normalisation_pairs,
+    normalised_row,
 )
 from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
@@ -163,8 +166,8 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
     `scst.select_by` chose)}."""
     config, stages = run.config, run.stages
     chosen: dict[str, tuple[str, Path]] = {}
-    for spec in config.rewards:
-        name, out, scst = scst_stage(run, spec, scst_micro)
+    for spec, normalised in scst_runs(config):
+        name, out, scst = scst_stage(run, spec, scst_micro, normalised)
 
         def body(scst: SCSTConfig = scst, spec: str = spec, name: str = name) -> dict[str, Any]:
             """Stage `scst-<reward>` (every process)."""
@@ -173,11 +176,16 @@ def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: A
                                            image_paths=images)
             return {**training_summary(train(scst, reward)), "reward": exact}
 
-        stages.run(name, body, scst_settings(config, spec, settings),
+        stages.run(name, body, scst_settings(config, spec, settings, normalised),
                    scst_inputs(stages, config, scst, init, inputs),
                    upstream=upstream, resumable=True, distributed=True, progress=out / "checkpoints")
-        chosen[spec] = (name, selected_model(out, scst))
+        chosen[normalised_row(spec) if normalised else spec] = (name, selected_model(out, scst))
     return chosen
+
+
+def scst_runs(config: PipelineConfig) -> list[tuple[str, bool]]:
+    """(reward spec, normalised) of every SCST stage of `rewards` and `normalised_rewards`, in order."""
+    return [*((spec, False) for spec in config.rewards), *((spec, True) for spec in config.normalised_rewards)]
 
 
 def selected_model(out: Path, scst: SCSTConfig) -> Path:
@@ -185,16 +193,23 @@ def selected_model(out: Path, scst: SCSTConfig) -> Path:
     return out / ("final" if scst.select_by == "last" else "best")
 
 
-def scst_stage(run: RecipeRun, spec: str, scst_micro: int) -> tuple[str, Path, SCSTConfig]:
-    """Stage `scst-<reward>` of reward `spec`: its name, output folder and trainer config."""
-    name = f"scst-{reward_slug(spec)}"
+def scst_stage(run: RecipeRun, spec: str, scst_micro: int, normalised: bool = False) -> tuple[str, Path, SCSTConfig]:
+    """Stage `scst-<reward>` of reward `spec` (`normalised`: its `normalised_rewards` run, `scst-<reward>-norm`):
+    its name, output folder and trainer config."""
+    name = f"scst-{reward_slug(spec)}{'-norm' if normalised else ''}"
     out = run.dir / name
-    return name, out, trainer_config(SCSTConfig, run.config.scst, out, scst_micro, "scst", reward=spec)
+    extra = {"mix_normalisation": NORMALISED} if normalised else {}
+    return name, out, trainer_config(SCSTConfig, run.config.scst, out, scst_micro, "scst", reward=spec, **extra)
 
 
-def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings of stage `scst-<reward>` (its run and its plan): `settings` added to its own."""
-    return {"scst": guard_settings(trainer_settings(config.scst)), "reward": spec, **settings,
+def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any],
+                  normalised: bool = False) -> dict[str, Any]:
+    """The settings of stage `scst-<reward>` (its run and its plan; `normalised`: `scst-<reward>-norm`'s):
+    `settings` added to its own."""
+    scst = guard_settings(trainer_settings(config.scst))
+    if normalised:
+        scst = {**scst, "mix_normalisation": NORMALISED}
+    return {"scst": scst, "reward": spec, **settings,
             "reward_models": reward_model_settings(config.reward_models), "data": settings_of(config.data),
             "seed": config.seed, **guard_reward_settings(config, spec)}
 
@@ -375,7 +390,8 @@ def evaluate_models(run: RecipeRun, models: dict[str, Path], test_sets: list[tup
     columns = ["model", "test_set", *row_columns(rows)]
     # each reward's own gain and the findings, by the demo's rules, against the reference row (xe, or init)
     pairs = reward_rows if reward_rows is not None else [(spec, spec) for spec in config.rewards]
-    found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap, config.seed, reference_row)
+    found = reward_findings({config.seed: per_image}, pairs, config.evaluation.bootstrap, config.seed, reference_row,
+                            normalisation_pairs(config))
     guarded = {"guarded": {"choices_by_seed": {str(config.seed): {reward: {"guards": record} for reward, record
                                                                   in guard_choices.items()}}}} if guard_choices else {}
     write_results(run.dir / "eval", {"columns": columns, "rows": rows, **found, **guarded, **(extra or {})}, columns)

@@ -426,3 +426,51 @@ def test_correlation_needs_a_test_set_whose_data_set_makes_candidates(tmp_path, 
                                          r"judge \(test sets: flickr8k \(flickr8k\); data set demo-world does\)"):
         plan_from_config(_write(tmp_path, recipe), [])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_normalised_rewards_train_beside_the_weighted_sum_and_are_compared_on_the_judge(tmp_path):
+    """`normalised_rewards`: stage scst-<reward>-norm trains the mix with each component normalised within the k
+    samples, row `<reward> norm`; its gain like any reward's, and (normalised − weighted sum) of Judge-acc paired
+    over the test images in results.json `mix_normalisation`, equal to the difference of the per-image means."""
+    mix = "cider:1,judge:1"
+    recipe = _world_recipe(tmp_path)
+    recipe.update(rewards=[mix], normalised_rewards=[mix])
+    recipe["scst"]["max_steps"] = 6
+    config = _write(tmp_path, recipe)
+    plan = _plan_of(plan_from_config(config, []))
+    assert "scst-cider_1_judge_1-norm" in plan and "eval/cider_1_judge_1_norm/world" in plan
+    run_from_config(config, [])
+    run = tmp_path / "run"
+    weighted, normalised = (json.loads((run / "stages" / f"{name}.json").read_text())["settings"]["scst"]
+                            for name in ("scst-cider_1_judge_1", "scst-cider_1_judge_1-norm"))
+    # the default is left out of a stage's settings (runs made before the key existed stay done)
+    assert "mix_normalisation" not in weighted and normalised["mix_normalisation"] == "normalize_then_sum"
+    assert weighted == {key: value for key, value in normalised.items() if key != "mix_normalisation"}
+    values = {row: json.loads((run / "eval" / folder / "world.json").read_text())["per_image"]["world"]
+              for row, folder in ((mix, "cider_1_judge_1"), (f"{mix} norm", "cider_1_judge_1_norm"))}
+    assert values[mix]["image_ids"] == values[f"{mix} norm"]["image_ids"]
+    results = json.loads((run / "eval" / "results.json").read_text())
+    (comparison,) = results["mix_normalisation"]
+    assert (comparison["model"], comparison["versus"], comparison["column"], comparison["test_set"]) == (
+        f"{mix} norm", mix, "Judge-acc", "world")
+    expected = np.mean(values[f"{mix} norm"]["values"]["Judge-acc"]) - np.mean(values[mix]["values"]["Judge-acc"])
+    assert comparison["delta"] == pytest.approx(expected, abs=1e-9)
+    assert comparison["ci"][0] <= comparison["delta"] <= comparison["ci"][1]
+    assert {gain["model"] for gain in results["reward_gains"]} == {mix, f"{mix} norm"}
+    assert f"`{mix} norm` − `{mix}` on world (Judge-acc" in (run / "eval" / "results.md").read_text()
+    assert set(_plan_of(plan_from_config(config, [])).values()) == {"reuse"}
+
+
+def test_normalised_rewards_are_refused_where_the_comparison_cannot_hold(tmp_path):
+    """A greedy baseline (not among the k samples), a recipe already normalising every run, a reward listed twice."""
+    recipe = _world_recipe(tmp_path)
+    cases = [({"normalised_rewards": ["cider"], "scst": {**recipe["scst"], "baseline": "greedy"}},
+              "normalize_then_sum needs a baseline over the k samples"),
+             ({"normalised_rewards": ["cider"], "scst": {**recipe["scst"], "mix_normalisation": "normalize_then_sum"}},
+              "scst.mix_normalisation is already normalize_then_sum"),
+             ({"normalised_rewards": ["cider", "cider"]}, "a reward is listed twice")]
+    for change, message in cases:
+        with pytest.raises(InputError, match=message):
+            run_from_config(_write(tmp_path, {**recipe, **change}), [])
+        assert not (tmp_path / "run").exists()
