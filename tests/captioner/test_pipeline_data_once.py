@@ -51,6 +51,7 @@ def _run(tmp_path: Path, name: str, shared_data: Path, monkeypatch) -> tuple[int
         return original(*args, **kwargs)
 
     monkeypatch.setattr(pacs.captioner.data, "load_dataset", counting)  # the test sets read on their own
+    monkeypatch.setattr(shared_stages, "load_dataset", counting)  # (RecipeRun.dataset's name for it)
     monkeypatch.setattr(pacs.captioner.data.streaming, "load_dataset", counting)  # the training data (no stream form)
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(_config(tmp_path / name, shared_data)))
