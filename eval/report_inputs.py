@@ -265,14 +265,17 @@ def _train_log_results(run_dir: Path) -> tuple[list[str], list[dict[str, Any]]] 
 
 def curve_files(run_dir: Path) -> list[tuple[Path, str, str]]:
     """(file, group, variant) of every training-curve CSV: logs/*.csv (`<group>-<variant>.csv`); without them, the
-    recipe pipeline's stage logs `<stage>/log.csv` (`scst-cider/log.csv`: group scst, variant cider) and the SCST
-    hacking monitors `<stage>/monitor.csv` (group hacking)."""
+    recipe pipeline's stage logs `<stage>/log.csv` (`scst-cider/log.csv`: group scst, variant cider), the SCST
+    hacking monitors `<stage>/monitor.csv` (group hacking), the judge's curves `<stage>/judge_monitor.csv` (group
+    scst_val, as the demo's logs/scst_val-<reward>.csv) and the validation histories of the world's own CLIP and
+    PAC-S++ `clip/history.csv`, `pacs/history.csv` (groups clip and pacs, as the demo's logs/clip.csv)."""
     found = []
     for path in input_files(run_dir, "logs", "*.csv"):
         group, _, variant = path.stem.partition("-")
         found.append((path, group, variant or group))
     if not found:
-        for name, fixed in (("log.csv", None), ("monitor.csv", "hacking")):
+        for name, fixed in (("log.csv", None), ("monitor.csv", "hacking"), ("judge_monitor.csv", "scst_val"),
+                            ("history.csv", None)):
             # a recipe over several seeds keeps each seed's stages in seed-<s>/: one line per stage and seed
             for path in sorted(run_dir.glob(f"*/{name}")) + sorted(run_dir.glob(f"seed-*/*/{name}")):
                 if not _inside(run_dir, path).is_file():

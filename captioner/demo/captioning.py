@@ -25,9 +25,10 @@ from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
 from pacs.captioner.orchestration import guard_choice
 from pacs.captioner.orchestration.judge_correlation import per_caption_text_metrics
+from pacs.captioner.orchestration.judge_monitor import JUDGE_MONITOR_FILE, JudgeMonitor, policy_captioner
 from pacs.captioner.orchestration.reward_record import announce_reward
 from pacs.eval.columns import JUDGE_COLUMNS, table_columns
-from pacs.metric.common.io import finite_or_none, write_json_atomic, write_text_atomic
+from pacs.metric.common.io import finite_or_none, write_json_atomic
 from pacs.rewards.slug import reward_slug
 
 if TYPE_CHECKING:
@@ -75,59 +76,22 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
     return finish_xe(result, folder, logs)
 
 
-MONITOR_COLUMNS = ("Judge-acc", "C", "CLIP-S", "PAC-S++", "RefPAC-S++", "Length")
+def judge_monitor(data: DemoData, features: FeatureCache | None, scorers: Mapping[str, Any], vocab: Any, out: Path,
+                  every: int, n_images: int, last_step: int,
+                  captioner: Callable[[Any, list[str]], dict[str, str]] | None = None) -> JudgeMonitor:
+    """The judge's curve of a demo SCST stage (`pacs.captioner.orchestration.judge_monitor`) on the first `n_images`
+    validation images; `captioner` (model, image ids) -> greedy captions, default pacs' captioner over `features`."""
+    ids = [item.image_id for item in data.splits["val"][:n_images]]
+    scenes = data.scenes()
 
+    def judge(image_ids: Sequence[str], captions: Sequence[str]) -> dict[str, np.ndarray]:
+        return judge_values(list(captions), [scenes[i] for i in image_ids])[0]
 
-class ScstMonitor:
-    """`train_scst`'s `on_step`: every `every` steps (and at step 0, the XE model), greedy captions of the first
-    validation images scored by the judge, CIDEr-D and the contrastive metrics, appended to a curve CSV."""
+    def greedy(model: Any, image_ids: list[str]) -> dict[str, str]:
+        return generate_captions(model, vocab, features, image_ids, beam_size=1, batch_size=100)
 
-    def __init__(self, data: DemoData, features: FeatureCache | None, scorers: Mapping[str, Any], vocab: Any,
-                 out: Path, every: int, n_images: int, last_step: int,
-                 captioner: Callable[[Any, list[str]], dict[str, str]] | None = None) -> None:
-        self.data, self.features, self.scorers, self.vocab, self.out = data, features, scorers, vocab, out
-        self.captioner = captioner  # (model, image ids) -> greedy captions; default: pacs' captioner over features
-        self.every, self.last_step = every, last_step
-        self.ids = [item.image_id for item in data.splits["val"][:n_images]]
-        self.rows: list[dict[str, float]] = _read_curve(out)  # a resumed stage keeps the rows before its step
-        self.first_call = True
-
-    def __call__(self, step: int, model: Any) -> None:
-        """Score the model at `step` when it is due (main process only; the others go on)."""
-        if self.first_call:
-            self.rows = [row for row in self.rows if row["step"] < step]
-            self.first_call = False
-        if not process_state().is_main_process or not self.ids or (step % self.every and step != self.last_step):
-            return
-        captions = (self.captioner(model, self.ids) if self.captioner is not None else
-                    generate_captions(model, self.vocab, self.features, self.ids, beam_size=1, batch_size=100))
-        for scorer in self.scorers.values():  # each row from empty caches: the same batches after a resume
-            scorer.clear_caches()
-        self.rows.append({"step": step, **monitor_scores(captions, self.data, self.scorers)})
-        columns = ["step", *MONITOR_COLUMNS]
-        lines = [",".join(columns)] + [",".join(f"{row[c]:.6g}" for c in columns) for row in self.rows]
-        write_text_atomic(self.out, "\n".join(lines) + "\n")
-
-
-def _read_curve(path: Path) -> list[dict[str, float]]:
-    """The rows of a monitor CSV written before (none when absent)."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines:
-        return []
-    columns = lines[0].split(",")
-    try:
-        return [dict(zip(columns, map(float, line.split(",")))) for line in lines[1:] if line]
-    except ValueError:
-        logger.warning("%s is not a monitor curve; starting it again", path)
-        return []
-
-
-def monitor_scores(captions: Mapping[str, str], data: DemoData, scorers: Mapping[str, Any]) -> dict[str, float]:
-    """The monitored columns (means over the captions) of a set of validation captions."""
-    row, _, _ = evaluate_model(captions, data, scorers)
-    return {column: row[column] for column in MONITOR_COLUMNS}
+    return JudgeMonitor(ids, data.references(), {i: str(data.image_path(i)) for i in ids}, scorers, judge,
+                        captioner or greedy, out, every, last_step, process_state().is_main_process)
 
 
 def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, reward: Any, spec: str, xe_folder: Path,
@@ -171,12 +135,12 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         from pacs.captioner.demo import hf_captioner
 
         policy = hf_captioner.load_policy(config, data, xe_folder / "best", process_state().device, scst.seed)
-        captioner = hf_captioner.greedy_captioner(policy)
+        captioner = policy_captioner(policy)
     monitor = None
     if scorers is not None and stage.judge_monitor_every:
         vocab = None if policy is not None else load_vocab(xe_folder / "vocab.json")
-        monitor = ScstMonitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.judge_monitor_every,
-                              stage.judge_monitor_images, stage.max_steps, captioner)
+        monitor = judge_monitor(data, features, scorers, vocab, folder / JUDGE_MONITOR_FILE, stage.judge_monitor_every,
+                                stage.judge_monitor_images, stage.max_steps, captioner)
     validation = {item.image_id: item.references for item in data.splits["val"]} if stage.monitor_every else None
     result = train_scst(scst, xe_folder / "best", features,
                         [(item.image_id, item.references) for item in data.splits["train"]], reward,
@@ -185,8 +149,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         shutil.copyfile(folder / "log.csv", logs / f"scst-{label}.csv")
         if monitor is not None and monitor.rows:
             shutil.copyfile(folder / JUDGE_MONITOR_FILE, logs / f"scst_val-{label}.csv")
-            reference = {c: monitor.rows[0][c] for c in MONITOR_COLUMNS} if monitor.rows[0]["step"] == 0 else {}
-            write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": reference})
+            write_json_atomic(logs / "scst_val.reference.json", {"label": "xe", "values": monitor.reference()})
         publish_hacking_curves(folder / "monitor.csv", logs, label)
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     summary = {"steps": result.steps, "loss_first": result.losses[0], "loss_last": result.losses[-1],
@@ -230,10 +193,6 @@ def publish_hacking_curves(monitor_csv: Path, logs: Path, label: str) -> None:
         if math.isfinite(number):
             values[column] = number
     write_json_atomic(logs / "hacking.reference.json", {"label": "xe", "values": values})
-
-
-JUDGE_MONITOR_FILE = "judge_monitor.csv"
-"""The demo's own validation curve of an SCST stage (judge and metrics); `monitor.csv` is the hacking monitor's."""
 
 
 def guarded_label(spec: str, kl_coef: float) -> str:

@@ -16,7 +16,6 @@ demo's (`pacs.captioner.demo.pipeline`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,21 +145,6 @@ def run_model_stages(config: DemoConfig, seed: int, prefix: str, data: DemoData,
                                   seed),
                {"seed": seed, "xe": xe_settings(config), **section}, upstream=[init], distributed=True)
     return xe
-
-
-def greedy_captioner(policy: Any, batch_size: int = 100) -> Callable[[Any, list[str]], dict[str, str]]:
-    """(model, image ids) -> greedy captions of the policy's model (`ScstMonitor`'s captioner)."""
-
-    def caption(model: Any, image_ids: list[str]) -> dict[str, str]:
-        device = next(model.parameters()).device
-        captions: dict[str, str] = {}
-        for start in range(0, len(image_ids), batch_size):
-            chunk = image_ids[start:start + batch_size]
-            tokens = policy.greedy(model, policy.batch(chunk, device), policy.max_length)
-            captions.update({image_id: row[0] for image_id, row in zip(chunk, policy.decode(tokens))})
-        return captions
-
-    return caption
 
 
 def caption_test_set(folder: Path, data: DemoData, config: DemoConfig) -> dict[str, str]:

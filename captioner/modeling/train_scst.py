@@ -296,6 +296,13 @@ def fluency_stats(captions: Sequence[str]) -> tuple[float, float]:
     return float(rep_n(list(captions), 1)), float(incorrect_rate(list(captions)))
 
 
+def scst_total_steps(config: SCSTConfig, n_train: int) -> int:
+    """The optimizer steps of an SCST run over `n_train` images: the whole batches of an epoch (the last partial
+    one is dropped) times `epochs`, capped by `max_steps`."""
+    steps = (n_train // config.batch_size) * config.epochs
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
 def train_scst(config: SCSTConfig, init_checkpoint: str | Path, features: FeatureCache | None,
                train: Sequence[tuple[str, Sequence[str]]], reward: RewardFn,
                on_step: Callable[[int, Any], None] | None = None,
@@ -379,9 +386,7 @@ class SCSTLoop:
         seed_everything(config.seed)
         self.plan = BatchPlan(len(train), config.batch_size, config.micro_batch_size, accelerator.num_processes,
                               config.seed, "scst")
-        self.total_steps = self.plan.steps_per_epoch * config.epochs
-        if config.max_steps:
-            self.total_steps = min(self.total_steps, config.max_steps)
+        self.total_steps = scst_total_steps(config, len(train))
         if self.plan.dropped_per_epoch:
             logger.info("scst: %d image(s) per epoch do not fill a batch and are skipped", self.plan.dropped_per_epoch)
         optimizer = make_adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)

@@ -11,6 +11,7 @@ CLIP and PAC-S++ (a recipe's `metric_training`, `pacs.captioner.orchestration.me
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,15 @@ class DataSource:
 PLAIN = DataSource()
 """A data set of files: no judge, no reward context, its image folder given."""
 _SOURCES: dict[str, DataSource] = {}
+BUILT_IN: dict[str, str] = {"demo-world": "pacs.captioner.demo.world_source"}
+"""The data sets pacs itself brings, by the module that registers each: imported when the name is first asked
+for (named by string, so this layer does not import the demo's), so a config loads without `pacs.captioner.entry`."""
+
+
+def _known(key: str) -> None:
+    """Register built-in data set `key` if it is one and is not registered yet."""
+    if key not in _SOURCES and key in BUILT_IN:
+        importlib.import_module(BUILT_IN[key])
 
 
 def register_data_source(name: str, source: DataSource) -> None:
@@ -73,11 +83,15 @@ def register_data_source(name: str, source: DataSource) -> None:
 
 def data_source(name: str) -> DataSource:
     """The extras of data set `name` (`PLAIN` for a data set that registered none)."""
-    return _SOURCES.get(str(name).lower(), PLAIN)
+    key = str(name).lower()
+    _known(key)
+    return _SOURCES.get(key, PLAIN)
 
 
 def training_data_sets() -> list[str]:
     """The data sets that train their own contrastive models (`DataSource.metric_training`)."""
+    for key in BUILT_IN:
+        _known(key)
     return sorted(name for name, source in _SOURCES.items() if source.metric_training is not None)
 
 

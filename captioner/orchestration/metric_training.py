@@ -43,12 +43,11 @@ def with_metric_models(config: PipelineConfig) -> PipelineConfig:
                                           for section, fields in sections.items()})
 
 
-def metric_stage_parts(config: PipelineConfig) -> dict[str, tuple[dict[str, Any], dict[str, Any], list[str]]]:
-    """{stage: (settings, inputs, upstream)} of the `metric_training` stages (their run and their plan); {} without."""
-    found = metric_training_of(config)
-    if found is None:
-        return {}
-    record = settings_of(found[1])
+def metric_stage_parts(config: PipelineConfig, settings: Any
+                       ) -> dict[str, tuple[dict[str, Any], dict[str, Any], list[str]]]:
+    """{stage: (settings, inputs, upstream)} of the `metric_training` stages (their run and their plan), `settings`
+    the parsed `metric_training` section (`metric_training_of`)."""
+    record = settings_of(settings)
     common = {key: value for key, value in record.items() if key not in METRIC_STAGES}
     inputs = data_inputs(config.data)  # the data set's file and what it leads to (a world's merged settings)
     return {stage: ({"seed": config.seed, **common, stage: record.get(stage, {})}, inputs, list(METRIC_STAGES[:index]))
@@ -68,7 +67,7 @@ def run_metric_stages(run: Any) -> None:
     if found is None:
         return
     training, settings = found
-    data, parts = _data(config), metric_stage_parts(config)
+    data, parts = _data(config), metric_stage_parts(config, settings)
     bodies = {"clip": lambda: training.train_clip(data, settings, config.seed, stages.folder("clip")),
               "pacs": lambda: training.train_pacs(data, settings, config.seed, stages.folder("clip"),
                                                   stages.folder("pacs"))}
@@ -80,7 +79,10 @@ def run_metric_stages(run: Any) -> None:
 
 def plan_metric_stages(run: Any) -> None:
     """`plan` of stages `clip` and `pacs` (what `run_metric_stages` would decide)."""
-    for stage, (settings, inputs, upstream) in metric_stage_parts(run.config).items():
+    found = metric_training_of(run.config)
+    if found is None:
+        return
+    for stage, (settings, inputs, upstream) in metric_stage_parts(run.config, found[1]).items():
         run.stages.plan(stage, settings, inputs, upstream=upstream)
         run.stages.makes(stage, metric_checkpoints(run.config.run_dir)[stage])
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pacs.captioner.modeling.policy import PacsPolicy
 from pacs.captioner.modeling.train_xe import XEConfig
 from pacs.captioner.orchestration.captioner_stages import CaptionerKind, captioner_kind
 from pacs.captioner.orchestration.correlation_stage import (
@@ -34,6 +35,7 @@ from pacs.captioner.orchestration.guarded_stages import (
 )
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, check_human_rows, human_stage_parts
 from pacs.captioner.orchestration.judge_correlation import read_correlation
+from pacs.captioner.orchestration.judge_monitor import policy_captioner, recipe_judge_monitor
 from pacs.captioner.orchestration.metric_training import (
     METRIC_STAGES,
     plan_metric_stages,
@@ -253,10 +255,20 @@ def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micr
     models, model_stages = _first_model(run, kind)
     init = models[kind.start]
 
+    # the judge's curves score with their own models: the evaluation's start from empty caches, as without curves
+    monitor_scorers = functools.cache(lambda: reward_scorers(config, evaluation_slots(config)))
+
     def train(scst: Any, reward: Any) -> Any:
-        """One SCST run from the kind's starting model (every process)."""
-        return train_scst(scst, init, kind.train_features, train_store.reference_sets(), reward,
-                          validation=val_references, policy=kind.scst_policy(init, images, scst, state))
+        """One SCST run from the kind's starting model (every process), with the judge's curve when asked."""
+        policy = kind.scst_policy(init, images, scst, state)
+        monitor = None
+        if config.scst.judge_monitor_every:
+            caption = policy_captioner(policy or PacsPolicy.load(init, kind.train_features))
+            monitor = recipe_judge_monitor(config, scst, train_store.num_images, caption, val_references, images,
+                                           monitor_scorers() if state.is_main_process else {},
+                                           state.is_main_process)
+        return train_scst(scst, init, kind.train_features, train_store.reference_sets(), reward, on_step=monitor,
+                          validation=val_references, policy=policy)
 
     scst_upstream = [*model_stages[kind.start], *kind.feature_stages("train")]
     scst_stages = run_scst_stages(run, scst_micro, train_store, images, train, init, kind.scst_settings(),

@@ -5,6 +5,7 @@ is `pacs.captioner.orchestration.pipeline`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,11 +27,13 @@ from pacs.metric.common.config import (
     MAX_LENGTH,
     MAX_MICRO_BATCH,
     MAX_RESAMPLES,
+    MAX_STEPS,
     NonNegativeInt,
     PositiveInt,
     Seed,
     check_folder_name,
     from_dict,
+    to_dict,
 )
 from pacs.metric.common.config_files import packaged_config
 from pacs.metric.common.errors import InputError
@@ -169,6 +172,27 @@ class ContrastiveRewardConfig:
         return {key: value for key, value in self.context().items() if value != getattr(defaults, key)}
 
 
+@dataclass
+class ScstStageConfig(SCSTConfig):
+    """A recipe's `scst` section: the trainer's settings (`SCSTConfig`) plus the judge's curves the pipeline draws
+    around it (`pacs.captioner.orchestration.judge_monitor`; the demo's keys of the same names)."""
+
+    # every N steps (and at steps 0 and the last) greedy captions of the first judge_monitor_images validation
+    # images scored by the data set's judge, CIDEr-D and the contrastive columns into <stage>/judge_monitor.csv
+    # (0: off; a data set with an exact judge only: the demo world)
+    judge_monitor_every: Annotated[NonNegativeInt, Le(MAX_STEPS)] = 0
+    judge_monitor_images: Annotated[PositiveInt, Le(MAX_IMAGES)] = 100
+
+
+JUDGE_MONITOR_KEYS = ("judge_monitor_every", "judge_monitor_images")
+"""The keys of a recipe's `scst` section that the pipeline reads and the SCST trainer does not."""
+
+
+def trainer_section(section: Any) -> dict[str, Any]:
+    """A recipe's `scst` (or `xe`) section as the trainer's keys (without `JUDGE_MONITOR_KEYS`)."""
+    return {key: value for key, value in to_dict(section).items() if key not in JUDGE_MONITOR_KEYS}
+
+
 # (family, `reward_models` field): the model slot of each contrastive family.
 REWARD_MODEL_SLOTS = (("clip", "clip"), ("pac-s", "pacs"), ("pac-s++", "pac"))
 
@@ -230,7 +254,7 @@ class PipelineConfig:
     # pacs' captioner (default) or a transformers image-to-text folder (pacs.captioner.orchestration.captioner_kind)
     captioner: CaptionerKindConfig = field(default_factory=CaptionerKindConfig)
     xe: XEConfig = field(default_factory=XEConfig)
-    scst: SCSTConfig = field(default_factory=SCSTConfig)
+    scst: ScstStageConfig = field(default_factory=ScstStageConfig)
     rewards: list[str] = field(default_factory=lambda: ["pac-s++"])
     # rewards also trained with each component normalised within the image's k samples before the weighting
     # (scst.mix_normalisation normalize_then_sum, pacs.rewards.mix): stage scst-<reward>-norm, row `<reward> norm`,
@@ -287,6 +311,10 @@ class PipelineConfig:
                              "CIDEr-D; set scst.monitor_every > 0")
         if self.metric_training is not None:
             check_metric_training(self)
+        if self.scst.judge_monitor_every and data_source(self.data.name).judge is None:
+            raise InputError(f"scst.judge_monitor_every={self.scst.judge_monitor_every}: data set {self.data.name!r} "
+                             "has no judge of captions (the demo world has one); set scst.judge_monitor_every=0 (the "
+                             "hacking monitor, scst.monitor_every, follows validation CIDEr-D on any data set)")
 
 
 NORMALISED = "normalize_then_sum"
@@ -344,8 +372,6 @@ def metric_training_of(config: PipelineConfig) -> tuple[MetricTraining, Any] | N
 def check_metric_training(config: PipelineConfig) -> None:
     """`metric_training` on a data set that offers it, fitting that data set, and no other origin for the models
     its stages make (the features' backbone, reward_models.clip and .pac) nor precomputed features."""
-    import dataclasses
-
     found = metric_training_of(config)
     assert found is not None
     training, settings = found

@@ -27,11 +27,13 @@ from pacs.captioner.orchestration.eval_processes import caption_and_score
 from pacs.captioner.orchestration.evaluation import evaluate_captions_detailed, results_json, row_columns
 from pacs.captioner.orchestration.human_row import HUMAN_ROW, human_captions
 from pacs.captioner.orchestration.pipeline_config import (
+    JUDGE_MONITOR_KEYS,
     NORMALISED,
     DataConfig,
     PipelineConfig,
     normalisation_pairs,
     normalised_row,
+    trainer_section,
 )
 from pacs.captioner.orchestration.pipeline_rewards import (
     build_pipeline_reward,
@@ -53,7 +55,7 @@ from pacs.captioner.orchestration.stage_fingerprints import (
 )
 from pacs.captioner.orchestration.stages import StageRunner
 from pacs.captioner.orchestration.training_data import read_training_data
-from pacs.metric.common.config import dump_yaml, from_dict, to_dict
+from pacs.metric.common.config import dump_yaml, from_dict
 from pacs.metric.common.errors import InputError
 from pacs.metric.common.io import nonfinite_to_none, write_json_atomic
 from pacs.rewards.slug import legacy_folders_problem, reward_slug
@@ -153,8 +155,8 @@ def read_data(config: PipelineConfig, run: RecipeRun) -> tuple[Any, Any, dict[st
 def trainer_config(kind: type, section: Any, out: Path, micro_batch_size: int, name: str, **fields: Any) -> Any:
     """The `kind` (XEConfig / SCSTConfig) of stage section `name`: the recipe's `section` with the stage's output
     folder, the derived micro-batch size and `fields`."""
-    return from_dict(kind, dict(to_dict(section), output_dir=str(out), micro_batch_size=micro_batch_size, **fields),
-                     name)
+    return from_dict(kind, dict(trainer_section(section), output_dir=str(out), micro_batch_size=micro_batch_size,
+                                **fields), name)
 
 
 def run_scst_stages(run: RecipeRun, scst_micro: int, train_store: Any, images: Any,
@@ -207,6 +209,8 @@ def scst_settings(config: PipelineConfig, spec: str, settings: dict[str, Any],
     """The settings of stage `scst-<reward>` (its run and its plan; `normalised`: `scst-<reward>-norm`'s):
     `settings` added to its own."""
     scst = guard_settings(trainer_settings(config.scst))
+    if not config.scst.judge_monitor_every:  # off: fingerprinted as before the judge's curves (done runs stay done)
+        scst = {key: value for key, value in scst.items() if key not in JUDGE_MONITOR_KEYS}
     if normalised:
         scst = {**scst, "mix_normalisation": NORMALISED}
     return {"scst": scst, "reward": spec, **settings,

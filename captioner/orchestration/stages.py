@@ -220,6 +220,8 @@ class StageRunner:
 
     def with_makers(self, upstream: Sequence[str], inputs: Mapping[str, Any] | None) -> list[str]:
         """`upstream` plus the stages that make a file `inputs` names (`makes`), in the order they were recorded."""
+        if not self.made:
+            return list(upstream)
         named: set[Path] = set()
 
         def walk(value: Any) -> None:

@@ -474,3 +474,86 @@ def test_normalised_rewards_are_refused_where_the_comparison_cannot_hold(tmp_pat
         with pytest.raises(InputError, match=message):
             run_from_config(_write(tmp_path, {**recipe, **change}), [])
         assert not (tmp_path / "run").exists()
+
+
+def _greedy_row(model_folder: Path, run: Path, ids: list[str], expected: dict, clip: dict, image_root: Path) -> dict:
+    """The judge's row of a captioner folder's greedy captions of `ids`, computed here: its decoding over the run's
+    training features, the judge on each caption, CIDEr-D of the lower-cased words, CLIP-S of the recipe's CLIP."""
+    from pacs.captioner.modeling.checkpoints import load_captioner
+    from pacs.captioner.modeling.decoding import decode_texts, greedy
+    from pacs.captioner.modeling.features import FeatureCache
+    from pacs.captioner.orchestration.backbone_source import BackboneSource
+    from pacs.captioner.orchestration.pipeline_rewards import load_source_backbone
+    from pacs.eval.cider import cider_d
+    from pacs.metric.common.config import from_dict
+    from pacs.metric.scoring.scorer import Scorer
+
+    model, vocab, _ = load_captioner(model_folder)
+    model.eval()
+    with torch.no_grad():
+        tokens = greedy(model, FeatureCache(run / "features" / "train").get(ids), model.config.max_length).tokens
+    captions = [rows[0] for rows in decode_texts(vocab, tokens)]
+    verdicts = [judge_caption(caption, expected[i].scene) for caption, i in zip(captions, ids)]
+    cider = cider_d([" ".join(c.lower().split()) for c in captions],
+                    [[" ".join(r.lower().split()) for r in expected[i].references] for i in ids], tokenized=True)
+    scorer = Scorer(load_source_backbone(from_dict(BackboneSource, clip, "clip"), "cpu"), device="cpu",
+                    progress=False)
+    clip_s = scorer.score([str(image_root / f"{i}.png") for i in ids], captions).scores
+    return {"Judge-acc": 100.0 * np.mean([v.is_correct for v in verdicts]), "C": 100.0 * float(np.mean(cider)),
+            "CLIP-S": float(np.mean(clip_s)), "Length": float(np.mean([len(c.split()) for c in captions]))}
+
+
+@pytest.mark.slow
+def test_a_recipe_draws_the_judges_curve_of_each_scst_run_from_the_start_to_its_last_step(tmp_path):
+    """`scst.judge_monitor_every` (the demo's key): <stage>/judge_monitor.csv holds, at step 0, every N steps and at
+    the run's last step (10 here: 3 epochs of 4 batches capped by max_steps, not a multiple of 4), the judge's row
+    of greedy captions of the first `judge_monitor_images` validation images; step 0's is the XE model's and the
+    last the final model's, each recomputed here. The columns are those the recipe can compute (no PAC-S++ model:
+    no PAC-S++ curve); the report draws them; the keys enter the stage's settings only when on."""
+    recipe = _world_recipe(tmp_path)
+    recipe["rewards"] = ["cider"]
+    recipe["scst"].update(max_steps=10, epochs=3, save_every=10, judge_monitor_every=4, judge_monitor_images=3)
+    run_from_config(_write(tmp_path, recipe), [])
+    run = tmp_path / "run"
+    record = json.loads((run / "stages" / "scst-cider.json").read_text())
+    assert record["summary"]["steps"] == 10
+    assert (record["settings"]["scst"]["judge_monitor_every"], record["settings"]["scst"]["judge_monitor_images"]) \
+        == (4, 3)
+    rows = list(csv.DictReader(io.StringIO((run / "scst-cider" / "judge_monitor.csv").read_text())))
+    assert [int(float(row["step"])) for row in rows] == [0, 4, 8, 10]
+    assert list(rows[0]) == ["step", "Judge-acc", "C", "CLIP-S", "Length"]
+    _, expected = _expected_world()
+    ids = [f"val-{k:06d}" for k in range(3)]
+    for row, folder in ((rows[0], run / "xe" / "best"), (rows[-1], run / "scst-cider" / "final")):
+        want = _greedy_row(folder, run, ids, expected, recipe["reward_models"]["clip"], tmp_path / "images")
+        for column, value in want.items():  # the CSV keeps 6 significant digits
+            assert float(row[column]) == pytest.approx(value, rel=1e-5, abs=1e-9), column
+    assert "scst_val" in (run / "report.html").read_text()
+
+
+def test_the_judges_curve_needs_a_data_set_with_a_judge(tmp_path, shared_data):
+    """On Flickr8k (no judge) `scst.judge_monitor_every` is refused when the recipe loads, naming the key; nothing
+    is made."""
+    recipe = tiny_pipeline_recipe(tmp_path / "run", shared_data / "flickr8k")
+    recipe["scst"]["judge_monitor_every"] = 2
+    with pytest.raises(InputError, match="scst.judge_monitor_every=2: data set 'flickr8k' has no judge"):
+        run_from_config(_write(tmp_path, recipe), [])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_on_the_world_loads_without_the_command_line_layer():
+    """The data set demo-world registers itself when a config first names it (`data_sources.BUILT_IN`): a fresh
+    process loads world_smoke.yaml with its metric_training (which asks the data set) without importing
+    `pacs.captioner.entry`, whose import used to be what registered it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from pacs.captioner.orchestration.pipeline_config import PipelineConfig\n"
+            "from pacs.metric.common.config import load_config\n"
+            "from pacs.metric.common.config_files import packaged_config\n"
+            "config = load_config(PipelineConfig, packaged_config('world_smoke'))\n"
+            "assert 'pacs.captioner.entry' not in sys.modules\n"
+            "print(config.data.name, sorted(config.metric_training))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["demo-world", "['clip',", "'pacs',", "'prompt']"]

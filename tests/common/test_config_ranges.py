@@ -58,6 +58,7 @@ DEMO_BAD = [
 PIPELINE_BAD = [
     ("parallel_seeds", 0), ("parallel_seeds", 65), ("guarded.rep_penalty", -0.1), ("guarded.length_penalty", -0.1),
     ("scst.kl_coef", -0.1), ("scst.monitor_every", -1), ("scst.monitor_images", -1),
+    ("scst.judge_monitor_every", -1), ("scst.judge_monitor_images", 0),
     ("scst.monitor_reward_rise", -0.1), ("scst.monitor_rep_rise", -0.5), ("scst.monitor_length_rise", -0.2),
     ("scst.monitor_distinct_drop", -0.1), ("scst.monitor_incorrect_rise", -1.0), ("scst.monitor_cider_drop", -0.2),
     ("reward_guards.rep_n", 0), ("reward_guards.length_percentile", 0.0), ("reward_guards.length_percentile", 101.0),
