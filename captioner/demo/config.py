@@ -11,6 +11,7 @@ from annotated_types import Ge, Le
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from pacs.captioner.demo.world import WorldConfig
+from pacs.captioner.modeling.hf_random_init import check_random_captioner
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
@@ -275,8 +276,6 @@ def recorded_settings(section: Any, drop: frozenset[str] | set[str] = NOT_DETERM
 
 CAPTIONER_KINDS = ("pacs", "transformers")
 """`captioner.kind`: pacs' own captioner over CLIP grid features, or a transformers image-to-text model."""
-CAPTIONER_FAMILIES = ("git",)
-"""The transformers families the demo can build from random weights (`captioner.family`)."""
 
 
 @dataclass
@@ -309,14 +308,9 @@ class DemoCaptionerConfig:
             raise InputError(f"captioner.kind={self.kind!r}: expected one of {', '.join(CAPTIONER_KINDS)}")
         if self.kind == "pacs":
             return
-        if self.family not in CAPTIONER_FAMILIES:
-            raise InputError(f"captioner.family={self.family!r}: expected one of {', '.join(CAPTIONER_FAMILIES)}")
+        check_random_captioner(self, "captioner.")
         if self.finetune not in ("full", "lora"):
             raise InputError(f"captioner.finetune={self.finetune!r}: expected full or lora")
-        for width, heads in (("hidden_size", "heads"), ("vision_hidden_size", "vision_heads")):
-            if getattr(self, width) % getattr(self, heads):
-                raise InputError(f"captioner.{width}={getattr(self, width)}: expected a multiple of captioner.{heads} "
-                                 f"({getattr(self, heads)})")
 
     @property
     def transformers(self) -> bool:

@@ -19,22 +19,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from pacs.captioner.demo.config import DemoConfig, recorded_settings
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
+from pacs.captioner.modeling import hf_random_init as random_init
 from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, generate_captions, load_hf_captioner
 from pacs.captioner.modeling.hf_policy import HFPolicy, HFTrainOptions
 from pacs.captioner.modeling.hf_train_xe import train_hf_xe
 from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-"""The tokenizer's first ids: padding 0, start of a caption ([CLS]) 2, its end ([SEP]) 3."""
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
-POSITIONS_MARGIN = 2
-"""Text positions beyond `xe.max_length`: the start token, and one to spare."""
 HF_XE_DROPPED = frozenset({"d_model", "n_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout"})
 """`xe` keys that size pacs' captioner: not part of a transformers XE stage's settings (the `captioner` section
 sizes the model; dropout is off in every `HFPolicy`)."""
@@ -42,7 +36,7 @@ sizes the model; dropout is off in every `HFPolicy`)."""
 
 def caption_words(data: DemoData) -> list[str]:
     """The world's caption vocabulary: every space-separated word of the train references, sorted."""
-    return sorted({word for item in data.splits["train"] for caption in item.references for word in caption.split()})
+    return random_init.caption_words(caption for item in data.splits["train"] for caption in item.references)
 
 
 def image_paths(data: DemoData, splits: tuple[str, ...] = ("train", "val")) -> dict[str, str]:
@@ -50,48 +44,10 @@ def image_paths(data: DemoData, splits: tuple[str, ...] = ("train", "val")) -> d
     return {image_id: path for split in splits for image_id, path in data.image_paths(split).items()}
 
 
-def word_tokenizer(words: list[str]) -> Any:
-    """A word-level tokenizer over `words` (ids after `SPECIAL_TOKENS`): lower-cased, split on spaces and
-    punctuation, decoded by joining the words with spaces, so `,` and `:` stay tokens of their own as in the
-    world's captions (a `BertTokenizer`'s WordPiece decoder would glue `circle ,` into `circle,`, a word the
-    world's PTB tokenization and CIDEr-D do not know)."""
-    import transformers
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-
-    vocab = {token: index for index, token in enumerate([*SPECIAL_TOKENS, *words])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.normalizer = normalizers.Lowercase()
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
-                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                                bos_token="[CLS]", eos_token="[SEP]",
-                                                clean_up_tokenization_spaces=False)
-
-
 def build_model(config: DemoConfig, data: DemoData, folder: Path, seed: int) -> dict[str, Any]:
     """Stage `init`: the random-weight GIT-shaped captioner of `captioner` (seeded by `seed`) saved to `folder`."""
-    import transformers
-
-    section, size = config.captioner, config.world.image_size
-    words = caption_words(data)
-    tokenizer = word_tokenizer(words)
-    vision = {"hidden_size": section.vision_hidden_size, "num_hidden_layers": section.vision_layers,
-              "num_attention_heads": section.vision_heads, "intermediate_size": section.vision_intermediate_size,
-              "image_size": size, "patch_size": section.patch_size, "initializer_range": section.initializer_range}
-    model_config = transformers.GitConfig(
-        vision_config=vision, vocab_size=len(tokenizer), hidden_size=section.hidden_size,
-        num_hidden_layers=section.layers, num_attention_heads=section.heads,
-        intermediate_size=section.intermediate_size, max_position_embeddings=config.xe.max_length + POSITIONS_MARGIN,
-        initializer_range=section.initializer_range, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = transformers.GitForCausalLM(model_config)
-    model.save_pretrained(folder)
-    images = transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
-    transformers.GitProcessor(images, tokenizer).save_pretrained(folder)
-    return {"family": section.family, "vocabulary": len(tokenizer), "words": len(words),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "vision_parameters": sum(p.numel() for p in model.git.image_encoder.parameters())}
+    return random_init.build_random_captioner(config.captioner, caption_words(data), config.world.image_size,
+                                              config.xe.max_length, seed, folder)
 
 
 def train_options(config: DemoConfig) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pacs.captioner.modeling.hf_captioning import HFCaptionOptions, check_folder, generate_captions, load_hf_captioner
 from pacs.captioner.modeling.hf_policy import HFPolicy
+from pacs.captioner.modeling.hf_random_init import build_random_captioner, caption_words
 from pacs.captioner.modeling.hf_train_xe import train_hf_xe
 from pacs.captioner.modeling.train_xe import train_xe
 from pacs.captioner.modeling.vocab import build_vocab, load_vocab
@@ -59,6 +60,10 @@ class CaptionerKind:
     def init_model(self) -> Path:
         """The starting model's folder when XE does not run."""
         raise NotImplementedError
+
+    def init_stages(self) -> list[str]:
+        """The stages of this run that make the starting model (`init`: none, the model is given)."""
+        return []
 
     def check(self) -> list[str]:
         """Checks of the kind's own inputs before any work (InputError); their lines in the dry-run's list."""
@@ -207,18 +212,59 @@ class TransformersCaptioner(CaptionerKind):
         """`captioner.xe`."""
         return self.config.captioner.xe
 
+    @property
+    def built(self) -> bool:
+        """Whether stage `init` builds the starting model from random weights (`captioner.init`)."""
+        return self.config.captioner.init is not None
+
     def init_model(self) -> Path:
-        """`captioner.checkpoint`."""
-        return Path(self.config.captioner.checkpoint)
+        """`captioner.checkpoint`, or stage `init`'s folder `<run_dir>/init`."""
+        return Path(self.config.run_dir) / "init" if self.built else Path(self.config.captioner.checkpoint)
+
+    def init_stages(self) -> list[str]:
+        """`init` when it builds the starting model."""
+        return ["init"] if self.built else []
 
     def check(self) -> list[str]:
-        """The folder loads as a captioner (`check_folder`)."""
+        """The folder loads as a captioner (`check_folder`); nothing to check of a model stage `init` builds."""
+        if self.built:
+            return []
         check_folder(self.config.captioner.checkpoint, self.config.captioner.prompt)
         return ["transformers captioner folder (check_folder)"]
 
+    def before_xe(self) -> list[str]:
+        """`init` when it builds the starting model."""
+        return self.init_stages()
+
+    def init_parts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The settings and inputs of stage `init` (its run and its plan): the sizes, the caption length, the seed
+        drawing the weights and the data whose words are the vocabulary; the data's files."""
+        config = self.config
+        return ({"init": settings_of(config.captioner.init), "max_length": config.scst.max_length,
+                 "seed": config.seed, "data": settings_of(config.data)}, data_inputs(config.data))
+
+    def prepare(self, run: RecipeRun, train_store: Any, images: dict[str, Any]) -> None:
+        """Stage `init` (main process; the others wait) when it builds the starting model."""
+        if not self.built:
+            return
+        config, folder = self.config, self.init_model()
+
+        def build() -> dict[str, Any]:
+            """Stage `init` (main process): the random-weight captioner over the training captions' words."""
+            sizes = config.captioner.init
+            return build_random_captioner(sizes, caption_words(train_store.captions()), sizes.image_size,
+                                          config.scst.max_length, config.seed, folder)
+
+        run.stages.run("init", build, *self.init_parts(), outputs=[folder])
+
+    def plan_prepare(self, run: RecipeRun, plan_features: Any) -> None:
+        """Plan of `init` when it builds the starting model."""
+        if self.built:
+            run.stages.plan("init", *self.init_parts(), outputs=[self.init_model()])
+
     def init_inputs(self, stages: Any) -> dict[str, Any]:
-        """The checkpoint folder."""
-        return {"checkpoint": stages.checkpoint(Path(self.config.captioner.checkpoint))}
+        """The checkpoint folder (none when stage `init` builds it: that stage is upstream)."""
+        return {} if self.built else {"checkpoint": stages.checkpoint(Path(self.config.captioner.checkpoint))}
 
     def xe_parts(self, stages: Any, init_inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The XE, captioner and data settings; the data and the checkpoint folder."""

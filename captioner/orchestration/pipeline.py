@@ -219,7 +219,7 @@ def _first_model(run: Any, kind: CaptionerKind) -> tuple[dict[str, Path], dict[s
     """The run's first model (XE's, or the kind's starting folder) and the stages that made it."""
     if kind.trains_xe:
         return {"xe": run.dir / "xe" / "best"}, {"xe": ["xe"]}
-    return {"init": kind.init_model()}, {"init": []}
+    return {"init": kind.init_model()}, {"init": kind.init_stages()}
 
 
 def _run_stages(config: PipelineConfig, kind: CaptionerKind, state: Any, xe_micro: int, scst_micro: int,

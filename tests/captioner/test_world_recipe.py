@@ -557,3 +557,72 @@ def test_a_recipe_on_the_world_loads_without_the_command_line_layer():
             "print(config.data.name, sorted(config.metric_training))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["demo-world", "['clip',", "'pacs',", "'prompt']"]
+
+
+HF_SIZES = {"hidden_size": 32, "layers": 1, "heads": 2, "intermediate_size": 64, "vision_hidden_size": 32,
+            "vision_layers": 1, "vision_heads": 2, "vision_intermediate_size": 64, "patch_size": 16}
+"""demo_hf_smoke's transformers captioner sizes."""
+
+
+@pytest.mark.slow
+def test_a_recipe_builds_a_transformers_captioner_from_random_weights_as_the_demo_does(tmp_path):
+    """`captioner: {kind: transformers, init: {...}}`: stage `init` builds the random-weight GIT captioner over the
+    training captions' words, holding exactly the tensors and vocabulary the demo's `init` stage builds on the same
+    world with the same sizes, seed and length; XE and SCST train it and its rows are evaluated; the dry run plans
+    init first and a second run reuses every stage; a changed size re-plans init and everything after it."""
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file
+
+    from pacs.captioner.demo.config import DemoCaptionerConfig, DemoWorldConfig
+    from pacs.captioner.demo.data import DemoData
+    from pacs.captioner.demo.hf_captioner import build_model
+
+    recipe = _world_recipe(tmp_path)
+    world_config = DemoWorldConfig(**WORLD)
+    recipe["captioner"] = {"kind": "transformers", "init": {**HF_SIZES, "image_size": world_config.image_size},
+                           "train_vision": True}
+    recipe["rewards"] = ["cider"]
+    recipe["xe"].update(max_steps=4, eval_every=4, save_every=4)
+    recipe["scst"].update(max_steps=2, save_every=2)
+    config = _write(tmp_path, recipe)
+    plan = _plan_of(plan_from_config(config, []))
+    assert list(plan)[:2] == ["init", "xe"] and set(plan.values()) == {"run"}
+    run_from_config(config, [])
+    run = tmp_path / "run"
+    # the demo's init stage on the same world (its train split's references are the recipe's training captions)
+    max_length = json.loads((run / "stages" / "init.json").read_text())["settings"]["max_length"]
+    demo = SimpleNamespace(captioner=DemoCaptionerConfig(kind="transformers", **HF_SIZES), world=world_config,
+                           xe=SimpleNamespace(max_length=max_length))
+    build_model(demo, DemoData.build(world_config, tmp_path / "demo_images"), tmp_path / "demo_init",
+                seed=recipe.get("seed", 42))
+    ours, theirs = (load_file(str(folder / "model.safetensors")) for folder in (run / "init", tmp_path / "demo_init"))
+    assert sorted(ours) == sorted(theirs) and all(torch.equal(ours[key], theirs[key]) for key in ours)
+    assert (run / "init" / "tokenizer.json").read_text() == (tmp_path / "demo_init" / "tokenizer.json").read_text()
+    _, expected = _expected_world()  # the vocabulary: the words of the world's train references, from the world here
+    words = {w for item in expected.values() if item.image_id.startswith("train-") for r in item.references
+             for w in r.split()}
+    vocab = json.loads((run / "init" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert set(vocab) == words | {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+    assert json.loads((run / "stages" / "init.json").read_text())["settings"]["init"]["hidden_size"] == 32
+    results = json.loads((run / "eval" / "results.json").read_text())
+    assert {row["model"] for row in results["rows"]} == {"xe", "cider"}
+    assert set(_plan_of(plan_from_config(config, [])).values()) == {"reuse"}
+    changed = _plan_of(plan_from_config(config, ["captioner.init.intermediate_size=32"]))
+    assert changed["init"] == "run" and changed["xe"] == "run" and changed["eval/cider/world"] == "run"
+
+
+def test_a_random_weight_captioner_is_refused_where_it_cannot_be_the_one_starting_model(tmp_path):
+    """`captioner.init` beside `captioner.checkpoint`, for pacs' captioner, or with patches larger than the images:
+    one error naming the key, nothing made."""
+    recipe = _world_recipe(tmp_path)
+    init = {**HF_SIZES, "image_size": 48}
+    cases = [({"kind": "transformers", "init": init, "checkpoint": str(tmp_path)}, "both name the starting model"),
+             ({"kind": "pacs", "init": init}, r"captioner.init is for captioner.kind=transformers"),
+             ({"kind": "transformers", "init": {**init, "patch_size": 64}},
+              r"captioner.init.patch_size=64: expected <= captioner.init.image_size \(48\)"),
+             ({"kind": "transformers"}, "or captioner.init")]
+    for captioner, message in cases:
+        with pytest.raises(InputError, match=message):
+            run_from_config(_write(tmp_path, {**recipe, "captioner": captioner}), [])
+        assert not (tmp_path / "run").exists()
