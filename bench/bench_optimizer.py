@@ -28,14 +28,14 @@ CAPTIONER_VOCAB = 46  # the demo vocabulary's size (runs/demo/xe/vocab.json)
 def _models() -> dict[str, tuple[torch.nn.Module, type, dict]]:
     demo = load_demo_config(None, [])
     clip = build_backbone_from_config(clip_arch(demo.clip, demo.world.image_size), seed=0, name="demo-clip").model
-    xe = demo.xe
+    sizes = demo.model
     captioner = Captioner(CaptionerConfig(vocab_size=CAPTIONER_VOCAB, feature_dim=demo.clip.vision_width,
-                                          d_model=xe.d_model, n_heads=xe.n_heads, encoder_layers=xe.encoder_layers,
-                                          decoder_layers=xe.decoder_layers, ffn_dim=xe.ffn_dim, dropout=xe.dropout,
-                                          max_length=xe.max_length))
+                                          d_model=sizes.d_model, n_heads=sizes.n_heads,
+                                          encoder_layers=sizes.encoder_layers, decoder_layers=sizes.decoder_layers,
+                                          ffn_dim=sizes.ffn_dim, dropout=sizes.dropout, max_length=sizes.max_length))
     return {"demo CLIP (AdamW, wd 0.1)": (clip, torch.optim.AdamW, {"lr": demo.clip.lr,
                                                                     "weight_decay": demo.clip.weight_decay}),
-            "demo captioner (Adam)": (captioner, torch.optim.Adam, {"lr": xe.lr, "betas": (0.9, 0.98)})}
+            "demo captioner (Adam)": (captioner, torch.optim.Adam, {"lr": demo.xe.schedule.peak_lr, "betas": (0.9, 0.98)})}
 
 
 def main() -> None:

@@ -43,17 +43,18 @@ def stage_estimates(config: Any) -> dict[str, tuple[int, str]]:
                               + _layers_bytes(samples, clip.text_layers, clip.context_length, clip.text_width,
                                               4 * clip.text_width, 2))
 
-    captioner_params = _params_bytes(xe.encoder_layers * (4 * xe.d_model**2 + 2 * xe.d_model * xe.ffn_dim),
-                                     xe.decoder_layers * (8 * xe.d_model**2 + 2 * xe.d_model * xe.ffn_dim))
+    m = config.model  # pacs' captioner
+    captioner_params = _params_bytes(m.encoder_layers * (4 * m.d_model**2 + 2 * m.d_model * m.ffn_dim),
+                                     m.decoder_layers * (8 * m.d_model**2 + 2 * m.d_model * m.ffn_dim))
 
     def captioner_step(samples: int, length: int) -> int:
         return captioner_params + (
-            _layers_bytes(samples, xe.encoder_layers, vision_tokens, xe.d_model, xe.ffn_dim, xe.n_heads)
-            + _layers_bytes(samples, xe.decoder_layers, length + vision_tokens, xe.d_model, xe.ffn_dim, xe.n_heads))
+            _layers_bytes(samples, m.encoder_layers, vision_tokens, m.d_model, m.ffn_dim, m.n_heads)
+            + _layers_bytes(samples, m.decoder_layers, length + vision_tokens, m.d_model, m.ffn_dim, m.n_heads))
 
     clip_keys = ("clip.vision_width, clip.vision_layers, clip.text_width, clip.text_layers, clip.context_length, "
                  "world.image_size / clip.patch_size")
-    model_keys = "xe.d_model, xe.ffn_dim, xe.encoder_layers, xe.decoder_layers, xe.max_length"
+    model_keys = "model.d_model, model.ffn_dim, model.encoder_layers, model.decoder_layers, model.max_length"
     if config.captioner.transformers:  # the transformers captioner's own ViT and text decoder (`captioner`)
         captioner_step, model_keys = _transformers_step(config)
     return {
@@ -61,9 +62,9 @@ def stage_estimates(config: Any) -> dict[str, tuple[int, str]]:
                  f"clip.micro_batch_size (or batch_size), {clip_keys}"),
         "pacs": (clip_step(config.pacs.batch_size, config.pacs.micro_batch_size),
                  f"pacs.micro_batch_size (or batch_size), {clip_keys}"),
-        "xe": (captioner_step(xe.micro_batch_size or xe.batch_size, xe.max_length),
+        "xe": (captioner_step(xe.micro_batch_size or xe.batch_size, m.max_length),
                f"xe.micro_batch_size (or batch_size), {model_keys}"),
-        "scst": (captioner_step((scst.micro_batch_size or scst.batch_size) * scst.k, xe.max_length),
+        "scst": (captioner_step((scst.micro_batch_size or scst.batch_size) * scst.k, m.max_length),
                  f"scst.micro_batch_size (or batch_size) × scst.k, {model_keys}"),
     }
 
@@ -86,7 +87,7 @@ def _transformers_step(config: Any) -> tuple[Any, str]:
 
     keys = ("captioner.hidden_size, captioner.intermediate_size, captioner.layers, captioner.vision_hidden_size, "
             "captioner.vision_intermediate_size, captioner.vision_layers, world.image_size / captioner.patch_size, "
-            "xe.max_length")
+            "model.max_length")
     return step, keys
 
 

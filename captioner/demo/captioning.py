@@ -61,14 +61,14 @@ def run_xe(config: DemoConfig, data: DemoData, features: FeatureCache, folder: P
     records `clip_checkpoint` as its feature source, so `pacs caption` can re-create the features. `seed` (default
     `config.seed`): the training seed.
     """
-    stage = config.xe
     train_items, val_items = data.splits["train"], data.splits["val"]
     vocab = build_vocab("word", [c for item in train_items for c in item.references], min_count=1,
-                        max_length=stage.max_length)
+                        max_length=config.model.max_length)
     if process_state().is_main_process:
         vocab.save(folder / "vocab.json")
-    model_config = CaptionerConfig(d_model=stage.d_model, n_heads=stage.n_heads, encoder_layers=stage.encoder_layers,
-                                   decoder_layers=stage.decoder_layers, ffn_dim=stage.ffn_dim, dropout=stage.dropout)
+    sizes = config.model
+    model_config = CaptionerConfig(d_model=sizes.d_model, n_heads=sizes.n_heads, encoder_layers=sizes.encoder_layers,
+                                   decoder_layers=sizes.decoder_layers, ffn_dim=sizes.ffn_dim, dropout=sizes.dropout)
     result = train_xe(xe_trainer_config(config, folder, micro_batch_size, seed), model_config, vocab, features,
                       [(item.image_id, caption) for item in train_items for caption in item.references],
                       {item.image_id: item.references for item in val_items},
@@ -122,7 +122,7 @@ def run_scst(config: DemoConfig, data: DemoData, features: FeatureCache | None, 
         kl_coef = guards.get("kl_coef")
     scst = SCSTConfig(output_dir=str(folder), reward=spec, lr=stage.lr, batch_size=stage.batch_size,
                       micro_batch_size=micro_batch_size, max_steps=stage.max_steps, epochs=BIG, samples=stage.samples,
-                      k=stage.k, max_length=config.xe.max_length, baseline=stage.baseline,
+                      k=stage.k, max_length=config.model.max_length, baseline=stage.baseline,
                       save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
                       trackers=[], mix_normalisation=mix_normalisation, **guards)
     label = label or (guarded_label(spec, kl_coef) if guarded else reward_slug(spec))

@@ -112,12 +112,9 @@ class PacsStageConfig:
 
 
 @dataclass
-class XEStageConfig:
-    """The captioner and its cross-entropy stage."""
-
-    # XEConfig's names since 0.7 (the old ones load until 0.8; stages record them: RECORDED_NAMES)
-    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps", "val_every": "eval_every",
-                                                    "val_images": "val_max_images"}
+class DemoModelConfig:
+    """The demo's captioner (pacs' encoder-decoder over the CLIP's grid features): a recipe's `model` keys
+    (`pacs.captioner.modeling.model.CaptionerConfig`) at the world's sizes."""
 
     d_model: Annotated[PositiveInt, Le(1024)] = 128
     n_heads: Annotated[PositiveInt, Le(64)] = 4
@@ -125,20 +122,38 @@ class XEStageConfig:
     decoder_layers: Annotated[PositiveInt, Le(24)] = 2
     ffn_dim: Annotated[PositiveInt, Le(4096)] = 256
     dropout: Fraction = 0.1
-    max_length: Annotated[PositiveInt, Le(256)] = 20
+    max_length: Annotated[PositiveInt, Le(256)] = 20  # the longest caption (tokens; a transformers captioner's too)
+
+    def validate(self) -> None:
+        """The attention heads split d_model."""
+        if self.d_model % self.n_heads:
+            raise InputError(f"model.d_model={self.d_model}: expected a multiple of model.n_heads ({self.n_heads})")
+
+
+@dataclass
+class DemoScheduleConfig:
+    """The XE learning-rate schedule, a recipe's `xe.schedule` keys: warm-up to `peak_lr`, constant to 60 % of
+    `xe.max_steps`, then the PAC-S++ decay to `peak_lr / 10` at the last step (derived from these two)."""
+
+    warmup_steps: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50
+    peak_lr: PositiveFloat = 1e-3
+
+
+@dataclass
+class XEStageConfig:
+    """The cross-entropy stage (a recipe's `xe` keys; the captioner's sizes are the `model` section)."""
+
+    # XEConfig's names since 0.7 (the old ones load until 0.8; stages record them: RECORDED_NAMES)
+    DEPRECATED_ALIASES: ClassVar[dict[str, str]] = {"steps": "max_steps", "val_every": "eval_every",
+                                                    "val_images": "val_max_images"}
+
     max_steps: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 800
     batch_size: Annotated[PositiveInt, Le(MAX_DEMO_BATCH)] = 64
     micro_batch_size: Annotated[NonNegativeInt, Le(MAX_DEMO_BATCH)] = 0  # per process; 0: batch_size / processes
-    lr: PositiveFloat = 1e-3
-    warmup_steps: Annotated[NonNegativeInt, Le(MAX_DEMO_STEPS)] = 50
+    schedule: DemoScheduleConfig = field(default_factory=DemoScheduleConfig)
     log_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 20
     eval_every: Annotated[PositiveInt, Le(MAX_DEMO_STEPS)] = 200  # validation every N steps (and after the last)
     val_max_images: Annotated[NonNegativeInt, Le(20_000)] = 100  # validation images XE picks its best checkpoint on (0: all of world.n_val)
-
-    def validate(self) -> None:
-        """The attention heads split d_model (the micro-batch split is checked at start, with the process count)."""
-        if self.d_model % self.n_heads:
-            raise InputError(f"xe.d_model={self.d_model}: expected a multiple of xe.n_heads ({self.n_heads})")
 
 
 @dataclass
@@ -266,6 +281,51 @@ def migrate_scst_monitors(section: Any, where: str) -> Any:
     return section
 
 
+XE_MOVES: dict[str, tuple[str, str]] = {
+    **{key: ("model", key) for key in ("d_model", "n_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout",
+                                       "max_length")},
+    "lr": ("xe.schedule", "peak_lr"), "warmup_steps": ("xe.schedule", "warmup_steps")}
+"""The demo's `xe` keys of 0.6 -> their 0.7 place, a recipe's: the captioner's sizes in `model`, the learning rate
+and its warm-up in `xe.schedule` (`peak_lr`, `warmup_steps`). Moved until 0.8, one deprecation line per key."""
+
+
+def migrate_xe_layout(section: Any, where: str) -> Any:
+    """A demo section (a mapping) with its 0.6 `xe` keys moved by `XE_MOVES` (one deprecation line per key); a key
+    given in both places is refused, naming both."""
+    if not isinstance(section, dict) or not isinstance(section.get("xe"), dict):
+        return section
+    old = [key for key in section["xe"] if key in XE_MOVES]
+    if not old:
+        return section
+    xe = {key: value for key, value in section["xe"].items() if key not in XE_MOVES}
+    model = dict(section.get("model") or {})
+    schedule = dict(xe.get("schedule") or {})
+    for key in old:
+        place, name = XE_MOVES[key]
+        target = model if place == "model" else schedule
+        if name in target:
+            raise InputError(f"{where}: xe.{key} (0.6's name) and {place}.{name} (0.7's) in one config; keep "
+                             f"{place}.{name}")
+        target[name] = section["xe"][key]
+        message = (f"{where}: xe.{key} is deprecated (removed in pacs {DEFAULT_ALIASES_REMOVED_IN}): use "
+                   f"{place}.{name} (a recipe's key)")
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        logger.warning("%s", message)
+    if schedule:
+        xe["schedule"] = schedule
+    return {**section, "xe": xe, **({"model": model} if model else {})}
+
+
+def recorded_xe(config: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
+    """The settings an XE stage of the demo records: the `model` section's and the `xe` section's in 0.6's flat
+    layout and names (`lr`, `warmup_steps`, `steps`, ...), so finished runs are reused (`RECORDED_NAMES`)."""
+    xe = recorded_settings(config.xe, drop)
+    schedule = xe.pop("schedule")
+    flat = {**settings_of(config.model, drop), **xe, "lr": schedule["peak_lr"],
+            "warmup_steps": schedule["warmup_steps"]}
+    return {key: value for key, value in flat.items() if key not in drop}
+
+
 def recorded_settings(section: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
     """`settings_of(section, drop)` with its keys under the names finished runs recorded (`RECORDED_NAMES`): the
     settings of the demo's stages, and so their fingerprints, in the names of 0.6 (as
@@ -347,6 +407,7 @@ class DemoConfig:
     pacs: PacsStageConfig = field(default_factory=PacsStageConfig)
     correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
     captioner: DemoCaptionerConfig = field(default_factory=DemoCaptionerConfig)  # pacs' own, or transformers
+    model: DemoModelConfig = field(default_factory=DemoModelConfig)  # pacs' captioner (sizes; max_length for both)
     xe: XEStageConfig = field(default_factory=XEStageConfig)
     scst: ScstStageConfig = field(default_factory=ScstStageConfig)
     guarded: GuardedScstConfig = field(default_factory=GuardedScstConfig)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.demo.config import DemoConfig, recorded_settings
+from pacs.captioner.demo.config import DemoConfig, recorded_xe
 from pacs.captioner.demo.data import DemoData
 from pacs.captioner.demo.xe_settings import finish_xe, xe_trainer_config
 from pacs.captioner.modeling import hf_random_init as random_init
@@ -30,8 +30,8 @@ from pacs.captioner.modeling.training_setup import process_state
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
 
 HF_XE_DROPPED = frozenset({"d_model", "n_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout"})
-"""`xe` keys that size pacs' captioner: not part of a transformers XE stage's settings (the `captioner` section
-sizes the model; dropout is off in every `HFPolicy`)."""
+"""`model` keys that size pacs' captioner, in the XE stage's recorded settings (`recorded_xe`): not part of a
+transformers XE stage's settings (the `captioner` section sizes the model; dropout is off in every `HFPolicy`)."""
 
 
 def caption_words(data: DemoData) -> list[str]:
@@ -47,7 +47,7 @@ def image_paths(data: DemoData, splits: tuple[str, ...] = ("train", "val")) -> d
 def build_model(config: DemoConfig, data: DemoData, folder: Path, seed: int) -> dict[str, Any]:
     """Stage `init`: the random-weight GIT-shaped captioner of `captioner` (seeded by `seed`) saved to `folder`."""
     return random_init.build_random_captioner(config.captioner, caption_words(data), config.world.image_size,
-                                              config.xe.max_length, seed, folder)
+                                              config.model.max_length, seed, folder)
 
 
 def train_options(config: DemoConfig) -> Any:
@@ -62,7 +62,7 @@ def load_policy(config: DemoConfig, data: DemoData, folder: Path, device: Any, s
     """The transformers folder `folder` as a trainable `HFPolicy` over the train and validation images (`seed`:
     the initial LoRA adapters of `captioner.finetune: lora`)."""
 
-    return HFPolicy.load(folder, image_paths(data), train_options(config), config.xe.max_length, device=device,
+    return HFPolicy.load(folder, image_paths(data), train_options(config), config.model.max_length, device=device,
                          seed=seed)
 
 
@@ -75,7 +75,7 @@ def captioner_settings(config: DemoConfig) -> dict[str, Any]:
 def xe_settings(config: DemoConfig) -> dict[str, Any]:
     """The `xe` section as a transformers XE stage's settings (without the keys that size pacs' captioner)."""
 
-    return recorded_settings(config.xe, NOT_DETERMINING | HF_XE_DROPPED)
+    return recorded_xe(config, NOT_DETERMINING | HF_XE_DROPPED)
 
 
 def run_xe(config: DemoConfig, data: DemoData, init: Path, folder: Path, logs: Path, micro_batch_size: int,
@@ -105,9 +105,9 @@ def run_model_stages(config: DemoConfig, seed: int, prefix: str, data: DemoData,
 
 def caption_test_set(folder: Path, data: DemoData, config: DemoConfig) -> dict[str, str]:
     """Captions of every test image by the transformers model in `folder`: its own `generate`, beam
-    `evaluate.beam_size` (1: greedy), at most `xe.max_length` new tokens."""
+    `evaluate.beam_size` (1: greedy), at most `model.max_length` new tokens."""
 
     device = str(process_state().device)
-    options = HFCaptionOptions(beam_size=config.evaluate.beam_size, max_new_tokens=config.xe.max_length,
+    options = HFCaptionOptions(beam_size=config.evaluate.beam_size, max_new_tokens=config.model.max_length,
                                batch_size=100, device=device)
     return generate_captions(load_hf_captioner(folder, device), data.image_paths("test"), options)

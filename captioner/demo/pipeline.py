@@ -19,7 +19,13 @@ import torch
 
 from pacs.captioner.demo import captioning, correlation, metric_stages
 from pacs.captioner.demo.captioning import DEMO_COLUMNS, guarded_label, normalised_label
-from pacs.captioner.demo.config import DemoConfig, migrate_scst_monitors, recorded_settings
+from pacs.captioner.demo.config import (
+    DemoConfig,
+    migrate_scst_monitors,
+    migrate_xe_layout,
+    recorded_settings,
+    recorded_xe,
+)
 from pacs.captioner.demo.data import DemoData, write_images
 from pacs.captioner.modeling.training_setup import micro_batch_for, process_state
 from pacs.captioner.orchestration import findings, judge_correlation, results_files, run_records
@@ -83,6 +89,7 @@ def _renamed_demo(data: dict[str, Any], source: str) -> dict[str, Any]:
     where = source if source == "override" else f"{source}:demo"
     if "scst" in section:
         section = {**section, "scst": migrate_scst_monitors(section["scst"], where)}
+    section = migrate_xe_layout(section, where)
     return {**data, "demo": rename_deprecated(DemoConfig, section, where)}
 
 
@@ -266,7 +273,7 @@ def metric_stage_parts(config: DemoConfig) -> dict[str, tuple[dict[str, Any], li
 
 def xe_stage_settings(config: DemoConfig, seed: int) -> dict[str, Any]:
     """The settings of one seed's XE stage of pacs' captioner (upstream: features); its run and its plan."""
-    return {"seed": seed, "xe": recorded_settings(config.xe)}
+    return {"seed": seed, "xe": recorded_xe(config)}
 
 
 def scst_stage_settings(config: DemoConfig, seed: int, spec: str, extra: dict[str, Any],

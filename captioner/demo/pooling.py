@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pacs.captioner.demo.config import DemoConfig, migrate_scst_monitors
+from pacs.captioner.demo.config import DemoConfig, migrate_scst_monitors, migrate_xe_layout
 from pacs.captioner.orchestration import recipe_pooling, results_files, run_records
 from pacs.captioner.orchestration.stage_outputs import manifest_problems
 from pacs.metric.common.config import from_dict, load_yaml, to_dict
@@ -69,6 +69,7 @@ def run_config(run_dir: Path) -> DemoConfig:
     recorded = load_yaml(path)
     if "scst" in recorded:  # a run of 0.6 recorded the monitors' old names
         recorded = {**recorded, "scst": migrate_scst_monitors(recorded["scst"], str(path))}
+    recorded = migrate_xe_layout(recorded, str(path))  # and the captioner's sizes in `xe`
     return from_dict(DemoConfig, recorded, str(path))
 
 

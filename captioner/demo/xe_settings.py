@@ -21,8 +21,9 @@ def xe_trainer_config(config: DemoConfig, folder: Path, micro_batch_size: int, s
     stage = config.xe
     return XEConfig(output_dir=str(folder), max_steps=stage.max_steps, batch_size=stage.batch_size,
                     micro_batch_size=micro_batch_size,
-                    schedule=ScheduleConfig(warmup_steps=stage.warmup_steps, constant_until=int(stage.max_steps * 0.6),
-                                            decay_until=stage.max_steps, peak_lr=stage.lr, final_lr=stage.lr / 10),
+                    schedule=ScheduleConfig(warmup_steps=stage.schedule.warmup_steps,
+                                            constant_until=int(stage.max_steps * 0.6), decay_until=stage.max_steps,
+                                            peak_lr=stage.schedule.peak_lr, final_lr=stage.schedule.peak_lr / 10),
                     eval_every=stage.eval_every, val_beam_size=1, val_batch_size=100, val_max_images=stage.val_max_images,
                     save_every=BIG, log_every=stage.log_every, seed=config.seed if seed is None else seed,
                     trackers=[])

@@ -43,9 +43,10 @@ DEMO_BAD = [
     ("pacs.rank", 0), ("pacs.alpha", 0.0), ("pacs.max_steps", 0), ("pacs.batch_size", 1), ("pacs.micro_batch_size", -1),
     ("pacs.lr", 0.0), ("pacs.lambda_v", -0.1), ("pacs.lambda_t", -0.001), ("pacs.eval_every", -1),
     ("correlation.n_images", 0), ("correlation.candidates_per_image", 1),
-    ("xe.d_model", 0), ("xe.n_heads", 0), ("xe.encoder_layers", 0), ("xe.decoder_layers", 0), ("xe.ffn_dim", 0),
-    ("xe.dropout", 1.5), ("xe.dropout", 1.0), ("xe.dropout", -0.1), ("xe.max_length", 0), ("xe.max_steps", 0),
-    ("xe.batch_size", 0), ("xe.micro_batch_size", -1), ("xe.lr", 0.0), ("xe.warmup_steps", -1),
+    ("model.d_model", 0), ("model.n_heads", 0), ("model.encoder_layers", 0), ("model.decoder_layers", 0),
+    ("model.ffn_dim", 0), ("model.dropout", 1.5), ("model.dropout", 1.0), ("model.dropout", -0.1),
+    ("model.max_length", 0), ("xe.max_steps", 0),
+    ("xe.batch_size", 0), ("xe.micro_batch_size", -1), ("xe.schedule.peak_lr", 0.0), ("xe.schedule.warmup_steps", -1),
     ("xe.log_every", 0), ("xe.eval_every", 0), ("xe.val_max_images", -1),
     ("scst.max_steps", 0), ("scst.batch_size", 0), ("scst.micro_batch_size", -1), ("scst.k", 0),
     ("scst.lr", 0.0), ("scst.log_every", 0), ("scst.judge_monitor_every", -1), ("scst.judge_monitor_images", -1),
@@ -207,7 +208,7 @@ def test_the_demo_memory_estimate_is_computed_as_documented() -> None:
 
 
 @pytest.mark.parametrize("overrides, stage", [
-    (["xe.d_model=1024", "xe.ffn_dim=4096", "xe.encoder_layers=24", "xe.decoder_layers=24", "xe.n_heads=16",
+    (["model.d_model=1024", "model.ffn_dim=4096", "model.encoder_layers=24", "model.decoder_layers=24", "model.n_heads=16",
       "xe.micro_batch_size=0", "xe.batch_size=64"], "xe"),
     (["world.image_size=512", "clip.patch_size=16", "clip.vision_width=1024", "clip.vision_layers=24"], "clip"),
 ])
@@ -271,8 +272,8 @@ DEMO_BOUNDARIES = [
     "world.web_noise_word_prob=1", "world.noise_max=0", "world.n_test=1", "world.n_train=160",
     "clip.vision_width=32", "clip.text_width=2", "clip.patch_size=48", "clip.eval_every=0", "clip.weight_decay=0",
     "clip.micro_batch_size=0", "clip.batch_size=2 clip.micro_batch_size=1", "pacs.batch_size=64", "pacs.lambda_v=0", "pacs.alpha=1e-3",
-    "correlation.candidates_per_image=2", "correlation.n_images=1", "xe.dropout=0", "xe.dropout=0.999",
-    "xe.warmup_steps=0", "xe.val_max_images=0", "xe.batch_size=480", "xe.micro_batch_size=0", "scst.batch_size=160",
+    "correlation.candidates_per_image=2", "correlation.n_images=1", "model.dropout=0", "model.dropout=0.999",
+    "xe.schedule.warmup_steps=0", "xe.val_max_images=0", "xe.batch_size=480", "xe.micro_batch_size=0", "scst.batch_size=160",
     "scst.judge_monitor_every=0", "scst.judge_monitor_images=0", "evaluate.gallery_size=0", "evaluate.gallery_size=100",
     "name=my-run_2.b", "runs_dir=/tmp/elsewhere",
 ]
@@ -298,7 +299,7 @@ def test_boundary_values_are_accepted(overrides: str) -> None:
     ("clip.batch_size=96", "clip.batch_size=96: expected <= the 64 world.n_val validation pairs"),
     ("clip.patch_size=49", "clip.patch_size=49: expected <= world.image_size (48)"),
     ("clip.text_width=33", "clip: clip.text_width=33: expected an even int"),
-    ("xe.n_heads=3", "xe: xe.d_model=32: expected a multiple of xe.n_heads (3)"),
+    ("model.n_heads=3", "model: model.d_model=32: expected a multiple of model.n_heads (3)"),
     ("clip.micro_batch_size=5", "clip: batch_size=32 must be a multiple of micro_batch_size (5)"),
     ("scst.baseline=loo", None), ("scst.rewards=[bogus]", "unknown reward 'bogus'"),
     ("scst.rewards=[pac-s]", "'pac-s' needs a pac-s model; the demo trains only clip and pac-s++"),
@@ -338,7 +339,7 @@ def test_pipeline_names_and_lists_are_checked_at_load() -> None:
 
 
 @pytest.mark.parametrize("override, key", [
-    ("xe.dropout=1.5", "xe.dropout=1.5"), ("world.n_test=0", "world.n_test=0"),
+    ("model.dropout=1.5", "model.dropout=1.5"), ("world.n_test=0", "world.n_test=0"),
     ("evaluate.gallery_size=-1", "evaluate.gallery_size=-1"), ("threads=0", "threads=0"),
     ("name=../../escaped", "demo.name"), ("scst.rewards=[nope]", "scst.rewards"),
 ])

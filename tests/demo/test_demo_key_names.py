@@ -195,3 +195,47 @@ def test_stage_settings_keep_the_old_names() -> None:
     dropped = {"d_model", "n_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout"}
     assert hf_captioner.xe_settings(config) == {key: value for key, value in EXPECTED_XE_SECTION.items()
                                                 if key not in dropped}
+
+
+# the captioner's sizes and the learning rate of 0.6's `xe` section, with values other than demo_smoke's
+OLD_XE = {"d_model": 48, "n_heads": 3, "encoder_layers": 2, "decoder_layers": 3, "ffn_dim": 96, "dropout": 0.2,
+          "max_length": 18, "lr": 0.004, "warmup_steps": 3}
+
+
+def test_a_06_xe_section_loads_its_sizes_into_model_and_its_rate_into_the_schedule(tmp_path: Path) -> None:
+    """0.6's `xe.d_model` ... `xe.max_length` are 0.7's `model.*` (a recipe's keys), `xe.lr` / `xe.warmup_steps`
+    `xe.schedule.peak_lr` / `.warmup_steps`: a file, an override and a recorded run config.yaml load moved, one
+    deprecation line per key, and the XE stage records the same settings as before (a finished run is reused)."""
+    old_file = tmp_path / "old.yaml"
+    old_file.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {"xe": OLD_XE}}))
+    old, said = _load(old_file)
+    assert sorted(said) == sorted(
+        f"{old_file}:demo: xe.{key} {MARK} 0.8): use {place}.{name} (a recipe's key)"
+        for key, (place, name) in demo_config.XE_MOVES.items())
+    sizes = {key: value for key, value in OLD_XE.items() if key not in ("lr", "warmup_steps")}
+    assert dataclasses.asdict(old.model) == sizes
+    assert (old.xe.schedule.peak_lr, old.xe.schedule.warmup_steps) == (0.004, 3)
+    new_file = tmp_path / "new.yaml"
+    new_file.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {
+        "model": sizes, "xe": {"schedule": {"peak_lr": 0.004, "warmup_steps": 3}}}}))
+    new, quiet = _load(new_file)
+    assert quiet == [] and new == old
+    by_override, said = _load(SMOKE, [f"xe.{key}={value}" for key, value in OLD_XE.items()])
+    assert by_override == old and len(said) == len(OLD_XE)
+    # written out by hand: the XE stage's settings in 0.6's flat layout, as a 0.6 run recorded them
+    recorded = {**OLD_XE, "steps": old.xe.max_steps, "batch_size": old.xe.batch_size, "val_every": old.xe.eval_every,
+                "val_images": old.xe.val_max_images}
+    assert xe_stage_settings(new, 0) == {"seed": 0, "xe": recorded}
+    run = tmp_path / "run"  # a 0.6 run folder's config.yaml (pooling reads it)
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"xe": OLD_XE}))
+    pooled = run_config(run)
+    assert (pooled.model, pooled.xe.schedule) == (new.model, new.xe.schedule)
+
+
+def test_an_xe_key_in_both_places_is_one_error_naming_both(tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump({"_base_": str(SMOKE), "demo": {"xe": {"lr": 0.004,
+                                                                           "schedule": {"peak_lr": 0.002}}}}))
+    with pytest.raises(InputError, match=r"xe.lr \(0.6's name\) and xe.schedule.peak_lr \(0.7's\) in one config"):
+        load_demo_config(mixed, [])
