@@ -11,7 +11,7 @@ from annotated_types import Ge, Le
 
 from pacs.captioner.demo import judge_reward  # noqa: F401  (registers the oracle reward `judge`)
 from pacs.captioner.demo.world import WorldConfig
-from pacs.captioner.modeling.hf_random_init import check_random_captioner
+from pacs.captioner.modeling.hf_random_init import RandomCaptionerConfig, check_random_captioner
 from pacs.captioner.orchestration.guard_choice import GuardedConfig
 from pacs.captioner.orchestration.judge_correlation import CorrelationConfig
 from pacs.captioner.orchestration.stage_fingerprints import NOT_DETERMINING, settings_of
@@ -339,24 +339,14 @@ CAPTIONER_KINDS = ("pacs", "transformers")
 
 
 @dataclass
-class DemoCaptionerConfig:
-    """Which captioner the demo trains: `pacs` (its encoder–decoder over the CLIP's grid features, sized by `xe`)
+class DemoCaptionerConfig(RandomCaptionerConfig):
+    """Which captioner the demo trains: `pacs` (its encoder–decoder over the CLIP's grid features, sized by `model`)
     or `transformers` (a tiny `family` model built from random weights in stage `init`, vision tower included;
-    docs/demo.md "A transformers captioner in the demo world"). The other keys size and train the transformers
-    model; a `pacs` run ignores them (its stages' settings never hold this section)."""
+    docs/demo.md "A transformers captioner in the demo world"). The sizes are a recipe's `captioner.init` keys
+    (`RandomCaptionerConfig`; `patch_size` at most world.image_size: 16 at 48 px, one token per cell); the others
+    train the transformers model. A `pacs` run ignores them (its stages' settings never hold this section)."""
 
     kind: str = "pacs"
-    family: str = "git"  # GitForCausalLM + GitProcessor (CLIPImageProcessor, a word-level tokenizer)
-    hidden_size: Annotated[int, Ge(2), Le(1024)] = 128  # the text decoder
-    layers: Annotated[PositiveInt, Le(24)] = 2
-    heads: Annotated[PositiveInt, Le(64)] = 4
-    intermediate_size: Annotated[PositiveInt, Le(4096)] = 256
-    vision_hidden_size: Annotated[int, Ge(2), Le(1024)] = 128  # the ViT of the model (trained from scratch too)
-    vision_layers: Annotated[PositiveInt, Le(24)] = 2
-    vision_heads: Annotated[PositiveInt, Le(64)] = 4
-    vision_intermediate_size: Annotated[PositiveInt, Le(4096)] = 256
-    patch_size: Annotated[PositiveInt, Le(512)] = 16  # at most world.image_size (16 at 48 px: one token per cell)
-    initializer_range: PositiveFloat = 0.02
     finetune: str = "full"  # or "lora" (pacs.captioner.modeling.hf_policy.HFTrainOptions)
     lora_r: Annotated[PositiveInt, Le(1024)] = 8
     lora_alpha: PositiveFloat = 16.0
