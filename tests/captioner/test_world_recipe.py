@@ -593,7 +593,7 @@ def test_a_recipe_builds_a_transformers_captioner_from_random_weights_as_the_dem
     # the demo's init stage on the same world (its train split's references are the recipe's training captions)
     max_length = json.loads((run / "stages" / "init.json").read_text())["settings"]["max_length"]
     demo = SimpleNamespace(captioner=DemoCaptionerConfig(kind="transformers", **HF_SIZES), world=world_config,
-                           xe=SimpleNamespace(max_length=max_length))
+                           model=SimpleNamespace(max_length=max_length))
     build_model(demo, DemoData.build(world_config, tmp_path / "demo_images"), tmp_path / "demo_init",
                 seed=recipe.get("seed", 42))
     ours, theirs = (load_file(str(folder / "model.safetensors")) for folder in (run / "init", tmp_path / "demo_init"))
