@@ -42,8 +42,8 @@ def test_runs_may_differ_in_where_and_how_they_ran_but_not_in_what_they_trained(
     moved = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", ["name=other", "seeds=[5]", "threads=2",
                                                                   "parallel_seeds=1"])
     check_same_experiment({Path("a"): base, Path("b"): moved})  # no error
-    retuned = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", ["xe.lr=0.002"])
-    with pytest.raises(InputError, match=r"^b: setting xe\.lr differs from a \(only run_dir, name, runs_dir, seeds"):
+    retuned = load_demo_config(REPO_CONFIGS / "demo_smoke.yaml", ["xe.schedule.peak_lr=0.002"])
+    with pytest.raises(InputError, match=r"^b: setting xe\.schedule\.peak_lr differs from a \(only run_dir, name, runs_dir, seeds"):
         check_same_experiment({Path("a"): base, Path("b"): retuned})
     assert isinstance(retuned, DemoConfig)
 
