@@ -321,9 +321,8 @@ def recorded_xe(config: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) 
     layout and names (`lr`, `warmup_steps`, `steps`, ...), so finished runs are reused (`RECORDED_NAMES`)."""
     xe = recorded_settings(config.xe, drop)
     schedule = xe.pop("schedule")
-    flat = {**settings_of(config.model, drop), **xe, "lr": schedule["peak_lr"],
+    return {**settings_of(config.model, drop), **xe, "lr": schedule["peak_lr"],
             "warmup_steps": schedule["warmup_steps"]}
-    return {key: value for key, value in flat.items() if key not in drop}
 
 
 def recorded_settings(section: Any, drop: frozenset[str] | set[str] = NOT_DETERMINING) -> dict[str, Any]:
